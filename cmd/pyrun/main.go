@@ -1,0 +1,224 @@
+// Command pyrun is an MCP server that runs Python safely: a warm pool of
+// Deno worker processes, each hosting Pyodide, behind the run_python_code
+// tool. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// version is pyrun's version; release builds set it with -ldflags.
+var version = "0.1.0-dev"
+
+const usage = `pyrun runs Python for AI agents over the Model Context Protocol.
+
+Usage:
+  pyrun stdio [flags]          MCP server on stdin/stdout
+  pyrun run [flags] [FILE|-]   run one snippet and print the tool's result
+  pyrun version                versions of pyrun, Deno, Pyodide and Python
+
+Flags (also keys of the --config file, in snake_case):
+`
+
+// exit statuses of pyrun itself, besides a call's own (pyrun run).
+const (
+	exitOK    = 0
+	exitUsage = 2
+	exitFail  = 3
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(stderr)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "stdio", "run", "version":
+	default:
+		fmt.Fprintf(stderr, "pyrun: unknown command %q\n\n", cmd)
+		printUsage(stderr)
+		return exitUsage
+	}
+	opts, pos, err := loadOptions(cmd, rest)
+	if errors.Is(err, flag.ErrHelp) {
+		printUsage(stderr)
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "pyrun %s: %v\n", cmd, err)
+		return exitUsage
+	}
+	log := newLogger(opts, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	switch cmd {
+	case "stdio":
+		err = cmdStdio(ctx, opts, stdin, stderr, log)
+	case "run":
+		var code int
+		code, err = cmdRun(ctx, opts, pos, stdin, stdout, stderr, log)
+		if err == nil {
+			return code
+		}
+	case "version":
+		err = cmdVersion(ctx, opts, stdout, stderr, log)
+	}
+	if err != nil {
+		log.Error(err.Error())
+		return exitFail
+	}
+	return exitOK
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, usage)
+	var o options
+	fs := o.flagSet("pyrun")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+}
+
+func newLogger(o *options, w io.Writer) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:       "pyrun",
+		Level:      hclogLevel(o.logLevel),
+		Output:     w,
+		JSONFormat: o.logFormat == "json",
+		Color:      hclog.ColorOff,
+	})
+}
+
+func hclogLevel(s string) hclog.Level {
+	switch strings.ToLower(s) {
+	case "trace":
+		return hclog.Trace
+	case "debug":
+		return hclog.Debug
+	case "info":
+		return hclog.Info
+	case "warn", "warning":
+		return hclog.Warn
+	case "error":
+		return hclog.Error
+	}
+	return hclog.NoLevel
+}
+
+// startPool provisions the runtime and starts the worker pool.
+func startPool(ctx context.Context, o *options, cfg supervisor.Config, progress io.Writer, log hclog.Logger) (*supervisor.Runtime, *supervisor.Pool, error) {
+	rt, err := supervisor.Provision(ctx, o.runtimeDir, progress, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := supervisor.NewPool(rt, cfg, log.Named("pool"))
+	if err != nil {
+		return nil, nil, err
+	}
+	return rt, pool, nil
+}
+
+// closePool lets running calls finish, within a bound, and stops the workers.
+func closePool(pool *supervisor.Pool, log hclog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), pool.Config().Timeout+5*time.Second)
+	defer cancel()
+	if err := pool.Close(ctx); err != nil {
+		log.Warn("stopping workers", "error", err)
+	}
+}
+
+func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
+	cfg := o.poolConfig()
+	return mcp.Options{
+		Version:        version,
+		PythonVersion:  rt.Python,
+		PyodideVersion: rt.Pyodide,
+		Timeout:        cfg.Timeout,
+		MaxOutput:      cfg.MaxOutput,
+		MaxCode:        int(o.maxCode),
+		Network:        cfg.Network,
+	}
+}
+
+func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stderr io.Writer, log hclog.Logger) error {
+	rt, pool, err := startPool(ctx, o, o.poolConfig(), stderr, log)
+	if err != nil {
+		return err
+	}
+	defer closePool(pool, log)
+	srv := mcp.New(pool, mcpOptions(o, rt), log)
+	log.Info("serving MCP on stdio", "workers", pool.Config().Workers, "python", rt.Python)
+	if err := srv.RunStdio(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("stdio: %w", err)
+	}
+	return nil
+}
+
+// cmdRun runs one snippet and prints what the tool would return. Its exit
+// status is the call's: 0 success, 1 Python error, 124 timeout, 137 killed.
+func cmdRun(ctx context.Context, o *options, pos []string, stdin io.Reader, stdout, stderr io.Writer, log hclog.Logger) (int, error) {
+	if len(pos) > 1 {
+		return exitUsage, fmt.Errorf("run takes one file (or - for stdin), not %d", len(pos))
+	}
+	var code []byte
+	var err error
+	if len(pos) == 0 || pos[0] == "-" {
+		code, err = io.ReadAll(io.LimitReader(stdin, int64(o.maxCode)+1))
+	} else {
+		code, err = os.ReadFile(pos[0])
+	}
+	if err != nil {
+		return exitFail, fmt.Errorf("read code: %w", err)
+	}
+	if len(code) > int(o.maxCode) {
+		return exitUsage, fmt.Errorf("the code is larger than max-code (%s)", o.maxCode)
+	}
+	cfg := o.poolConfig()
+	cfg.Workers = 1 // one call needs one worker
+	_, pool, err := startPool(ctx, o, cfg, stderr, log)
+	if err != nil {
+		return exitFail, err
+	}
+	defer closePool(pool, log)
+	res, err := pool.Run(ctx, supervisor.Job{ID: "1", Code: string(code), Client: "cli"}, nil)
+	if err != nil && res.Status == "" {
+		return exitFail, err
+	}
+	fmt.Fprintln(stdout, mcp.FormatXML(res))
+	return res.Status.ExitCode(), nil
+}
+
+func cmdVersion(ctx context.Context, o *options, stdout, stderr io.Writer, log hclog.Logger) error {
+	rt, err := supervisor.Provision(ctx, o.runtimeDir, stderr, log)
+	if err != nil {
+		return err
+	}
+	deno, err := rt.DenoVersion(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "pyrun %s\ndeno %s\npyodide %s\npython %s\n", version, deno, rt.Pyodide, rt.Python)
+	return nil
+}

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// options is everything a flag or the config file can set. Flags and file
+// keys share one parser: a key is the flag's name in snake_case and takes the
+// flag's syntax, and a flag given on the command line wins over the file.
+type options struct {
+	configFile string
+
+	workers      int
+	timeout      time.Duration
+	memoryLimit  byteSize
+	maxOutput    byteSize
+	maxCode      byteSize
+	maxQueue     int
+	queueTimeout time.Duration
+	deps         stringList
+	network      string
+	isolation    string
+	runtimeDir   string
+
+	logLevel  string
+	logFormat string
+
+	listen    string
+	stateless bool
+}
+
+// flagSet declares every flag on o, with its default.
+func (o *options) flagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	o.memoryLimit, o.maxOutput, o.maxCode = 512<<20, 64<<10, 1<<20
+	fs.StringVar(&o.configFile, "config", "", "JSON config `file`; its keys are these flags' names in snake_case")
+	fs.IntVar(&o.workers, "workers", supervisor.DefaultWorkers(), "warm pool size")
+	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
+	fs.Var(&o.memoryLimit, "memory-limit", "memory limit per worker (bytes, or with a unit: 512MiB, 1GiB)")
+	fs.Var(&o.maxOutput, "max-output", "cap on each of stdout, stderr and the return value, per call (bytes or 64KiB)")
+	fs.Var(&o.maxCode, "max-code", "largest python_code accepted (bytes or 1MiB)")
+	fs.IntVar(&o.maxQueue, "max-queue", 0, "calls that may wait for a free worker (default 64 per worker)")
+	fs.DurationVar(&o.queueTimeout, "queue-timeout", 60*time.Second, "longest a call waits for a free worker")
+	fs.Var(&o.deps, "deps", "comma-separated packages every worker loads before its first call")
+	fs.StringVar(&o.network, "network", "public", "what Python may reach: none, packages, public (no private or loopback addresses) or all")
+	fs.StringVar(&o.isolation, "isolation", "call", "call (fresh globals, files and modules per call) or process (a new worker per call)")
+	fs.StringVar(&o.runtimeDir, "runtime-dir", supervisor.DefaultRuntimeRoot(), "where pyrun installs Deno and Pyodide")
+	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:3001", "serve: address to listen on")
+	fs.BoolVar(&o.stateless, "stateless", false, "serve: /mcp without sessions, for load balancers")
+	return fs
+}
+
+// loadOptions parses args (flags, then positional arguments) and the config
+// file they name. It is pure: a reload calls it again with the same args.
+func loadOptions(cmd string, args []string) (*options, []string, error) {
+	o := &options{}
+	fs := o.flagSet(cmd)
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	rest := fs.Args()
+	if o.configFile != "" {
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if err := applyConfigFile(fs, o.configFile, set); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := o.check(); err != nil {
+		return nil, nil, err
+	}
+	return o, rest, nil
+}
+
+// applyConfigFile sets every flag the file names, except those in skip.
+func applyConfigFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read config: %w", err)
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	for key, raw := range keys {
+		name := strings.ReplaceAll(key, "_", "-")
+		if name == "config" || fs.Lookup(name) == nil {
+			return fmt.Errorf("config %s: unknown key %q", path, key)
+		}
+		if skip[name] {
+			continue
+		}
+		val, err := configValue(raw)
+		if err != nil {
+			return fmt.Errorf("config %s: key %q: %w", path, key, err)
+		}
+		if err := fs.Set(name, val); err != nil {
+			return fmt.Errorf("config %s: key %q: %w", path, key, err)
+		}
+	}
+	return nil
+}
+
+// configValue turns a JSON value into the flag syntax: strings as they are,
+// numbers and booleans as written, lists of strings joined by commas.
+func configValue(raw json.RawMessage) (string, error) {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "", err
+	}
+	switch v := v.(type) {
+	case string:
+		return v, nil
+	case bool:
+		return strconv.FormatBool(v), nil
+	case float64:
+		return string(raw), nil
+	case []any:
+		parts := make([]string, len(v))
+		for i, x := range v {
+			s, ok := x.(string)
+			if !ok || strings.Contains(s, ",") {
+				return "", errors.New("a list must hold strings without commas")
+			}
+			parts[i] = s
+		}
+		return strings.Join(parts, ","), nil
+	case nil:
+		return "", errors.New("null is not a value; leave the key out for the default")
+	}
+	return "", fmt.Errorf("unsupported value %s", raw)
+}
+
+func (o *options) check() error {
+	if _, err := supervisor.ParseNetwork(o.network); err != nil {
+		return err
+	}
+	if _, err := supervisor.ParseIsolation(o.isolation); err != nil {
+		return err
+	}
+	switch {
+	case o.workers < 1:
+		return fmt.Errorf("workers must be at least 1, not %d", o.workers)
+	case o.workers > 256:
+		return fmt.Errorf("workers must be at most 256, not %d", o.workers)
+	case o.timeout <= 0:
+		return fmt.Errorf("timeout must be positive, not %s", o.timeout)
+	case o.memoryLimit < 128<<20:
+		return fmt.Errorf("memory-limit must be at least 128MiB, not %s", o.memoryLimit)
+	case o.maxOutput < 1<<10:
+		return fmt.Errorf("max-output must be at least 1KiB, not %s", o.maxOutput)
+	case o.maxOutput > 64<<20:
+		return fmt.Errorf("max-output must be at most 64MiB, not %s", o.maxOutput)
+	case o.maxCode < 1<<10 || o.maxCode > 32<<20:
+		return fmt.Errorf("max-code must be between 1KiB and 32MiB, not %s", o.maxCode)
+	case o.maxQueue < 0:
+		return fmt.Errorf("max-queue must not be negative, not %d", o.maxQueue)
+	case o.queueTimeout <= 0:
+		return fmt.Errorf("queue-timeout must be positive, not %s", o.queueTimeout)
+	}
+	if hclogLevel(o.logLevel) == 0 {
+		return fmt.Errorf("log-level must be trace, debug, info, warn or error, not %q", o.logLevel)
+	}
+	if o.logFormat != "text" && o.logFormat != "json" {
+		return fmt.Errorf("log-format must be text or json, not %q", o.logFormat)
+	}
+	return nil
+}
+
+// poolConfig is the supervisor's share of the options.
+func (o *options) poolConfig() supervisor.Config {
+	network, _ := supervisor.ParseNetwork(o.network)
+	isolation, _ := supervisor.ParseIsolation(o.isolation)
+	return supervisor.Config{
+		Workers:      o.workers,
+		Timeout:      o.timeout,
+		MemoryLimit:  int64(o.memoryLimit),
+		MaxOutput:    int(o.maxOutput),
+		MaxQueue:     o.maxQueue,
+		QueueTimeout: o.queueTimeout,
+		Network:      network,
+		Isolation:    isolation,
+	}
+}
+
+// byteSize is a flag holding a size: a plain number of bytes or a number
+// with a unit (KB, MB, GB in powers of 1000; KiB, MiB, GiB in powers of 1024).
+type byteSize int64
+
+var sizeUnits = map[string]int64{
+	"": 1, "b": 1,
+	"kb": 1e3, "mb": 1e6, "gb": 1e9,
+	"k": 1 << 10, "m": 1 << 20, "g": 1 << 30,
+	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
+}
+
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
+		i++
+	}
+	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	mult, ok := sizeUnits[unit]
+	if num == "" || !ok {
+		return 0, fmt.Errorf("%q is not a size: use bytes or a unit such as 64KiB, 512MiB, 1GiB", s)
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a size: %w", s, err)
+	}
+	v := f * float64(mult)
+	if v > 1<<50 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return int64(v), nil
+}
+
+func (b *byteSize) Set(s string) error {
+	v, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(v)
+	return nil
+}
+
+func (b byteSize) String() string {
+	v := int64(b)
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if v >= u.size && v%u.size == 0 {
+			return fmt.Sprintf("%d%s", v/u.size, u.name)
+		}
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// stringList is a comma-separated list flag.
+type stringList []string
+
+func (l *stringList) Set(s string) error {
+	*l = nil
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*l = append(*l, part)
+		}
+	}
+	return nil
+}
+
+func (l stringList) String() string { return strings.Join(l, ",") }

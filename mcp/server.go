@@ -1,0 +1,79 @@
+// Package mcp is pyrun's MCP front end: the run_python_code tool (schema,
+// description, argument checks), result formatting (mcp-run-python's XML
+// text plus structured content) and the transports. It calls the worker pool
+// through the small Runner interface and knows nothing of processes.
+//
+//	srv := mcp.New(pool, mcp.Options{PythonVersion: rt.Python, ...}, log)
+//	err := srv.RunStdio(ctx)
+package mcp
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// Runner runs calls; *supervisor.Pool is one.
+type Runner interface {
+	Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error)
+}
+
+// Options describe the server to its clients.
+type Options struct {
+	Version        string // pyrun's version
+	PythonVersion  string
+	PyodideVersion string
+	Timeout        time.Duration // the per-call limit, for the tool description
+	MaxOutput      int           // bytes per stream, for the tool description
+	MaxCode        int           // largest python_code accepted, in bytes
+	Network        supervisor.Network
+}
+
+// Server is pyrun's MCP server.
+type Server struct {
+	pool Runner
+	opts Options
+	log  hclog.Logger
+	sdk  *sdk.Server
+}
+
+// New builds the MCP server around pool.
+func New(pool Runner, opts Options, log hclog.Logger) *Server {
+	if opts.MaxCode <= 0 {
+		opts.MaxCode = 1 << 20
+	}
+	s := &Server{pool: pool, opts: opts, log: log}
+	s.sdk = sdk.NewServer(&sdk.Implementation{Name: "pyrun", Title: "pyrun: Python in a sandbox", Version: opts.Version},
+		&sdk.ServerOptions{
+			Instructions: `Call the "run_python_code" tool with the Python code to run.`,
+			Logger:       slogFor(log.Named("mcp")),
+			Capabilities: &sdk.ServerCapabilities{
+				Logging: &sdk.LoggingCapabilities{},
+				Tools:   &sdk.ToolCapabilities{},
+			},
+		})
+	s.sdk.AddTool(&sdk.Tool{
+		Name:         ToolName,
+		Title:        "Run Python code",
+		Description:  description(opts),
+		InputSchema:  inputSchema,
+		OutputSchema: outputSchema,
+		Annotations: &sdk.ToolAnnotations{
+			Title:           "Run Python code",
+			ReadOnlyHint:    false,
+			DestructiveHint: new(false),
+			IdempotentHint:  false,
+			OpenWorldHint:   new(opts.Network != supervisor.NetworkNone),
+		},
+	}, s.handle)
+	return s
+}
+
+// RunStdio serves one client on stdin/stdout until it disconnects or ctx ends.
+func (s *Server) RunStdio(ctx context.Context) error {
+	return s.sdk.Run(ctx, &sdk.StdioTransport{})
+}

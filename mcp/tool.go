@@ -1,0 +1,193 @@
+package mcp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// ToolName is the tool's name, the same as pydantic's mcp-run-python's.
+const ToolName = "run_python_code"
+
+// inputSchema is the tool's input: mcp-run-python's two arguments plus
+// timeout_seconds. Unknown arguments are refused.
+var inputSchema = &jsonschema.Schema{
+	Type: "object",
+	Properties: map[string]*jsonschema.Schema{
+		"python_code": {Type: "string", Description: "Python code to run"},
+		"global_variables": {
+			Type:        "object",
+			Description: "Map of global variables in context when the code is executed",
+		},
+		"timeout_seconds": {
+			Type:             "number",
+			ExclusiveMinimum: jsonschema.Ptr(0.0),
+			Description:      "Time limit for this call in seconds; capped by the server's limit",
+		},
+	},
+	Required:             []string{"python_code"},
+	AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
+}
+
+// outputSchema describes structuredContent (Structured).
+var outputSchema = &jsonschema.Schema{
+	Type: "object",
+	Properties: map[string]*jsonschema.Schema{
+		"status": {Type: "string", Enum: []any{
+			"success", "run-error", "install-error", "timeout", "memory-error", "crashed",
+		}},
+		"stdout": {Type: "string"},
+		"stderr": {Type: "string"},
+		"output": {Type: "array", Items: &jsonschema.Schema{
+			Type: "object",
+			Properties: map[string]*jsonschema.Schema{
+				"stream": {Type: "string", Enum: []any{"stdout", "stderr"}},
+				"text":   {Type: "string"},
+			},
+			Required: []string{"stream", "text"},
+		}},
+		"return_value": {Description: "JSON of the last expression; null when it was None or the call failed"},
+		"error":        {Types: []string{"string", "null"}},
+		"dependencies": {Type: "array", Items: &jsonschema.Schema{Type: "string"}},
+		"exit_code":    {Type: "integer"},
+		"duration_ms":  {Type: "number"},
+	},
+	Required: []string{
+		"status", "stdout", "stderr", "output", "return_value", "error",
+		"dependencies", "exit_code", "duration_ms",
+	},
+}
+
+var resolvedInput = func() *jsonschema.Resolved {
+	r, err := inputSchema.Resolve(nil)
+	if err != nil {
+		panic(fmt.Sprintf("tool input schema: %v", err))
+	}
+	return r
+}()
+
+// description tells a model what the tool does and what it may rely on.
+func description(o Options) string {
+	net := map[supervisor.Network]string{
+		supervisor.NetworkNone:     "It has no network access.",
+		supervisor.NetworkPackages: "It has no network access beyond the package index.",
+		supervisor.NetworkPublic:   "It can reach the public internet (pyodide.http.pyfetch) but not local or private addresses.",
+		supervisor.NetworkAll:      "It can reach the network (pyodide.http.pyfetch).",
+	}[o.Network]
+	return fmt.Sprintf(`Run Python code and return its output and the value of its last expression.
+
+The code runs in Python %s (Pyodide %s: CPython compiled to WebAssembly) in a sandbox with no access to the host's files, environment or processes. %s
+Each call starts from fresh globals and an empty working directory; nothing is kept between calls, so each call must be self-contained.
+The code may be async: top-level "await" works.
+The value of the last expression is returned as JSON (omitted when it is None).
+stdout and stderr are captured, up to %s each.
+Imports of packages Pyodide knows (numpy, pandas, ...) are installed on demand; a PEP 723 "# /// script" block with "dependencies = [...]" names packages explicitly.
+The call is stopped after %s (timeout_seconds may set a shorter limit).`,
+		o.PythonVersion, o.PyodideVersion, net, humanBytes(o.MaxOutput), o.Timeout)
+}
+
+// callSeq numbers calls for logs and the worker protocol.
+var callSeq atomic.Uint64
+
+// toolArgs are the decoded arguments of one call.
+type toolArgs struct {
+	PythonCode      string          `json:"python_code"`
+	GlobalVariables json.RawMessage `json:"global_variables"`
+	TimeoutSeconds  *float64        `json:"timeout_seconds"`
+}
+
+// parseArgs checks a call's arguments. Its errors name the argument at fault
+// and become tool errors, so the model can correct itself.
+func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
+	var args toolArgs
+	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		raw = json.RawMessage("{}")
+	}
+	var generic any
+	if err := json.Unmarshal(raw, &generic); err != nil {
+		return args, fmt.Errorf("invalid arguments: %v", err)
+	}
+	if err := resolvedInput.Validate(generic); err != nil {
+		return args, fmt.Errorf("invalid arguments: %v", err)
+	}
+	if err := json.Unmarshal(raw, &args); err != nil {
+		return args, fmt.Errorf("invalid arguments: %v", err)
+	}
+	if len(args.PythonCode) > maxCode {
+		return args, fmt.Errorf("invalid arguments: python_code is %d bytes, more than the limit of %d bytes (max_code)",
+			len(args.PythonCode), maxCode)
+	}
+	if bytes.Equal(bytes.TrimSpace(args.GlobalVariables), []byte("{}")) {
+		args.GlobalVariables = nil
+	}
+	if t := args.TimeoutSeconds; t != nil && (math.IsInf(*t, 0) || math.IsNaN(*t)) {
+		return args, errors.New("invalid arguments: timeout_seconds must be a finite number of seconds")
+	}
+	return args, nil
+}
+
+// handle is the tool handler. A Python error, timeout or crash is a tool
+// result with isError; so is bad input. Only a call the pool could not take
+// (busy, shutting down) is a tool error with a message and no result.
+func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	args, err := parseArgs(req.Params.Arguments, s.opts.MaxCode)
+	if err != nil {
+		return toolError(err), nil
+	}
+	job := supervisor.Job{
+		ID:      strconv.FormatUint(callSeq.Add(1), 10),
+		Code:    args.PythonCode,
+		Globals: args.GlobalVariables,
+		Client:  clientName(req),
+	}
+	if t := args.TimeoutSeconds; t != nil {
+		job.Timeout = time.Duration(min(*t, 1e6) * float64(time.Second))
+	}
+	res, err := s.pool.Run(ctx, job, nil)
+	if err != nil && res.Status == "" {
+		return toolError(err), nil
+	}
+	return &sdk.CallToolResult{
+		Content:           []sdk.Content{&sdk.TextContent{Text: FormatXML(res)}},
+		StructuredContent: structured(res),
+		IsError:           res.Status != supervisor.StatusSuccess,
+	}, nil
+}
+
+func toolError(err error) *sdk.CallToolResult {
+	var r sdk.CallToolResult
+	r.SetError(err)
+	return &r
+}
+
+// clientName identifies the caller in logs: the session id when there is one.
+func clientName(req *sdk.CallToolRequest) string {
+	if req.Session != nil {
+		if id := req.Session.ID(); id != "" {
+			return id
+		}
+	}
+	return ""
+}
+
+func humanBytes(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return strconv.Itoa(n>>20) + " MiB"
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return strconv.Itoa(n>>10) + " KiB"
+	}
+	return strings.TrimSpace(strconv.Itoa(n) + " bytes")
+}

@@ -1,0 +1,12 @@
+// Package pyodidehost carries pyrun's Deno worker program: the TypeScript
+// host, the Python helper it loads into Pyodide, and the npm manifest that
+// pins Deno and Pyodide. The supervisor writes these files into its runtime
+// folder and installs the manifest there with npm.
+package pyodidehost
+
+import "embed"
+
+// Files is the worker program, as the runtime folder receives it.
+//
+//go:embed main.ts worker.ts protocol.ts pyrun_helper.py package.json package-lock.json
+var Files embed.FS

@@ -1,0 +1,47 @@
+// pyrun worker process. The supervisor starts it with one argument, the JSON
+// HostConfig, and talks to it over stdin/stdout (PROTOCOL.md).
+//
+// This main thread stays idle so that it can always react: Pyodide runs on a
+// Worker thread (worker.ts), which owns the pipes. SIGUSR2 from the supervisor
+// sets Pyodide's interrupt flag (KeyboardInterrupt in the running call).
+// Never use SIGUSR1: Deno also starts its inspector on it.
+
+import type { HostConfig } from "./protocol.ts";
+
+export function parseConfig(args: string[]): HostConfig {
+  const raw = JSON.parse(args[0] ?? "{}");
+  return {
+    heap_limit: Number(raw.heap_limit ?? 0),
+    max_line: Number(raw.max_line ?? 16 << 20),
+  };
+}
+
+function main(): void {
+  // Only the protocol writer in the Worker may touch stdout.
+  console.log = console.info = console.debug = console.error;
+  const cfg = parseConfig(Deno.args);
+  // [0]: Pyodide's interrupt flag; [1]: interrupt signals seen so far.
+  const buf = new SharedArrayBuffer(8);
+  const flag = new Int32Array(buf, 0, 1);
+  const count = new Int32Array(buf, 4, 1);
+  const worker = new Worker(new URL("./worker.ts", import.meta.url), { type: "module" });
+  Deno.addSignalListener("SIGUSR2", () => {
+    Atomics.store(flag, 0, 2); // 2 = SIGINT: Python raises KeyboardInterrupt
+    Atomics.notify(flag, 0); // wakes pyrun's time.sleep
+    const n = Atomics.add(count, 0, 1) + 1;
+    Atomics.notify(count, 0);
+    worker.postMessage({ type: "interrupt", count: n });
+  });
+  worker.onmessage = (e: MessageEvent<{ type: string }>) => {
+    if (e.data.type === "eof") Deno.exit(0);
+    if (e.data.type === "fatal") Deno.exit(70);
+  };
+  worker.onerror = (e) => {
+    e.preventDefault();
+    console.error(`pyrun worker thread failed: ${e.message}`);
+    Deno.exit(70);
+  };
+  worker.postMessage({ cfg, buf });
+}
+
+if (import.meta.main) main();

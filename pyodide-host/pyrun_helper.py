@@ -1,0 +1,579 @@
+"""pyrun's in-worker helper: runs one call at a time in a long-lived Pyodide.
+
+The host (worker.ts) imports this module once, calls ``setup`` with the functions
+that write protocol lines, and then ``run`` for every call. Everything a call may
+leave behind that pyrun promises to clear is cleared in ``_Call.cleanup``; what
+cannot be cleared cheaply is detected and reported as ``recycle`` so the
+supervisor replaces the worker.
+
+Keep this module free of work per call that can be done once: it sits on the
+hot path of every ``print(1)``.
+"""
+
+import ast
+import asyncio
+import base64
+import builtins
+import contextvars
+import dataclasses
+import datetime
+import decimal
+import enum
+import io
+import json
+import linecache
+import math
+import os
+import sys
+import time
+import traceback
+import uuid
+
+from pyodide.code import CodeRunner
+
+FILENAME = "main.py"
+WORKDIR = "/home/pyodide"
+SCRATCH = ("/tmp",)
+
+# Frames from these files are pyrun's or Pyodide's machinery, not the user's.
+_INTERNAL_PREFIXES = (
+    __file__,
+    "/lib/python314.zip/_pyodide/",
+    "/lib/python3.14/site-packages/_pyodide/",
+    "/lib/python314.zip/pyodide/",
+    "/lib/python3.14/site-packages/pyodide/",
+)
+
+_COMPACT = (",", ":")
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_PATH_EVENTS = {
+    "os.remove": 0,
+    "os.rename": 0,
+    "os.mkdir": 0,
+    "os.rmdir": 0,
+    "os.chmod": 0,
+    "os.chown": 0,
+    "os.symlink": 1,
+    "os.link": 1,
+    "os.truncate": 0,
+    "os.utime": 0,
+    "shutil.copyfile": 1,
+    "shutil.move": 1,
+}
+
+# The call that may write output right now. A task or callback a call leaves
+# behind keeps its context, so its writes are recognised and dropped later.
+_current = contextvars.ContextVar("pyrun_call", default=None)
+
+
+class _Host:
+    """Functions the host gave us, and per-worker settings."""
+
+    emit = None  # emit(line: str) writes one protocol line
+    wait = None  # wait(ms) blocks until ms pass or an interrupt; True if interrupted
+    lock_imports: dict[str, str] = {}  # import name -> package name
+    load_packages = None  # async load_packages(names) -> list of errors
+
+
+_host = _Host()
+_active = None  # the running _Call, if any
+
+
+class _Stream:
+    """sys.stdout / sys.stderr for calls: ordered, capped, tagged with the call."""
+
+    encoding = "utf-8"
+    errors = "surrogateescape"
+    newlines = None
+    closed = False
+
+    def __init__(self, name):
+        self.name = name
+
+    def write(self, text):
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        call = _active
+        if call is not None and _current.get() is call:
+            call.write(self.name, text)
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        call = _active
+        if call is not None and _current.get() is call:
+            call.flush()
+
+    def isatty(self):
+        return False
+
+    def writable(self):
+        return True
+
+    def readable(self):
+        return False
+
+    def seekable(self):
+        return False
+
+    def fileno(self):
+        return 1 if self.name == "stdout" else 2
+
+    @property
+    def buffer(self):
+        raise AttributeError("pyrun's captured streams have no binary buffer")
+
+
+_stdout = _Stream("stdout")
+_stderr = _Stream("stderr")
+
+
+class _Call:
+    def __init__(self, cid, max_output):
+        self.id = cid
+        self.max_output = max_output
+        self.pending_stream = None
+        self.pending = []
+        self.pending_len = 0
+        self.sent = {"stdout": 0, "stderr": 0}
+        self.dropped = {"stdout": 0, "stderr": 0}
+        self.recycle = ""
+        self.task = None
+        self.interrupted = False
+
+    def write(self, stream, text):
+        if not text:
+            return
+        if self.pending_stream is not None and self.pending_stream != stream:
+            self.flush()
+        self.pending_stream = stream
+        self.pending.append(text)
+        self.pending_len += len(text)
+        if "\n" in text or self.pending_len >= 8192:
+            self.flush()
+
+    def flush(self):
+        if not self.pending:
+            return
+        stream = self.pending_stream
+        text = "".join(self.pending)
+        self.pending.clear()
+        self.pending_len = 0
+        room = self.max_output - self.sent[stream]
+        if room <= 0:
+            self.dropped[stream] += len(text)
+            return
+        if len(text) > room:
+            self.dropped[stream] += len(text) - room
+            text = text[:room]
+        self.sent[stream] += len(text)
+        _host.emit(
+            json.dumps(
+                {"type": "output", "id": self.id, "stream": stream, "text": text},
+                ensure_ascii=False,
+                separators=_COMPACT,
+            )
+        )
+
+
+def setup(emit, wait, lock_imports, load_packages):
+    """Called once by the host after Pyodide has loaded."""
+    _host.emit = emit
+    _host.wait = wait
+    # Pyodide's time.sleep suspends the wasm stack (JSPI); an interrupt then
+    # lands outside the call and strands it. This sleep blocks the thread on
+    # the interrupt flag instead, so an interrupt ends it at once.
+    time.sleep = _sleep
+    _host.lock_imports = dict(lock_imports)
+    _host.load_packages = load_packages
+    os.makedirs(WORKDIR, exist_ok=True)
+    os.chdir(WORKDIR)
+    sys.addaudithook(_audit)
+    _baseline.capture()
+
+
+def _sleep(secs):
+    """time.sleep that an interrupt cuts short (KeyboardInterrupt)."""
+    secs = float(secs)
+    if secs < 0:
+        raise ValueError("sleep length must be non-negative")
+    if math.isnan(secs):
+        raise ValueError("Invalid value NaN (not a number)")
+    deadline = time.monotonic() + secs
+    while (left := deadline - time.monotonic()) > 0:
+        if _host.wait(min(left, 3600.0) * 1000):
+            raise KeyboardInterrupt
+
+
+def interrupt():
+    """Called by the host when an interrupt arrives while Python is idle in an await."""
+    call = _active
+    if call is None or call.task is None or call.task.done():
+        return False
+    call.interrupted = True
+    call.task.cancel()
+    return True
+
+
+class _Baseline:
+    """Process state restored after every call."""
+
+    def capture(self):
+        self.builtins = dict(builtins.__dict__)
+        self.path = list(sys.path)
+        self.meta_path = list(sys.meta_path)
+        self.path_hooks = list(sys.path_hooks)
+        self.environ = dict(os.environ)
+        self.argv = list(sys.argv)
+        self.recursion = sys.getrecursionlimit()
+        self.modules = set(sys.modules)
+        self.displayhook = sys.displayhook
+        self.excepthook = sys.excepthook
+
+    def restore(self):
+        if builtins.__dict__ != self.builtins:
+            builtins.__dict__.clear()
+            builtins.__dict__.update(self.builtins)
+        sys.path[:] = self.path
+        sys.meta_path[:] = self.meta_path
+        sys.path_hooks[:] = self.path_hooks
+        if os.environ != self.environ:
+            os.environ.clear()
+            os.environ.update(self.environ)
+        sys.argv[:] = self.argv
+        sys.setrecursionlimit(self.recursion)
+        sys.displayhook = self.displayhook
+        sys.excepthook = self.excepthook
+        sys.stdout = _stdout
+        sys.stderr = _stderr
+        sys.stdin = io.StringIO()
+        try:
+            os.chdir(WORKDIR)
+        except OSError:
+            os.makedirs(WORKDIR, exist_ok=True)
+            os.chdir(WORKDIR)
+        self._forget_modules()
+
+    def _forget_modules(self):
+        """Drop modules a call created itself; keep stdlib and packages warm."""
+        added = set(sys.modules) - self.modules
+        if not added:
+            return
+        for name in added:
+            mod = sys.modules.get(name)
+            origin = getattr(getattr(mod, "__spec__", None), "origin", None)
+            if isinstance(origin, str) and (
+                origin in ("built-in", "frozen") or origin.startswith("/lib/")
+            ):
+                if not _under(origin, SCRATCH + (WORKDIR,)):
+                    self.modules.add(name)
+                    continue
+            sys.modules.pop(name, None)
+        sys.path_importer_cache.clear()
+        import importlib
+
+        importlib.invalidate_caches()
+
+
+_baseline = _Baseline()
+
+
+def _under(path, roots):
+    for root in roots:
+        if path == root or path.startswith(root + "/"):
+            return True
+    return False
+
+
+def _audit(event, args):
+    call = _active
+    if call is None or call.recycle:
+        return
+    if event == "open":
+        path, mode, flags = args
+        if mode is not None:
+            if not any(c in mode for c in "wax+"):
+                return
+        elif not (flags or 0) & _WRITE_FLAGS:
+            return
+        paths = (path,)
+    elif event in _PATH_EVENTS:
+        paths = args[: _PATH_EVENTS[event] + 1]
+    else:
+        return
+    for p in paths:
+        if isinstance(p, int):
+            continue
+        try:
+            p = os.path.abspath(os.fsdecode(p))
+        except Exception:
+            continue
+        if not _under(p, SCRATCH + (WORKDIR,)):
+            call.recycle = f"the call changed {p}"
+            return
+
+
+def _clear_dir(path):
+    """Remove what a call left in a scratch directory; keep the directory."""
+    try:
+        entries = os.listdir(path)
+    except OSError:
+        return
+    for name in entries:
+        full = path + "/" + name
+        try:
+            if os.path.isdir(full) and not os.path.islink(full):
+                _clear_dir(full)
+                os.rmdir(full)
+            else:
+                os.unlink(full)
+        except OSError:
+            pass
+
+
+def _cancel_leftover_tasks(before):
+    try:
+        loop = asyncio.get_event_loop()
+        tasks = asyncio.all_tasks(loop)
+    except RuntimeError:
+        return
+    for task in tasks - before:
+        task.cancel()
+
+
+def _all_tasks():
+    try:
+        return asyncio.all_tasks(asyncio.get_event_loop())
+    except RuntimeError:
+        return set()
+
+
+async def run(cid, code, globals_json, max_output):
+    """Run one call; returns the result protocol line (a JSON string)."""
+    global _active
+    call = _Call(cid, max_output)
+    call.task = asyncio.current_task()
+    started = time.perf_counter()
+    tasks_before = _all_tasks()
+    token = _current.set(call)
+    _active = call
+    sys.stdout = _stdout
+    sys.stderr = _stderr
+    result = {"type": "result", "id": cid}
+    deps = []
+    try:
+        try:
+            linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
+            runner = CodeRunner(
+                code,
+                filename=FILENAME,
+                return_mode="last_expr",
+                flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+            )
+        except SyntaxError as e:
+            result.update(status="run-error", error=_format_exception(e))
+            return _finish(call, result, started, deps)
+        wanted = _packages_to_load(runner.ast)
+        if wanted:
+            errors = await _host.load_packages(wanted)
+            if errors:
+                result.update(
+                    status="install-error", error="\n".join(str(e) for e in errors)
+                )
+                return _finish(call, result, started, wanted)
+            deps = wanted
+        scope = {"__name__": "__main__", "__builtins__": builtins}
+        if globals_json:
+            scope.update(json.loads(globals_json))
+        try:
+            runner.compile()
+            value = await runner.run_async(scope)
+        except BaseException as e:  # noqa: BLE001 - every exception is the user's result
+            call.flush()
+            if isinstance(e, KeyboardInterrupt) or (
+                isinstance(e, asyncio.CancelledError) and call.interrupted
+            ):
+                result.update(status="interrupted", error=_format_exception(e))
+            elif isinstance(e, MemoryError):
+                result.update(status="memory-error", error=_format_exception(e))
+                call.recycle = "the call ran out of memory"
+            else:
+                result.update(status="run-error", error=_format_exception(e))
+            return _finish(call, result, started, deps)
+        call.flush()
+        result["status"] = "success"
+        if value is not None:
+            try:
+                result["value"] = dump_json(value)
+            except BaseException as e:  # noqa: BLE001
+                result.update(status="run-error", error=_format_exception(e))
+        return _finish(call, result, started, deps)
+    finally:
+        _current.reset(token)
+        _active = None
+        _cancel_leftover_tasks(tasks_before)
+        _clear_dir(WORKDIR)
+        for d in SCRATCH:
+            _clear_dir(d)
+        _baseline.restore()
+
+
+def _finish(call, result, started, deps):
+    call.flush()
+    if deps:
+        result["dependencies"] = deps
+    dropped = {k: v for k, v in call.dropped.items() if v}
+    if dropped:
+        result["dropped"] = dropped
+    if call.recycle:
+        result["recycle"] = call.recycle
+    result["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
+    return json.dumps(result, ensure_ascii=False, separators=_COMPACT)
+
+
+def _packages_to_load(tree):
+    """Packages of the distribution the code imports that are not loaded yet."""
+    lock = _host.lock_imports
+    if not lock:
+        return []
+    wanted = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.partition(".")[0]
+            pkg = lock.get(top)
+            if pkg and top not in sys.modules and pkg not in wanted:
+                wanted.append(pkg)
+    return wanted
+
+
+# --- results --------------------------------------------------------------
+
+
+def _format_exception(exc):
+    te = traceback.TracebackException.from_exception(exc, capture_locals=False)
+    _strip_internal(te, set())
+    text = "".join(te.format())
+    return text.rstrip("\n")
+
+
+def _strip_internal(te, seen):
+    if te is None or id(te) in seen:
+        return
+    seen.add(id(te))
+    frames = [f for f in te.stack if not _internal(f.filename)]
+    te.stack = traceback.StackSummary.from_list(frames)
+    _strip_internal(te.__cause__, seen)
+    _strip_internal(te.__context__, seen)
+    for sub in getattr(te, "exceptions", None) or ():
+        _strip_internal(sub, seen)
+
+
+def _internal(filename):
+    return filename.startswith(_INTERNAL_PREFIXES)
+
+
+def dump_json(value):
+    """The JSON text of a call's return value.
+
+    JSON types map to themselves; tuples, sets and frozensets become arrays (sets
+    sorted when their items sort); bytes become text when they are UTF-8 and
+    ``{"$bytes_base64": ...}`` otherwise; dataclasses and objects with
+    ``model_dump`` (pydantic) become objects; numpy-like values use ``tolist()``
+    or ``item()``; dates and times become ISO 8601 text; Decimal, UUID and
+    complex become text; NaN and infinities become the strings "NaN",
+    "Infinity" and "-Infinity"; anything else becomes its ``repr()``.
+    """
+    return json.dumps(_jsonable(value, 0, set()), indent=2, ensure_ascii=False)
+
+
+_MAX_DEPTH = 200
+
+
+def _jsonable(v, depth, seen):
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, enum.Enum):
+        return _jsonable(v.value, depth + 1, seen)
+    if isinstance(v, int):
+        return int(v)
+    if isinstance(v, str):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "NaN"
+        if math.isinf(v):
+            return "Infinity" if v > 0 else "-Infinity"
+        return float(v)
+    if depth > _MAX_DEPTH:
+        return repr(v)
+    if isinstance(v, (dict, list, tuple, set, frozenset)) or dataclasses.is_dataclass(v):
+        if id(v) in seen:
+            return "<cycle>"
+        seen = seen | {id(v)}
+    d = depth + 1
+    if isinstance(v, dict):
+        return {_key(k): _jsonable(x, d, seen) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x, d, seen) for x in v]
+    if isinstance(v, (set, frozenset)):
+        items = list(v)
+        try:
+            items.sort()
+        except TypeError:
+            pass
+        return [_jsonable(x, d, seen) for x in items]
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        b = bytes(v)
+        try:
+            return b.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"$bytes_base64": base64.b64encode(b).decode("ascii")}
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {
+            f.name: _jsonable(getattr(v, f.name), d, seen) for f in dataclasses.fields(v)
+        }
+    if isinstance(v, (datetime.datetime, datetime.date, datetime.time)):
+        return v.isoformat()
+    if isinstance(v, datetime.timedelta):
+        return v.total_seconds()
+    if isinstance(v, (decimal.Decimal, uuid.UUID, complex)):
+        return str(v)
+    kind = type(v)
+    module = getattr(kind, "__module__", "") or ""
+    if module.startswith("numpy") or module.startswith("pandas"):
+        for attr in ("tolist", "item", "to_dict"):
+            fn = getattr(v, attr, None)
+            if callable(fn):
+                try:
+                    return _jsonable(fn(), d, seen)
+                except Exception:
+                    break
+    if module.startswith("pyodide.ffi"):
+        try:
+            return _jsonable(v.to_py(), d, seen)
+        except Exception:
+            pass
+    dump = getattr(v, "model_dump", None)
+    if callable(dump) and not isinstance(v, type):
+        try:
+            return _jsonable(dump(mode="json"), d, seen)
+        except Exception:
+            pass
+    return repr(v)
+
+
+def _key(k):
+    if isinstance(k, str):
+        return k
+    if k is None or isinstance(k, (bool, int, float)):
+        return json.dumps(k)
+    return str(k)

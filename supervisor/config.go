@@ -1,0 +1,202 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Config is the pool's shape and limits. It is copied on use, never written
+// back. The zero value of each field means its default.
+type Config struct {
+	// Workers is the warm pool size. 0: the number of CPUs, at least 2.
+	Workers int
+	// Timeout is the per-call wall-clock limit and the cap on a call's own
+	// timeout. 0: 30s.
+	Timeout time.Duration
+	// MemoryLimit is the per-worker memory limit in bytes. 0: 512 MiB.
+	MemoryLimit int64
+	// MaxOutput caps each output stream and the return value, in bytes. 0: 64 KiB.
+	MaxOutput int
+	// MaxQueue is how many calls may wait for a worker. 0: 64 per worker.
+	MaxQueue int
+	// QueueTimeout is the longest a call waits for a worker. 0: 60s.
+	QueueTimeout time.Duration
+	// Network is what Python code may reach. "": NetworkPublic.
+	Network Network
+	// Isolation is how much a call may see of earlier calls. "": IsolationCall.
+	Isolation Isolation
+	// InterruptGrace is how long an interrupted call has to end before its
+	// worker is killed. 0: 500ms.
+	InterruptGrace time.Duration
+	// StartTimeout bounds a worker's start-up. 0: 60s.
+	StartTimeout time.Duration
+}
+
+// Network says what Python code may reach over the network.
+type Network string
+
+const (
+	NetworkNone     Network = "none"     // nothing
+	NetworkPackages Network = "packages" // only the package index hosts
+	NetworkPublic   Network = "public"   // the internet, but no loopback, private, link-local or metadata address
+	NetworkAll      Network = "all"      // everything Deno can reach
+)
+
+// Isolation says what a call may see of the calls before it.
+type Isolation string
+
+const (
+	// IsolationCall runs calls on reused workers with fresh globals, files and
+	// user modules; see the README for what else persists.
+	IsolationCall Isolation = "call"
+	// IsolationProcess runs every call on a worker that never ran code and
+	// discards it afterwards.
+	IsolationProcess Isolation = "process"
+)
+
+// ParseNetwork checks a --network value.
+func ParseNetwork(s string) (Network, error) {
+	switch n := Network(s); n {
+	case NetworkNone, NetworkPackages, NetworkPublic, NetworkAll:
+		return n, nil
+	}
+	return "", fmt.Errorf("network must be none, packages, public or all, not %q", s)
+}
+
+// ParseIsolation checks an --isolation value.
+func ParseIsolation(s string) (Isolation, error) {
+	switch i := Isolation(s); i {
+	case IsolationCall, IsolationProcess:
+		return i, nil
+	}
+	return "", fmt.Errorf("isolation must be call or process, not %q", s)
+}
+
+// DefaultWorkers is the pool size when none is configured.
+func DefaultWorkers() int { return max(runtime.NumCPU(), 2) }
+
+// withDefaults fills zero fields.
+func (c Config) withDefaults() Config {
+	if c.Workers <= 0 {
+		c.Workers = DefaultWorkers()
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Second
+	}
+	if c.MemoryLimit <= 0 {
+		c.MemoryLimit = 512 << 20
+	}
+	if c.MaxOutput <= 0 {
+		c.MaxOutput = 64 << 10
+	}
+	if c.MaxQueue <= 0 {
+		c.MaxQueue = 64 * c.Workers
+	}
+	if c.QueueTimeout <= 0 {
+		c.QueueTimeout = 60 * time.Second
+	}
+	if c.Network == "" {
+		c.Network = NetworkPublic
+	}
+	if c.Isolation == "" {
+		c.Isolation = IsolationCall
+	}
+	if c.InterruptGrace <= 0 {
+		c.InterruptGrace = 500 * time.Millisecond
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = 60 * time.Second
+	}
+	return c
+}
+
+// denoOverhead is what a worker's Deno needs besides the wasm heap (V8,
+// Pyodide's JavaScript, buffers), measured at 40-60 MiB idle.
+const denoOverhead = 96 << 20
+
+// heapLimit is the cap on a worker's wasm heap for a memory limit.
+func heapLimit(memoryLimit int64) int64 {
+	return max(memoryLimit-denoOverhead, 64<<20)
+}
+
+// deniedNets are the addresses the public network mode keeps from Python:
+// loopback, private, carrier-grade NAT, link-local (cloud metadata lives at
+// 169.254.169.254), benchmarking, multicast and reserved ranges. Deno checks
+// names after resolving them, so a public name pointing at 127.0.0.1 is
+// refused too. Deno 2.9 accepts no IPv6 ranges here, only single addresses.
+var deniedNets = []string{
+	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+	"172.16.0.0/12", "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15",
+	"224.0.0.0/4", "240.0.0.0/4", "localhost", "[::1]", "[::]",
+	"metadata.google.internal",
+}
+
+// packageHosts are the hosts the packages network mode allows.
+var packageHosts = []string{"cdn.jsdelivr.net", "pypi.org", "files.pythonhosted.org"}
+
+// hostConfig is the worker's start-up settings (pyodide-host/protocol.ts).
+type hostConfig struct {
+	HeapLimit int64 `json:"heap_limit"`
+	MaxLine   int   `json:"max_line"`
+}
+
+// maxRequestLine bounds a request line to a worker; code and globals are
+// limited well below it by the front end.
+const maxRequestLine = 64 << 20
+
+// denoArgs is the one place that decides what a worker process may do. Deno
+// denies everything not granted here, and --no-prompt makes a missing
+// permission an error instead of a question on a terminal.
+func denoArgs(rt *Runtime, c Config) ([]string, error) {
+	if strings.ContainsAny(rt.Dir, ",") {
+		return nil, fmt.Errorf("runtime folder %q contains a comma, which Deno's permission lists cannot hold", rt.Dir)
+	}
+	args := []string{
+		"run",
+		"--no-prompt",
+		"--cached-only", // never fetch code: everything is local
+		"--no-config",   // ignore any deno.json above the runtime folder
+		"--quiet",
+		// Read: the worker program and Pyodide's own files, nothing else.
+		// Python sees these (they are public); it cannot change them, as no
+		// write permission is granted anywhere.
+		"--allow-read=" + strings.Join([]string{
+			filepath.Join(rt.Dir, "worker.ts"),
+			filepath.Join(rt.Dir, "protocol.ts"),
+			filepath.Join(rt.Dir, "pyrun_helper.py"),
+			filepath.Join(rt.Dir, "node_modules", "pyodide"),
+		}, ","),
+		// Not granted: write, env, run (subprocesses), ffi, sys, import of
+		// remote code.
+	}
+	switch c.Network {
+	case NetworkNone:
+	case NetworkPackages:
+		args = append(args, "--allow-net="+strings.Join(packageHosts, ","))
+	case NetworkPublic:
+		args = append(args, "--allow-net", "--deny-net="+strings.Join(deniedNets, ","))
+	case NetworkAll:
+		args = append(args, "--allow-net")
+	default:
+		return nil, fmt.Errorf("unknown network mode %q", c.Network)
+	}
+	hc, err := json.Marshal(hostConfig{HeapLimit: heapLimit(c.MemoryLimit), MaxLine: maxRequestLine})
+	if err != nil {
+		return nil, err
+	}
+	return append(args, filepath.Join(rt.Dir, "main.ts"), string(hc)), nil
+}
+
+// workerEnv is a worker's whole environment: nothing from the host.
+func workerEnv(rt *Runtime) []string {
+	return []string{
+		"DENO_DIR=" + rt.DenoDir,
+		"DENO_NO_UPDATE_CHECK=1",
+		"DENO_NO_PROMPT=1",
+		"NO_COLOR=1",
+	}
+}

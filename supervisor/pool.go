@@ -1,0 +1,478 @@
+// Package supervisor runs Python calls on a warm pool of Deno worker
+// processes, each hosting one Pyodide, and keeps the pool whole: workers that
+// time out, crash, break the protocol or grow too big are killed and replaced
+// in the background while the others keep serving.
+//
+//	rt, err := supervisor.Provision(ctx, supervisor.DefaultRuntimeRoot(), os.Stderr, log)
+//	pool, err := supervisor.NewPool(rt, supervisor.Config{Workers: 4}, log)
+//	defer pool.Close(ctx)
+//	res, err := pool.Run(ctx, supervisor.Job{ID: "1", Code: "print(1)"}, nil)
+//
+// The package knows processes and limits and nothing of MCP.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Errors a call can get instead of a Result.
+var (
+	ErrQueueFull    = errors.New("pyrun is busy: the queue of calls waiting for a worker is full; try again later")
+	ErrQueueTimeout = errors.New("pyrun is busy: no worker became free in time; try again later")
+	ErrClosed       = errors.New("pyrun is shutting down")
+	// ErrNoWorkers wraps the start error while no worker can start.
+	ErrNoWorkers = errors.New("no worker could start")
+)
+
+// Pool is a warm pool of workers. Its methods are safe for concurrent use.
+type Pool struct {
+	log    hclog.Logger
+	newCmd func(Config) (*exec.Cmd, error) // builds a worker's command
+
+	ctx    context.Context // cancelled by Close: aborts starts and the filler
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the filler, worker starts and worker stops
+	wake   chan struct{}  // tells the filler to look again
+
+	mu       sync.Mutex
+	cfg      Config
+	gen      int // bumped when a reconfiguration changes how workers start
+	idle     []*worker
+	waiters  []*waiter
+	running  map[*worker]bool // workers running a call
+	busy     int
+	starting int
+	closed   bool
+	drained  chan struct{} // closed when busy reaches 0 after Close
+	seq      int
+	failures int       // consecutive failed starts
+	retryAt  time.Time // no start before this, after failures
+	startErr error     // the last failed start
+	counts   Counts
+}
+
+// Counts are cumulative figures since the pool started.
+type Counts struct {
+	Calls    map[string]int64 // finished calls by status, and "cancelled"
+	Restarts map[string]int64 // workers retired, by reason
+	Rejected int64            // calls refused: queue full, queue timeout or closed
+}
+
+// Stats is a snapshot of the pool.
+type Stats struct {
+	Workers  int // the configured pool size
+	Ready    int // idle workers waiting for a call
+	Busy     int // workers running a call
+	Starting int // workers starting up
+	Queued   int // calls waiting for a worker
+	// StartError is the last failed worker start while starts are failing.
+	StartError string
+	Counts     Counts
+}
+
+type waiter struct {
+	ch     chan *worker  // buffered 1: the worker handed to this call
+	broken chan struct{} // closed when no worker can start
+}
+
+// NewPool starts a pool of workers from rt. It returns at once; workers
+// become ready in the background, and calls queue until one is.
+func NewPool(rt *Runtime, cfg Config, log hclog.Logger) (*Pool, error) {
+	newCmd := func(c Config) (*exec.Cmd, error) {
+		args, err := denoArgs(rt, c)
+		if err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(rt.Deno, args...)
+		cmd.Env = workerEnv(rt)
+		cmd.Dir = rt.WorkDir
+		return cmd, nil
+	}
+	if _, err := newCmd(cfg.withDefaults()); err != nil {
+		return nil, fmt.Errorf("new pool: %w", err)
+	}
+	return newPool(newCmd, cfg, log), nil
+}
+
+func newPool(newCmd func(Config) (*exec.Cmd, error), cfg Config, log hclog.Logger) *Pool {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &Pool{
+		log:     log,
+		newCmd:  newCmd,
+		ctx:     ctx,
+		cancel:  cancel,
+		wake:    make(chan struct{}, 1),
+		cfg:     cfg.withDefaults(),
+		running: map[*worker]bool{},
+		counts:  Counts{Calls: map[string]int64{}, Restarts: map[string]int64{}},
+	}
+	p.wg.Add(1)
+	go p.fill()
+	return p
+}
+
+// Config returns the configuration in force, defaults filled in.
+func (p *Pool) Config() Config {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cfg
+}
+
+// Run runs job on a free worker, waiting for one if all are busy, and
+// returns its result. Output reaches ev (which may be nil) as it is written.
+// A Python error, a timeout or a crash is a Result; an error means the call
+// did not run (queue full, queue timeout, pool closed, or ctx done while
+// queued) or was cancelled through ctx while running.
+func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
+	queued := time.Now()
+	w, cfg, err := p.acquire(ctx)
+	if err != nil {
+		p.mu.Lock()
+		p.counts.Rejected++
+		p.mu.Unlock()
+		return Result{}, err
+	}
+	wait := time.Since(queued)
+	res := w.run(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
+	res.QueueWait = wait
+	status := string(res.Status)
+	if ctx.Err() != nil {
+		status = "cancelled"
+	}
+	p.release(w, status)
+	p.log.Info("call", "id", job.ID, "status", status, "duration", res.Duration.Round(time.Microsecond),
+		"queued", wait.Round(time.Microsecond), "worker", w.name, "client", job.Client)
+	if ctx.Err() != nil {
+		return res, fmt.Errorf("call %s: %w", job.ID, ctx.Err())
+	}
+	return res, nil
+}
+
+// acquire takes a free worker, waiting in line when none is.
+func (p *Pool) acquire(ctx context.Context) (*worker, Config, error) {
+	p.mu.Lock()
+	cfg := p.cfg
+	if p.closed {
+		p.mu.Unlock()
+		return nil, cfg, ErrClosed
+	}
+	if n := len(p.idle); n > 0 {
+		// Last in, first out: the most recently used worker has the warmest JIT.
+		w := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.busy++
+		p.running[w] = true
+		p.mu.Unlock()
+		return w, cfg, nil
+	}
+	if err := p.brokenLocked(); err != nil {
+		p.mu.Unlock()
+		return nil, cfg, err
+	}
+	if len(p.waiters) >= cfg.MaxQueue {
+		p.mu.Unlock()
+		return nil, cfg, ErrQueueFull
+	}
+	wt := &waiter{ch: make(chan *worker, 1), broken: make(chan struct{})}
+	p.waiters = append(p.waiters, wt)
+	p.mu.Unlock()
+
+	timer := time.NewTimer(cfg.QueueTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case w := <-wt.ch:
+		return w, p.Config(), nil
+	case <-timer.C:
+		err = ErrQueueTimeout
+	case <-ctx.Done():
+		err = fmt.Errorf("waiting for a worker: %w", ctx.Err())
+	case <-p.ctx.Done():
+		err = ErrClosed
+	case <-wt.broken:
+		err = p.brokenErr()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := slices.Index(p.waiters, wt); i >= 0 {
+		p.waiters = slices.Delete(p.waiters, i, i+1)
+		return nil, cfg, err
+	}
+	// A worker was handed over as we gave up: pass it on.
+	w := <-wt.ch
+	p.busy--
+	delete(p.running, w)
+	p.putLocked(w)
+	return nil, cfg, err
+}
+
+// brokenLocked returns ErrNoWorkers when starts keep failing and no worker
+// is alive to take calls. p.mu is held.
+func (p *Pool) brokenLocked() error {
+	if p.failures >= 2 && len(p.idle)+p.busy+p.starting == 0 {
+		return fmt.Errorf("%w: %v", ErrNoWorkers, p.startErr)
+	}
+	return nil
+}
+
+func (p *Pool) brokenErr() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.brokenLocked(); err != nil {
+		return err
+	}
+	return fmt.Errorf("%w: %v", ErrNoWorkers, p.startErr)
+}
+
+// release takes a worker back after a call.
+func (p *Pool) release(w *worker, status string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.busy--
+	delete(p.running, w)
+	p.counts.Calls[status]++
+	if p.closed && p.busy == 0 && p.drained != nil {
+		close(p.drained)
+		p.drained = nil
+	}
+	p.putLocked(w)
+}
+
+// putLocked makes w available again, or retires it. p.mu is held.
+func (p *Pool) putLocked(w *worker) {
+	reason := ""
+	switch {
+	case !w.usable():
+		reason = w.retire
+		if k := w.killedFor(); k != "" {
+			reason = k
+		}
+		if reason == "" {
+			reason = "it exited"
+		}
+	case p.closed:
+		reason = "the pool is closing"
+	case w.gen != p.gen:
+		reason = "the configuration changed"
+	case p.cfg.Isolation == IsolationProcess && w.calls > 0:
+		reason = "isolation process: one call per worker"
+	case len(p.idle)+p.busy+p.starting >= p.cfg.Workers:
+		reason = "the pool shrank"
+	}
+	if reason != "" {
+		p.retireLocked(w, reason)
+		return
+	}
+	if len(p.waiters) > 0 {
+		wt := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		p.busy++
+		p.running[w] = true
+		wt.ch <- w
+		return
+	}
+	p.idle = append(p.idle, w)
+}
+
+// retireLocked stops w in the background and has the filler replace it.
+func (p *Pool) retireLocked(w *worker, reason string) {
+	if !p.closed {
+		p.counts.Restarts[reason]++
+		p.log.Debug("retiring worker", "worker", w.name, "reason", reason)
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		w.close()
+	}()
+	p.kick()
+}
+
+func (p *Pool) kick() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// fill keeps the pool at its configured size, backing off while starts fail.
+func (p *Pool) fill() {
+	defer p.wg.Done()
+	for {
+		p.mu.Lock()
+		var wait time.Duration
+		if !p.closed {
+			if d := time.Until(p.retryAt); d > 0 {
+				wait = d
+			} else {
+				for n := len(p.idle) + p.busy + p.starting; n < p.cfg.Workers; n++ {
+					p.startLocked()
+				}
+			}
+		}
+		p.mu.Unlock()
+		var retry <-chan time.Time
+		if wait > 0 {
+			retry = time.After(wait)
+		}
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-p.wake:
+		case <-retry:
+		}
+	}
+}
+
+// startLocked starts one worker in the background. p.mu is held.
+func (p *Pool) startLocked() {
+	p.seq++
+	name := fmt.Sprintf("worker-%d", p.seq)
+	cfg, gen := p.cfg, p.gen
+	p.starting++
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		log := p.log.Named(name)
+		began := time.Now()
+		var w *worker
+		cmd, err := p.newCmd(cfg)
+		if err == nil {
+			w, err = startWorker(p.ctx, name, cmd, cfg, log)
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.starting--
+		if err != nil {
+			if p.closed {
+				return
+			}
+			p.failures++
+			backoff := min(100*time.Millisecond<<min(p.failures-1, 10), 30*time.Second)
+			p.retryAt = time.Now().Add(backoff)
+			p.startErr = err
+			log.Error("worker failed to start", "error", err, "retry_in", backoff, "failures", p.failures)
+			if p.brokenLocked() != nil {
+				// Nobody is coming for the calls in line: tell them now
+				// rather than at their queue timeout.
+				for _, wt := range p.waiters {
+					close(wt.broken)
+				}
+				p.waiters = nil
+			}
+			p.kick()
+			return
+		}
+		p.failures, p.startErr = 0, nil
+		w.gen = gen
+		log.Debug("worker ready", "startup", time.Since(began).Round(time.Millisecond),
+			"in_worker_ms", w.ready.StartupMS)
+		p.putLocked(w)
+	}()
+}
+
+// Reconfigure applies a new configuration without disturbing running calls:
+// they finish under the settings they started with. A smaller pool retires
+// idle workers first; settings that change how workers start (memory
+// limit, network) replace workers as they become idle.
+func (p *Pool) Reconfigure(cfg Config) error {
+	cfg = cfg.withDefaults()
+	if _, err := p.newCmd(cfg); err != nil {
+		return fmt.Errorf("reconfigure: %w", err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	old := p.cfg
+	p.cfg = cfg
+	if old.MemoryLimit != cfg.MemoryLimit || old.Network != cfg.Network || old.MaxOutput != cfg.MaxOutput {
+		p.gen++
+	}
+	idle := p.idle
+	p.idle = nil
+	for _, w := range idle {
+		p.putLocked(w)
+	}
+	p.failures, p.retryAt = 0, time.Time{}
+	p.kick()
+	return nil
+}
+
+// Stats describes the pool now.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Stats{
+		Workers:  p.cfg.Workers,
+		Ready:    len(p.idle),
+		Busy:     p.busy,
+		Starting: p.starting,
+		Queued:   len(p.waiters),
+		Counts: Counts{
+			Calls:    make(map[string]int64, len(p.counts.Calls)),
+			Restarts: make(map[string]int64, len(p.counts.Restarts)),
+			Rejected: p.counts.Rejected,
+		},
+	}
+	for k, v := range p.counts.Calls {
+		s.Counts.Calls[k] = v
+	}
+	for k, v := range p.counts.Restarts {
+		s.Counts.Restarts[k] = v
+	}
+	if p.startErr != nil {
+		s.StartError = p.startErr.Error()
+	}
+	return s
+}
+
+// Close stops taking calls, lets running calls finish until ctx is done,
+// then stops every worker. It returns once all of them have exited.
+func (p *Pool) Close(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.wg.Wait()
+		return nil
+	}
+	p.closed = true
+	var drained chan struct{}
+	if p.busy > 0 {
+		drained = make(chan struct{})
+		p.drained = drained
+	}
+	idle := p.idle
+	p.idle = nil
+	for _, w := range idle {
+		p.retireLocked(w, "the pool is closing")
+	}
+	p.mu.Unlock()
+	p.cancel() // queued calls get ErrClosed; starts abort
+
+	var err error
+	if drained != nil {
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			err = fmt.Errorf("close pool: calls still running: %w", ctx.Err())
+			p.mu.Lock()
+			for w := range p.running {
+				w.kill("pyrun is shutting down")
+			}
+			p.mu.Unlock()
+			<-drained // killed calls end at once
+		}
+	}
+	p.wg.Wait()
+	return err
+}

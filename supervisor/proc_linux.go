@@ -1,0 +1,13 @@
+package supervisor
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setProcAttr puts a worker in its own process group, so that a terminal's
+// Ctrl-C reaches pyrun (which stops workers in order) and not the workers
+// directly, and has the kernel kill it if pyrun dies without cleaning up.
+func setProcAttr(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}

@@ -1,0 +1,130 @@
+package supervisor
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// protocolVersion is the version of the pipe protocol (pyodide-host/PROTOCOL.md)
+// this supervisor speaks; a worker announcing another one is refused.
+const protocolVersion = 1
+
+// request is a line the supervisor writes to a worker's stdin.
+type request struct {
+	Type      string          `json:"type"`
+	ID        string          `json:"id"`
+	Code      string          `json:"code,omitempty"`
+	Globals   json.RawMessage `json:"globals,omitempty"`
+	MaxOutput int             `json:"max_output,omitempty"`
+	// Interrupts counts the SIGUSR2 signals sent to this worker so far, so
+	// that the worker can tell a late signal for the previous call from one
+	// for this call.
+	Interrupts int `json:"interrupts"`
+}
+
+// event is any line a worker writes to its stdout. Fields are filled per Type.
+type event struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+
+	// ready
+	Protocol  int    `json:"protocol"`
+	Pyodide   string `json:"pyodide"`
+	Python    string `json:"python"`
+	StartupMS int64  `json:"startup_ms"`
+
+	// output, package
+	Stream string `json:"stream"`
+	Text   string `json:"text"`
+
+	// result
+	Status       string         `json:"status"`
+	Value        *string        `json:"value"`
+	Error        string         `json:"error"`
+	Dependencies []string       `json:"dependencies"`
+	Dropped      map[string]int `json:"dropped"`
+	Recycle      string         `json:"recycle"`
+	DurationMS   float64        `json:"duration_ms"`
+}
+
+// errGarbage marks a worker that broke the protocol; it is retired.
+var errGarbage = errors.New("worker broke the protocol")
+
+// eventReader reads worker events line by line, refusing lines longer than
+// max: a worker is untrusted and must not make the supervisor buffer without
+// bound.
+type eventReader struct {
+	r   *bufio.Reader
+	max int
+	buf []byte
+}
+
+func newEventReader(r io.Reader, max int) *eventReader {
+	return &eventReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
+}
+
+// next returns the next event. Errors other than io.EOF wrap errGarbage.
+func (er *eventReader) next() (event, error) {
+	er.buf = er.buf[:0]
+	for {
+		chunk, err := er.r.ReadSlice('\n')
+		if len(er.buf)+len(chunk) > er.max {
+			return event{}, fmt.Errorf("%w: line longer than %d bytes", errGarbage, er.max)
+		}
+		er.buf = append(er.buf, chunk...)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err == io.EOF && len(er.buf) > 0 {
+			return event{}, fmt.Errorf("%w: output ended mid-line: %q", errGarbage, clip(er.buf, 200))
+		}
+		return event{}, err
+	}
+	return parseEvent(er.buf)
+}
+
+// parseEvent decodes and checks one protocol line.
+func parseEvent(line []byte) (event, error) {
+	var ev event
+	dec := json.NewDecoder(bytes.NewReader(line))
+	if err := dec.Decode(&ev); err != nil {
+		return event{}, fmt.Errorf("%w: %v in %q", errGarbage, err, clip(line, 200))
+	}
+	switch ev.Type {
+	case "ready", "pong", "error":
+	case "output":
+		if ev.Stream != "stdout" && ev.Stream != "stderr" {
+			return event{}, fmt.Errorf("%w: output on unknown stream %q", errGarbage, ev.Stream)
+		}
+	case "package":
+	case "result":
+		if !knownWorkerStatus[ev.Status] {
+			return event{}, fmt.Errorf("%w: result with unknown status %q", errGarbage, ev.Status)
+		}
+	default:
+		return event{}, fmt.Errorf("%w: unknown event type %q", errGarbage, ev.Type)
+	}
+	return ev, nil
+}
+
+// knownWorkerStatus lists the statuses a worker may report in a result.
+// "interrupted" is the worker's; the supervisor turns it into a timeout.
+var knownWorkerStatus = map[string]bool{
+	"success": true, "run-error": true, "install-error": true,
+	"memory-error": true, "interrupted": true,
+}
+
+func clip(b []byte, n int) []byte {
+	b = bytes.TrimRight(b, "\n")
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}

@@ -1,0 +1,264 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	pyodidehost "github.com/pyrun/pyrun/pyodide-host"
+)
+
+// Runtime is a provisioned folder holding Deno, Pyodide and pyrun's worker
+// program. Workers read from it and write nothing into it.
+type Runtime struct {
+	Dir     string // the worker program and its node_modules
+	Deno    string // the Deno binary
+	DenoDir string // Deno's own cache (DENO_DIR)
+	WorkDir string // the workers' working directory, empty
+	Pyodide string // Pyodide's version
+	Python  string // the version of Python inside Pyodide
+}
+
+// ErrNoNPM means the runtime is not provisioned and npm is not there to do it.
+var ErrNoNPM = errors.New("npm not found on PATH: pyrun installs Deno and Pyodide from the npm registry; install Node.js and npm")
+
+// DefaultRuntimeRoot is where runtimes live unless configured otherwise:
+// $XDG_CACHE_HOME/pyrun, or ~/.cache/pyrun.
+func DefaultRuntimeRoot() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "pyrun")
+}
+
+// hostHash identifies the embedded worker program, so that a runtime built
+// for another pyrun version is never used.
+func hostHash() (string, error) {
+	h := sha256.New()
+	var names []string
+	err := fs.WalkDir(pyodidehost.Files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			names = append(names, p)
+		}
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		b, err := pyodidehost.Files.ReadFile(n)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d\n", n, len(b))
+		h.Write(b)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// Provision returns the runtime under root, installing it first when it is
+// missing: the worker program is written out and `npm ci` fetches the pinned
+// Deno and Pyodide. npm's progress goes to progress (pyrun's stderr).
+// Concurrent calls, also from other processes, install once.
+func Provision(ctx context.Context, root string, progress io.Writer, log hclog.Logger) (*Runtime, error) {
+	hash, err := hostHash()
+	if err != nil {
+		return nil, fmt.Errorf("hash worker program: %w", err)
+	}
+	dir := filepath.Join(root, "host-"+hash)
+	if rt, err := openRuntime(root, dir); err == nil {
+		return rt, nil
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("create runtime root: %w", err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(root, ".lock"))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if rt, err := openRuntime(root, dir); err == nil {
+		return rt, nil // another process installed it while we waited
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		return nil, ErrNoNPM
+	}
+	log.Info("installing the worker runtime (Deno and Pyodide from npm); this happens once", "dir", dir)
+	tmp := dir + ".partial"
+	if err := os.RemoveAll(tmp); err != nil {
+		return nil, fmt.Errorf("clear partial runtime: %w", err)
+	}
+	if err := writeHostFiles(tmp); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error")
+	cmd.Dir = tmp
+	cmd.Stdout = progress // npm's stdout must never reach pyrun's (the MCP channel)
+	cmd.Stderr = progress
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("npm ci in %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return nil, fmt.Errorf("install runtime: %w", err)
+	}
+	rt, err := openRuntime(root, dir)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("worker runtime installed", "deno", rt.Deno, "pyodide", rt.Pyodide, "python", rt.Python)
+	pruneRuntimes(root, dir, log)
+	return rt, nil
+}
+
+func writeHostFiles(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create runtime folder: %w", err)
+	}
+	return fs.WalkDir(pyodidehost.Files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := pyodidehost.Files.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), b, 0o444); err != nil {
+			return fmt.Errorf("write worker program: %w", err)
+		}
+		return nil
+	})
+}
+
+// openRuntime checks an installed runtime folder and describes it.
+func openRuntime(root, dir string) (*Runtime, error) {
+	deno := filepath.Join(dir, "node_modules", "@deno", denoPlatform(), "deno")
+	if st, err := os.Stat(deno); err != nil || st.Mode()&0o111 == 0 {
+		return nil, fmt.Errorf("no Deno binary at %s", deno)
+	}
+	lock, err := os.ReadFile(filepath.Join(dir, "node_modules", "pyodide", "pyodide-lock.json"))
+	if err != nil {
+		return nil, fmt.Errorf("no Pyodide in %s: %w", dir, err)
+	}
+	var info struct {
+		Info struct {
+			Python string `json:"python"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal(lock, &info); err != nil {
+		return nil, fmt.Errorf("read pyodide-lock.json: %w", err)
+	}
+	pkg, err := os.ReadFile(filepath.Join(dir, "node_modules", "pyodide", "package.json"))
+	if err != nil {
+		return nil, fmt.Errorf("no Pyodide in %s: %w", dir, err)
+	}
+	var meta struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal(pkg, &meta); err != nil {
+		return nil, fmt.Errorf("read Pyodide's package.json: %w", err)
+	}
+	rt := &Runtime{
+		Dir:     dir,
+		Deno:    deno,
+		DenoDir: filepath.Join(root, "deno-cache"),
+		WorkDir: filepath.Join(root, "work"),
+		Pyodide: meta.Version,
+		Python:  info.Info.Python,
+	}
+	for _, d := range []string{rt.DenoDir, rt.WorkDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	return rt, nil
+}
+
+// DenoVersion asks the Deno binary for its version line.
+func (rt *Runtime) DenoVersion(ctx context.Context) (string, error) {
+	cmd := exec.CommandContext(ctx, rt.Deno, "--version")
+	cmd.Env = []string{"NO_COLOR=1", "DENO_DIR=" + rt.DenoDir}
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("deno --version: %w", err)
+	}
+	line, _, _ := bytes.Cut(out, []byte("\n"))
+	return strings.TrimPrefix(string(line), "deno "), nil
+}
+
+// denoPlatform names the npm package that carries Deno for this machine.
+func denoPlatform() string {
+	arch := map[string]string{"amd64": "x64", "arm64": "arm64"}[runtime.GOARCH]
+	switch runtime.GOOS {
+	case "linux":
+		return "linux-" + arch + "-glibc"
+	case "darwin":
+		return "darwin-" + arch
+	default:
+		return runtime.GOOS + "-" + arch
+	}
+}
+
+// pruneRuntimes removes runtimes of other pyrun versions. One in use by a
+// running pyrun keeps working: its processes hold their files open, and a
+// worker started later by that pyrun would fail and be retried with backoff,
+// which is the right outcome after an upgrade.
+func pruneRuntimes(root, keep string, log hclog.Logger) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		p := filepath.Join(root, e.Name())
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), "host-") || p == keep {
+			continue
+		}
+		if err := os.RemoveAll(p); err != nil {
+			log.Warn("could not remove an old runtime", "dir", p, "error", err)
+		}
+	}
+}
+
+// lockFile takes an exclusive advisory lock, waiting for it as long as ctx allows.
+func lockFile(ctx context.Context, path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open runtime lock: %w", err)
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock runtime: %w", err)
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("wait for runtime lock: %w", ctx.Err())
+		}
+	}
+}

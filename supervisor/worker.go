@@ -1,0 +1,470 @@
+package supervisor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Job is one call to run.
+type Job struct {
+	// ID names the call in logs and in the worker protocol.
+	ID   string
+	Code string
+	// Globals is a JSON object of names to bind in the call's globals; empty
+	// for none. The front end has checked that it is an object.
+	Globals json.RawMessage
+	// Timeout is the call's own limit; 0 or more than the pool's Timeout
+	// means the pool's.
+	Timeout time.Duration
+	// Client names who asked (an MCP session, a token's subject), for logs.
+	Client string
+}
+
+// Stop delays: a worker told to stop first sees its stdin close, then
+// SIGTERM, then SIGKILL.
+const (
+	stopEOFDelay  = 1 * time.Second
+	stopTermDelay = 1 * time.Second
+)
+
+// maxEventLine bounds a line from a worker: the largest legitimate line is a
+// result carrying a capped return value and traceback, each at most
+// MaxOutput characters, JSON-escaped.
+func maxEventLine(maxOutput int) int { return 16*maxOutput + 1<<20 }
+
+// worker owns one Deno child process: its command, pipes and goroutines.
+// It runs one call at a time (the pool sees to that); close may be called
+// from any goroutine, any number of times.
+type worker struct {
+	name  string
+	log   hclog.Logger
+	cmd   *exec.Cmd
+	stdin *os.File
+
+	events  chan event    // from readEvents; closed when stdout ends or breaks
+	readErr error         // why events closed; written before the close
+	exited  chan struct{} // closed once the process has been reaped
+	waitErr error         // from cmd.Wait; written before exited closes
+	stderr  *tailBuffer
+
+	ready event // the worker's ready announcement
+	gen   int   // the pool configuration generation it was started with
+
+	mu         sync.Mutex
+	killReason string // why the supervisor killed it; guarded by mu
+
+	closeOnce sync.Once
+
+	// Owned by the goroutine running a call (the pool hands a worker to one
+	// caller at a time).
+	interrupts int    // SIGUSR2 signals sent so far
+	calls      int    // calls run
+	retire     string // non-empty: do not reuse, and why
+}
+
+// startWorker starts cmd as a worker and waits until it is ready or fails.
+func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, log hclog.Logger) (*worker, error) {
+	w := &worker{
+		name:   name,
+		log:    log,
+		cmd:    cmd,
+		events: make(chan event, 64),
+		exited: make(chan struct{}),
+		stderr: &tailBuffer{max: 4 << 10},
+	}
+	stdinR, stdinW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		stdinR.Close()
+		stdinW.Close()
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		for _, f := range []*os.File{stdinR, stdinW, stdoutR, stdoutW} {
+			f.Close()
+		}
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, stdoutW, stderrW
+	setProcAttr(cmd)
+	err = cmd.Start()
+	// The child has its own copies; ours would keep the pipes open forever.
+	stdinR.Close()
+	stdoutW.Close()
+	stderrW.Close()
+	if err != nil {
+		stdinW.Close()
+		stdoutR.Close()
+		stderrR.Close()
+		return nil, fmt.Errorf("start worker: %w", err)
+	}
+	w.stdin = stdinW
+	w.log = log.With("pid", cmd.Process.Pid)
+
+	var pipes sync.WaitGroup
+	pipes.Add(2)
+	go func() {
+		defer pipes.Done()
+		w.readEvents(stdoutR, maxEventLine(cfg.MaxOutput))
+	}()
+	go func() {
+		defer pipes.Done()
+		w.relogStderr(stderrR)
+	}()
+	go func() {
+		// Every pipe is read to its end before Wait, so the child never
+		// blocks on a full pipe and no output is lost.
+		pipes.Wait()
+		w.waitErr = cmd.Wait()
+		close(w.exited)
+	}()
+
+	if err := w.awaitReady(ctx, cfg.StartTimeout); err != nil {
+		w.kill("start failed")
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *worker) awaitReady(ctx context.Context, limit time.Duration) error {
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case ev, ok := <-w.events:
+		if !ok {
+			<-w.exited
+			return fmt.Errorf("worker exited before it was ready (%s)%s", w.exitDescription(), w.stderrSuffix())
+		}
+		if ev.Type != "ready" {
+			return fmt.Errorf("worker said %q before it was ready%s", ev.Type, w.stderrSuffix())
+		}
+		if ev.Protocol != protocolVersion {
+			return fmt.Errorf("worker speaks protocol %d, pyrun speaks %d", ev.Protocol, protocolVersion)
+		}
+		w.ready = ev
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("worker not ready after %s%s", limit, w.stderrSuffix())
+	case <-ctx.Done():
+		return fmt.Errorf("start worker: %w", ctx.Err())
+	}
+}
+
+func (w *worker) readEvents(r io.ReadCloser, max int) {
+	defer r.Close()
+	defer close(w.events)
+	er := newEventReader(r, max)
+	for {
+		ev, err := er.next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				w.readErr = err
+				// A worker that speaks garbage is retired, not trusted;
+				// drain what it still writes so it never blocks.
+				w.kill("it broke the protocol")
+				_, _ = io.Copy(io.Discard, r)
+			}
+			return
+		}
+		w.events <- ev
+	}
+}
+
+func (w *worker) relogStderr(r io.ReadCloser) {
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 4096), 64<<10)
+	for sc.Scan() {
+		line := sc.Text()
+		w.stderr.add(line)
+		w.log.Info(line)
+	}
+	// A line too long for the scanner: keep draining so the child never blocks.
+	_, _ = io.Copy(io.Discard, r)
+}
+
+// run sends job to the worker and collects its result.
+func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (res Result) {
+	w.calls++
+	res = Result{ID: job.ID, Worker: w.name}
+	started := time.Now()
+	defer func() { res.Duration = time.Since(started) }()
+
+	limit := cfg.Timeout
+	if job.Timeout > 0 && job.Timeout < limit {
+		limit = job.Timeout
+	}
+	line, err := json.Marshal(request{
+		Type: "run", ID: job.ID, Code: job.Code, Globals: job.Globals,
+		MaxOutput: cfg.MaxOutput, Interrupts: w.interrupts,
+	})
+	if err != nil {
+		res.Status, res.Error = StatusCrashed, fmt.Sprintf("pyrun could not encode the call: %v", err)
+		return res
+	}
+	line = append(line, '\n')
+	// The worker is idle and reading; a deadline still guards against one
+	// that is not.
+	_ = w.stdin.SetWriteDeadline(time.Now().Add(limit))
+	if _, err := w.stdin.Write(line); err != nil {
+		w.kill("it did not accept a call")
+		return w.died(res, tr, "", fmt.Errorf("worker did not accept the call: %w", err))
+	}
+
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	var grace <-chan time.Time
+	var stopped string // why the supervisor stopped the call, if it did
+	var broken error   // how the worker failed the call, if it did
+	fail := func(err error, reason string) {
+		if broken == nil {
+			broken = err
+		}
+		w.kill(reason)
+	}
+	done := ctx.Done()
+	for {
+		select {
+		case ev, ok := <-w.events:
+			if !ok {
+				return w.died(res, tr, stopped, broken)
+			}
+			if ev.ID != job.ID {
+				fail(fmt.Errorf("%w: event %q for call %q during call %q", errGarbage, ev.Type, ev.ID, job.ID), "it broke the protocol")
+				continue
+			}
+			switch ev.Type {
+			case "output":
+				tr.add(Stream(ev.Stream), ev.Text)
+			case "package":
+				if tr.events != nil {
+					tr.events.Package(ev.Text)
+				}
+			case "error":
+				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), "it failed a call")
+			case "result":
+				return w.finish(res, ev, tr, stopped, cfg)
+			default:
+				fail(fmt.Errorf("%w: %q during a call", errGarbage, ev.Type), "it broke the protocol")
+			}
+		case <-deadline.C:
+			stopped = fmt.Sprintf("the call exceeded its time limit of %s", limit)
+			grace = w.interrupt(cfg.InterruptGrace)
+		case <-done:
+			done = nil
+			stopped = "the call was cancelled"
+			grace = w.interrupt(cfg.InterruptGrace)
+		case <-grace:
+			grace = nil
+			w.kill("it did not stop after an interrupt")
+		}
+	}
+}
+
+// interrupt asks the running call to stop (KeyboardInterrupt in Python) and
+// returns the channel that fires when its grace period ends.
+func (w *worker) interrupt(grace time.Duration) <-chan time.Time {
+	w.interrupts++
+	if err := w.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		w.kill("it could not be interrupted")
+	}
+	return time.After(grace)
+}
+
+// finish turns the worker's result into the call's.
+func (w *worker) finish(res Result, ev event, tr *transcript, stopped string, cfg Config) Result {
+	for s := range ev.Dropped {
+		tr.dropped(Stream(s))
+	}
+	tr.fill(&res)
+	res.Dependencies = ev.Dependencies
+	res.Error = capText(ev.Error, cfg.MaxOutput)
+	if ev.Recycle != "" {
+		w.retire = ev.Recycle
+	}
+	switch {
+	case stopped != "" && ev.Status == "interrupted":
+		// An interrupt that reached Python: the worker is fine to reuse.
+		res.Status = StatusTimeout
+		res.Error = stoppedError(stopped, res.Error)
+	case stopped != "":
+		// The call ended on its own just as it was stopped.
+		res.Status = Status(ev.Status)
+	case ev.Status == "interrupted":
+		res.Status = StatusRunError // the code raised KeyboardInterrupt itself
+	default:
+		res.Status = Status(ev.Status)
+	}
+	if res.Status == StatusSuccess && ev.Value != nil {
+		res.Value = capValue(*ev.Value, cfg.MaxOutput)
+	}
+	return res
+}
+
+// died describes a call whose worker went away.
+func (w *worker) died(res Result, tr *transcript, stopped string, broken error) Result {
+	<-w.exited
+	tr.fill(&res)
+	w.retire = "it exited"
+	switch {
+	case w.killedFor() == killMemory:
+		res.Status = StatusMemoryError
+		res.Error = "MemoryError: the worker exceeded its memory limit and was stopped"
+	case stopped != "":
+		res.Status = StatusTimeout
+		res.Error = stoppedError(stopped, "")
+	default:
+		res.Status = StatusCrashed
+		var why string
+		switch {
+		case broken != nil:
+			why = broken.Error()
+		case w.readErr != nil:
+			why = w.readErr.Error()
+		default:
+			why = "the worker process ended (" + w.exitDescription() + ")"
+		}
+		res.Error = fmt.Sprintf("pyrun: %s while running the code; the worker was replaced%s", why, w.stderrSuffix())
+	}
+	return res
+}
+
+func stoppedError(stopped, traceback string) string {
+	msg := "TimeoutError: " + stopped + ", and pyrun stopped it"
+	if strings.HasPrefix(stopped, "the call was cancelled") {
+		msg = "CancelledError: the client cancelled the call, and pyrun stopped it"
+	}
+	if traceback == "" {
+		return msg
+	}
+	return traceback + "\n\n" + msg
+}
+
+// killMemory is the kill reason of a worker past its memory ceiling.
+const killMemory = "it exceeded its memory limit"
+
+// kill stops the process at once; safe from any goroutine. The first reason
+// given is kept.
+func (w *worker) kill(reason string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.killReason != "" {
+		return
+	}
+	w.killReason = reason
+	_ = w.cmd.Process.Kill()
+}
+
+// killedFor says why the supervisor killed the worker; "" if it did not.
+func (w *worker) killedFor() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.killReason
+}
+
+// usable reports whether the worker may take another call.
+func (w *worker) usable() bool {
+	if w.retire != "" || w.killedFor() != "" {
+		return false
+	}
+	select {
+	case <-w.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// close stops the worker in steps: stdin closed, SIGTERM, SIGKILL. It
+// returns once the process is reaped and its pipes are drained.
+func (w *worker) close() {
+	w.closeOnce.Do(func() {
+		w.stdin.Close()
+		select {
+		case <-w.exited:
+			return
+		case <-time.After(stopEOFDelay):
+		}
+		_ = w.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-w.exited:
+			return
+		case <-time.After(stopTermDelay):
+		}
+		w.kill("it did not stop")
+	})
+	<-w.exited
+}
+
+func (w *worker) exitDescription() string {
+	if w.waitErr == nil {
+		return "exit status 0"
+	}
+	var ee *exec.ExitError
+	if errors.As(w.waitErr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return "killed by " + ws.Signal().String()
+		}
+		return fmt.Sprintf("exit status %d", ee.ExitCode())
+	}
+	return w.waitErr.Error()
+}
+
+func (w *worker) stderrSuffix() string {
+	if t := w.stderr.String(); t != "" {
+		return "; its last words on stderr:\n" + t
+	}
+	return ""
+}
+
+// tailBuffer keeps the last max bytes of a worker's stderr lines, for the
+// error when it dies.
+type tailBuffer struct {
+	mu    sync.Mutex
+	max   int
+	lines []string
+	size  int
+}
+
+func (t *tailBuffer) add(line string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(line) > t.max {
+		line = line[len(line)-t.max:]
+	}
+	t.lines = append(t.lines, line)
+	t.size += len(line) + 1
+	for t.size > t.max {
+		t.size -= len(t.lines[0]) + 1
+		t.lines = t.lines[1:]
+	}
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "\n")
+}
+
+func capText(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	return cutUTF8(s, max) + fmt.Sprintf("\n[pyrun: cut here: it exceeded the limit of %d bytes (max_output)]", max)
+}
