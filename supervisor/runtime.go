@@ -189,6 +189,8 @@ func openRuntime(root, dir string) (*Runtime, error) {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}
 	}
+	// Mark it in use, for pruneRuntimes; a failure only makes it look stale.
+	_ = os.WriteFile(filepath.Join(dir, ".last-used"), nil, 0o644)
 	return rt, nil
 }
 
@@ -217,10 +219,13 @@ func denoPlatform() string {
 	}
 }
 
-// pruneRuntimes removes runtimes of other pyrun versions. One in use by a
-// running pyrun keeps working: its processes hold their files open, and a
-// worker started later by that pyrun would fail and be retried with backoff,
-// which is the right outcome after an upgrade.
+// staleAfter is how long a runtime of another pyrun version may go unused
+// before a new install removes it.
+const staleAfter = 14 * 24 * time.Hour
+
+// pruneRuntimes removes runtimes of other pyrun versions that no pyrun has
+// opened for staleAfter, so that upgrades do not pile up copies of Deno
+// (95 MB each) while a pyrun of another version still running keeps its own.
 func pruneRuntimes(root, keep string, log hclog.Logger) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
@@ -229,6 +234,10 @@ func pruneRuntimes(root, keep string, log hclog.Logger) {
 	for _, e := range entries {
 		p := filepath.Join(root, e.Name())
 		if !e.IsDir() || !strings.HasPrefix(e.Name(), "host-") || p == keep {
+			continue
+		}
+		st, err := os.Stat(filepath.Join(p, ".last-used"))
+		if err == nil && time.Since(st.ModTime()) < staleAfter {
 			continue
 		}
 		if err := os.RemoveAll(p); err != nil {
