@@ -206,11 +206,15 @@ func (p *Pool) acquire(ctx context.Context) (*worker, Config, error) {
 		p.waiters = slices.Delete(p.waiters, i, i+1)
 		return nil, cfg, err
 	}
-	// A worker was handed over as we gave up: pass it on.
-	w := <-wt.ch
-	p.busy--
-	delete(p.running, w)
-	p.putLocked(w)
+	// Out of line already: either a worker was handed over as we gave up
+	// (pass it on) or the line was dropped because no worker can start.
+	select {
+	case w := <-wt.ch:
+		p.busy--
+		delete(p.running, w)
+		p.putLocked(w)
+	default:
+	}
 	return nil, cfg, err
 }
 
@@ -239,11 +243,13 @@ func (p *Pool) release(w *worker, status string) {
 	p.busy--
 	delete(p.running, w)
 	p.counts.Calls[status]++
+	// putLocked first: the worker's retirement joins p.wg before Close,
+	// woken by drained, waits on it.
+	p.putLocked(w)
 	if p.closed && p.busy == 0 && p.drained != nil {
 		close(p.drained)
 		p.drained = nil
 	}
-	p.putLocked(w)
 }
 
 // putLocked makes w available again, or retires it. p.mu is held.
