@@ -61,6 +61,12 @@ _PATH_EVENTS = {
     "shutil.move": 1,
 }
 
+# pyrun's own references, taken before any call runs: a call that patches
+# json or linecache must not change how pyrun reports the next call.
+_dumps = json.dumps
+_loads = json.loads
+_linecache_cache = linecache.cache
+
 # The call that may write output right now. A task or callback a call leaves
 # behind keeps its context, so its writes are recognised and dropped later.
 _current = contextvars.ContextVar("pyrun_call", default=None)
@@ -171,7 +177,7 @@ class _Call:
             text = text[:room]
         self.sent[stream] += len(text)
         _host.emit(
-            json.dumps(
+            _dumps(
                 {"type": "output", "id": self.id, "stream": stream, "text": text},
                 ensure_ascii=False,
                 separators=_COMPACT,
@@ -229,7 +235,7 @@ class _Baseline:
         self.environ = dict(os.environ)
         self.argv = list(sys.argv)
         self.recursion = sys.getrecursionlimit()
-        self.modules = set(sys.modules)
+        self.modules = dict(sys.modules)
         self.displayhook = sys.displayhook
         self.excepthook = sys.excepthook
 
@@ -258,10 +264,18 @@ class _Baseline:
         self._forget_modules()
 
     def _forget_modules(self):
-        """Drop modules a call created itself; keep stdlib and packages warm."""
-        added = set(sys.modules) - self.modules
-        if not added:
+        """Drop modules a call created itself; keep stdlib and packages warm.
+
+        A module the baseline knows is put back if a call replaced it in
+        sys.modules; changes to a module's attributes persist (README).
+        """
+        modules = sys.modules
+        for name, mod in self.modules.items():
+            if modules.get(name) is not mod:
+                modules[name] = mod
+        if len(modules) == len(self.modules):
             return
+        added = [name for name in modules if name not in self.modules]
         for name in added:
             mod = sys.modules.get(name)
             origin = getattr(getattr(mod, "__spec__", None), "origin", None)
@@ -269,7 +283,7 @@ class _Baseline:
                 origin in ("built-in", "frozen") or origin.startswith("/lib/")
             ):
                 if not _under(origin, SCRATCH + (WORKDIR,)):
-                    self.modules.add(name)
+                    self.modules[name] = mod
                     continue
             sys.modules.pop(name, None)
         sys.path_importer_cache.clear()
@@ -366,7 +380,8 @@ async def run(cid, code, globals_json, max_output):
     deps = []
     try:
         try:
-            linecache.cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
+            linecache.cache = _linecache_cache
+            _linecache_cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
             runner = CodeRunner(
                 code,
                 filename=FILENAME,
@@ -387,7 +402,7 @@ async def run(cid, code, globals_json, max_output):
             deps = wanted
         scope = {"__name__": "__main__", "__builtins__": builtins}
         if globals_json:
-            scope.update(json.loads(globals_json))
+            scope.update(_loads(globals_json))
         try:
             runner.compile()
             value = await runner.run_async(scope)
@@ -431,7 +446,7 @@ def _finish(call, result, started, deps):
     if call.recycle:
         result["recycle"] = call.recycle
     result["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
-    return json.dumps(result, ensure_ascii=False, separators=_COMPACT)
+    return _dumps(result, ensure_ascii=False, separators=_COMPACT)
 
 
 def _packages_to_load(tree):
@@ -492,7 +507,7 @@ def dump_json(value):
     complex become text; NaN and infinities become the strings "NaN",
     "Infinity" and "-Infinity"; anything else becomes its ``repr()``.
     """
-    return json.dumps(_jsonable(value, 0, set()), indent=2, ensure_ascii=False)
+    return _dumps(_jsonable(value, 0, set()), indent=2, ensure_ascii=False)
 
 
 _MAX_DEPTH = 200
@@ -575,5 +590,5 @@ def _key(k):
     if isinstance(k, str):
         return k
     if k is None or isinstance(k, (bool, int, float)):
-        return json.dumps(k)
+        return _dumps(k)
     return str(k)
