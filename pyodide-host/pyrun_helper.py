@@ -24,6 +24,7 @@ import json
 import linecache
 import math
 import os
+import signal
 import sys
 import time
 import traceback
@@ -149,6 +150,7 @@ class _Call:
         self.recycle = ""
         self.task = None
         self.interrupted = False
+        self.running = False  # the user's code (or its packages) may be running
 
     def write(self, stream, text):
         if not text:
@@ -193,6 +195,7 @@ def setup(emit, wait, lock_imports, load_packages):
     # lands outside the call and strands it. This sleep blocks the thread on
     # the interrupt flag instead, so an interrupt ends it at once.
     time.sleep = _sleep
+    signal.signal(signal.SIGINT, _on_interrupt)
     _host.lock_imports = dict(lock_imports)
     _host.load_packages = load_packages
     os.makedirs(WORKDIR, exist_ok=True)
@@ -217,7 +220,7 @@ def _sleep(secs):
 def interrupt():
     """Called by the host when an interrupt arrives while Python is idle in an await."""
     call = _active
-    if call is None or call.task is None or call.task.done():
+    if call is None or not call.running or call.task is None or call.task.done():
         return False
     call.interrupted = True
     call.task.cancel()
@@ -251,6 +254,8 @@ class _Baseline:
             os.environ.update(self.environ)
         sys.argv[:] = self.argv
         sys.setrecursionlimit(self.recursion)
+        if signal.getsignal(signal.SIGINT) is not _on_interrupt:
+            signal.signal(signal.SIGINT, _on_interrupt)
         sys.displayhook = self.displayhook
         sys.excepthook = self.excepthook
         sys.stdout = _stdout
@@ -377,37 +382,15 @@ async def run(cid, code, globals_json, max_output):
     sys.stdout = _stdout
     sys.stderr = _stderr
     result = {"type": "result", "id": cid}
-    deps = []
     try:
+        call.running = True
         try:
-            linecache.cache = _linecache_cache
-            _linecache_cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
-            runner = CodeRunner(
-                code,
-                filename=FILENAME,
-                return_mode="last_expr",
-                flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
-            )
-        except SyntaxError as e:
-            result.update(status="run-error", error=_format_exception(e))
-            return _finish(call, result, started, deps)
-        wanted = _packages_to_load(runner.ast)
-        if wanted:
-            errors = await _host.load_packages(wanted)
-            if errors:
-                result.update(
-                    status="install-error", error="\n".join(str(e) for e in errors)
-                )
-                return _finish(call, result, started, wanted)
-            deps = wanted
-        scope = {"__name__": "__main__", "__builtins__": builtins}
-        if globals_json:
-            scope.update(_loads(globals_json))
-        try:
-            runner.compile()
-            value = await runner.run_async(scope)
+            await _execute(call, code, globals_json, result)
+            call.running = False
         except BaseException as e:  # noqa: BLE001 - every exception is the user's result
+            call.running = False
             call.flush()
+            result.pop("value", None)
             if isinstance(e, KeyboardInterrupt) or (
                 isinstance(e, asyncio.CancelledError) and call.interrupted
             ):
@@ -417,15 +400,7 @@ async def run(cid, code, globals_json, max_output):
                 call.recycle = "the call ran out of memory"
             else:
                 result.update(status="run-error", error=_format_exception(e))
-            return _finish(call, result, started, deps)
-        call.flush()
-        result["status"] = "success"
-        if value is not None:
-            try:
-                result["value"] = dump_json(value)
-            except BaseException as e:  # noqa: BLE001
-                result.update(status="run-error", error=_format_exception(e))
-        return _finish(call, result, started, deps)
+        return _finish(call, result, started)
     finally:
         _current.reset(token)
         _active = None
@@ -436,10 +411,57 @@ async def run(cid, code, globals_json, max_output):
         _baseline.restore()
 
 
-def _finish(call, result, started, deps):
+async def _execute(call, code, globals_json, result):
+    """The part of a call that runs the user's code; interrupts land here only."""
+    linecache.cache = _linecache_cache
+    _linecache_cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
+    runner = CodeRunner(
+        code,
+        filename=FILENAME,
+        return_mode="last_expr",
+        flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+    )
+    wanted = _packages_to_load(runner.ast)
+    if wanted:
+        result["dependencies"] = wanted
+        errors = await _host.load_packages(wanted)
+        if errors:
+            result.update(status="install-error", error="\n".join(str(e) for e in errors))
+            return
+    scope = {"__name__": "__main__", "__builtins__": builtins}
+    if globals_json:
+        scope.update(_loads(globals_json))
+        scope["__builtins__"] = builtins
+    runner.compile()
+    value = await runner.run_async(scope)
     call.flush()
-    if deps:
-        result["dependencies"] = deps
+    result["status"] = "success"
+    if value is not None:
+        result["value"] = dump_json(value)
+
+
+def _on_interrupt(signum, frame):
+    """SIGINT from the interrupt flag: stop the running call, and nothing else.
+
+    An interrupt that lands in pyrun's own bookkeeping, or in a callback a
+    previous call left behind, is dropped; the host then cancels the call's
+    task if it is parked in an await.
+    """
+    call = _active
+    if call is not None and call.running and _current.get() is call:
+        call.interrupted = True
+        raise KeyboardInterrupt
+
+
+def _finish(call, result, started):
+    call.flush()
+    # Cap what the result line carries, as output is capped: the supervisor
+    # refuses over-long lines from a worker.
+    for key in ("value", "error"):
+        text = result.get(key)
+        if text is not None and len(text) > call.max_output:
+            result[key] = text[: call.max_output]
+            result[key + "_cut"] = True
     dropped = {k: v for k, v in call.dropped.items() if v}
     if dropped:
         result["dropped"] = dropped

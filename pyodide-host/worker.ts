@@ -27,7 +27,7 @@ export async function* readLines(
   r: ReadableStream<Uint8Array>,
   max: number,
 ): AsyncGenerator<string | null> {
-  let buf = new Uint8Array(0);
+  let buf: Uint8Array = new Uint8Array(0);
   let skipping = false;
   for await (const chunk of r) {
     let start = 0;
@@ -131,7 +131,9 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
   let callStart = 0;
   self.onmessage = (e: MessageEvent<{ type: string; count: number }>) => {
     if (e.data.type !== "interrupt" || !current || e.data.count <= callStart) return;
-    if (Atomics.load(shared.flag, 0) === 0) return; // already delivered
+    // No Python runs while this handler does. A flag still set has found no
+    // Python to stop; a cleared one may have stopped only a callback. Either
+    // way the call's task, if still parked in an await, is cancelled.
     Atomics.store(shared.flag, 0, 0);
     helper.interrupt();
   };
@@ -177,13 +179,21 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
         try {
           writeLine(await helper.run(req.id, req.code, globals, req.max_output || 65536));
         } catch (e) {
-          send({ type: "error", id: req.id, error: `host failure: ${e}` });
+          send({
+            type: "error",
+            id: req.id,
+            error: `host failure: ${e instanceof Error ? e.message : e}`,
+          });
         }
         current = "";
         break;
       }
       default:
-        send({ type: "error", error: `bad request: unknown type ${JSON.stringify(req?.type)}` });
+        // JSON.parse may have returned anything, whatever req's type says.
+        send({
+          type: "error",
+          error: `bad request: unknown type ${JSON.stringify((req as { type?: unknown })?.type)}`,
+        });
     }
   }
   self.postMessage({ type: "eof" });
@@ -236,6 +246,12 @@ self.addEventListener("unhandledrejection", (e) => {
   // An interrupted async call can surface here; the call's own result reports it.
   e.preventDefault();
   console.error(`pyrun worker: unhandled rejection: ${e.reason}`);
+  if (e.reason?.pyodide_fatal_error) {
+    // Pyodide is unusable after a fatal error (a JavaScript stack overflow
+    // in deeply nested code, say): end the process so the call is reported
+    // as crashed at once and the worker replaced, instead of hanging.
+    self.postMessage({ type: "fatal" });
+  }
 });
 
 self.onmessage = (e: MessageEvent<{ cfg: HostConfig; buf: SharedArrayBuffer }>) => {

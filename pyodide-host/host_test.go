@@ -1,0 +1,505 @@
+package pyodidehost_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/tools/txtar"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+var update = flag.Bool("update", false, "rewrite the events sections of testdata/*.txtar from the real worker")
+
+// hostSources are the TypeScript files of the worker program.
+var hostSources = []string{"main.ts", "worker.ts", "protocol.ts"}
+
+// TestDenoTools keeps the worker program clean under Deno's own formatter,
+// linter and type checker, offline: DENO_DIR is empty and nothing may be
+// fetched.
+func TestDenoTools(t *testing.T) {
+	// The runtime pyrun installs carries Deno and, next to its copies of the
+	// host files, Pyodide's types for deno check: a fresh clone needs no npm
+	// install in this folder to run this test.
+	rt := provision(t)
+	fmtFiles := append([]string{"deno.json", "PROTOCOL.md"}, hostSources...)
+	var installed []string
+	for _, f := range hostSources {
+		installed = append(installed, filepath.Join(rt.Dir, f))
+	}
+	for _, tool := range [][]string{
+		append([]string{"fmt", "--check"}, fmtFiles...),
+		append([]string{"lint"}, hostSources...),
+		append([]string{"check", "--cached-only", "--no-remote"}, installed...),
+	} {
+		t.Run(tool[0], func(t *testing.T) {
+			t.Parallel()
+			cmd := exec.CommandContext(t.Context(), rt.Deno, tool...)
+			cmd.Env = []string{"DENO_DIR=" + t.TempDir(), "DENO_NO_UPDATE_CHECK=1", "NO_COLOR=1"}
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("deno %s: %v\n%s", strings.Join(tool, " "), err, out)
+			}
+		})
+	}
+}
+
+// A transcript (testdata/*.txtar) is replayed against the real worker:
+//
+//   - "config" (optional): the worker's one argument, the HostConfig JSON;
+//     without it, the one the supervisor passes for its default Config.
+//   - "requests": one request line per line, sent one at a time; blank lines
+//     and lines starting with # are skipped. $RUNTIME stands for the runtime
+//     folder. Two directives send SIGUSR2 as the supervisor does to stop a
+//     call: "!interrupt" alone on a line sends it at once, and a request line
+//     prefixed with "!interrupt-after-output " is sent and the signal follows
+//     the request's first output event.
+//   - "events": every line the worker wrote, from ready to its exit on stdin
+//     EOF, with duration_ms and startup_ms removed and the runtime folder
+//     written as $RUNTIME.
+//
+// After each request the replay reads events up to the one that answers it
+// (result, pong or error): the worker serves one request at a time.
+func TestTranscripts(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.txtar"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no transcripts in testdata (%v)", err)
+	}
+	rt := provision(t)
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			replayFile(t, rt, file)
+		})
+	}
+}
+
+var (
+	runtimeOnce sync.Once
+	runtimeVal  *supervisor.Runtime
+	runtimeErr  error
+)
+
+// provision provisions the worker runtime the way pyrun does, in pyrun's
+// default runtime folder, so that runs after the first reuse it.
+func provision(t *testing.T) *supervisor.Runtime {
+	t.Helper()
+	runtimeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		log := hclog.New(&hclog.LoggerOptions{Name: "provision", Output: os.Stderr, Level: hclog.Warn})
+		runtimeVal, runtimeErr = supervisor.Provision(ctx, supervisor.DefaultRuntimeRoot(), os.Stderr, log)
+	})
+	if runtimeErr != nil {
+		t.Fatalf("provision the worker runtime: %v", runtimeErr)
+	}
+	return runtimeVal
+}
+
+func replayFile(t *testing.T, rt *supervisor.Runtime, file string) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ar := txtar.Parse(data)
+	var config, requests, events *txtar.File
+	for i := range ar.Files {
+		f := &ar.Files[i]
+		switch f.Name {
+		case "config":
+			config = f
+		case "requests":
+			requests = f
+		case "events":
+			events = f
+		default:
+			t.Fatalf("%s: unknown section %q", file, f.Name)
+		}
+	}
+	if requests == nil {
+		t.Fatalf("%s: no requests section", file)
+	}
+	hostConfig := defaultHostConfig()
+	if config != nil {
+		hostConfig = strings.TrimSpace(string(config.Data))
+	}
+	var reqs []step
+	for line := range strings.Lines(string(requests.Data)) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		var st step
+		switch {
+		case line == "!interrupt":
+			st.interrupt = true
+		case strings.HasPrefix(line, "!interrupt-after-output "):
+			st.interruptAfterOutput = true
+			line = strings.TrimPrefix(line, "!interrupt-after-output ")
+			fallthrough
+		default:
+			st.line = strings.ReplaceAll(line, "$RUNTIME", rt.Dir)
+		}
+		reqs = append(reqs, st)
+	}
+
+	got := replay(t, rt, hostConfig, reqs)
+	for i, line := range got {
+		got[i] = strings.ReplaceAll(line, rt.Dir, "$RUNTIME")
+	}
+	gotText := strings.Join(got, "\n") + "\n"
+
+	if *update {
+		if events == nil {
+			ar.Files = append(ar.Files, txtar.File{Name: "events"})
+			events = &ar.Files[len(ar.Files)-1]
+		}
+		events.Data = []byte(gotText)
+		if err := os.WriteFile(file, txtar.Format(ar), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if events == nil {
+		t.Fatalf("%s: no events section; run go test -update", file)
+	}
+	if want := string(events.Data); want != gotText {
+		t.Errorf("%s: events differ (-want +got; go test -update rewrites them):\n%s", file, lineDiff(want, gotText))
+	}
+}
+
+// Worker start-up as supervisor/config.go's denoArgs, workerEnv and
+// supervisor/pool.go's NewPool build it for the default Config (network
+// "public"); keep these in step with them. Left out: setProcAttr's process
+// group and parent-death signal, which change nothing the worker does.
+var deniedNets = []string{
+	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+	"172.16.0.0/12", "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15",
+	"224.0.0.0/4", "240.0.0.0/4", "localhost", "[::1]", "[::]",
+	"metadata.google.internal",
+}
+
+func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig string) *exec.Cmd {
+	args := []string{
+		"run",
+		"--no-prompt",
+		"--cached-only",
+		"--no-config",
+		"--quiet",
+		"--allow-read=" + strings.Join([]string{
+			filepath.Join(rt.Dir, "worker.ts"),
+			filepath.Join(rt.Dir, "protocol.ts"),
+			filepath.Join(rt.Dir, "pyrun_helper.py"),
+			filepath.Join(rt.Dir, "node_modules", "pyodide"),
+		}, ","),
+		"--allow-net", "--deny-net=" + strings.Join(deniedNets, ","),
+		filepath.Join(rt.Dir, "main.ts"),
+		hostConfig,
+	}
+	cmd := exec.CommandContext(ctx, rt.Deno, args...)
+	cmd.Env = []string{
+		"DENO_DIR=" + rt.DenoDir,
+		"DENO_NO_UPDATE_CHECK=1",
+		"DENO_NO_PROMPT=1",
+		"NO_COLOR=1",
+	}
+	cmd.Dir = rt.WorkDir
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// defaultHostConfig is the argument the supervisor passes for its default
+// Config: a 512 MiB memory limit less 96 MiB for Deno, and 64 MiB lines.
+func defaultHostConfig() string {
+	return fmt.Sprintf(`{"heap_limit":%d,"max_line":%d}`, 512<<20-96<<20, 64<<20)
+}
+
+// Limits for one replay.
+const (
+	startTimeout   = 90 * time.Second
+	requestTimeout = 60 * time.Second
+	exitTimeout    = 10 * time.Second
+	maxEventLine   = 64 << 20
+)
+
+// step is one line of a requests section.
+type step struct {
+	line                 string // the request to send, if any
+	interrupt            bool   // send SIGUSR2 now
+	interruptAfterOutput bool   // send SIGUSR2 after the request's first output event
+}
+
+// replay starts a worker, sends reqs one at a time and returns every event
+// line it wrote, normalised, until it exits on stdin EOF.
+func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step) []string {
+	var got []string // events so far, normalised
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	cmd := workerCommand(ctx, rt, hostConfig)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start worker: %v", err)
+	}
+	lines := make(chan string)
+	readErr := make(chan error, 1) // why lines closed
+	exited := make(chan error, 1)  // from Wait, once stdout is read to its end
+	go func() {
+		defer func() { exited <- cmd.Wait() }()
+		defer close(lines)
+		r := bufio.NewReaderSize(stdout, 64<<10)
+		for {
+			line, err := readLine(r)
+			if err == nil {
+				select {
+				case lines <- line:
+					continue
+				case <-ctx.Done():
+					err = ctx.Err()
+				}
+			}
+			readErr <- err
+			_, _ = io.Copy(io.Discard, r) // until the worker is gone
+			return
+		}
+	}()
+	defer func() {
+		cancel()
+		<-exited
+	}()
+	fail := func(format string, args ...any) {
+		t.Helper()
+		cancel()
+		t.Fatalf(format+"\nevents so far:\n%s\nworker stderr:\n%s",
+			append(args, strings.Join(got, "\n"), stderr.String())...)
+	}
+	// next reads one event; what ends it ends the worker.
+	next := func(limit time.Duration, what string) (string, map[string]any) {
+		t.Helper()
+		timer := time.NewTimer(limit)
+		defer timer.Stop()
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				fail("worker stdout ended while waiting for %s: %v", what, <-readErr)
+			}
+			norm, ev, err := normalize(line)
+			if err != nil {
+				fail("worker wrote a line that is not an event (%v): %q", err, line)
+			}
+			got = append(got, norm)
+			return norm, ev
+		case <-timer.C:
+			fail("no event after %s while waiting for %s", limit, what)
+		}
+		panic("unreachable")
+	}
+
+	if _, ev := next(startTimeout, "ready"); ev["type"] != "ready" {
+		fail("first event is not ready: %v", ev)
+	}
+	signal := func() {
+		t.Helper()
+		if err := cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+			fail("interrupt the worker: %v", err)
+		}
+	}
+	for _, st := range reqs {
+		if st.interrupt {
+			signal()
+			continue
+		}
+		if _, err := io.WriteString(stdin, st.line+"\n"); err != nil {
+			fail("write request: %v", err)
+		}
+		signalled := !st.interruptAfterOutput
+		for {
+			_, ev := next(requestTimeout, "the answer to "+st.line)
+			typ := ev["type"]
+			if typ == "output" && !signalled {
+				signal()
+				signalled = true
+			}
+			if typ == "result" || typ == "pong" || typ == "error" {
+				break
+			}
+		}
+		if !signalled {
+			fail("request answered before any output, so it was never interrupted: %s", st.line)
+		}
+	}
+	stdin.Close()
+	timer := time.NewTimer(exitTimeout)
+	defer timer.Stop()
+	for {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				if err := <-readErr; !errors.Is(err, io.EOF) {
+					fail("read worker stdout: %v", err)
+				}
+				select {
+				case err := <-exited:
+					exited <- err // for the deferred wait
+					if err != nil {
+						fail("worker exit on stdin EOF: %v, want exit status 0", err)
+					}
+				case <-timer.C:
+					fail("worker still running %s after stdin EOF", exitTimeout)
+				}
+				return got
+			}
+			fail("worker wrote after its last answer, on stdin EOF: %q", line)
+		case <-timer.C:
+			fail("worker stdout still open %s after stdin EOF", exitTimeout)
+		}
+	}
+}
+
+// readLine reads one newline-terminated line of at most maxEventLine bytes.
+func readLine(r *bufio.Reader) (string, error) {
+	var buf []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(buf)+len(chunk) > maxEventLine {
+			return "", fmt.Errorf("line longer than %d bytes", maxEventLine)
+		}
+		buf = append(buf, chunk...)
+		switch {
+		case err == nil:
+			return string(buf[:len(buf)-1]), nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF) && len(buf) > 0:
+			return "", fmt.Errorf("output ended mid-line: %q", buf)
+		default:
+			return "", err
+		}
+	}
+}
+
+// eventTypes are the events of PROTOCOL.md.
+var eventTypes = map[string]bool{
+	"ready": true, "output": true, "package": true, "pong": true, "error": true, "result": true,
+}
+
+// volatile are the fields that differ from run to run, each on its event.
+var volatile = map[string]string{"startup_ms": "ready", "duration_ms": "result"}
+
+// normalize checks that line is one compact JSON object of a known event type
+// and returns it as it was, less its volatile fields, with the rest in their
+// original order and spelling.
+func normalize(line string) (string, map[string]any, error) {
+	var ev map[string]any
+	if err := json.Unmarshal([]byte(line), &ev); err != nil {
+		return "", nil, err
+	}
+	typ, _ := ev["type"].(string)
+	if !eventTypes[typ] {
+		return "", nil, fmt.Errorf("unknown event type %q", ev["type"])
+	}
+	for field, on := range volatile {
+		if _, isNum := ev[field].(float64); isNum != (typ == on) {
+			return "", nil, fmt.Errorf("%s event: field %s is %v", typ, field, ev[field])
+		}
+	}
+	dec := json.NewDecoder(strings.NewReader(line))
+	if _, err := dec.Token(); err != nil { // {
+		return "", nil, err
+	}
+	var b strings.Builder
+	b.WriteByte('{')
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", nil, err
+		}
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return "", nil, err
+		}
+		key := tok.(string)
+		if _, drop := volatile[key]; drop {
+			continue
+		}
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		k, _ := json.Marshal(key)
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(raw)
+	}
+	b.WriteByte('}')
+	return b.String(), ev, nil
+}
+
+// lineDiff lists the lines of want and got that differ, by position.
+func lineDiff(want, got string) string {
+	w := strings.Split(strings.TrimSuffix(want, "\n"), "\n")
+	g := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+	var b strings.Builder
+	for i := range max(len(w), len(g)) {
+		var wl, gl string
+		if i < len(w) {
+			wl = w[i]
+		}
+		if i < len(g) {
+			gl = g[i]
+		}
+		if wl == gl {
+			continue
+		}
+		fmt.Fprintf(&b, "line %d:\n", i+1)
+		if i < len(w) {
+			fmt.Fprintf(&b, "- %s\n", wl)
+		}
+		if i < len(g) {
+			fmt.Fprintf(&b, "+ %s\n", gl)
+		}
+	}
+	return b.String()
+}
+
+// lockedBuffer collects a worker's stderr, which os/exec copies from its own
+// goroutine.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
