@@ -55,7 +55,7 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 			// set (per request, not logging/setLevel), which pyrun's live
 			// output relies on; it joins this list once clients adopt it.
 			SupportedProtocolVersions: []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"},
-			Logger:       slogFor(log.Named("mcp")),
+			Logger:                    slogFor(log.Named("mcp")),
 			Capabilities: &sdk.ServerCapabilities{
 				Logging: &sdk.LoggingCapabilities{},
 				Tools:   &sdk.ToolCapabilities{},

@@ -44,7 +44,9 @@ type event struct {
 	// result
 	Status       string         `json:"status"`
 	Value        *string        `json:"value"`
+	ValueCut     bool           `json:"value_cut"` // the worker cut value at max_output
 	Error        string         `json:"error"`
+	ErrorCut     bool           `json:"error_cut"`
 	Dependencies []string       `json:"dependencies"`
 	Dropped      map[string]int `json:"dropped"`
 	Recycle      string         `json:"recycle"`

@@ -172,14 +172,14 @@ func cutUTF8(s string, n int) string {
 	return s[:n]
 }
 
-// capValue limits the JSON text of a return value to max bytes. A value cut
-// short is no longer JSON; it is returned as a JSON string with a marker so
-// that the result stays parseable.
-func capValue(v string, max int) string {
-	if len(v) <= max {
+// capValue limits the JSON text of a return value to max bytes; cut says
+// the worker already cut it. A value cut short is no longer JSON; it is
+// returned as a JSON string with a marker so that the result stays parseable.
+func capValue(v string, max int, cut bool) string {
+	if len(v) <= max && !cut {
 		return v
 	}
-	cut := cutUTF8(v, max) + fmt.Sprintf("\n[pyrun: return value cut here: it exceeded the limit of %d bytes (max_output)]", max)
-	b, _ := json.Marshal(cut)
+	text := cutUTF8(v, max) + fmt.Sprintf("\n[pyrun: return value cut here: it exceeded the limit of %d bytes (max_output)]", max)
+	b, _ := json.Marshal(text)
 	return string(b)
 }

@@ -294,7 +294,7 @@ func (w *worker) finish(res Result, ev event, tr *transcript, stopped string, cf
 	}
 	tr.fill(&res)
 	res.Dependencies = ev.Dependencies
-	res.Error = capText(ev.Error, cfg.MaxOutput)
+	res.Error = capText(ev.Error, cfg.MaxOutput, ev.ErrorCut)
 	if ev.Recycle != "" {
 		w.retire = ev.Recycle
 	}
@@ -312,7 +312,7 @@ func (w *worker) finish(res Result, ev event, tr *transcript, stopped string, cf
 		res.Status = Status(ev.Status)
 	}
 	if res.Status == StatusSuccess && ev.Value != nil {
-		res.Value = capValue(*ev.Value, cfg.MaxOutput)
+		res.Value = capValue(*ev.Value, cfg.MaxOutput, ev.ValueCut)
 	}
 	return res
 }
@@ -462,8 +462,10 @@ func (t *tailBuffer) String() string {
 	return strings.Join(t.lines, "\n")
 }
 
-func capText(s string, max int) string {
-	if len(s) <= max {
+// capText limits an error text to max bytes; cut says the worker already
+// cut it.
+func capText(s string, max int, cut bool) string {
+	if len(s) <= max && !cut {
 		return s
 	}
 	return cutUTF8(s, max) + fmt.Sprintf("\n[pyrun: cut here: it exceeded the limit of %d bytes (max_output)]", max)
