@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -65,10 +66,12 @@ func TestDenoTools(t *testing.T) {
 //     without it, the one the supervisor passes for its default Config.
 //   - "requests": one request line per line, sent one at a time; blank lines
 //     and lines starting with # are skipped. $RUNTIME stands for the runtime
-//     folder. Two directives send SIGUSR2 as the supervisor does to stop a
-//     call: "!interrupt" alone on a line sends it at once, and a request line
+//     folder and $SENT the number of SIGUSR2 signals sent so far. Two
+//     directives send SIGUSR2 as the supervisor does to stop a call:
+//     "!interrupt" alone on a line sends it at once, and a request line
 //     prefixed with "!interrupt-after-output " is sent and the signal follows
-//     the request's first output event.
+//     the request's first output event, repeated every 100ms until the
+//     request is answered.
 //   - "events": every line the worker wrote, from ready to its exit on stdin
 //     EOF, with duration_ms and startup_ms removed and the runtime folder
 //     written as $RUNTIME.
@@ -297,52 +300,67 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 		t.Fatalf(format+"\nevents so far:\n%s\nworker stderr:\n%s",
 			append(args, strings.Join(got, "\n"), stderr.String())...)
 	}
-	// next reads one event; what ends it ends the worker.
-	next := func(limit time.Duration, what string) (string, map[string]any) {
+	// next reads one event; what ends it ends the worker. While it waits,
+	// each tick calls onTick (when both are set).
+	next := func(limit time.Duration, what string, tick <-chan time.Time, onTick func()) (string, map[string]any) {
 		t.Helper()
 		timer := time.NewTimer(limit)
 		defer timer.Stop()
-		select {
-		case line, ok := <-lines:
-			if !ok {
-				fail("worker stdout ended while waiting for %s: %v", what, <-readErr)
+		for {
+			select {
+			case <-tick:
+				onTick()
+				continue
+			case line, ok := <-lines:
+				if !ok {
+					fail("worker stdout ended while waiting for %s: %v", what, <-readErr)
+				}
+				norm, ev, err := normalize(line)
+				if err != nil {
+					fail("worker wrote a line that is not an event (%v): %q", err, line)
+				}
+				got = append(got, norm)
+				return norm, ev
+			case <-timer.C:
+				fail("no event after %s while waiting for %s", limit, what)
 			}
-			norm, ev, err := normalize(line)
-			if err != nil {
-				fail("worker wrote a line that is not an event (%v): %q", err, line)
-			}
-			got = append(got, norm)
-			return norm, ev
-		case <-timer.C:
-			fail("no event after %s while waiting for %s", limit, what)
 		}
-		panic("unreachable")
 	}
 
-	if _, ev := next(startTimeout, "ready"); ev["type"] != "ready" {
+	if _, ev := next(startTimeout, "ready", nil, nil); ev["type"] != "ready" {
 		fail("first event is not ready: %v", ev)
 	}
+	sent := 0 // SIGUSR2 signals sent, for $SENT
 	signal := func() {
 		t.Helper()
+		sent++
 		if err := cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 			fail("interrupt the worker: %v", err)
 		}
 	}
+	// Like the supervisor, interrupt again every 100ms until the call ends:
+	// Pyodide can lose a signal that lands as it clears its flag.
+	repeat := time.NewTicker(100 * time.Millisecond)
+	defer repeat.Stop()
 	for _, st := range reqs {
 		if st.interrupt {
 			signal()
 			continue
 		}
-		if _, err := io.WriteString(stdin, st.line+"\n"); err != nil {
+		line := strings.ReplaceAll(st.line, "$SENT", strconv.Itoa(sent))
+		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
 			fail("write request: %v", err)
 		}
 		signalled := !st.interruptAfterOutput
+		var tick <-chan time.Time
 		for {
-			_, ev := next(requestTimeout, "the answer to "+st.line)
+			_, ev := next(requestTimeout, "the answer to "+line, tick, signal)
 			typ := ev["type"]
 			if typ == "output" && !signalled {
 				signal()
 				signalled = true
+				repeat.Reset(100 * time.Millisecond)
+				tick = repeat.C
 			}
 			if typ == "result" || typ == "pong" || typ == "error" {
 				break

@@ -229,9 +229,25 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
-	var grace <-chan time.Time
-	var stopped string // why the supervisor stopped the call, if it did
-	var broken error   // how the worker failed the call, if it did
+	var grace, repeat <-chan time.Time // while stopping: kill at grace, interrupt again at repeat
+	var stopped string                 // why the supervisor stopped the call, if it did
+	var ticker *time.Ticker
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
+		}
+	}()
+	stop := func(why string) {
+		if stopped != "" {
+			return
+		}
+		stopped = why
+		w.interrupt()
+		grace = time.After(cfg.InterruptGrace)
+		ticker = time.NewTicker(interruptRepeat)
+		repeat = ticker.C
+	}
+	var broken error // how the worker failed the call, if it did
 	fail := func(err error, reason string) {
 		if broken == nil {
 			broken = err
@@ -264,27 +280,31 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				fail(fmt.Errorf("%w: %q during a call", errGarbage, ev.Type), "it broke the protocol")
 			}
 		case <-deadline.C:
-			stopped = fmt.Sprintf("the call exceeded its time limit of %s", limit)
-			grace = w.interrupt(cfg.InterruptGrace)
+			stop(fmt.Sprintf("the call exceeded its time limit of %s", limit))
 		case <-done:
 			done = nil
-			stopped = "the call was cancelled"
-			grace = w.interrupt(cfg.InterruptGrace)
+			stop("the call was cancelled")
+		case <-repeat:
+			w.interrupt()
 		case <-grace:
-			grace = nil
+			grace, repeat = nil, nil
 			w.kill("it did not stop after an interrupt")
 		}
 	}
 }
 
-// interrupt asks the running call to stop (KeyboardInterrupt in Python) and
-// returns the channel that fires when its grace period ends.
-func (w *worker) interrupt(grace time.Duration) <-chan time.Time {
+// interruptRepeat is how often an interrupted call that has not ended is
+// interrupted again during its grace period. Pyodide clears its interrupt
+// flag with a read and a separate write, so a signal that lands between the
+// two is lost (seen in about one in twenty interrupts of a busy loop).
+const interruptRepeat = 100 * time.Millisecond
+
+// interrupt asks the running call to stop: KeyboardInterrupt in Python.
+func (w *worker) interrupt() {
 	w.interrupts++
 	if err := w.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
 		w.kill("it could not be interrupted")
 	}
-	return time.After(grace)
 }
 
 // finish turns the worker's result into the call's.
