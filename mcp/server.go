@@ -31,14 +31,16 @@ type Options struct {
 	MaxOutput      int           // bytes per stream, for the tool description
 	MaxCode        int           // largest python_code accepted, in bytes
 	Network        supervisor.Network
+	Live           LiveOptions // what a call sends its client while it runs
 }
 
 // Server is pyrun's MCP server.
 type Server struct {
-	pool Runner
-	opts Options
-	log  hclog.Logger
-	sdk  *sdk.Server
+	pool  Runner
+	opts  Options
+	log   hclog.Logger
+	sdk   *sdk.Server
+	posts posts // HTTP requests that carry calls, for CancelOnDisconnect
 }
 
 // New builds the MCP server around pool.

@@ -155,7 +155,18 @@ func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 	if t := args.TimeoutSeconds; t != nil {
 		job.Timeout = time.Duration(min(*t, 1e6) * float64(time.Second))
 	}
-	res, err := s.pool.Run(ctx, job, nil)
+	ctx, untie := s.tieToPost(ctx, req)
+	defer untie()
+	var ev supervisor.Events
+	if req.Session != nil {
+		lv := newLive(ctx, req.Session, job.ID, req.Params.GetProgressToken(), s.opts.Live, s.log)
+		defer lv.close() // before the SDK sends the result: every notification comes first
+		ev = lv
+	}
+	res, err := s.pool.Run(ctx, job, ev)
+	if ctx.Err() != nil {
+		s.log.Info("call cancelled", "id", job.ID, "why", cancelCause(ctx), "started", res.Status != "")
+	}
 	if err != nil && res.Status == "" {
 		return toolError(err), nil
 	}

@@ -127,18 +127,32 @@ func (p *Pool) Config() Config {
 }
 
 // Run runs job on a free worker, waiting for one if all are busy, and
-// returns its result. Output reaches ev (which may be nil) as it is written.
+// returns its result. Output reaches ev (which may be nil) as it is written;
+// an ev that is also a Watcher follows the call through the line too.
 // A Python error, a timeout or a crash is a Result; an error means the call
 // did not run (queue full, queue timeout, pool closed, or ctx done while
-// queued) or was cancelled through ctx while running.
+// queued: such a call never starts) or was cancelled through ctx while
+// running, which stops it as a timeout does.
 func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 	queued := time.Now()
-	w, cfg, err := p.acquire(ctx)
+	watch, _ := ev.(Watcher)
+	w, cfg, err := p.acquire(ctx, watch)
 	if err != nil {
 		p.mu.Lock()
-		p.counts.Rejected++
+		if ctx.Err() != nil {
+			p.counts.Calls["cancelled"]++
+		} else {
+			p.counts.Rejected++
+		}
 		p.mu.Unlock()
+		if ctx.Err() != nil {
+			p.log.Info("call", "id", job.ID, "status", "cancelled", "queued", time.Since(queued).Round(time.Microsecond),
+				"worker", "", "client", job.Client)
+		}
 		return Result{}, err
+	}
+	if watch != nil {
+		watch.Started(w.name)
 	}
 	wait := time.Since(queued)
 	res := w.run(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
@@ -156,13 +170,18 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 	return res, nil
 }
 
-// acquire takes a free worker, waiting in line when none is.
-func (p *Pool) acquire(ctx context.Context) (*worker, Config, error) {
+// acquire takes a free worker, waiting in line when none is. A call whose
+// ctx is done gets no worker, even one handed to it as it gave up.
+func (p *Pool) acquire(ctx context.Context, watch Watcher) (*worker, Config, error) {
 	p.mu.Lock()
 	cfg := p.cfg
 	if p.closed {
 		p.mu.Unlock()
 		return nil, cfg, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		p.mu.Unlock()
+		return nil, cfg, fmt.Errorf("waiting for a worker: %w", err)
 	}
 	if n := len(p.idle); n > 0 {
 		// Last in, first out: the most recently used worker has the warmest JIT.
@@ -184,13 +203,24 @@ func (p *Pool) acquire(ctx context.Context) (*worker, Config, error) {
 	wt := &waiter{ch: make(chan *worker, 1), broken: make(chan struct{})}
 	p.waiters = append(p.waiters, wt)
 	p.mu.Unlock()
+	if watch != nil {
+		watch.Queued(func() int { return p.position(wt) })
+	}
 
 	timer := time.NewTimer(cfg.QueueTimeout)
 	defer timer.Stop()
 	var err error
 	select {
 	case w := <-wt.ch:
-		return w, p.Config(), nil
+		if ctx.Err() == nil {
+			return w, p.Config(), nil
+		}
+		// Cancelled as the worker arrived: the call must not start.
+		err = fmt.Errorf("waiting for a worker: %w", ctx.Err())
+		p.mu.Lock()
+		p.giveBackLocked(w)
+		p.mu.Unlock()
+		return nil, cfg, err
 	case <-timer.C:
 		err = ErrQueueTimeout
 	case <-ctx.Done():
@@ -210,12 +240,26 @@ func (p *Pool) acquire(ctx context.Context) (*worker, Config, error) {
 	// (pass it on) or the line was dropped because no worker can start.
 	select {
 	case w := <-wt.ch:
-		p.busy--
-		delete(p.running, w)
-		p.putLocked(w)
+		p.giveBackLocked(w)
 	default:
 	}
 	return nil, cfg, err
+}
+
+// position is wt's place in line (1: next), 0 when it is not in line.
+func (p *Pool) position(wt *waiter) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Index(p.waiters, wt) + 1
+}
+
+// giveBackLocked takes back a worker handed to a call that gave up before
+// using it. p.mu is held.
+func (p *Pool) giveBackLocked(w *worker) {
+	p.busy--
+	delete(p.running, w)
+	p.putLocked(w)
+	p.drainedLocked()
 }
 
 // brokenLocked returns ErrNoWorkers when starts keep failing and no worker
@@ -246,6 +290,11 @@ func (p *Pool) release(w *worker, status string) {
 	// putLocked first: the worker's retirement joins p.wg before Close,
 	// woken by drained, waits on it.
 	p.putLocked(w)
+	p.drainedLocked()
+}
+
+// drainedLocked tells a waiting Close when the last call has ended. p.mu is held.
+func (p *Pool) drainedLocked() {
 	if p.closed && p.busy == 0 && p.drained != nil {
 		close(p.drained)
 		p.drained = nil

@@ -81,6 +81,7 @@ type Events interface {
 type transcript struct {
 	max        int
 	events     Events
+	watch      Watcher // events, when it also watches; nil otherwise
 	chunks     []Chunk
 	tail       []byte
 	tailStream Stream
@@ -89,7 +90,16 @@ type transcript struct {
 }
 
 func newTranscript(max int, ev Events) *transcript {
-	return &transcript{max: max, events: ev, size: map[Stream]int{}, cut: map[Stream]bool{}}
+	t := &transcript{max: max, events: ev, size: map[Stream]int{}, cut: map[Stream]bool{}}
+	t.watch, _ = ev.(Watcher)
+	return t
+}
+
+// notice passes pyrun's word about the call to a Watcher.
+func (t *transcript) notice(severe bool, format string, args ...any) {
+	if t.watch != nil {
+		t.watch.Notice(Notice{Severe: severe, Text: fmt.Sprintf(format, args...)})
+	}
 }
 
 // truncationMarker is appended once to a stream that hit the limit.
@@ -116,6 +126,7 @@ func (t *transcript) dropped(s Stream) {
 	}
 	t.cut[s] = true
 	t.append(s, truncationMarker(s, t.max))
+	t.notice(false, "%s exceeded the limit of %d bytes (max_output); the rest of it is dropped", s, t.max)
 }
 
 func (t *transcript) append(s Stream, text string) {

@@ -280,6 +280,9 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				fail(fmt.Errorf("%w: %q during a call", errGarbage, ev.Type), "it broke the protocol")
 			}
 		case <-deadline.C:
+			if stopped == "" {
+				tr.notice(false, "the call reached its time limit of %s; interrupting it", limit)
+			}
 			stop(fmt.Sprintf("the call exceeded its time limit of %s", limit))
 		case <-done:
 			done = nil
@@ -288,6 +291,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			w.interrupt()
 		case <-grace:
 			grace, repeat = nil, nil
+			tr.notice(true, "the call did not stop within %s of the interrupt; its worker is killed and replaced", cfg.InterruptGrace)
 			w.kill("it did not stop after an interrupt")
 		}
 	}
@@ -317,6 +321,7 @@ func (w *worker) finish(res Result, ev event, tr *transcript, stopped string, cf
 	res.Error = capText(ev.Error, cfg.MaxOutput, ev.ErrorCut)
 	if ev.Recycle != "" {
 		w.retire = ev.Recycle
+		tr.notice(false, "the worker is replaced after this call: %s", ev.Recycle)
 	}
 	switch {
 	case stopped != "" && ev.Status == "interrupted":
@@ -346,6 +351,7 @@ func (w *worker) died(res Result, tr *transcript, stopped string, broken error) 
 	case w.killedFor() == killMemory:
 		res.Status = StatusMemoryError
 		res.Error = "MemoryError: the worker exceeded its memory limit and was stopped"
+		tr.notice(true, "the worker exceeded its memory limit; it was killed and is replaced")
 	case stopped != "":
 		res.Status = StatusTimeout
 		res.Error = stoppedError(stopped, "")
@@ -361,6 +367,7 @@ func (w *worker) died(res Result, tr *transcript, stopped string, broken error) 
 			why = "the worker process ended (" + w.exitDescription() + ")"
 		}
 		res.Error = fmt.Sprintf("pyrun: %s while running the code; the worker was replaced%s", why, w.stderrSuffix())
+		tr.notice(true, "the worker died while running the call (%s); it is replaced", w.exitDescription())
 	}
 	return res
 }

@@ -88,11 +88,16 @@ type server struct {
 // startServer starts `pyrun stdio` with args and connects to it. Its stderr
 // (JSON logs at debug level) goes to a logWatcher.
 func startServer(ctx context.Context, args ...string) (*server, error) {
+	return startServerWith(ctx, nil, args...)
+}
+
+// startServerWith is startServer with a client made with copts.
+func startServerWith(ctx context.Context, copts *sdk.ClientOptions, args ...string) (*server, error) {
 	lw := newLogWatcher()
 	argv := append([]string{"stdio", "--log-format", "json", "--log-level", "debug"}, args...)
 	cmd := exec.Command(pyrunBin, argv...)
 	cmd.Stderr = lw
-	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-e2e", Version: "test"}, nil)
+	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-e2e", Version: "test"}, copts)
 	cs, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("connect to pyrun %s: %w\n%s", strings.Join(argv, " "), err, lw.tail())
@@ -160,18 +165,20 @@ func (s *sharedServer) close() error {
 }
 
 // logWatcher takes pyrun's stderr (JSON log lines), keeps the last lines for
-// failure messages and counts worker starts and retirements, so that a test
-// can wait for the pool to be whole without sleeping.
+// failure messages and counts lines by message (worker starts and
+// retirements, cancelled calls), so that a test can wait for the pool to be
+// whole, or for a call to be cancelled, without sleeping.
 type logWatcher struct {
 	mu      sync.Mutex
 	partial []byte
 	lines   []string
-	started int           // "worker ready" lines
-	retired int           // "retiring worker" lines
-	changed chan struct{} // closed and replaced when a count changes
+	counts  map[string]int // lines by @message
+	changed chan struct{}  // closed and replaced when a count changes
 }
 
-func newLogWatcher() *logWatcher { return &logWatcher{changed: make(chan struct{})} }
+func newLogWatcher() *logWatcher {
+	return &logWatcher{counts: map[string]int{}, changed: make(chan struct{})}
+}
 
 func (w *logWatcher) Write(p []byte) (int, error) {
 	w.mu.Lock()
@@ -194,14 +201,7 @@ func (w *logWatcher) Write(p []byte) (int, error) {
 		if json.Unmarshal([]byte(line), &rec) != nil {
 			continue
 		}
-		switch rec.Message {
-		case "worker ready":
-			w.started++
-		case "retiring worker":
-			w.retired++
-		default:
-			continue
-		}
+		w.counts[rec.Message]++
 		close(w.changed)
 		w.changed = make(chan struct{})
 	}
@@ -214,21 +214,35 @@ func (w *logWatcher) tail() string {
 	return strings.Join(w.lines, "\n")
 }
 
-// waitWorkers waits until at least n workers are ready and not retired.
-func (w *logWatcher) waitWorkers(ctx context.Context, n int) error {
+// count is how many lines with message pyrun has logged so far.
+func (w *logWatcher) count(message string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.counts[message]
+}
+
+// waitFor waits until cond, given the counts of lines by message, holds.
+func (w *logWatcher) waitFor(ctx context.Context, what string, cond func(counts map[string]int) bool) error {
 	for {
 		w.mu.Lock()
-		alive, ch := w.started-w.retired, w.changed
+		ok, ch := cond(w.counts), w.changed
 		w.mu.Unlock()
-		if alive >= n {
+		if ok {
 			return nil
 		}
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for %d ready workers (have %d): %w", n, alive, ctx.Err())
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
 		}
 	}
+}
+
+// waitWorkers waits until at least n workers are ready and not retired.
+func (w *logWatcher) waitWorkers(ctx context.Context, n int) error {
+	return w.waitFor(ctx, fmt.Sprintf("%d ready workers", n), func(c map[string]int) bool {
+		return c["worker ready"]-c["retiring worker"] >= n
+	})
 }
 
 // ---- calls -----------------------------------------------------------------

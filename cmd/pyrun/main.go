@@ -159,6 +159,7 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		MaxOutput:      cfg.MaxOutput,
 		MaxCode:        int(o.maxCode),
 		Network:        cfg.Network,
+		Live:           mcp.LiveOptions{Buffer: int(o.liveBuffer), ProgressInterval: o.progressInterval},
 	}
 }
 

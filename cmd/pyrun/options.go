@@ -32,6 +32,9 @@ type options struct {
 	isolation    string
 	runtimeDir   string
 
+	liveBuffer       byteSize
+	progressInterval time.Duration
+
 	logLevel  string
 	logFormat string
 
@@ -43,7 +46,7 @@ type options struct {
 func (o *options) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	o.memoryLimit, o.maxOutput, o.maxCode = 512<<20, 64<<10, 1<<20
+	o.memoryLimit, o.maxOutput, o.maxCode, o.liveBuffer = 512<<20, 64<<10, 1<<20, 256<<10
 	fs.StringVar(&o.configFile, "config", "", "JSON config `file`; its keys are these flags' names in snake_case")
 	fs.IntVar(&o.workers, "workers", supervisor.DefaultWorkers(), "warm pool size")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
@@ -55,6 +58,8 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.Var(&o.deps, "deps", "comma-separated packages every worker loads before its first call")
 	fs.StringVar(&o.network, "network", "public", "what Python may reach: none, packages, public (no private or loopback addresses) or all")
 	fs.StringVar(&o.isolation, "isolation", "call", "call (fresh globals, files and modules per call) or process (a new worker per call)")
+	fs.Var(&o.liveBuffer, "live-buffer", "output of one call waiting to be sent to a slow client as log messages; more is left out of the live stream, never out of the result (bytes or 256KiB)")
+	fs.DurationVar(&o.progressInterval, "progress-interval", time.Second, "gap between two progress notifications of a call that has a progress token")
 	fs.StringVar(&o.runtimeDir, "runtime-dir", supervisor.DefaultRuntimeRoot(), "where pyrun installs Deno and Pyodide")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
@@ -170,6 +175,10 @@ func (o *options) check() error {
 		return fmt.Errorf("max-queue must not be negative, not %d", o.maxQueue)
 	case o.queueTimeout <= 0:
 		return fmt.Errorf("queue-timeout must be positive, not %s", o.queueTimeout)
+	case o.liveBuffer < 4<<10 || o.liveBuffer > 64<<20:
+		return fmt.Errorf("live-buffer must be between 4KiB and 64MiB, not %s", o.liveBuffer)
+	case o.progressInterval < 100*time.Millisecond:
+		return fmt.Errorf("progress-interval must be at least 100ms, not %s", o.progressInterval)
 	}
 	if hclogLevel(o.logLevel) == 0 {
 		return fmt.Errorf("log-level must be trace, debug, info, warn or error, not %q", o.logLevel)
