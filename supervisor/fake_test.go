@@ -29,7 +29,7 @@ var fakeModes = map[string]func(){
 		os.Exit(3)
 	},
 	"never-ready": func() {
-		select {} // killed by the start deadline
+		blockForever() // killed by the start deadline
 	},
 	"wrong-protocol": func() {
 		fakeSend(map[string]any{"type": "ready", "protocol": 99})
@@ -72,14 +72,14 @@ var fakeModes = map[string]func(){
 		fakeReady()
 		fakeServe(func(req map[string]any) {
 			fakeSend(map[string]any{"type": "output", "id": req["id"], "stream": "stdout", "text": "started\n"})
-			select {}
+			blockForever()
 		})
 	},
 	"ignore-eof": func() {
 		signal.Ignore(syscall.SIGTERM)
 		fakeReady()
 		fakeServe(fakeEcho)
-		select {} // stdin closed: a real worker exits here; this one does not
+		blockForever() // stdin closed: a real worker exits here; this one does not
 	},
 	// "echo" answers every run with success and the code as its value; it
 	// records each run in PYRUN_FAKE_LOG so tests can see which calls ran.
@@ -117,6 +117,15 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+// blockForever blocks the fake worker until it is killed. A bare select {}
+// would not do: with nothing else to wake it, Go's runtime reports a
+// deadlock and exits.
+func blockForever() {
+	for {
+		time.Sleep(time.Hour)
+	}
 }
 
 func fakeSend(v map[string]any) {
