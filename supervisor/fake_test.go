@@ -81,6 +81,15 @@ var fakeModes = map[string]func(){
 		fakeServe(fakeEcho)
 		blockForever() // stdin closed: a real worker exits here; this one does not
 	},
+	"flood": func() {
+		fakeReady()
+		fakeServe(func(req map[string]any) {
+			for range 3 {
+				fakeSend(map[string]any{"type": "output", "id": req["id"], "stream": "stdout", "text": strings.Repeat("z", 999) + "\n"})
+			}
+			fakeSend(map[string]any{"type": "result", "id": req["id"], "status": "success"})
+		})
+	},
 	// "echo" answers every run with success and the code as its value; it
 	// records each run in PYRUN_FAKE_LOG so tests can see which calls ran.
 	"echo": func() {
