@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -325,7 +326,7 @@ func (l *live) sendProgress() {
 	default:
 		return // not in line yet: a moment
 	}
-	p := time.Since(l.began).Seconds()
+	p := math.Round(time.Since(l.began).Seconds()*1000) / 1000
 	if p <= l.progress {
 		p = l.progress + 0.001
 	}

@@ -448,3 +448,31 @@ func TestLiveBufferIsBounded(t *testing.T) {
 		t.Errorf("the last entry is of kind %d; a notice must get in even when the buffer is full", last.kind)
 	}
 }
+
+func TestHangUpCancelsTheCall(t *testing.T) {
+	s, r, lines := newTestServer(t, LiveOptions{})
+	toServer, fromClient := io.Pipe()
+	toClient, fromServer := io.Pipe()
+	ss, err := s.sdk.Connect(t.Context(), &sdk.IOTransport{Reader: toServer, Writer: fromServer}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ss.Close()
+	sess := connect(t, &sdk.IOTransport{Reader: toClient, Writer: fromClient})
+
+	go func() { _, _, _ = sess.call(t.Context(), "print('started')\nwhile True:\n    pass\n") }()
+	if got := sess.streamed(t, "started\n"); got != "started\n" {
+		t.Fatalf("the call did not start: streamed %q", got)
+	}
+	// The client goes away without a word: the server reads the end of its input.
+	hungUp := time.Now()
+	fromClient.Close()
+	r.waitRan(t, 1, 5*time.Second)
+	if d := time.Since(hungUp); d > 1500*time.Millisecond {
+		t.Errorf("the call stopped %v after the client hung up; want within a second", d)
+	}
+	recs := lines.find("call cancelled")
+	if len(recs) != 1 || recs[0]["why"] != "the client hung up" {
+		t.Errorf("logged cancellations %v; want one, for the hang-up", recs)
+	}
+}
