@@ -476,3 +476,36 @@ func TestHangUpCancelsTheCall(t *testing.T) {
 		t.Errorf("logged cancellations %v; want one, for the hang-up", recs)
 	}
 }
+
+func TestCancelledOverHTTP(t *testing.T) {
+	// No CancelOnDisconnect here: what stops the call is the client's
+	// notifications/cancelled, which the Go client sends when the call's
+	// context ends.
+	s, r, lines := newTestServer(t, LiveOptions{})
+	handler := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.sdk }, nil)
+	web := httptest.NewServer(handler)
+	t.Cleanup(web.Close) // after the session closes
+	sess := connect(t, &sdk.StreamableClientTransport{Endpoint: web.URL})
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _, _, _ = sess.call(ctx, "import time\nprint('started')\ntime.sleep(100)\n") }()
+	if got := sess.streamed(t, "started\n"); got != "started\n" {
+		t.Fatalf("the call did not start: streamed %q", got)
+	}
+	cancelledAt := time.Now()
+	cancel()
+	r.waitRan(t, 1, 5*time.Second)
+	if d := time.Since(cancelledAt); d > 1500*time.Millisecond {
+		t.Errorf("the call stopped %v after the client cancelled it; want within a second", d)
+	}
+	recs := lines.find("call cancelled")
+	if len(recs) != 1 || !strings.Contains(fmt.Sprint(recs[0]["why"]), "notifications/cancelled") {
+		t.Errorf("logged cancellations %v; want one, by notifications/cancelled", recs)
+	}
+	// The worker is free and well: the next call runs.
+	_, sc, err := sess.call(t.Context(), "6 * 7")
+	if err != nil || string(sc.ReturnValue) != "42" {
+		t.Errorf("the next call: %v, return value %s; want 42", err, sc.ReturnValue)
+	}
+}
