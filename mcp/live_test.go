@@ -89,28 +89,46 @@ func (r *runner) waitRan(t *testing.T, n int, within time.Duration) {
 
 // logLines collects the server's own log (JSON lines) for assertions.
 type logLines struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	changed chan struct{} // closed and replaced on every write
 }
+
+func newLogLines() *logLines { return &logLines{changed: make(chan struct{})} }
 
 func (l *logLines) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	close(l.changed)
+	l.changed = make(chan struct{})
 	return l.buf.Write(p)
 }
 
-// find returns the logged records with message msg.
+// find waits until the server has logged a record with message msg, for at
+// most a few seconds, and returns all such records.
 func (l *logLines) find(msg string) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []map[string]any
-	for line := range strings.Lines(l.buf.String()) {
-		var rec map[string]any
-		if json.Unmarshal([]byte(line), &rec) == nil && rec["@message"] == msg {
-			out = append(out, rec)
+	timer := time.NewTimer(5 * time.Second)
+	defer timer.Stop()
+	for {
+		l.mu.Lock()
+		text, ch := l.buf.String(), l.changed
+		l.mu.Unlock()
+		var out []map[string]any
+		for line := range strings.Lines(text) {
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) == nil && rec["@message"] == msg {
+				out = append(out, rec)
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+		select {
+		case <-ch:
+		case <-timer.C:
+			return nil
 		}
 	}
-	return out
 }
 
 // newTestServer builds a pyrun MCP server on the shared test pool.
@@ -131,7 +149,7 @@ func newTestServer(t *testing.T, live LiveOptions) (*Server, *runner, *logLines)
 	if testPool.err != nil {
 		t.Fatal(testPool.err)
 	}
-	lines := &logLines{}
+	lines := newLogLines()
 	log := hclog.New(&hclog.LoggerOptions{Name: "pyrun", Level: hclog.Debug, Output: lines, JSONFormat: true})
 	r := &runner{pool: testPool.pool, done: make(chan struct{})}
 	s := New(r, Options{
