@@ -29,7 +29,7 @@ var fakeModes = map[string]func(){
 		os.Exit(3)
 	},
 	"never-ready": func() {
-		select {} // killed by the start deadline
+		hang() // killed by the start deadline
 	},
 	"wrong-protocol": func() {
 		fakeSend(map[string]any{"type": "ready", "protocol": 99})
@@ -72,14 +72,14 @@ var fakeModes = map[string]func(){
 		fakeReady()
 		fakeServe(func(req map[string]any) {
 			fakeSend(map[string]any{"type": "output", "id": req["id"], "stream": "stdout", "text": "started\n"})
-			select {}
+			hang()
 		})
 	},
 	"ignore-eof": func() {
 		signal.Ignore(syscall.SIGTERM)
 		fakeReady()
 		fakeServe(fakeEcho)
-		select {} // stdin closed: a real worker exits here; this one does not
+		hang() // stdin closed: a real worker exits here; this one does not
 	},
 	// "echo" answers every run with success and the code as its value; it
 	// records each run in PYRUN_FAKE_LOG so tests can see which calls ran.
@@ -404,5 +404,14 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// hang blocks forever. A bare select{} would let the runtime's deadlock
+// detector end the fake worker (it fires without -race), which is not the
+// misbehaviour under test.
+func hang() {
+	for {
+		time.Sleep(time.Hour)
 	}
 }
