@@ -9,6 +9,7 @@ package mcp
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -33,12 +34,15 @@ type Options struct {
 	Network        supervisor.Network
 }
 
-// Server is pyrun's MCP server.
+// Server is pyrun's MCP server. Its methods are safe for concurrent use.
 type Server struct {
-	pool Runner
-	opts Options
-	log  hclog.Logger
-	sdk  *sdk.Server
+	pool  Runner
+	log   hclog.Logger
+	sdk   *sdk.Server
+	names sessionNames
+
+	mu   sync.Mutex
+	opts Options // guarded by mu; replaced, never changed, by SetOptions
 }
 
 // New builds the MCP server around pool.
@@ -61,7 +65,13 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 				Tools:   &sdk.ToolCapabilities{},
 			},
 		})
-	s.sdk.AddTool(&sdk.Tool{
+	s.sdk.AddTool(tool(opts), s.handle)
+	return s
+}
+
+// tool describes run_python_code under opts.
+func tool(opts Options) *sdk.Tool {
+	return &sdk.Tool{
 		Name:         ToolName,
 		Title:        "Run Python code",
 		Description:  description(opts),
@@ -74,8 +84,7 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 			IdempotentHint:  false,
 			OpenWorldHint:   new(opts.Network != supervisor.NetworkNone),
 		},
-	}, s.handle)
-	return s
+	}
 }
 
 // RunStdio serves one client on stdin/stdout until it disconnects or ctx ends.

@@ -142,7 +142,7 @@ func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
 // result with isError; so is bad input. Only a call the pool could not take
 // (busy, shutting down) is a tool error with a message and no result.
 func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	args, err := parseArgs(req.Params.Arguments, s.opts.MaxCode)
+	args, err := parseArgs(req.Params.Arguments, s.options().MaxCode)
 	if err != nil {
 		return toolError(err), nil
 	}
@@ -150,7 +150,7 @@ func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 		ID:      strconv.FormatUint(callSeq.Add(1), 10),
 		Code:    args.PythonCode,
 		Globals: args.GlobalVariables,
-		Client:  clientName(req),
+		Client:  s.sessionName(req.Session),
 	}
 	if t := args.TimeoutSeconds; t != nil {
 		job.Timeout = time.Duration(min(*t, 1e6) * float64(time.Second))
@@ -170,16 +170,6 @@ func toolError(err error) *sdk.CallToolResult {
 	var r sdk.CallToolResult
 	r.SetError(err)
 	return &r
-}
-
-// clientName identifies the caller in logs: the session id when there is one.
-func clientName(req *sdk.CallToolRequest) string {
-	if req.Session != nil {
-		if id := req.Session.ID(); id != "" {
-			return id
-		}
-	}
-	return ""
 }
 
 func humanBytes(n int) string {
