@@ -133,7 +133,7 @@ func (h *HTTPHandler) transport(next http.Handler) http.Handler {
 				cancel()
 			}()
 		}
-		keepAlive(next, h.opts.KeepAlive).ServeHTTP(w, r)
+		h.srv.live.keepAlive(next, h.opts.KeepAlive).ServeHTTP(w, r)
 	})
 }
 

@@ -40,6 +40,7 @@ type Server struct {
 	log   hclog.Logger
 	sdk   *sdk.Server
 	names sessionNames
+	live  liveStreams
 
 	mu   sync.Mutex
 	opts Options // guarded by mu; replaced, never changed, by SetOptions

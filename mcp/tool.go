@@ -142,6 +142,7 @@ func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
 // result with isError; so is bad input. Only a call the pool could not take
 // (busy, shutting down) is a tool error with a message and no result.
 func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+	s.live.opened(req)
 	args, err := parseArgs(req.Params.Arguments, s.options().MaxCode)
 	if err != nil {
 		return toolError(err), nil
