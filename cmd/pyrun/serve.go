@@ -33,6 +33,7 @@ type service struct {
 	srv     *mcp.Server
 	handler *mcp.HTTPHandler
 	http    *http.Server
+	watcher *configWatcher // nil without a config file
 
 	mu   sync.Mutex
 	opts *options // in force; replaced by reload
@@ -84,13 +85,12 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	served := make(chan error, 1)
 	go func() { served <- s.http.Serve(ln) }()
 
-	var watcher *configWatcher
 	if o.configFile != "" {
-		watcher, err = watchConfig(o.configFile, log.Named("config"), s.reload)
+		s.watcher, err = watchConfig(o.configFile, log.Named("config"), s.reload)
 		if err != nil {
 			log.Error("config file changes will not be applied (SIGHUP still reloads)", "error", err)
 		} else {
-			defer watcher.Close()
+			defer s.watcher.Close()
 		}
 	}
 	addr := ln.Addr().String()
@@ -147,6 +147,9 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 		}
 	}()
 
+	if s.watcher != nil {
+		_ = s.watcher.Close() // no reloads while stopping
+	}
 	// Stop accepting: no new connections, sessions or streams; calls in
 	// existing sessions are refused by the closing pool.
 	s.handler.Drain()
