@@ -203,7 +203,7 @@ func checkListen(addr string) error {
 	return fmt.Errorf("refusing to listen on %q: whoever reaches pyrun serve can run code, so without access control it listens only on loopback addresses (127.0.0.1:3001, [::1]:3001, localhost:3001); to serve other machines, listen on loopback and put a reverse proxy that authenticates in front", addr)
 }
 
-// reloadOnly are the settings that take effect only when pyrun starts. A
+// restartOnly are the settings that take effect only when pyrun starts. A
 // key added to the flags is reloaded unless it is named here.
 var restartOnly = []string{
 	"config", "listen", "stateless", "session-timeout", "keep-alive", "runtime-dir", "log-format",
