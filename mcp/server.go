@@ -9,6 +9,7 @@ package mcp
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -34,13 +35,17 @@ type Options struct {
 	Live           LiveOptions // what a call sends its client while it runs
 }
 
-// Server is pyrun's MCP server.
+// Server is pyrun's MCP server. Its methods are safe for concurrent use.
 type Server struct {
 	pool  Runner
-	opts  Options
 	log   hclog.Logger
 	sdk   *sdk.Server
+	names sessionNames
+	live  liveStreams
 	posts posts // HTTP requests that carry calls, for CancelOnDisconnect
+
+	mu   sync.Mutex
+	opts Options // guarded by mu; replaced, never changed, by SetOptions
 }
 
 // New builds the MCP server around pool.
@@ -63,7 +68,13 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 				Tools:   &sdk.ToolCapabilities{},
 			},
 		})
-	s.sdk.AddTool(&sdk.Tool{
+	s.sdk.AddTool(tool(opts), s.handle)
+	return s
+}
+
+// tool describes run_python_code under opts.
+func tool(opts Options) *sdk.Tool {
+	return &sdk.Tool{
 		Name:         ToolName,
 		Title:        "Run Python code",
 		Description:  description(opts),
@@ -76,8 +87,7 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 			IdempotentHint:  false,
 			OpenWorldHint:   new(opts.Network != supervisor.NetworkNone),
 		},
-	}, s.handle)
-	return s
+	}
 }
 
 // RunStdio serves one client on stdin/stdout until it disconnects or ctx ends.

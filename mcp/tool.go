@@ -142,7 +142,8 @@ func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
 // result with isError; so is bad input. Only a call the pool could not take
 // (busy, shutting down) is a tool error with a message and no result.
 func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	args, err := parseArgs(req.Params.Arguments, s.opts.MaxCode)
+	s.live.opened(req)
+	args, err := parseArgs(req.Params.Arguments, s.options().MaxCode)
 	if err != nil {
 		return toolError(err), nil
 	}
@@ -150,7 +151,7 @@ func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 		ID:      strconv.FormatUint(callSeq.Add(1), 10),
 		Code:    args.PythonCode,
 		Globals: args.GlobalVariables,
-		Client:  clientName(req),
+		Client:  s.sessionName(req.Session),
 	}
 	if t := args.TimeoutSeconds; t != nil {
 		job.Timeout = time.Duration(min(*t, 1e6) * float64(time.Second))
@@ -159,7 +160,7 @@ func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 	defer untie()
 	var ev supervisor.Events
 	if req.Session != nil {
-		lv := newLive(ctx, req.Session, job.ID, req.Params.GetProgressToken(), s.opts.Live, s.log)
+		lv := newLive(ctx, req.Session, job.ID, req.Params.GetProgressToken(), s.options().Live, s.log)
 		defer lv.close() // before the SDK sends the result: every notification comes first
 		ev = lv
 	}
@@ -181,16 +182,6 @@ func toolError(err error) *sdk.CallToolResult {
 	var r sdk.CallToolResult
 	r.SetError(err)
 	return &r
-}
-
-// clientName identifies the caller in logs: the session id when there is one.
-func clientName(req *sdk.CallToolRequest) string {
-	if req.Session != nil {
-		if id := req.Session.ID(); id != "" {
-			return id
-		}
-	}
-	return ""
 }
 
 func humanBytes(n int) string {

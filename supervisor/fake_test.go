@@ -249,7 +249,7 @@ func TestWorkerBreakingProtocolIsRetired(t *testing.T) {
 					t.Errorf("call %d: status %s, error %q; want crashed mentioning %q", i, res.Status, res.Error, tc.want)
 				}
 			}
-			if s := p.Stats(); s.Counts.Restarts["it broke the protocol"] < 2 {
+			if s := p.Stats(); s.Counts.Restarts[supervisor.RestartProtocol] < 2 {
 				t.Errorf("restarts = %v, want 2 for the protocol", s.Counts.Restarts)
 			}
 		})
@@ -289,7 +289,7 @@ func TestHungWorkerIsKilledAfterGrace(t *testing.T) {
 	if !strings.Contains(res.Error, "time limit of 300ms") {
 		t.Errorf("error %q does not say which limit", res.Error)
 	}
-	if s := p.Stats(); s.Counts.Restarts["it did not stop after an interrupt"] != 1 {
+	if s := p.Stats(); s.Counts.Restarts[supervisor.RestartInterrupt] != 1 {
 		t.Errorf("restarts = %v, want one kill after the interrupt", s.Counts.Restarts)
 	}
 }
@@ -408,7 +408,7 @@ func TestReconfigureResizesThePool(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { s := p.Stats(); return s.Ready == 1 && s.Starting == 0 })
-	if s := p.Stats(); s.Counts.Restarts["the pool shrank"] != 2 {
+	if s := p.Stats(); s.Counts.Restarts[supervisor.RestartShrink] != 2 {
 		t.Errorf("restarts = %v, want 2 retired by the shrink", s.Counts.Restarts)
 	}
 }

@@ -62,7 +62,7 @@ type Pool struct {
 // Counts are cumulative figures since the pool started.
 type Counts struct {
 	Calls    map[string]int64 // finished calls by status, and "cancelled"
-	Restarts map[string]int64 // workers retired, by reason
+	Restarts map[string]int64 // workers retired, by kind (RestartCrash, ...)
 	Rejected int64            // calls refused: queue full, queue timeout or closed
 }
 
@@ -163,7 +163,7 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 	}
 	p.release(w, status)
 	p.log.Info("call", "id", job.ID, "status", status, "duration", res.Duration.Round(time.Microsecond),
-		"queued", wait.Round(time.Microsecond), "worker", w.name, "client", job.Client)
+		"queued", wait.Round(time.Microsecond), "worker", w.name, "session", job.Client)
 	if ctx.Err() != nil {
 		return res, fmt.Errorf("call %s: %w", job.ID, ctx.Err())
 	}
@@ -340,7 +340,7 @@ func (p *Pool) putLocked(w *worker) {
 // retireLocked stops w in the background and has the filler replace it.
 func (p *Pool) retireLocked(w *worker, reason string) {
 	if !p.closed {
-		p.counts.Restarts[reason]++
+		p.counts.Restarts[restartKind(reason)]++
 		p.log.Debug("retiring worker", "worker", w.name, "reason", reason)
 	}
 	p.wg.Add(1)

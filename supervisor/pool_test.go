@@ -127,7 +127,7 @@ func TestRealWorkerMemoryLimit(t *testing.T) {
 	if next.Status != supervisor.StatusSuccess || next.Worker == res.Worker {
 		t.Errorf("next call: status %s on %s, want success on a new worker", next.Status, next.Worker)
 	}
-	if got := p.Stats().Counts.Restarts["the call ran out of memory"]; got != 1 {
+	if got := p.Stats().Counts.Restarts[supervisor.RestartMemory]; got != 1 {
 		t.Errorf("restarts = %v, want one for memory", p.Stats().Counts.Restarts)
 	}
 }

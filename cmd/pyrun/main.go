@@ -28,6 +28,8 @@ const usage = `pyrun runs Python for AI agents over the Model Context Protocol.
 
 Usage:
   pyrun stdio [flags]          MCP server on stdin/stdout
+  pyrun serve [flags]          MCP server over HTTP: /mcp, /sse, /healthz, /metrics
+  pyrun warmup [flags]         install and check everything a worker needs
   pyrun run [flags] [FILE|-]   run one snippet and print the tool's result
   pyrun version                versions of pyrun, Deno, Pyodide and Python
 
@@ -55,7 +57,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	cmd, rest := args[0], args[1:]
 	switch cmd {
-	case "stdio", "run", "version":
+	case "stdio", "serve", "warmup", "run", "version":
 	default:
 		fmt.Fprintf(stderr, "pyrun: unknown command %q\n\n", cmd)
 		printUsage(stderr)
@@ -65,6 +67,9 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		printUsage(stderr)
 		return exitOK
+	}
+	if err == nil && cmd != "run" && len(pos) > 0 {
+		err = fmt.Errorf("unexpected argument %q", pos[0])
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "pyrun %s: %v\n", cmd, err)
@@ -77,6 +82,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "stdio":
 		err = cmdStdio(ctx, opts, stdin, stderr, log)
+	case "serve":
+		err = cmdServe(ctx, opts, rest, stderr, log)
+	case "warmup":
+		err = cmdWarmup(ctx, opts, stdout, stderr, log)
 	case "run":
 		var code int
 		code, err = cmdRun(ctx, opts, pos, stdin, stdout, stderr, log)

@@ -38,8 +38,11 @@ type options struct {
 	logLevel  string
 	logFormat string
 
-	listen    string
-	stateless bool
+	listen         string
+	stateless      bool
+	sessionTimeout time.Duration
+	keepAlive      time.Duration
+	drainTimeout   time.Duration
 }
 
 // flagSet declares every flag on o, with its default.
@@ -65,6 +68,9 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:3001", "serve: address to listen on")
 	fs.BoolVar(&o.stateless, "stateless", false, "serve: /mcp without sessions, for load balancers")
+	fs.DurationVar(&o.sessionTimeout, "session-timeout", time.Hour, "serve: close a /mcp session after this long without a request")
+	fs.DurationVar(&o.keepAlive, "keep-alive", 15*time.Second, "serve: comment line on quiet event streams this often, so long calls are not dropped (0: never)")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", 0, "serve: on SIGTERM, how long running calls may take to finish (default: the timeout plus 5s)")
 	return fs
 }
 
@@ -84,6 +90,9 @@ func loadOptions(cmd string, args []string) (*options, []string, error) {
 			return nil, nil, err
 		}
 	}
+	if o.runtimeDir == "" {
+		o.runtimeDir = supervisor.DefaultRuntimeRoot()
+	}
 	if err := o.check(); err != nil {
 		return nil, nil, err
 	}
@@ -91,6 +100,7 @@ func loadOptions(cmd string, args []string) (*options, []string, error) {
 }
 
 // applyConfigFile sets every flag the file names, except those in skip.
+// Keys that start with "//" are comments.
 func applyConfigFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -101,6 +111,9 @@ func applyConfigFile(fs *flag.FlagSet, path string, skip map[string]bool) error 
 		return fmt.Errorf("config %s: %w", path, err)
 	}
 	for key, raw := range keys {
+		if strings.HasPrefix(key, "//") {
+			continue // a comment
+		}
 		name := strings.ReplaceAll(key, "_", "-")
 		if name == "config" || fs.Lookup(name) == nil {
 			return fmt.Errorf("config %s: unknown key %q", path, key)
@@ -179,6 +192,12 @@ func (o *options) check() error {
 		return fmt.Errorf("live-buffer must be between 4KiB and 64MiB, not %s", o.liveBuffer)
 	case o.progressInterval < 100*time.Millisecond:
 		return fmt.Errorf("progress-interval must be at least 100ms, not %s", o.progressInterval)
+	case o.sessionTimeout <= 0:
+		return fmt.Errorf("session-timeout must be positive, not %s", o.sessionTimeout)
+	case o.keepAlive < 0:
+		return fmt.Errorf("keep-alive must not be negative, not %s", o.keepAlive)
+	case o.drainTimeout < 0:
+		return fmt.Errorf("drain-timeout must not be negative, not %s", o.drainTimeout)
 	}
 	if hclogLevel(o.logLevel) == 0 {
 		return fmt.Errorf("log-level must be trace, debug, info, warn or error, not %q", o.logLevel)
@@ -274,3 +293,27 @@ func (l *stringList) Set(s string) error {
 }
 
 func (l stringList) String() string { return strings.Join(l, ",") }
+
+// settings are o's values in flag syntax, by flag name.
+func (o *options) settings() map[string]string {
+	var c options
+	fs := c.flagSet("settings") // binds the flags to c, at their defaults
+	c = *o
+	m := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { m[f.Name] = f.Value.String() })
+	return m
+}
+
+// keepRestartOnly gives o old's values of the settings that apply only at start.
+func (o *options) keepRestartOnly(old *options) {
+	var c options
+	fs := c.flagSet("restart-only")
+	c = *o
+	prev := old.settings()
+	for _, name := range restartOnly {
+		if fs.Lookup(name) != nil {
+			_ = fs.Set(name, prev[name])
+		}
+	}
+	*o = c
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The example config is the documentation of the config file: it must hold
+// every key, each with a comment, at its default, and load cleanly.
+func TestExampleConfig(t *testing.T) {
+	const path = "../../configs/pyrun.json"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(b, &keys); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var o options
+	o.flagSet("pyrun").VisitAll(func(f *flag.Flag) {
+		if f.Name == "config" {
+			return
+		}
+		key := strings.ReplaceAll(f.Name, "-", "_")
+		if _, ok := keys[key]; !ok {
+			t.Errorf("%s has no key %q (flag --%s)", path, key, f.Name)
+		}
+		if _, ok := keys["//"+key]; !ok {
+			t.Errorf("%s does not explain %q (a \"//%s\" key)", path, key, key)
+		}
+	})
+	loaded, _, err := loadOptions("serve", []string{"--config", path})
+	if err != nil {
+		t.Fatalf("%s does not load: %v", path, err)
+	}
+	defaults, _, err := loadOptions("serve", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := loaded.settings(), defaults.settings()
+	for name := range want {
+		// workers: the example pins a dev box's two; config: the file itself.
+		if name != "workers" && name != "config" && got[name] != want[name] {
+			t.Errorf("%s sets %s to %q, but the default is %q", path, name, got[name], want[name])
+		}
+	}
+}
+
+// The README's configuration table names every flag.
+func TestReadmeNamesEveryFlag(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o options
+	o.flagSet("pyrun").VisitAll(func(f *flag.Flag) {
+		if !strings.Contains(string(b), "`--"+f.Name) {
+			t.Errorf("README.md does not document --%s", f.Name)
+		}
+	})
+}
+
+// The systemd unit must verify cleanly, score as hardened, and start pyrun
+// with flags and a config that load. systemd-analyze comes with Debian's
+// systemd package, which .ci/run installs when it is missing.
+func TestSystemdUnit(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatal("systemd-analyze is not installed: apt-get install systemd (the CI script does)")
+	}
+	unit, err := os.ReadFile("../../configs/pyrun.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// verify checks that ExecStart's program exists: point it at an
+	// executable that does (this test binary), keeping the rest as shipped.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(unit), "/usr/local/bin/pyrun", self)
+	path := filepath.Join(t.TempDir(), "pyrun.service")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(analyze, "verify", path).CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+
+	out, err = exec.Command(analyze, "security", "--offline=yes", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("systemd-analyze security: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`Overall exposure level for pyrun\.service: ([0-9.]+)`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no exposure level in:\n%s", out)
+	}
+	if level, _ := strconv.ParseFloat(string(m[1]), 64); level > 2.0 {
+		t.Errorf("exposure level %v, want at most 2.0 (hardened):\n%s", level, out)
+	}
+
+	// ExecStart's arguments, with the example config, load.
+	line := regexp.MustCompile(`(?m)^ExecStart=(.*)$`).FindStringSubmatch(string(unit))
+	if line == nil {
+		t.Fatal("no ExecStart line")
+	}
+	args := strings.Fields(line[1])
+	if len(args) < 2 || args[0] != "/usr/local/bin/pyrun" || args[1] != "serve" {
+		t.Fatalf("ExecStart=%s, want /usr/local/bin/pyrun serve ...", line[1])
+	}
+	for i, a := range args {
+		switch a {
+		case "/etc/pyrun/pyrun.json":
+			args[i] = "../../configs/pyrun.json"
+		case "${CACHE_DIRECTORY}":
+			args[i] = t.TempDir()
+		}
+	}
+	if _, _, err := loadOptions("serve", args[2:]); err != nil {
+		t.Errorf("ExecStart's flags do not load: %v", err)
+	}
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// errForced is the error of a shutdown cut short by a second signal.
+var errForced = errors.New("stopped by a second signal: running calls were killed")
+
+// service is a running `pyrun serve`: the pool, the MCP front end, the HTTP
+// server and the config watcher, and the options in force.
+type service struct {
+	args    []string // the command line, for reloads
+	log     hclog.Logger
+	rt      *supervisor.Runtime
+	pool    *supervisor.Pool
+	srv     *mcp.Server
+	handler *mcp.HTTPHandler
+	http    *http.Server
+	watcher *configWatcher // nil without a config file
+
+	mu   sync.Mutex
+	opts *options // in force; replaced by reload
+}
+
+// cmdServe runs the HTTP service until SIGTERM or SIGINT, then shuts down
+// gracefully: no new sessions or calls, running calls finish (bounded by
+// drain-timeout), sessions and their streams close, workers stop. A second
+// signal stops at once. SIGHUP reloads the config file, as its changes do.
+func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, log hclog.Logger) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	if err := checkListen(o.listen); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+
+	rt, pool, err := startPool(ctx, o, o.poolConfig(), stderr, log)
+	if err != nil {
+		return err
+	}
+	s := &service{args: args, log: log, rt: rt, pool: pool, opts: o}
+	metrics := mcp.NewMetrics(version, pool.Stats)
+	s.srv = mcp.New(metrics.Instrument(pool), mcpOptions(o, rt), log)
+	keepAlive := o.keepAlive
+	if keepAlive == 0 {
+		keepAlive = -1 // never
+	}
+	s.handler = s.srv.HTTPHandler(mcp.HTTPOptions{
+		Stateless:      o.stateless,
+		SessionTimeout: o.sessionTimeout,
+		KeepAlive:      keepAlive,
+		Stats:          pool.Stats,
+		Metrics:        metrics,
+	})
+	s.http = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		// No WriteTimeout: event streams and long calls stay open.
+		ErrorLog: log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.http.Serve(ln) }()
+
+	if o.configFile != "" {
+		s.watcher, err = watchConfig(o.configFile, log.Named("config"), s.reload)
+		if err != nil {
+			log.Error("config file changes will not be applied (SIGHUP still reloads)", "error", err)
+		} else {
+			defer s.watcher.Close()
+		}
+	}
+	addr := ln.Addr().String()
+	log.Info("listening", "addr", addr, "mcp", "http://"+addr+"/mcp", "sse", "http://"+addr+"/sse",
+		"stateless", o.stateless, "workers", pool.Config().Workers, "python", rt.Python)
+
+	for {
+		select {
+		case err := <-served:
+			// The listener failed; nothing more can come in.
+			closePool(pool, log)
+			return fmt.Errorf("serve: %w", err)
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				s.reload()
+				continue
+			}
+			log.Info("shutting down", "signal", sig.String())
+			return s.shutdown(sigs, served)
+		}
+	}
+}
+
+// shutdown stops the service in order. Answers to running calls reach
+// their clients before their sessions close.
+func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
+	o := s.options()
+	drain := o.drainTimeout
+	if drain == 0 {
+		drain = s.pool.Config().Timeout + 5*time.Second
+	}
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), drain)
+	defer cancelDrain()
+
+	// A second signal cuts the drain short.
+	var forced bool
+	stopWatch, watchDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		for {
+			select {
+			case sig := <-sigs:
+				if sig == syscall.SIGHUP {
+					continue
+				}
+				s.log.Warn("second signal: stopping now; running calls are killed", "signal", sig.String())
+				forced = true
+				cancelDrain()
+				_ = s.http.Close()
+				return
+			case <-stopWatch:
+				return
+			}
+		}
+	}()
+
+	if s.watcher != nil {
+		_ = s.watcher.Close() // no reloads while stopping
+	}
+	// Stop accepting: no new connections, sessions or streams; calls in
+	// existing sessions are refused by the closing pool.
+	s.handler.Drain()
+	shut := make(chan error, 1)
+	go func() { shut <- s.http.Shutdown(context.Background()) }()
+
+	s.log.Info("waiting for running calls", "busy", s.pool.Stats().Busy, "drain_timeout", drain)
+	if err := s.pool.Close(drainCtx); err != nil {
+		s.log.Warn("drain time is over: running calls were stopped", "error", err)
+	}
+	closeCtx, cancelClose := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelClose()
+	if err := s.handler.CloseSessions(closeCtx); err != nil {
+		s.log.Warn("closing sessions", "error", err)
+	}
+	select {
+	case <-shut:
+	case <-closeCtx.Done():
+		_ = s.http.Close()
+		<-shut
+	}
+	<-served // Serve has returned: it returns as soon as Shutdown starts
+	close(stopWatch)
+	<-watchDone
+	if forced {
+		return errForced
+	}
+	s.log.Info("stopped")
+	return nil
+}
+
+func (s *service) options() *options {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts
+}
+
+// checkListen refuses addresses other than loopback ones: pyrun serve has
+// no access control of its own yet, and whoever reaches it runs code.
+func checkListen(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("listen address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("refusing to listen on %q: whoever reaches pyrun serve can run code, so without access control it listens only on loopback addresses (127.0.0.1:3001, [::1]:3001, localhost:3001); to serve other machines, listen on loopback and put a reverse proxy that authenticates in front", addr)
+}
+
+// restartOnly are the settings that take effect only when pyrun starts. A
+// key added to the flags is reloaded unless it is named here.
+var restartOnly = []string{
+	"config", "listen", "stateless", "session-timeout", "keep-alive", "runtime-dir", "log-format",
+}
+
+// reload re-reads the command line and the config file (a flag still wins
+// over the file) and applies what changed, without disturbing running
+// calls. A file that does not parse or check is rejected whole.
+func (s *service) reload() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.opts
+	o, _, err := loadOptions("serve", s.args)
+	if err != nil {
+		s.log.Error("config rejected; the settings in force stay", "file", old.configFile, "error", err)
+		return
+	}
+	before, after := old.settings(), o.settings()
+	var changed, ignored []string
+	for name, v := range after {
+		if before[name] == v {
+			continue
+		}
+		if slices.Contains(restartOnly, name) {
+			ignored = append(ignored, name)
+			continue
+		}
+		changed = append(changed, name)
+	}
+	slices.Sort(changed)
+	slices.Sort(ignored)
+	if len(ignored) > 0 {
+		s.log.Warn("these settings apply only when pyrun starts; restart it to change them", "keys", ignored)
+		o.keepRestartOnly(old)
+	}
+	if len(changed) == 0 {
+		s.log.Info("config reloaded: nothing changed", "file", o.configFile)
+		return
+	}
+	if err := s.pool.Reconfigure(o.poolConfig()); err != nil {
+		s.log.Error("config rejected; the settings in force stay", "file", o.configFile, "error", err)
+		return
+	}
+	s.log.SetLevel(hclogLevel(o.logLevel))
+	s.srv.SetOptions(mcpOptions(o, s.rt))
+	s.opts = o
+	s.log.Info("config reloaded", "file", o.configFile, "changed", changed)
+}

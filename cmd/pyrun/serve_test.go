@@ -1,0 +1,972 @@
+package main
+
+// End-to-end tests of `pyrun serve`: the binary built by TestMain, listening
+// on a loopback port of its choosing, driven over real HTTP by the go-sdk's
+// MCP clients (StreamableClientTransport and SSEClientTransport), by plain
+// HTTP for /healthz and /metrics, and by signals.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// ---- a pyrun serve process ---------------------------------------------------
+
+// httpServer is a `pyrun serve` child process.
+type httpServer struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	log    *jsonLog
+	addr   string // host:port it listens on
+	base   string // http://host:port
+	exited chan struct{}
+	err    error // from Wait; set before exited closes
+}
+
+// startServe starts `pyrun serve` on a free loopback port with JSON logs
+// and args, and waits until it listens. At the test's end it is stopped
+// with SIGTERM and must exit 0, unless the test already stopped it.
+func startServe(t *testing.T, args ...string) *httpServer {
+	t.Helper()
+	needBinary(t)
+	argv := append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
+	s := &httpServer{t: t, log: newJSONLog(), exited: make(chan struct{})}
+	s.cmd = exec.Command(pyrunBin, argv...)
+	s.cmd.Stderr = s.log
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		s.err = s.cmd.Wait()
+		close(s.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-s.exited:
+		default:
+			_ = s.cmd.Process.Signal(syscall.SIGTERM)
+			if code := s.wait(90 * time.Second); code != 0 {
+				t.Errorf("pyrun serve exited with status %d after SIGTERM, want 0", code)
+			}
+		}
+		if t.Failed() {
+			t.Logf("pyrun serve's stderr (last lines):\n%s", s.log.tail(80))
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	rec, err := s.log.wait(ctx, 0, func(r logRecord) bool { return r.msg() == "listening" })
+	if err != nil {
+		t.Fatalf("pyrun %s: %v", strings.Join(argv, " "), err)
+	}
+	s.addr = rec.str("addr")
+	s.base = "http://" + s.addr
+	return s
+}
+
+// wait waits for the process to exit and returns its exit status; -1 if it
+// did not exit in time (it is killed then) or was killed by a signal.
+func (s *httpServer) wait(limit time.Duration) int {
+	select {
+	case <-s.exited:
+	case <-time.After(limit):
+		s.t.Errorf("pyrun serve did not exit within %v", limit)
+		_ = s.cmd.Process.Kill()
+		<-s.exited
+		return -1
+	}
+	if s.err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(s.err, &ee) && ee.Exited() {
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+func (s *httpServer) signal(sig os.Signal) {
+	s.t.Helper()
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// connect opens an MCP session over Streamable HTTP ("mcp") or HTTP+SSE
+// ("sse") at endpoint (the server's own when empty), closed with the test.
+func (s *httpServer) connect(t *testing.T, transport, endpoint string, hc *http.Client) *server {
+	t.Helper()
+	if endpoint == "" {
+		endpoint = s.base + "/" + transport
+	}
+	var tr sdk.Transport
+	switch transport {
+	case "mcp":
+		tr = &sdk.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc, MaxRetries: -1}
+	case "sse":
+		tr = &sdk.SSEClientTransport{Endpoint: endpoint, HTTPClient: hc}
+	default:
+		t.Fatalf("unknown transport %q", transport)
+	}
+	// The SSE transport's stream lives in the context Connect is given.
+	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-serve-e2e", Version: "test"}, nil)
+	cs, err := client.Connect(t.Context(), tr, nil)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", endpoint, err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return &server{session: cs}
+}
+
+// health is /healthz's answer.
+type health struct {
+	code            int
+	Status          string `json:"status"`
+	WorkersReady    int    `json:"workers_ready"`
+	WorkersIdle     int    `json:"workers_idle"`
+	WorkersBusy     int    `json:"workers_busy"`
+	WorkersStarting int    `json:"workers_starting"`
+	WorkersTotal    int    `json:"workers_total"`
+	Queued          int    `json:"queued"`
+}
+
+func (s *httpServer) health(t *testing.T) health {
+	t.Helper()
+	resp, err := http.Get(s.base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var h health
+	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
+		t.Fatalf("/healthz: %v", err)
+	}
+	h.code = resp.StatusCode
+	if (h.code == http.StatusOK) != (h.WorkersReady > 0 && h.Status == "ok") {
+		t.Errorf("/healthz answered %d with %+v: want 200 exactly when a worker is ready", h.code, h)
+	}
+	return h
+}
+
+// waitHealth polls /healthz until ok holds.
+func (s *httpServer) waitHealth(t *testing.T, what string, ok func(health) bool) health {
+	t.Helper()
+	deadline := time.Now().Add(callTimeout)
+	for {
+		h := s.health(t)
+		if ok(h) {
+			return h
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: /healthz still says %+v", what, h)
+		}
+		<-time.After(25 * time.Millisecond)
+	}
+}
+
+// metrics scrapes /metrics into series -> value, series written as in the
+// exposition format: name{label="value",...}.
+func (s *httpServer) metrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(s.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("/metrics: %s %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	m := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("/metrics line %q: %v", line, err)
+		}
+		m[line[:i]] = v
+	}
+	return m
+}
+
+// ---- logs --------------------------------------------------------------------
+
+// logRecord is one JSON log line of pyrun.
+type logRecord map[string]any
+
+func (r logRecord) msg() string           { return r.str("@message") }
+func (r logRecord) str(key string) string { s, _ := r[key].(string); return s }
+
+// jsonLog collects pyrun's stderr (JSON log lines) so that tests can wait
+// for a line rather than sleep.
+type jsonLog struct {
+	mu      sync.Mutex
+	partial []byte
+	recs    []logRecord
+	raw     []string
+	changed chan struct{} // closed and replaced on every new line
+}
+
+func newJSONLog() *jsonLog { return &jsonLog{changed: make(chan struct{})} }
+
+func (l *jsonLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.partial = append(l.partial, p...)
+	for {
+		i := strings.IndexByte(string(l.partial), '\n')
+		if i < 0 {
+			break
+		}
+		line := string(l.partial[:i])
+		l.partial = l.partial[i+1:]
+		l.raw = append(l.raw, line)
+		var r logRecord
+		if json.Unmarshal([]byte(line), &r) != nil {
+			r = logRecord{"@message": line}
+		}
+		l.recs = append(l.recs, r)
+		close(l.changed)
+		l.changed = make(chan struct{})
+	}
+	return len(p), nil
+}
+
+// mark is the number of lines so far: wait(ctx, mark, ...) looks at later lines.
+func (l *jsonLog) mark() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.recs)
+}
+
+// wait returns the first line from index from on that matches.
+func (l *jsonLog) wait(ctx context.Context, from int, match func(logRecord) bool) (logRecord, error) {
+	for {
+		l.mu.Lock()
+		for ; from < len(l.recs); from++ {
+			if match(l.recs[from]) {
+				r := l.recs[from]
+				l.mu.Unlock()
+				return r, nil
+			}
+		}
+		ch := l.changed
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no such log line: %w", ctx.Err())
+		}
+	}
+}
+
+func (l *jsonLog) waitMsg(t *testing.T, from int, msg string) logRecord {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	r, err := l.wait(ctx, from, func(r logRecord) bool { return r.msg() == msg })
+	if err != nil {
+		t.Fatalf("waiting for log line %q: %v", msg, err)
+	}
+	return r
+}
+
+// since returns the lines from index from on.
+func (l *jsonLog) since(from int) []logRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.recs[from:])
+}
+
+func (l *jsonLog) tail(n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.raw[max(0, len(l.raw)-n):], "\n")
+}
+
+// ---- the shared server --------------------------------------------------------
+
+// TestServe runs the cases that can share one two-worker server.
+func TestServe(t *testing.T) {
+	s := startServe(t, "--workers", "2", "--keep-alive", "300ms", "--log-level", "debug")
+
+	t.Run("HealthBeforeWorkersAreReady", func(t *testing.T) {
+		// pyrun listens at once; workers take a second or more to start.
+		if h := s.health(t); h.code != http.StatusServiceUnavailable || h.WorkersReady != 0 || h.WorkersTotal != 2 {
+			t.Errorf("/healthz right after start = %+v, want 503 with 0 of 2 workers ready", h)
+		}
+		h := s.waitHealth(t, "two ready workers", func(h health) bool { return h.WorkersIdle == 2 })
+		if h.code != http.StatusOK || h.Status != "ok" || h.Queued != 0 {
+			t.Errorf("/healthz = %+v, want 200 ok", h)
+		}
+	})
+
+	t.Run("SessionsDoNotMix", func(t *testing.T) {
+		// Two Streamable HTTP sessions and one HTTP+SSE session, three calls
+		// each at once on two workers; every output stays with its call.
+		mark := s.log.mark()
+		sessions := map[string]*server{
+			"mcp-a": s.connect(t, "mcp", "", nil),
+			"mcp-b": s.connect(t, "mcp", "", nil),
+			"sse-c": s.connect(t, "sse", "", nil),
+		}
+		code := "import asyncio, sys\nfor i in range(40):\n    print(TAG, i, file=sys.stderr if i % 4 == 0 else sys.stdout)\n    await asyncio.sleep(0.002)\nTAG"
+		type outcome struct {
+			tag string
+			r   result
+			err error
+		}
+		var wg sync.WaitGroup
+		out := make(chan outcome, 9)
+		for name, c := range sessions {
+			for i := range 3 {
+				tag := fmt.Sprintf("%s-%d", name, i)
+				wg.Go(func() {
+					r, err := c.call(t.Context(), map[string]any{"python_code": code, "global_variables": map[string]any{"TAG": tag}})
+					out <- outcome{tag, r, err}
+				})
+			}
+		}
+		wg.Wait()
+		close(out)
+		for o := range out {
+			if o.err != nil {
+				t.Errorf("%s: %v", o.tag, o.err)
+				continue
+			}
+			wantStatus(t, o.r, "success")
+			wantValue(t, o.r, strconv.Quote(o.tag))
+			n := 0
+			for _, c := range o.r.sc.Output {
+				for line := range strings.Lines(c.Text) {
+					n++
+					if !strings.HasPrefix(line, o.tag+" ") {
+						t.Errorf("%s got a foreign line %q", o.tag, line)
+					}
+				}
+			}
+			if n != 40 {
+				t.Errorf("%s: %d lines of output, want 40", o.tag, n)
+			}
+		}
+		// One log line per call, naming its session.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		n := 0
+		if _, err := s.log.wait(ctx, mark, func(r logRecord) bool {
+			if r.msg() == "call" {
+				n++
+			}
+			return n == 9
+		}); err != nil {
+			t.Errorf("%d call log lines for 9 calls: %v", n, err)
+		}
+		sessionsSeen := map[string]int{}
+		for _, r := range s.log.since(mark) {
+			if r.msg() != "call" {
+				continue
+			}
+			for _, k := range []string{"id", "status", "duration", "worker", "session"} {
+				if v, ok := r[k]; !ok || v == "" {
+					t.Errorf("call log line without %s: %v", k, r)
+				}
+			}
+			sessionsSeen[r.str("session")]++
+		}
+		if len(sessionsSeen) != 3 {
+			t.Errorf("call log lines name sessions %v, want 3 sessions with 3 calls each", sessionsSeen)
+		}
+		for name, n := range sessionsSeen {
+			if n != 3 {
+				t.Errorf("session %s has %d call log lines, want 3", name, n)
+			}
+		}
+	})
+
+	t.Run("MetricsMove", func(t *testing.T) {
+		c := s.connect(t, "mcp", "", nil)
+		s.waitHealth(t, "two ready workers", func(h health) bool { return h.WorkersIdle == 2 })
+		before := s.metrics(t)
+		wantStatus(t, c.run(t, "1 + 1"), "success")
+		wantStatus(t, c.run(t, "1 / 0"), "run-error")
+		// A C loop ignores the interrupt: its worker is killed and replaced.
+		r := c.mustCall(t, map[string]any{"python_code": "sum(range(10**13))", "timeout_seconds": 0.5})
+		wantStatus(t, r, "timeout")
+		after := s.metrics(t)
+		for series, delta := range map[string]float64{
+			`pyrun_calls_total{status="success"}`:             1,
+			`pyrun_calls_total{status="run-error"}`:           1,
+			`pyrun_calls_total{status="timeout"}`:             1,
+			`pyrun_calls_total{status="rejected"}`:            0,
+			`pyrun_call_duration_seconds_count`:               3,
+			`pyrun_queue_wait_seconds_count`:                  3,
+			`pyrun_worker_restarts_total{reason="interrupt"}`: 1,
+		} {
+			if got := after[series] - before[series]; got != delta {
+				t.Errorf("%s went from %v to %v, want +%v", series, before[series], after[series], delta)
+			}
+		}
+		if got := after[`pyrun_call_duration_seconds_bucket{le="0.25"}`] - before[`pyrun_call_duration_seconds_bucket{le="0.25"}`]; got < 2 {
+			t.Errorf("the two quick calls are not in the 0.25s bucket (+%v)", got)
+		}
+		if after["pyrun_sessions"] < 1 || after["pyrun_workers_configured"] != 2 {
+			t.Errorf("pyrun_sessions %v, pyrun_workers_configured %v; want >= 1 and 2", after["pyrun_sessions"], after["pyrun_workers_configured"])
+		}
+
+		// Three two-second calls on two workers: two busy, one queued.
+		s.waitHealth(t, "the killed worker's replacement", func(h health) bool { return h.WorkersIdle == 2 })
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				if r, err := c.call(t.Context(), map[string]any{"python_code": "import time\ntime.sleep(2)"}); err != nil {
+					t.Error(err)
+				} else {
+					wantStatus(t, r, "success")
+				}
+			})
+		}
+		h := s.waitHealth(t, "two busy workers and one queued call", func(h health) bool { return h.WorkersBusy == 2 && h.Queued == 1 })
+		if h.code != http.StatusOK || h.WorkersReady != 2 {
+			t.Errorf("/healthz with every worker busy = %+v, want 200 with 2 ready (busy counts)", h)
+		}
+		m := s.metrics(t)
+		if m[`pyrun_workers{state="busy"}`] != 2 || m["pyrun_queue_depth"] != 1 {
+			t.Errorf("busy workers %v, queue depth %v; want 2 and 1", m[`pyrun_workers{state="busy"}`], m["pyrun_queue_depth"])
+		}
+		wg.Wait()
+		m = s.metrics(t)
+		if m[`pyrun_workers{state="busy"}`] != 0 || m["pyrun_queue_depth"] != 0 {
+			t.Errorf("after the calls: busy workers %v, queue depth %v; want 0 and 0", m[`pyrun_workers{state="busy"}`], m["pyrun_queue_depth"])
+		}
+		if q := m[`pyrun_queue_wait_seconds_bucket{le="1"}`]; m["pyrun_queue_wait_seconds_count"]-q < 1 {
+			t.Errorf("no queue wait above 1s recorded, though one call waited 2s")
+		}
+	})
+
+	t.Run("LongCallsSurviveIdleTimeouts", func(t *testing.T) {
+		// A client that gives up on a connection quiet for 1.5s, as httpx's
+		// read timeout and proxies do, keeps a 3s call: the server sends
+		// keep-alive comments every 300ms.
+		hc := idleTimeoutClient(1500 * time.Millisecond)
+		for _, transport := range []string{"mcp", "sse"} {
+			c := s.connect(t, transport, "", hc)
+			r := c.mustCall(t, map[string]any{"python_code": "import time\ntime.sleep(3)\n'slept'"})
+			wantStatus(t, r, "success")
+		}
+	})
+
+	t.Run("BehindPrefixProxy", func(t *testing.T) {
+		// A reverse proxy serves pyrun under /pyrun/, strips the prefix and
+		// says so in X-Forwarded-Prefix: the SSE client must be sent to
+		// /pyrun/sse?sessionid=..., through the proxy.
+		target, _ := url.Parse(s.base)
+		var viaProxy sync.Map
+		proxy := httptest.NewServer(&httputil.ReverseProxy{
+			Rewrite: func(r *httputil.ProxyRequest) {
+				r.SetURL(target)
+				r.Out.URL.Path = strings.TrimPrefix(r.In.URL.Path, "/pyrun")
+				r.Out.URL.RawPath = ""
+				r.Out.Header.Set("X-Forwarded-Prefix", "/pyrun")
+				viaProxy.Store(r.In.Method+" "+r.In.URL.Path, true)
+			},
+			FlushInterval: -1,
+		})
+		t.Cleanup(proxy.Close) // after the sessions' cleanups, which run first
+		for _, transport := range []string{"sse", "mcp"} {
+			c := s.connect(t, transport, proxy.URL+"/pyrun/"+transport, nil)
+			wantValue(t, c.run(t, "6 * 7"), "42")
+		}
+		for _, want := range []string{"GET /pyrun/sse", "POST /pyrun/sse", "POST /pyrun/mcp"} {
+			if _, ok := viaProxy.Load(want); !ok {
+				t.Errorf("no %s went through the proxy", want)
+			}
+		}
+	})
+
+	t.Run("DNSRebindingProtection", func(t *testing.T) {
+		for _, path := range []string{"/mcp", "/sse"} {
+			req, _ := http.NewRequest("GET", s.base+path, nil)
+			req.Host = "attacker.example:3001"
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				t.Errorf("GET %s with Host %s: %s, want 403", path, req.Host, resp.Status)
+			}
+		}
+	})
+}
+
+// idleTimeoutClient is an HTTP client whose connections fail a read that
+// waits longer than idle, like httpx's read timeout.
+func idleTimeoutClient(idle time.Duration) *http.Client {
+	d := &net.Dialer{}
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &idleConn{Conn: c, idle: idle}, nil
+		},
+	}}
+}
+
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c *idleConn) Read(b []byte) (int, error) {
+	_ = c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	return c.Conn.Read(b)
+}
+
+// ---- servers of their own -------------------------------------------------------
+
+func TestServeStateless(t *testing.T) {
+	s := startServe(t, "--stateless", "--workers", "1", "--keep-alive", "0")
+	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
+	c := s.connect(t, "mcp", "", nil)
+	for i := range 3 {
+		r := c.mustCall(t, map[string]any{"python_code": fmt.Sprintf("x = %d\nx * 2", i)})
+		wantValue(t, r, strconv.Itoa(2*i))
+		// Warm: a stateless call reuses the pool (mcp-run-python starts an
+		// interpreter per stateless call: about a second).
+		if r.sc.DurationMS > 1000 {
+			t.Errorf("stateless call %d took %v ms: not served warm", i, r.sc.DurationMS)
+		}
+	}
+	m := s.metrics(t)
+	if m[`pyrun_calls_total{status="success"}`] != 3 || m[`pyrun_worker_restarts_total{reason="crash"}`] != 0 {
+		t.Errorf("metrics: %v successes, %v restarts; want 3 and 0", m[`pyrun_calls_total{status="success"}`], m[`pyrun_worker_restarts_total{reason="crash"}`])
+	}
+	// No session: no Mcp-Session-Id, and GET (a session's stream) is refused.
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
+	req, _ := http.NewRequest("POST", s.base+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") != "" {
+		t.Errorf("stateless initialize: %s, Mcp-Session-Id %q; want 200 and none", resp.Status, resp.Header.Get("Mcp-Session-Id"))
+	}
+	if resp, err := http.Get(s.base + "/mcp"); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("stateless GET /mcp: %s, want 405", resp.Status)
+	}
+	// Without keep-alive comments, a client that drops quiet connections
+	// loses a long call: the control for LongCallsSurviveIdleTimeouts.
+	quiet := s.connect(t, "mcp", "", idleTimeoutClient(1500*time.Millisecond))
+	if r, err := quiet.callRaw(t.Context(), map[string]any{"python_code": "import time\ntime.sleep(3)"}); err == nil {
+		t.Errorf("a 3s call on a quiet stream survived a 1.5s idle timeout: %v", r)
+	}
+}
+
+func TestServeSessionTimeout(t *testing.T) {
+	s := startServe(t, "--workers", "1", "--session-timeout", "1s")
+	c := s.connect(t, "mcp", "", nil)
+	wantValue(t, c.run(t, "'hi'"), `"hi"`)
+	if n := s.metrics(t)["pyrun_sessions"]; n != 1 {
+		t.Errorf("pyrun_sessions = %v, want 1", n)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for s.metrics(t)["pyrun_sessions"] != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("an idle session was not closed after its 1s timeout")
+		}
+		<-time.After(50 * time.Millisecond)
+	}
+	if _, err := c.callRaw(t.Context(), map[string]any{"python_code": "1"}); err == nil {
+		t.Error("a call in the expired session succeeded")
+	}
+	wantValue(t, s.connect(t, "mcp", "", nil).run(t, "2"), "2")
+}
+
+func TestServeShutdownLetsRunningCallsFinish(t *testing.T) {
+	s := startServe(t, "--workers", "2", "--drain-timeout", "60s")
+	s.waitHealth(t, "two ready workers", func(h health) bool { return h.WorkersIdle == 2 })
+	viaMCP, viaSSE := s.connect(t, "mcp", "", nil), s.connect(t, "sse", "", nil)
+	late := s.connect(t, "mcp", "", nil)
+	code := "import time\nprint('started')\ntime.sleep(3)\nprint('done')\n'finished'"
+	type outcome struct {
+		r   result
+		err error
+	}
+	results := make(chan outcome, 2)
+	for _, c := range []*server{viaMCP, viaSSE} {
+		go func() {
+			r, err := c.call(context.Background(), map[string]any{"python_code": code})
+			results <- outcome{r, err}
+		}()
+	}
+	s.waitHealth(t, "both calls running", func(h health) bool { return h.WorkersBusy == 2 })
+
+	mark := s.log.mark()
+	signalled := time.Now()
+	s.signal(syscall.SIGTERM)
+	s.log.waitMsg(t, mark, "waiting for running calls")
+	// New calls in an open session are refused; new connections are not taken.
+	// Its POST needs a connection: the session's idle one may be closed
+	// under it (EOF) or already gone, and then the listener is too. Either
+	// way it must not run (counted below).
+	if r, err := late.callRaw(t.Context(), map[string]any{"python_code": "1"}); err != nil {
+		t.Logf("a call during shutdown: %v", err)
+	} else if !r.IsError || !strings.Contains(textOf(r), "shutting down") {
+		t.Errorf("a call during shutdown got %q, want a 'shutting down' tool error", textOf(r))
+	}
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	if resp, err := hc.Get(s.base + "/healthz"); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("/healthz during shutdown: %s, want no connection or 503", resp.Status)
+		}
+	}
+	for range 2 {
+		o := <-results
+		if o.err != nil {
+			t.Errorf("a call running at SIGTERM failed: %v", o.err)
+			continue
+		}
+		wantStatus(t, o.r, "success")
+		if o.r.sc.Stdout != "started\ndone\n" {
+			t.Errorf("stdout %q, want the whole output", o.r.sc.Stdout)
+		}
+	}
+	if code := s.wait(30 * time.Second); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0", code)
+	}
+	elapsed := time.Since(signalled)
+	t.Logf("exited %v after SIGTERM", elapsed.Round(time.Millisecond))
+	if elapsed > 15*time.Second {
+		t.Errorf("took %v to stop after the calls ended", elapsed)
+	}
+	if _, err := s.log.wait(t.Context(), mark, func(r logRecord) bool { return r.msg() == "stopped" }); err != nil {
+		t.Error("no 'stopped' log line")
+	}
+	ran := 0
+	for _, r := range s.log.since(mark) {
+		if r.msg() == "call" && r.str("status") != "" {
+			ran++
+		}
+	}
+	if ran != 2 {
+		t.Errorf("%d calls ran after SIGTERM, want the 2 that were running", ran)
+	}
+}
+
+func TestServeDrainIsBounded(t *testing.T) {
+	s := startServe(t, "--workers", "1", "--drain-timeout", "1s")
+	c := s.connect(t, "sse", "", nil)
+	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
+	done := make(chan error, 1)
+	go func() {
+		r, err := c.callRaw(context.Background(), map[string]any{"python_code": "import time\ntime.sleep(60)"})
+		if err == nil && !r.IsError {
+			err = errors.New("a call stopped at shutdown reported success")
+		} else {
+			err = nil
+		}
+		done <- err
+	}()
+	s.waitHealth(t, "the call running", func(h health) bool { return h.WorkersBusy == 1 })
+	signalled := time.Now()
+	s.signal(syscall.SIGTERM)
+	if code := s.wait(30 * time.Second); code != 0 {
+		t.Errorf("exit status %d, want 0", code)
+	}
+	elapsed := time.Since(signalled)
+	if elapsed < time.Second || elapsed > 10*time.Second {
+		t.Errorf("stopped %v after SIGTERM with a 1s drain time and a 60s call, want 1s to 10s", elapsed)
+	}
+	if err := <-done; err != nil {
+		t.Error(err)
+	}
+}
+
+func TestServeSecondSignalForcesExit(t *testing.T) {
+	s := startServe(t, "--workers", "1")
+	c := s.connect(t, "mcp", "", nil)
+	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
+	go func() {
+		_, _ = c.callRaw(context.Background(), map[string]any{"python_code": "import time\ntime.sleep(60)"})
+	}()
+	s.waitHealth(t, "the call running", func(h health) bool { return h.WorkersBusy == 1 })
+	mark := s.log.mark()
+	s.signal(syscall.SIGTERM)
+	s.log.waitMsg(t, mark, "waiting for running calls")
+	signalled := time.Now()
+	s.signal(syscall.SIGINT)
+	code := s.wait(30 * time.Second)
+	if code == 0 || code == -1 {
+		t.Errorf("exit status %d after a second signal, want a non-zero exit", code)
+	}
+	if elapsed := time.Since(signalled); elapsed > 10*time.Second {
+		t.Errorf("took %v to exit after the second signal", elapsed)
+	}
+}
+
+func TestServeConfigReload(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "pyrun.json")
+	// save writes the config as editors do: a new file renamed over the
+	// old one, or (inPlace) the old file truncated and rewritten.
+	save := func(body string, inPlace bool) {
+		t.Helper()
+		if inPlace {
+			if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		tmp := filepath.Join(dir, ".pyrun.json.swp")
+		if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	save(`{"workers": 1, "log_level": "info", "timeout": "30s", "max_output": "64KiB"}`, false)
+	// The flag wins over the file's max_output, before and after reloads.
+	s := startServe(t, "--config", cfg, "--max-output", "2KiB")
+	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
+
+	// Load: two sessions calling without pause through every reload.
+	var (
+		stop     = make(chan struct{})
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		calls    int
+		failures []string
+	)
+	for range 2 {
+		c := s.connect(t, "mcp", "", nil)
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				r, err := c.call(context.Background(), map[string]any{"python_code": "import time\ntime.sleep(0.2)\nprint('ok')"})
+				mu.Lock()
+				calls++
+				if err != nil {
+					failures = append(failures, err.Error())
+				} else if r.sc.Status != "success" || r.sc.Stdout != "ok\n" {
+					failures = append(failures, r.text)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	reloaded := func(mark int) logRecord {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+		defer cancel()
+		r, err := s.log.wait(ctx, mark, func(r logRecord) bool {
+			return r.msg() == "config reloaded" || r.msg() == "config rejected; the settings in force stay"
+		})
+		if err != nil {
+			t.Fatalf("no reload after the config changed: %v", err)
+		}
+		return r
+	}
+	changed := func(r logRecord) []string {
+		var keys []string
+		list, _ := r["changed"].([]any)
+		for _, k := range list {
+			keys = append(keys, fmt.Sprint(k))
+		}
+		return keys
+	}
+
+	// Grow: 1 -> 3 workers, log level debug.
+	mark := s.log.mark()
+	save(`{"workers": 3, "log_level": "debug", "timeout": "30s", "max_output": "1MiB"}`, false)
+	if r := reloaded(mark); r.msg() != "config reloaded" || !slices.Equal(changed(r), []string{"log-level", "workers"}) {
+		t.Errorf("after growing: %v, want changed [log-level workers] (max-output is set by a flag)", r)
+	}
+	s.waitHealth(t, "three workers up", func(h health) bool { return h.WorkersTotal == 3 && h.WorkersReady == 3 })
+
+	// Shrink: 3 -> 1, a shorter timeout; written in place this time.
+	mark = s.log.mark()
+	save(`{"workers": 1, "log_level": "debug", "timeout": "2s", "max_output": "1MiB"}`, true)
+	if r := reloaded(mark); r.msg() != "config reloaded" || !slices.Equal(changed(r), []string{"timeout", "workers"}) {
+		t.Errorf("after shrinking: %v, want changed [timeout workers]", r)
+	}
+	s.waitHealth(t, "one worker left", func(h health) bool { return h.WorkersTotal == 1 && h.WorkersReady+h.WorkersStarting == 1 })
+	// Retirements are logged at debug: the new log level is in force.
+	if _, err := s.log.wait(t.Context(), mark, func(r logRecord) bool {
+		return r.msg() == "retiring worker" && r.str("reason") == "the pool shrank"
+	}); err != nil {
+		t.Error("no debug line for the workers retired by the shrink")
+	}
+	close(stop)
+	wg.Wait()
+	if calls < 4 || len(failures) > 0 {
+		t.Errorf("%d calls under reloads, failures: %q", calls, failures)
+	}
+
+	c := s.connect(t, "mcp", "", nil)
+	if r := c.run(t, "import time\ntime.sleep(4)"); r.sc.Status != "timeout" || !strings.Contains(*r.sc.Error, "2s") {
+		t.Errorf("a 4s call after the timeout became 2s: status %s, error %v", r.sc.Status, r.sc.Error)
+	}
+	tools, err := c.session.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := tools.Tools[0].Description; !strings.Contains(d, "stopped after 2s") {
+		t.Errorf("the tool description does not give the new time limit:\n%s", d)
+	}
+	if r := c.run(t, "print('y' * 5000)"); len(r.sc.Stdout) > 2500 {
+		t.Errorf("stdout is %d bytes: the --max-output 2KiB flag lost to the file", len(r.sc.Stdout))
+	}
+
+	// Rejected: a file that does not parse, then one that does not check.
+	for _, bad := range []string{`{"workers": 3,`, `{"workers": 0}`, `{"wrokers": 3}`} {
+		mark = s.log.mark()
+		save(bad, false)
+		if r := reloaded(mark); r.msg() == "config reloaded" || r.str("@level") != "error" {
+			t.Errorf("config %s: %v, want an error and the settings kept", bad, r)
+		}
+		if h := s.health(t); h.WorkersTotal != 1 {
+			t.Errorf("config %s changed the pool: %+v", bad, h)
+		}
+	}
+	wantValue(t, c.run(t, "'still serving'"), `"still serving"`)
+}
+
+func TestServeRefusesNonLoopbackListen(t *testing.T) {
+	needBinary(t)
+	for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0"} {
+		_, stderr, code := pyrunCmd(t, "", "serve", "--listen", addr)
+		if code == 0 || !strings.Contains(stderr, "loopback") {
+			t.Errorf("serve --listen %s: exit %d, stderr %q; want a refusal naming loopback", addr, code, stderr)
+		}
+	}
+}
+
+func TestWarmup(t *testing.T) {
+	needBinary(t)
+	stdout, stderr, code := pyrunCmd(t, "", "warmup")
+	if code != 0 {
+		t.Fatalf("warmup: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, step := range []string{"runtime", "deno", "pyodide", "worker", "self-test", "sandbox", "interrupt"} {
+		if !regexp.MustCompile(`(?m)^  ` + step + ` +ok +\S`).MatchString(stdout) {
+			t.Errorf("warmup did not report step %s as ok:\n%s", step, stdout)
+		}
+	}
+}
+
+func TestWarmupSaysWhatIsMissing(t *testing.T) {
+	needBinary(t)
+	// A runtime folder whose pieces are fakes: a Deno that runs or not,
+	// Pyodide's metadata with or without its files.
+	fakeRuntime := func(t *testing.T, deno string, pyodideFiles bool) string {
+		root := t.TempDir()
+		dir, err := supervisor.RuntimeDir(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		denoPath := filepath.Join(dir, "node_modules", "@deno", "linux-x64-glibc", "deno")
+		pyodide := filepath.Join(dir, "node_modules", "pyodide")
+		for _, d := range []string{filepath.Dir(denoPath), pyodide} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		files := map[string]string{
+			denoPath: "#!/bin/sh\n" + deno + "\n",
+			filepath.Join(pyodide, "pyodide-lock.json"): `{"info": {"python": "3.14.2"}}`,
+			filepath.Join(pyodide, "package.json"):      `{"version": "314.0.7"}`,
+		}
+		if pyodideFiles {
+			for _, f := range []string{"pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip"} {
+				files[filepath.Join(pyodide, f)] = ""
+			}
+		}
+		for p, body := range files {
+			if err := os.WriteFile(p, []byte(body), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return root
+	}
+	noNPM := t.TempDir() // a PATH without npm
+	for _, tc := range []struct {
+		name, root string
+		path       string
+		want       []string
+	}{
+		{"no runtime and no npm", t.TempDir(), noNPM, []string{"runtime    FAIL", "npm is not on PATH"}},
+		{"deno does not run", fakeRuntime(t, "echo 'cannot execute binary file' >&2; exit 126", true), "", []string{"deno       FAIL", "does not run"}},
+		{"no pyodide files", fakeRuntime(t, "echo 'deno 2.9.6 (stable)'", false), "", []string{"pyodide    FAIL", "pyodide.asm.wasm", "python_stdlib.zip"}},
+		{"worker does not start", fakeRuntime(t, "if [ \"$1\" = --version ]; then echo 'deno 2.9.6 (stable)'; exit 0; fi\necho 'error: Module not found' >&2\nexit 1", true), "", []string{"worker     FAIL", "no worker could start", "Module not found"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, pyrunBin, "warmup", "--runtime-dir", tc.root)
+			if tc.path != "" {
+				cmd.Env = append(os.Environ(), "PATH="+tc.path)
+			}
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() == 0 {
+				t.Errorf("warmup: %v, want a non-zero exit\n%s", err, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(out), w) {
+					t.Errorf("warmup's output lacks %q:\n%s", w, out)
+				}
+			}
+		})
+	}
+}
+
+// textOf is the text of a result's first content block.
+func textOf(r *sdk.CallToolResult) string {
+	if len(r.Content) == 0 {
+		return ""
+	}
+	if tc, ok := r.Content[0].(*sdk.TextContent); ok {
+		return tc.Text
+	}
+	return fmt.Sprint(r.Content[0])
+}

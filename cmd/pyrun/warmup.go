@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// warmupStep is one check of `pyrun warmup`: it returns what it found.
+type warmupStep struct {
+	name string
+	run  func(ctx context.Context) (string, error)
+}
+
+// cmdWarmup provisions the runtime, starts a worker and runs self-test
+// calls, printing each step with its result. The first failure stops it
+// with an error that says what is missing.
+func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hclog.Logger) error {
+	var (
+		rt   *supervisor.Runtime
+		pool *supervisor.Pool
+	)
+	defer func() {
+		if pool != nil {
+			closePool(pool, log)
+		}
+	}()
+	call := func(ctx context.Context, code string, timeout time.Duration) (supervisor.Result, error) {
+		res, err := pool.Run(ctx, supervisor.Job{ID: "warmup", Code: code, Timeout: timeout, Client: "warmup"}, nil)
+		if err != nil && res.Status == "" {
+			return res, err
+		}
+		return res, nil
+	}
+	steps := []warmupStep{
+		{"runtime", func(ctx context.Context) (string, error) {
+			if r, err := supervisor.OpenRuntime(o.runtimeDir); err == nil {
+				rt = r
+				return rt.Dir, nil
+			} else {
+				fmt.Fprintf(stdout, "  %-10s installing Deno and Pyodide from npm (%v)\n", "", err)
+			}
+			r, err := supervisor.Provision(ctx, o.runtimeDir, stderr, log)
+			if errors.Is(err, supervisor.ErrNoNPM) {
+				dir, _ := supervisor.RuntimeDir(o.runtimeDir)
+				return "", fmt.Errorf("Deno and Pyodide are not installed in %s and npm is not on PATH to install them: install Node.js and npm, or copy a runtime folder from a machine where pyrun warmup passed", dir)
+			}
+			if err != nil {
+				return "", err
+			}
+			rt = r
+			return rt.Dir + " (installed now)", nil
+		}},
+		{"deno", func(ctx context.Context) (string, error) {
+			v, err := rt.DenoVersion(ctx)
+			if err != nil {
+				return "", fmt.Errorf("the Deno binary %s does not run: %w", rt.Deno, err)
+			}
+			return "deno " + v, nil
+		}},
+		{"pyodide", func(context.Context) (string, error) {
+			dir := filepath.Join(rt.Dir, "node_modules", "pyodide")
+			var missing []string
+			for _, f := range []string{"pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"} {
+				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+					missing = append(missing, f)
+				}
+			}
+			if len(missing) > 0 {
+				return "", fmt.Errorf("Pyodide's files are missing from %s: %s; remove %s and run pyrun warmup again to reinstall",
+					dir, strings.Join(missing, ", "), rt.Dir)
+			}
+			return fmt.Sprintf("Pyodide %s, Python %s", rt.Pyodide, rt.Python), nil
+		}},
+		{"worker", func(ctx context.Context) (string, error) {
+			cfg := o.poolConfig()
+			cfg.Workers = 1
+			p, err := supervisor.NewPool(rt, cfg, log.Named("pool"))
+			if err != nil {
+				return "", err
+			}
+			pool = p
+			res, err := call(ctx, "None", 0)
+			if err != nil {
+				return "", err
+			}
+			if res.Status != supervisor.StatusSuccess {
+				return "", fmt.Errorf("the first call ended %s: %s", res.Status, res.Error)
+			}
+			return fmt.Sprintf("%s ready after %s", res.Worker, res.QueueWait.Round(time.Millisecond)), nil
+		}},
+		{"self-test", func(ctx context.Context) (string, error) {
+			res, err := call(ctx, "import sys\nprint('hello')\nsum(range(10))", 0)
+			switch {
+			case err != nil:
+				return "", err
+			case res.Status != supervisor.StatusSuccess:
+				return "", fmt.Errorf("a test call ended %s: %s", res.Status, res.Error)
+			case res.Stdout != "hello\n" || res.Value != "45":
+				return "", fmt.Errorf("a test call printed %q and returned %s, want \"hello\\n\" and 45", res.Stdout, res.Value)
+			}
+			return fmt.Sprintf("print and return value (%s)", res.Duration.Round(time.Millisecond)), nil
+		}},
+		{"sandbox", func(ctx context.Context) (string, error) {
+			res, err := call(ctx, "import js\ntry:\n    js.Deno.readTextFileSync('/etc/passwd')\n    leaked = True\nexcept Exception:\n    leaked = False\nleaked", 0)
+			switch {
+			case err != nil:
+				return "", err
+			case res.Status != supervisor.StatusSuccess:
+				return "", fmt.Errorf("the sandbox test ended %s: %s", res.Status, res.Error)
+			case res.Value != "false":
+				return "", errors.New("Python could read /etc/passwd through Deno: the worker's permissions are too wide")
+			}
+			return "host files are out of reach", nil
+		}},
+		{"interrupt", func(ctx context.Context) (string, error) {
+			began := time.Now()
+			res, err := call(ctx, "while True:\n    pass", time.Second)
+			switch {
+			case err != nil:
+				return "", err
+			case res.Status != supervisor.StatusTimeout:
+				return "", fmt.Errorf("a runaway loop with a 1s limit ended %s, want timeout: %s", res.Status, res.Error)
+			}
+			return fmt.Sprintf("a runaway loop was stopped at its 1s limit (%s)", time.Since(began).Round(time.Millisecond)), nil
+		}},
+	}
+
+	fmt.Fprintf(stdout, "pyrun %s warmup (runtime folder %s)\n", version, o.runtimeDir)
+	for _, st := range steps {
+		began := time.Now()
+		detail, err := st.run(ctx)
+		if err != nil {
+			fmt.Fprintf(stdout, "  %-10s FAIL  %v\n", st.name, err)
+			return fmt.Errorf("warmup failed at %s: %w", st.name, err)
+		}
+		fmt.Fprintf(stdout, "  %-10s ok    %s [%s]\n", st.name, detail, time.Since(began).Round(time.Millisecond))
+	}
+	fmt.Fprintln(stdout, "ready: pyrun serve and pyrun stdio will start warm")
+	return nil
+}

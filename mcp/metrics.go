@@ -1,0 +1,153 @@
+package mcp
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// Metrics is pyrun's Prometheus registry. Calls are counted and timed by the
+// Runner that Instrument returns; the pool's state (workers, queue,
+// restarts) is read from its Stats at each scrape.
+//
+//	m := mcp.NewMetrics(version, pool.Stats)
+//	srv := mcp.New(m.Instrument(pool), opts, log)
+//	h := srv.HTTPHandler(mcp.HTTPOptions{Metrics: m, ...})
+//
+// Its methods are safe for concurrent use.
+type Metrics struct {
+	reg       *prometheus.Registry
+	calls     *prometheus.CounterVec
+	duration  prometheus.Histogram
+	queueWait prometheus.Histogram
+}
+
+// callStatuses are the values of pyrun_calls_total's status label: a
+// call's status, or cancelled (by its client), or rejected (it never ran:
+// the queue was full or too slow, no worker could start, or pyrun was
+// shutting down).
+var callStatuses = []string{
+	string(supervisor.StatusSuccess), string(supervisor.StatusRunError), string(supervisor.StatusInstallError),
+	string(supervisor.StatusTimeout), string(supervisor.StatusMemoryError), string(supervisor.StatusCrashed),
+	"cancelled", "rejected",
+}
+
+var restartKinds = []string{
+	supervisor.RestartCrash, supervisor.RestartMemory, supervisor.RestartInterrupt, supervisor.RestartProtocol,
+	supervisor.RestartRecycle, supervisor.RestartConfig, supervisor.RestartShrink, supervisor.RestartIsolation,
+}
+
+// NewMetrics builds the registry; stats is read at every scrape.
+func NewMetrics(version string, stats func() supervisor.Stats) *Metrics {
+	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pyrun_calls_total",
+			Help: "Tool calls by how they ended: a result status, cancelled, or rejected (never ran).",
+		}, []string{"status"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pyrun_call_duration_seconds",
+			Help:    "Time calls ran on a worker, queue wait excluded.",
+			Buckets: buckets,
+		}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "pyrun_queue_wait_seconds",
+			Help:    "Time calls waited for a free worker (until they got one or were refused).",
+			Buckets: buckets,
+		}),
+	}
+	for _, s := range callStatuses {
+		m.calls.WithLabelValues(s) // every series exists from the start
+	}
+	m.reg.MustRegister(m.calls, m.duration, m.queueWait, &poolCollector{stats: stats},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "pyrun_build_info",
+		Help:        "pyrun's version, as a label; the value is 1.",
+		ConstLabels: prometheus.Labels{"version": version},
+	}, func() float64 { return 1 }))
+	return m
+}
+
+// countSessions adds a gauge of open MCP sessions.
+func (m *Metrics) countSessions(n func() int) {
+	_ = m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pyrun_sessions",
+		Help: "Open MCP sessions (HTTP+SSE and stateful Streamable HTTP).",
+	}, func() float64 { return float64(n()) }))
+}
+
+func (m *Metrics) handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
+// Instrument returns a Runner that runs calls on r and counts and times them.
+func (m *Metrics) Instrument(r Runner) Runner { return &instrumented{r: r, m: m} }
+
+type instrumented struct {
+	r Runner
+	m *Metrics
+}
+
+func (i *instrumented) Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
+	began := time.Now()
+	res, err := i.r.Run(ctx, job, ev)
+	status := string(res.Status)
+	switch {
+	case res.Status == "":
+		status = "rejected"
+		if ctx.Err() != nil {
+			status = "cancelled"
+		}
+		i.m.queueWait.Observe(time.Since(began).Seconds())
+	case err != nil:
+		status = "cancelled"
+		fallthrough
+	default:
+		i.m.queueWait.Observe(res.QueueWait.Seconds())
+		i.m.duration.Observe(res.Duration.Seconds())
+	}
+	i.m.calls.WithLabelValues(status).Inc()
+	return res, err
+}
+
+// poolCollector reads the pool's state at scrape time.
+type poolCollector struct {
+	stats func() supervisor.Stats
+}
+
+var (
+	workersDesc = prometheus.NewDesc("pyrun_workers",
+		"Workers by state: idle (ready for a call), busy (running one), starting.", []string{"state"}, nil)
+	workersConfiguredDesc = prometheus.NewDesc("pyrun_workers_configured",
+		"The configured pool size.", nil, nil)
+	queueDepthDesc = prometheus.NewDesc("pyrun_queue_depth",
+		"Calls waiting for a free worker.", nil, nil)
+	restartsDesc = prometheus.NewDesc("pyrun_worker_restarts_total",
+		"Workers retired and replaced, by reason.", []string{"reason"}, nil)
+)
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{workersDesc, workersConfiguredDesc, queueDepthDesc, restartsDesc} {
+		ch <- d
+	}
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(s.Ready), "idle")
+	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(s.Busy), "busy")
+	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(s.Starting), "starting")
+	ch <- prometheus.MustNewConstMetric(workersConfiguredDesc, prometheus.GaugeValue, float64(s.Workers))
+	ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(s.Queued))
+	for _, k := range restartKinds {
+		ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(s.Counts.Restarts[k]), k)
+	}
+}

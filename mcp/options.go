@@ -1,0 +1,24 @@
+package mcp
+
+// options returns the options in force.
+func (s *Server) options() Options {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts
+}
+
+// SetOptions applies new options, as after a config reload: calls from now
+// on use them, and when the tool's description changes (its time limit,
+// output cap or network) connected clients are told the tool list changed.
+func (s *Server) SetOptions(opts Options) {
+	if opts.MaxCode <= 0 {
+		opts.MaxCode = 1 << 20
+	}
+	s.mu.Lock()
+	old := s.opts
+	s.opts = opts
+	s.mu.Unlock()
+	if description(old) != description(opts) || old.Network != opts.Network {
+		s.sdk.AddTool(tool(opts), s.handle)
+	}
+}
