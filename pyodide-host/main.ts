@@ -20,16 +20,20 @@ function main(): void {
   // Only the protocol writer in the Worker may touch stdout.
   console.log = console.info = console.debug = console.error;
   const cfg = parseConfig(Deno.args);
-  // [0]: Pyodide's interrupt flag; [1]: interrupt signals seen so far.
-  const buf = new SharedArrayBuffer(8);
+  // [0]: Pyodide's interrupt flag; [1]: interrupt signals handled so far;
+  // [2]: signals the supervisor had sent when the running call began, set by
+  // the Worker thread. Signals coalesce (the kernel and Deno merge a signal
+  // that arrives while one is pending), so [1] may lag what was sent, never
+  // lead it: a signal whose number is not above [2] was meant for an earlier
+  // call, and the Worker thread and Python ignore it.
+  const buf = new SharedArrayBuffer(12);
   const flag = new Int32Array(buf, 0, 1);
   const count = new Int32Array(buf, 4, 1);
   const worker = new Worker(new URL("./worker.ts", import.meta.url), { type: "module" });
   Deno.addSignalListener("SIGUSR2", () => {
-    Atomics.store(flag, 0, 2); // 2 = SIGINT: Python raises KeyboardInterrupt
-    Atomics.notify(flag, 0); // wakes pyrun's time.sleep
     const n = Atomics.add(count, 0, 1) + 1;
-    Atomics.notify(count, 0);
+    Atomics.store(flag, 0, 2); // 2 = SIGINT: Python's handler raises KeyboardInterrupt
+    Atomics.notify(flag, 0); // wakes pyrun's time.sleep
     worker.postMessage({ type: "interrupt", count: n });
   });
   worker.onmessage = (e: MessageEvent<{ type: string }>) => {

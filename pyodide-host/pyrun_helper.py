@@ -78,6 +78,7 @@ class _Host:
 
     emit = None  # emit(line: str) writes one protocol line
     wait = None  # wait(ms) blocks until ms pass or an interrupt; True if interrupted
+    live = None  # live() is True when the latest interrupt was meant for the running call
     lock_imports: dict[str, str] = {}  # import name -> package name
     load_packages = None  # async load_packages(names) -> list of errors
 
@@ -187,10 +188,11 @@ class _Call:
         )
 
 
-def setup(emit, wait, lock_imports, load_packages):
+def setup(emit, wait, live, lock_imports, load_packages):
     """Called once by the host after Pyodide has loaded."""
     _host.emit = emit
     _host.wait = wait
+    _host.live = live
     # Pyodide's time.sleep suspends the wasm stack (JSPI); an interrupt then
     # lands outside the call and strands it. This sleep blocks the thread on
     # the interrupt flag instead, so an interrupt ends it at once.
@@ -448,7 +450,7 @@ def _on_interrupt(signum, frame):
     task if it is parked in an await.
     """
     call = _active
-    if call is not None and call.running and _current.get() is call:
+    if call is not None and call.running and _current.get() is call and _host.live():
         call.interrupted = True
         raise KeyboardInterrupt
 

@@ -83,6 +83,7 @@ interface Helper {
   setup(
     emit: (line: string) => void,
     wait: (ms: number) => boolean,
+    live: () => boolean,
     lockImports: unknown,
     load: unknown,
   ): void;
@@ -91,8 +92,14 @@ interface Helper {
 }
 
 interface Shared {
-  flag: Int32Array;
-  count: Int32Array;
+  flag: Int32Array; // Pyodide's interrupt flag
+  count: Int32Array; // interrupt signals the main thread has handled
+  start: Int32Array; // signals the supervisor had sent when the running call began
+}
+
+/** Whether the latest interrupt signal was meant for the running call. */
+function live(s: Shared): boolean {
+  return Atomics.load(s.count, 0) > Atomics.load(s.start, 0);
 }
 
 async function start(cfg: HostConfig, shared: Shared): Promise<void> {
@@ -122,15 +129,16 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
   const wait = (ms: number) => {
     Atomics.wait(shared.flag, 0, 0, ms);
     // Consume the interrupt here: the sleep raises KeyboardInterrupt itself.
-    return Atomics.exchange(shared.flag, 0, 0) !== 0;
+    return Atomics.exchange(shared.flag, 0, 0) !== 0 && live(shared);
   };
-  helper.setup(writeLine, wait, py.toPy(await lockImports(py)), load);
+  helper.setup(writeLine, wait, () => live(shared), py.toPy(await lockImports(py)), load);
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
   // A notice for a signal the current call started after is stale.
-  let callStart = 0;
   self.onmessage = (e: MessageEvent<{ type: string; count: number }>) => {
-    if (e.data.type !== "interrupt" || !current || e.data.count <= callStart) return;
+    if (e.data.type !== "interrupt" || !current || e.data.count <= Atomics.load(shared.start, 0)) {
+      return;
+    }
     // No Python runs while this handler does. A flag still set has found no
     // Python to stop; a cleared one may have stopped only a callback. Either
     // way the call's task, if still parked in an await, is cancelled.
@@ -167,12 +175,8 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
           send({ type: "error", id: req.id, error: "bad request: run needs id and code" });
           break;
         }
-        if (!settleInterrupts(shared, req.interrupts ?? 0)) {
-          send({ type: "error", id: req.id, error: "interrupt signal never arrived" });
-          break;
-        }
+        beginCall(shared, req.interrupts ?? 0);
         current = req.id;
-        callStart = req.interrupts ?? 0;
         const globals = req.globals && Object.keys(req.globals).length
           ? JSON.stringify(req.globals)
           : "";
@@ -200,21 +204,12 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
 }
 
 /**
- * Waits until the main thread has seen every interrupt the supervisor sent,
- * then clears the flag: a late signal meant for the previous call must not
- * interrupt this one.
+ * Marks the start of a call: a signal numbered up to want was sent for an
+ * earlier call and must not interrupt this one, however late it arrives.
  */
-function settleInterrupts(s: Shared, want: number): boolean {
-  const deadline = performance.now() + 2000;
-  for (;;) {
-    const seen = Atomics.load(s.count, 0);
-    if (seen >= want) break;
-    const left = deadline - performance.now();
-    if (left <= 0) return false;
-    Atomics.wait(s.count, 0, seen, left);
-  }
+function beginCall(s: Shared, want: number): void {
+  Atomics.store(s.start, 0, want);
   Atomics.store(s.flag, 0, 0);
-  return true;
 }
 
 async function installHelper(py: PyodideInterface): Promise<Helper> {
@@ -259,6 +254,7 @@ self.onmessage = (e: MessageEvent<{ cfg: HostConfig; buf: SharedArrayBuffer }>) 
   const shared = {
     flag: new Int32Array(e.data.buf, 0, 1),
     count: new Int32Array(e.data.buf, 4, 1),
+    start: new Int32Array(e.data.buf, 8, 1),
   };
   start(e.data.cfg, shared).catch((err) => {
     console.error(`pyrun worker: ${err?.stack ?? err}`);
