@@ -31,8 +31,12 @@ type HTTPOptions struct {
 	// streams keep long calls. 0: 15s; negative: never.
 	KeepAlive time.Duration
 	// Protect wraps the MCP endpoints (/mcp, /sse and the SSE session's POST
-	// URL), for access control. /healthz and /metrics stay open. nil: none.
+	// URL), for access control; /healthz stays open. When it puts an
+	// auth.TokenInfo with a UserID in the request's context, sessions are
+	// bound to that client (see owners.go). nil: none.
 	Protect func(http.Handler) http.Handler
+	// ProtectMetrics puts /metrics behind Protect too.
+	ProtectMetrics bool
 	// Stats reports the pool for /healthz. nil: /healthz is not served.
 	Stats func() supervisor.Stats
 	// Metrics is served at /metrics. nil: /metrics is not served.
@@ -52,6 +56,7 @@ type HTTPHandler struct {
 	mux  *http.ServeMux
 
 	draining atomic.Bool
+	owners   sseOwners
 
 	mu      sync.Mutex
 	streams map[*http.Request]context.CancelFunc // open GET streams
@@ -91,13 +96,17 @@ func (s *Server) HTTPHandler(o HTTPOptions) *HTTPHandler {
 	sse := sdk.NewSSEHandler(getServer, &sdk.SSEOptions{MaxRequestBodyBytes: maxBody})
 
 	h.mux.Handle("/mcp", protect(h.transport(s.CancelOnDisconnect(streamable))))
-	h.mux.Handle("/sse", protect(h.transport(withForwardedPrefix(sse))))
+	h.mux.Handle("/sse", protect(h.transport(h.bindSSE(withForwardedPrefix(sse)))))
 	if o.Stats != nil {
 		h.mux.Handle("GET /healthz", http.HandlerFunc(h.health))
 	}
 	if o.Metrics != nil {
 		o.Metrics.countSessions(s.sessionCount)
-		h.mux.Handle("GET /metrics", o.Metrics.handler())
+		metrics := o.Metrics.handler()
+		if o.ProtectMetrics {
+			metrics = protect(metrics)
+		}
+		h.mux.Handle("GET /metrics", metrics)
 	}
 	h.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "pyrun %s: MCP over Streamable HTTP at /mcp, over HTTP+SSE at /sse; /healthz, /metrics\n",

@@ -140,7 +140,8 @@ func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
 
 // handle is the tool handler. A Python error, timeout or crash is a tool
 // result with isError; so is bad input. Only a call the pool could not take
-// (busy, shutting down) is a tool error with a message and no result.
+// (busy, over its client's limits, shutting down) is a tool error with a
+// message and no result.
 func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 	s.live.opened(req)
 	args, err := parseArgs(req.Params.Arguments, s.options().MaxCode)
@@ -151,7 +152,8 @@ func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 		ID:      strconv.FormatUint(callSeq.Add(1), 10),
 		Code:    args.PythonCode,
 		Globals: args.GlobalVariables,
-		Client:  s.sessionName(req.Session),
+		Client:  clientOf(ctx, req),
+		Session: s.sessionName(req.Session),
 	}
 	if t := args.TimeoutSeconds; t != nil {
 		job.Timeout = time.Duration(min(*t, 1e6) * float64(time.Second))

@@ -145,10 +145,12 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 			p.counts.Rejected++
 		}
 		p.mu.Unlock()
+		status := "rejected"
 		if ctx.Err() != nil {
-			p.log.Info("call", "id", job.ID, "status", "cancelled", "queued", time.Since(queued).Round(time.Microsecond),
-				"worker", "", "client", job.Client)
+			status = "cancelled"
 		}
+		p.log.Info("call", "id", job.ID, "status", status, "queued", time.Since(queued).Round(time.Microsecond),
+			"worker", "", "session", job.Session, "client", job.Client, "error", err.Error())
 		return Result{}, err
 	}
 	if watch != nil {
@@ -163,7 +165,7 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 	}
 	p.release(w, status)
 	p.log.Info("call", "id", job.ID, "status", status, "duration", res.Duration.Round(time.Microsecond),
-		"queued", wait.Round(time.Microsecond), "worker", w.name, "session", job.Client)
+		"queued", wait.Round(time.Microsecond), "worker", w.name, "session", job.Session, "client", job.Client)
 	if ctx.Err() != nil {
 		return res, fmt.Errorf("call %s: %w", job.ID, ctx.Err())
 	}

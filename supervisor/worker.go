@@ -28,8 +28,10 @@ type Job struct {
 	// Timeout is the call's own limit; 0 or more than the pool's Timeout
 	// means the pool's.
 	Timeout time.Duration
-	// Client names who asked (an MCP session, a token's subject), for logs.
-	Client string
+	// Client names who asked (a token's name, a JWT's subject), and
+	// Session the MCP session it came in, for logs.
+	Client  string
+	Session string
 }
 
 // Stop delays: a worker told to stop first sees its stdin close, then

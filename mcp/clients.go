@@ -1,0 +1,173 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// ErrClientBusy is wrapped by the error of a call refused because its client
+// already has as many calls as it may.
+var ErrClientBusy = errors.New("pyrun is busy for this client")
+
+// ClientLimits bound the calls of one client (Job.Client), so that no
+// client can take every worker and every place in line from the others.
+type ClientLimits struct {
+	// MaxCalls is how many calls of one client may be in the pool at once,
+	// running or waiting for a free worker. Less than 1: 1.
+	MaxCalls int
+	// MaxQueue is how many more calls of that client may wait for one of
+	// those places; more are refused at once. Negative: 0.
+	MaxQueue int
+	// QueueTimeout bounds that wait; a call still waiting then is refused.
+	// 0: 60s.
+	QueueTimeout time.Duration
+}
+
+// LimitClients returns a Runner that runs calls on r within limits (read
+// at every call, so they may change), per client. Calls of the Anonymous
+// client are not limited: without credentials there is one client.
+// A call refused by a limit gets an error wrapping ErrClientBusy and is
+// logged as pyrun's pool logs calls it refuses.
+func LimitClients(r Runner, limits func() ClientLimits, log hclog.Logger) Runner {
+	return &clientLimiter{r: r, limits: limits, log: log, clients: map[string]*clientLine{}}
+}
+
+// clientLimiter keeps one line per client with calls in flight. Its
+// methods are safe for concurrent use.
+type clientLimiter struct {
+	r      Runner
+	limits func() ClientLimits
+	log    hclog.Logger
+
+	mu      sync.Mutex
+	clients map[string]*clientLine // clients with calls in the pool or waiting
+}
+
+type clientLine struct {
+	inPool  int
+	waiting []*clientWaiter // first come, first served
+}
+
+type clientWaiter struct {
+	ready   chan struct{} // closed when the call gets its place
+	granted bool
+}
+
+func (l *clientLimiter) Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
+	if job.Client == Anonymous || job.Client == "" {
+		return l.r.Run(ctx, job, ev)
+	}
+	began := time.Now()
+	if err := l.acquire(ctx, job.Client); err != nil {
+		status := "rejected"
+		if ctx.Err() != nil {
+			status = "cancelled"
+		}
+		l.log.Info("call", "id", job.ID, "status", status, "queued", time.Since(began).Round(time.Microsecond),
+			"worker", "", "session", job.Session, "client", job.Client, "error", err.Error())
+		return supervisor.Result{}, err
+	}
+	defer l.release(job.Client)
+	wait := time.Since(began)
+	res, err := l.r.Run(ctx, job, ev)
+	if res.Status != "" {
+		res.QueueWait += wait
+	}
+	return res, err
+}
+
+func (l *clientLimiter) current() ClientLimits {
+	lim := l.limits()
+	lim.MaxCalls = max(lim.MaxCalls, 1)
+	lim.MaxQueue = max(lim.MaxQueue, 0)
+	if lim.QueueTimeout <= 0 {
+		lim.QueueTimeout = 60 * time.Second
+	}
+	return lim
+}
+
+// acquire takes one of client's places in the pool, waiting in its line
+// when they are all taken.
+func (l *clientLimiter) acquire(ctx context.Context, client string) error {
+	lim := l.current()
+	l.mu.Lock()
+	line := l.clients[client]
+	if line == nil {
+		line = &clientLine{}
+		l.clients[client] = line
+	}
+	if line.inPool < lim.MaxCalls && len(line.waiting) == 0 {
+		line.inPool++
+		l.mu.Unlock()
+		return nil
+	}
+	if len(line.waiting) >= lim.MaxQueue {
+		inPool, waiting := line.inPool, len(line.waiting)
+		l.mu.Unlock()
+		return fmt.Errorf("%w: client %s already has %d calls running or waiting for a worker and %d more waiting, the most one client may have (client_max_calls %d, client_max_queue %d); try again later",
+			ErrClientBusy, client, inPool, waiting, lim.MaxCalls, lim.MaxQueue)
+	}
+	w := &clientWaiter{ready: make(chan struct{})}
+	line.waiting = append(line.waiting, w)
+	l.mu.Unlock()
+
+	timer := time.NewTimer(lim.QueueTimeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case <-w.ready:
+		return nil
+	case <-ctx.Done():
+		err = fmt.Errorf("waiting for a place among client %s's calls: %w", client, ctx.Err())
+	case <-timer.C:
+		err = fmt.Errorf("%w: client %s's earlier calls left no room within %s (queue_timeout); try again later",
+			ErrClientBusy, client, lim.QueueTimeout)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if w.granted {
+		// Given a place as it gave up: pass it on.
+		line.inPool--
+		l.handOnLocked(client, line)
+		return err
+	}
+	line.waiting = slices.DeleteFunc(line.waiting, func(x *clientWaiter) bool { return x == w })
+	l.forgetLocked(client, line)
+	return err
+}
+
+// release gives back a place of client's.
+func (l *clientLimiter) release(client string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	line := l.clients[client]
+	line.inPool--
+	l.handOnLocked(client, line)
+}
+
+// handOnLocked gives free places to the calls first in line.
+func (l *clientLimiter) handOnLocked(client string, line *clientLine) {
+	maxCalls := l.current().MaxCalls
+	for line.inPool < maxCalls && len(line.waiting) > 0 {
+		w := line.waiting[0]
+		line.waiting = line.waiting[1:]
+		w.granted = true
+		line.inPool++
+		close(w.ready)
+	}
+	l.forgetLocked(client, line)
+}
+
+func (l *clientLimiter) forgetLocked(client string, line *clientLine) {
+	if line.inPool == 0 && len(line.waiting) == 0 {
+		delete(l.clients, client)
+	}
+}
