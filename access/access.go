@@ -71,14 +71,12 @@ func New(cfg Config, log hclog.Logger) (*Guard, error) {
 	}
 	if cfg.TokenFile != "" {
 		g.tokens = &tokens{path: cfg.TokenFile}
-		names, err := g.tokens.load()
+		names, open, err := g.tokens.load()
 		if err != nil {
 			return nil, err
 		}
 		log.Info("access tokens loaded", "file", cfg.TokenFile, "clients", names)
-		if len(names) == 0 {
-			log.Warn("the token file holds no tokens: no client gets in with a token", "file", cfg.TokenFile)
-		}
+		g.warn(names, open)
 	}
 	if cfg.Issuer == "" {
 		return g, nil
@@ -123,17 +121,28 @@ func New(cfg Config, log hclog.Logger) (*Guard, error) {
 
 // ReloadTokens re-reads the token file. A file that cannot be read or
 // parsed is rejected with a logged error, and the tokens in force stay.
+// Without a token file (or a Guard) it does nothing.
 func (g *Guard) ReloadTokens() error {
-	if g.tokens == nil {
+	if g == nil || g.tokens == nil {
 		return nil
 	}
-	names, err := g.tokens.load()
+	names, open, err := g.tokens.load()
 	if err != nil {
 		g.log.Error("token file rejected; the tokens in force stay", "error", err)
 		return err
 	}
 	g.log.Info("access tokens reloaded", "file", g.tokens.path, "clients", names)
+	g.warn(names, open)
 	return nil
+}
+
+func (g *Guard) warn(names []string, open bool) {
+	if open {
+		g.log.Warn("other users may read or change the token file: chmod 600 it", "file", g.tokens.path)
+	}
+	if len(names) == 0 {
+		g.log.Warn("the token file holds no tokens: no client gets in with a token", "file", g.tokens.path)
+	}
 }
 
 // TokenFile is the token file's path; "" without one (or without a Guard).
@@ -246,9 +255,9 @@ func (g *Guard) metadataURL(endpoint string) string {
 // MetadataHandlers are the protected resource metadata documents (RFC 9728)
 // by the path they are served at: one for /mcp, one for /sse, and, when
 // pyrun is at the root of its origin, one for the origin. Each names the
-// issuer as the authorization server. Empty without JWTs.
+// issuer as the authorization server. Empty without JWTs (or a Guard).
 func (g *Guard) MetadataHandlers() map[string]http.Handler {
-	if g.jwt == nil {
+	if g == nil || g.jwt == nil {
 		return nil
 	}
 	endpoints := []string{"mcp", "sse"}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"regexp"
 	"slices"
@@ -95,15 +96,16 @@ func parseTokens(b []byte) ([]tokenEntry, error) {
 }
 
 // load reads the file and puts its tokens in force. A file that cannot be
-// read or parsed leaves the tokens in force as they were.
-func (t *tokens) load() (names []string, err error) {
-	b, err := readSmall(t.path, maxTokenFile)
+// read or parsed leaves the tokens in force as they were. open reports
+// whether other users may read or change the file.
+func (t *tokens) load() (names []string, open bool, err error) {
+	b, mode, err := readSmall(t.path, maxTokenFile)
 	if err != nil {
-		return nil, fmt.Errorf("read token file: %w", err)
+		return nil, false, fmt.Errorf("read token file: %w", err)
 	}
 	entries, err := parseTokens(b)
 	if err != nil {
-		return nil, fmt.Errorf("token file %s: %w", t.path, err)
+		return nil, false, fmt.Errorf("token file %s: %w", t.path, err)
 	}
 	t.mu.Lock()
 	t.entries = entries
@@ -112,7 +114,7 @@ func (t *tokens) load() (names []string, err error) {
 		names = append(names, e.name)
 	}
 	slices.Sort(names)
-	return slices.Compact(names), nil
+	return slices.Compact(names), mode.Perm()&0o066 != 0, nil
 }
 
 // match returns the name of the client whose token tok is. It compares
@@ -134,19 +136,23 @@ func (t *tokens) match(tok string) (string, bool) {
 	return t.entries[found].name, true
 }
 
-// readSmall reads a file of at most limit bytes.
-func readSmall(path string, limit int64) ([]byte, error) {
+// readSmall reads a file of at most limit bytes, and gives its mode.
+func readSmall(path string, limit int64) ([]byte, fs.FileMode, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, err
+	}
 	b, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, limit)
+		return nil, 0, fmt.Errorf("%s is larger than %d bytes", path, limit)
 	}
-	return b, nil
+	return b, fi.Mode(), nil
 }

@@ -43,6 +43,16 @@ type options struct {
 	sessionTimeout time.Duration
 	keepAlive      time.Duration
 	drainTimeout   time.Duration
+
+	authTokenFile  string
+	authIssuer     string
+	authAudience   stringList
+	authJWKSURL    string
+	publicURL      string
+	metricsAuth    bool
+	insecureNoAuth bool
+	clientMaxCalls int
+	clientMaxQueue int
 }
 
 // flagSet declares every flag on o, with its default.
@@ -71,6 +81,15 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.DurationVar(&o.sessionTimeout, "session-timeout", time.Hour, "serve: close a /mcp session after this long without a request")
 	fs.DurationVar(&o.keepAlive, "keep-alive", 15*time.Second, "serve: comment line on quiet event streams this often, so long calls are not dropped (0: never)")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 0, "serve: on SIGTERM, how long running calls may take to finish (default: the timeout plus 5s)")
+	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "serve: `file` of bearer tokens, one client a line (name:token); re-read when it changes")
+	fs.StringVar(&o.authIssuer, "auth-issuer", "", "serve: OAuth authorization server (issuer URL) whose JWT access tokens are accepted")
+	fs.Var(&o.authAudience, "auth-audience", "serve: comma-separated audiences a JWT's aud must hold one of (default: pyrun's resource URLs, public-url/mcp and /sse)")
+	fs.StringVar(&o.authJWKSURL, "auth-jwks-url", "", "serve: URL of the issuer's signing keys (JWKS) (default: jwks_uri from the issuer's metadata)")
+	fs.StringVar(&o.publicURL, "public-url", "", "serve: the URL clients reach pyrun at, for OAuth metadata (default: http:// and the listen address)")
+	fs.BoolVar(&o.metricsAuth, "metrics-auth", true, "serve: with access control, /metrics needs a token too")
+	fs.BoolVar(&o.insecureNoAuth, "insecure-no-auth", false, "serve: listen beyond loopback without access control: anyone who reaches pyrun runs code")
+	fs.IntVar(&o.clientMaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker (default: the pool size)")
+	fs.IntVar(&o.clientMaxQueue, "client-max-queue", 16, "serve, with access control: more calls of one client that may wait for those places; more are refused")
 	return fs
 }
 
@@ -198,6 +217,12 @@ func (o *options) check() error {
 		return fmt.Errorf("keep-alive must not be negative, not %s", o.keepAlive)
 	case o.drainTimeout < 0:
 		return fmt.Errorf("drain-timeout must not be negative, not %s", o.drainTimeout)
+	case o.clientMaxCalls < 0 || o.clientMaxCalls > 4096:
+		return fmt.Errorf("client-max-calls must be between 0 (the pool size) and 4096, not %d", o.clientMaxCalls)
+	case o.clientMaxQueue < 0 || o.clientMaxQueue > 4096:
+		return fmt.Errorf("client-max-queue must be between 0 and 4096, not %d", o.clientMaxQueue)
+	case o.authIssuer == "" && (o.authJWKSURL != "" || len(o.authAudience) > 0):
+		return errors.New("auth-jwks-url and auth-audience need auth-issuer: the authorization server whose tokens to accept")
 	}
 	if hclogLevel(o.logLevel) == 0 {
 		return fmt.Errorf("log-level must be trace, debug, info, warn or error, not %q", o.logLevel)

@@ -48,7 +48,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 
-	if err := checkListen(o.listen); err != nil {
+	if err := checkListen(o, log); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", o.listen)
@@ -56,6 +56,10 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer ln.Close()
+	guard, err := newGuard(o, ln.Addr().String(), log.Named("access"))
+	if err != nil {
+		return err
+	}
 
 	rt, pool, err := startPool(ctx, o, o.poolConfig(), stderr, log)
 	if err != nil {
@@ -63,20 +67,28 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	}
 	s := &service{args: args, log: log, rt: rt, pool: pool, opts: o}
 	metrics := mcp.NewMetrics(version, pool.Stats)
-	s.srv = mcp.New(metrics.Instrument(pool), mcpOptions(o, rt), log)
+	var runner mcp.Runner = pool
+	if guard != nil {
+		runner = mcp.LimitClients(pool, s.clientLimits, log.Named("pool"))
+	}
+	s.srv = mcp.New(metrics.Instrument(runner), mcpOptions(o, rt), log)
 	keepAlive := o.keepAlive
 	if keepAlive == 0 {
 		keepAlive = -1 // never
 	}
-	s.handler = s.srv.HTTPHandler(mcp.HTTPOptions{
+	httpOpts := mcp.HTTPOptions{
 		Stateless:      o.stateless,
 		SessionTimeout: o.sessionTimeout,
 		KeepAlive:      keepAlive,
 		Stats:          pool.Stats,
 		Metrics:        metrics,
-	})
+	}
+	if guard != nil {
+		httpOpts.Protect, httpOpts.ProtectMetrics = guard.Protect, o.metricsAuth
+	}
+	s.handler = s.srv.HTTPHandler(httpOpts)
 	s.http = &http.Server{
-		Handler:           s.handler,
+		Handler:           withMetadata(guard, s.handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		// No WriteTimeout: event streams and long calls stay open.
@@ -93,9 +105,17 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 			defer s.watcher.Close()
 		}
 	}
+	if file := guard.TokenFile(); file != "" {
+		tw, err := watchConfig(file, log.Named("access"), func() { _ = guard.ReloadTokens() })
+		if err != nil {
+			log.Error("token file changes will not be applied (SIGHUP still reloads)", "error", err)
+		} else {
+			defer tw.Close()
+		}
+	}
 	addr := ln.Addr().String()
 	log.Info("listening", "addr", addr, "mcp", "http://"+addr+"/mcp", "sse", "http://"+addr+"/sse",
-		"stateless", o.stateless, "workers", pool.Config().Workers, "python", rt.Python)
+		"stateless", o.stateless, "workers", pool.Config().Workers, "python", rt.Python, "auth", o.authMode())
 
 	for {
 		select {
@@ -106,6 +126,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				s.reload()
+				_ = guard.ReloadTokens()
 				continue
 			}
 			log.Info("shutting down", "signal", sig.String())
@@ -187,26 +208,12 @@ func (s *service) options() *options {
 	return s.opts
 }
 
-// checkListen refuses addresses other than loopback ones: pyrun serve has
-// no access control of its own yet, and whoever reaches it runs code.
-func checkListen(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("listen address %q: %w", addr, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("refusing to listen on %q: whoever reaches pyrun serve can run code, so without access control it listens only on loopback addresses (127.0.0.1:3001, [::1]:3001, localhost:3001); to serve other machines, listen on loopback and put a reverse proxy that authenticates in front", addr)
-}
-
 // restartOnly are the settings that take effect only when pyrun starts. A
 // key added to the flags is reloaded unless it is named here.
 var restartOnly = []string{
 	"config", "listen", "stateless", "session-timeout", "keep-alive", "runtime-dir", "log-format",
+	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
+	"insecure-no-auth",
 }
 
 // reload re-reads the command line and the config file (a flag still wins

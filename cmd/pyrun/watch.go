@@ -16,9 +16,10 @@ import (
 // rename it over the old one, change its mode).
 const reloadDelay = 150 * time.Millisecond
 
-// configWatcher calls apply when the config file's content changes. It
-// watches the file's folder, not the file, so that a save by rename (most
-// editors, and the symlink swaps of mounted config maps) is seen too.
+// configWatcher calls apply when a file's content changes (the config
+// file, the token file). It watches the file's folder, not the file, so
+// that a save by rename (most editors, and the symlink swaps of mounted
+// config maps) is seen too.
 type configWatcher struct {
 	w    *fsnotify.Watcher
 	done chan struct{}
@@ -58,7 +59,7 @@ func watchConfig(path string, log hclog.Logger, apply func()) (*configWatcher, e
 					timer.Stop()
 					return
 				}
-				log.Warn("watching the config file", "error", err)
+				log.Warn("watching for changes", "file", abs, "error", err)
 			case <-timer.C:
 				b, err := os.ReadFile(abs)
 				if err == nil && bytes.Equal(b, last) {
@@ -68,7 +69,7 @@ func watchConfig(path string, log hclog.Logger, apply func()) (*configWatcher, e
 					continue // still missing
 				}
 				last = b
-				log.Debug("config file changed", "file", abs)
+				log.Debug("file changed", "file", abs)
 				apply()
 			}
 		}
