@@ -63,8 +63,11 @@ type Guard struct {
 }
 
 // New prepares a Guard from cfg: it reads the token file and checks the
-// URLs; it fetches nothing (see Prefetch).
+// URLs; it fetches nothing (see Prefetch). log may be nil.
 func New(cfg Config, log hclog.Logger) (*Guard, error) {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
 	g := &Guard{log: log, issuer: cfg.Issuer}
 	if cfg.TokenFile == "" && cfg.Issuer == "" {
 		return nil, errors.New("access: neither a token file nor an issuer")
