@@ -373,7 +373,7 @@ func TestServeTokens(t *testing.T) {
 		if code, _ := post(t, s.base+"/mcp", aliceToken, callBody, hdr); code != http.StatusUnauthorized {
 			t.Errorf("alice's old token in her open session: %d, want 401", code)
 		}
-		wantValue(t, s.mustDial2(t, "sse", aliceNext).run(t, "'new'"), `"new"`)
+		wantValue(t, s.session(t, "sse", aliceNext).run(t, "'new'"), `"new"`)
 		// Her open session is hers under the new token too.
 		b.setToken(aliceNext)
 		wantValue(t, old.run(t, "'same session'"), `"same session"`)
@@ -383,7 +383,7 @@ func TestServeTokens(t *testing.T) {
 		if r := s.log.waitMsg(t, mark, "token file rejected; the tokens in force stay"); r.str("@level") != "error" {
 			t.Errorf("rejection logged as %v", r)
 		}
-		wantValue(t, s.mustDial2(t, "mcp", bobToken).run(t, "'kept'"), `"kept"`)
+		wantValue(t, s.session(t, "mcp", bobToken).run(t, "'kept'"), `"kept"`)
 	})
 
 	// No token ever reaches the log.
@@ -396,7 +396,8 @@ func TestServeTokens(t *testing.T) {
 	}
 }
 
-func (s *httpServer) mustDial2(t *testing.T, transport, token string) *server {
+// session opens an MCP session with a good token.
+func (s *httpServer) session(t *testing.T, transport, token string) *server {
 	t.Helper()
 	c, _ := s.mustDial(t, transport, token)
 	return c
