@@ -8,8 +8,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/pyrun/pyrun/access"
 	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/mcp/access"
 )
 
 // Access control of pyrun serve: who may run code. Without credentials

@@ -23,7 +23,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
-	"github.com/pyrun/pyrun/access/accesstest"
+	"github.com/pyrun/pyrun/mcp/access/accesstest"
 )
 
 // bearer is an HTTP client transport that sends a bearer token (which the

@@ -18,8 +18,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
-	"github.com/pyrun/pyrun/access"
-	"github.com/pyrun/pyrun/access/accesstest"
+	"github.com/pyrun/pyrun/mcp/access"
+	"github.com/pyrun/pyrun/mcp/access/accesstest"
 )
 
 func testLog(t *testing.T) hclog.Logger {
