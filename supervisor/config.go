@@ -125,13 +125,16 @@ func heapLimit(memoryLimit int64) int64 {
 
 // deniedNets are the addresses the public network mode keeps from Python:
 // loopback, private, carrier-grade NAT, link-local (cloud metadata lives at
-// 169.254.169.254), benchmarking, multicast and reserved ranges. Deno checks
+// 169.254.169.254), documentation, benchmarking, multicast and reserved
+// ranges, and the IPv6 addresses of cloud metadata services. Deno checks
 // names after resolving them, so a public name pointing at 127.0.0.1 is
-// refused too. Deno 2.9 accepts no IPv6 ranges here, only single addresses.
+// refused too, and it reads IPv4-mapped IPv6 addresses as IPv4. Deno 2.9
+// accepts no IPv6 ranges here, only single addresses: see publicDenyList.
 var deniedNets = []string{
 	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-	"172.16.0.0/12", "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15",
-	"224.0.0.0/4", "240.0.0.0/4", "localhost", "[::1]", "[::]",
+	"172.16.0.0/12", "192.0.0.0/24", "192.0.2.0/24", "192.168.0.0/16", "198.18.0.0/15",
+	"198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+	"localhost", "[::1]", "[::]", "[fd00:ec2::254]",
 	"metadata.google.internal",
 }
 
@@ -178,7 +181,12 @@ func denoArgs(rt *Runtime, c Config) ([]string, error) {
 	case NetworkPackages:
 		args = append(args, "--allow-net="+strings.Join(packageHosts, ","))
 	case NetworkPublic:
-		args = append(args, "--allow-net", "--deny-net="+strings.Join(deniedNets, ","))
+		// Everything but deniedNets and the host's own addresses.
+		deny, err := publicDenyList()
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--allow-net", "--deny-net="+strings.Join(deny, ","))
 	case NetworkAll:
 		args = append(args, "--allow-net")
 	default:

@@ -23,3 +23,35 @@ func ParseEvent(line []byte) error {
 	_, err := parseEvent(line)
 	return err
 }
+
+// WorkerPIDs lists the process ids of the workers that are idle or running
+// a call, so that tests can kill them from outside.
+func (p *Pool) WorkerPIDs() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var pids []int
+	for _, w := range p.idle {
+		pids = append(pids, w.cmd.Process.Pid)
+	}
+	for w := range p.running {
+		pids = append(pids, w.cmd.Process.Pid)
+	}
+	return pids
+}
+
+// MemoryCeiling exposes memoryCeiling.
+var MemoryCeiling = memoryCeiling
+
+// HealthInterval exposes how often the pool checks its workers.
+const HealthInterval = healthInterval
+
+// BusyPIDs lists the process ids of the workers running a call.
+func (p *Pool) BusyPIDs() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var pids []int
+	for w := range p.running {
+		pids = append(pids, w.cmd.Process.Pid)
+	}
+	return pids
+}

@@ -116,6 +116,8 @@ func newPool(newCmd func(Config) (*exec.Cmd, error), cfg Config, log hclog.Logge
 	}
 	p.wg.Add(1)
 	go p.fill()
+	p.wg.Add(1)
+	go p.watchHealth()
 	return p
 }
 
@@ -136,7 +138,7 @@ func (p *Pool) Config() Config {
 func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 	queued := time.Now()
 	watch, _ := ev.(Watcher)
-	w, cfg, err := p.acquire(ctx, watch)
+	w, res, wait, err := p.runLive(ctx, job, ev, watch)
 	if err != nil {
 		p.mu.Lock()
 		if ctx.Err() != nil {
@@ -153,11 +155,6 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 			"worker", "", "session", job.Session, "client", job.Client, "error", err.Error())
 		return Result{}, err
 	}
-	if watch != nil {
-		watch.Started(w.name)
-	}
-	wait := time.Since(queued)
-	res := w.run(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
 	res.QueueWait = wait
 	status := string(res.Status)
 	if ctx.Err() != nil {

@@ -71,9 +71,10 @@ type worker struct {
 
 	// Owned by the goroutine running a call (the pool hands a worker to one
 	// caller at a time).
-	interrupts int    // SIGUSR2 signals sent so far
-	calls      int    // calls run
-	retire     string // non-empty: do not reuse, and why
+	interrupts  int    // SIGUSR2 signals sent so far
+	calls       int    // calls run
+	retire      string // non-empty: do not reuse, and why
+	undelivered bool   // the last call never reached the worker: it died first
 }
 
 // startWorker starts cmd as a worker and waits until it is ready or fails.
@@ -208,10 +209,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	started := time.Now()
 	defer func() { res.Duration = time.Since(started) }()
 
-	limit := cfg.Timeout
-	if job.Timeout > 0 && job.Timeout < limit {
-		limit = job.Timeout
-	}
+	limit := callLimit(cfg, job)
 	line, err := json.Marshal(request{
 		Type: "run", ID: job.ID, Code: job.Code, Globals: job.Globals,
 		MaxOutput: cfg.MaxOutput, Interrupts: w.interrupts,
@@ -226,6 +224,8 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	_ = w.stdin.SetWriteDeadline(time.Now().Add(limit))
 	if _, err := w.stdin.Write(line); err != nil {
 		w.kill("it did not accept a call")
+		// The line's final newline never reached the worker: no code ran.
+		w.undelivered = true
 		return w.died(res, tr, "", fmt.Errorf("worker did not accept the call: %w", err))
 	}
 
@@ -257,16 +257,20 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 		w.kill(reason)
 	}
 	done := ctx.Done()
+	heard := false // the worker said something about this call
 	for {
 		select {
 		case ev, ok := <-w.events:
 			if !ok {
-				return w.died(res, tr, stopped, broken)
+				res = w.died(res, tr, stopped, broken)
+				w.undelivered = !heard && stopped == "" && w.neverRead(len(line))
+				return res
 			}
 			if ev.ID != job.ID {
 				fail(fmt.Errorf("%w: event %q for call %q during call %q", errGarbage, ev.Type, ev.ID, job.ID), "it broke the protocol")
 				continue
 			}
+			heard = true
 			switch ev.Type {
 			case "output":
 				tr.add(Stream(ev.Stream), ev.Text)

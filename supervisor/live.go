@@ -1,0 +1,115 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// runLive runs job on a live worker. A worker can die at any moment, also
+// while idle or just as a call reaches it (killed from outside, or by a
+// timer a previous call left behind). A call whose worker is found dead, or
+// out of step with its calls, before the worker has read the call goes to
+// another worker: its code never ran, so running it elsewhere is safe. This
+// goes on until the call's time limit has passed since it first reached a
+// worker; a call the worker has read is never run twice.
+//
+// It returns the worker the call ran on, for the caller to release, and
+// how long the call waited for workers; an error means it never ran.
+func (p *Pool) runLive(ctx context.Context, job Job, ev Events, watch Watcher) (*worker, Result, time.Duration, error) {
+	var waited time.Duration
+	var giveUp time.Time
+	for {
+		queued := time.Now()
+		w, cfg, err := p.acquireLive(ctx, watch)
+		waited += time.Since(queued)
+		if err != nil {
+			return nil, Result{}, waited, err
+		}
+		if watch != nil {
+			watch.Started(w.name)
+		}
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(callLimit(cfg, job))
+		}
+		res := w.run(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
+		if !w.undelivered || ctx.Err() != nil || time.Now().After(giveUp) {
+			return w, res, waited, nil
+		}
+		w.log.Warn("worker died before it took a call; the call goes to another worker",
+			"id", job.ID, "exit", w.exitDescription())
+		if watch != nil {
+			watch.Notice(Notice{Text: "the worker died before it took the call; the call goes to another worker"})
+		}
+		p.discard(w, "it exited")
+	}
+}
+
+// callLimit is a call's time limit: its own, capped by the pool's.
+func callLimit(cfg Config, job Job) time.Duration {
+	if job.Timeout > 0 && job.Timeout < cfg.Timeout {
+		return job.Timeout
+	}
+	return cfg.Timeout
+}
+
+// acquireLive is acquire, retiring the workers it hands out that died or
+// spoke while idle.
+func (p *Pool) acquireLive(ctx context.Context, watch Watcher) (*worker, Config, error) {
+	for {
+		w, cfg, err := p.acquire(ctx, watch)
+		if err != nil {
+			return nil, cfg, err
+		}
+		why := w.stale()
+		if why == "" {
+			return w, cfg, nil
+		}
+		p.discard(w, why)
+	}
+}
+
+// stale says why a worker taken from the pool cannot take a call, or ""
+// when it can: it died, the supervisor killed it, or it wrote an event with
+// no call running (a late line from a call that forged its own result).
+func (w *worker) stale() string {
+	if k := w.killedFor(); k != "" {
+		return k
+	}
+	select {
+	case ev, ok := <-w.events:
+		if !ok {
+			return "it exited"
+		}
+		w.log.Warn("worker spoke while idle", "type", ev.Type, "id", ev.ID)
+		w.kill("it broke the protocol")
+		return "it broke the protocol"
+	case <-w.exited:
+		return "it exited"
+	default:
+		return ""
+	}
+}
+
+// discard retires a worker a call took but did not run on. It counts no
+// call.
+func (p *Pool) discard(w *worker, why string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w.retire == "" {
+		w.retire = why
+	}
+	p.giveBackLocked(w)
+}
+
+// neverRead reports whether the last n bytes written to the worker's stdin,
+// a call's request line, are all still in the pipe: the worker, now gone,
+// never read the call.
+func (w *worker) neverRead(n int) bool {
+	unread, err := unreadBytes(w.stdin)
+	if err != nil {
+		w.log.Debug("cannot tell whether the worker read its call", "error", fmt.Sprint(err))
+		return false
+	}
+	return unread >= n
+}

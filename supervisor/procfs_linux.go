@@ -1,0 +1,47 @@
+package supervisor
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"syscall"
+	"unsafe"
+)
+
+// residentBytes is a process's resident set size, from /proc/<pid>/statm.
+func residentBytes(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+	if err != nil {
+		return 0, err
+	}
+	f := bytes.Fields(b)
+	if len(f) < 2 {
+		return 0, fmt.Errorf("unexpected /proc/%d/statm: %q", pid, b)
+	}
+	pages, err := strconv.ParseInt(string(f[1]), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("unexpected /proc/%d/statm: %q", pid, b)
+	}
+	return pages * int64(os.Getpagesize()), nil
+}
+
+// unreadBytes is how many bytes written to a pipe its reader has not taken
+// yet; f may be the pipe's write end.
+func unreadBytes(f *os.File) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int32
+	var errno syscall.Errno
+	if err := rc.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
+	}); err != nil {
+		return 0, err
+	}
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}

@@ -1,0 +1,16 @@
+//go:build !linux
+
+package supervisor
+
+import (
+	"errors"
+	"os"
+)
+
+// residentBytes is not measured on this system: only the heap cap inside
+// the worker limits its memory.
+func residentBytes(pid int) (int64, error) { return 0, errors.ErrUnsupported }
+
+// unreadBytes is not known on this system: a worker that dies as a call
+// reaches it fails that call.
+func unreadBytes(f *os.File) (int, error) { return 0, errors.ErrUnsupported }
