@@ -5,7 +5,8 @@ import (
 )
 
 // healthInterval is how often the pool looks at its workers from outside:
-// their resident memory, and whether idle ones are still alive.
+// their resident memory, whether idle ones are still alive, and whether
+// idle ones are burning CPU.
 const healthInterval = 200 * time.Millisecond
 
 // memoryCeiling is the resident size past which the supervisor kills a
@@ -17,35 +18,63 @@ func memoryCeiling(limit int64) int64 {
 	return limit + max(limit/4, 128<<20)
 }
 
+// Idle spinning: an idle worker that used at least spinShare of a CPU over
+// spinChecks checks in a row is running code no call asked for (a
+// JavaScript Worker thread or timer a call left behind) and is killed.
+const (
+	spinShare  = 0.8
+	spinChecks = 3
+	killSpin   = "it kept a CPU busy while idle"
+)
+
+// cpuSample is the CPU time an idle worker had used at a check.
+type cpuSample struct {
+	used time.Duration
+	at   time.Time
+	hot  int // consecutive checks at or above spinShare
+}
+
 // watchHealth runs until the pool closes. Every healthInterval it kills
 // workers whose resident memory is past the ceiling (a call running on one
-// ends as memory-error) and retires idle workers that died, so that the
-// next call never meets a dead worker and the pool refills at once.
+// ends as memory-error) and idle workers that keep a CPU busy, and retires
+// idle workers that died, so that the next call never meets a dead worker
+// and the pool refills at once.
 func (p *Pool) watchHealth() {
 	defer p.wg.Done()
 	tick := time.NewTicker(healthInterval)
 	defer tick.Stop()
+	cpu := map[*worker]cpuSample{}
 	for {
 		select {
 		case <-p.ctx.Done():
 			return
 		case <-tick.C:
 		}
-		p.checkHealth()
+		p.checkHealth(cpu)
 	}
 }
 
 // checkHealth is one look at every worker that is idle or running a call.
-func (p *Pool) checkHealth() {
+// cpu holds the samples of idle workers between looks.
+func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	p.mu.Lock()
 	ceiling := memoryCeiling(p.cfg.MemoryLimit)
+	idle := map[*worker]bool{}
 	workers := make([]*worker, 0, len(p.idle)+len(p.running))
-	workers = append(workers, p.idle...)
+	for _, w := range p.idle {
+		idle[w] = true
+		workers = append(workers, w)
+	}
 	for w := range p.running {
 		workers = append(workers, w)
 	}
 	p.mu.Unlock()
 
+	for w := range cpu {
+		if !idle[w] {
+			delete(cpu, w) // busy, or gone: a call may use all the CPU it likes
+		}
+	}
 	var gone []*worker
 	for _, w := range workers {
 		select {
@@ -54,13 +83,18 @@ func (p *Pool) checkHealth() {
 			continue
 		default:
 		}
-		rss, err := residentBytes(w.cmd.Process.Pid)
-		if err != nil || rss <= ceiling {
-			continue // no /proc here, or the process just ended: the next look sees it
+		pid := w.cmd.Process.Pid
+		if rss, err := residentBytes(pid); err == nil && rss > ceiling {
+			w.log.Warn("killing worker: its memory is past the ceiling", "rss", rss, "ceiling", ceiling)
+			w.kill(killMemory)
+			gone = append(gone, w)
+			continue
 		}
-		w.log.Warn("killing worker: its memory is past the ceiling", "rss", rss, "ceiling", ceiling)
-		w.kill(killMemory)
-		gone = append(gone, w)
+		if idle[w] && p.spinning(w, cpu) {
+			w.log.Warn("killing worker: it keeps a CPU busy while idle")
+			w.kill(killSpin)
+			gone = append(gone, w)
+		}
 	}
 	if len(gone) == 0 {
 		return
@@ -70,6 +104,7 @@ func (p *Pool) checkHealth() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, w := range gone {
+		delete(cpu, w)
 		for i, x := range p.idle {
 			if x == w {
 				p.idle = append(p.idle[:i], p.idle[i+1:]...)
@@ -81,6 +116,28 @@ func (p *Pool) checkHealth() {
 			}
 		}
 	}
+}
+
+// spinning samples an idle worker's CPU time and reports whether it has
+// kept a CPU busy for spinChecks checks in a row.
+func (p *Pool) spinning(w *worker, cpu map[*worker]cpuSample) bool {
+	used, err := cpuTime(w.cmd.Process.Pid)
+	if err != nil {
+		return false
+	}
+	now := time.Now()
+	s, seen := cpu[w]
+	next := cpuSample{used: used, at: now}
+	if seen {
+		next.hot = s.hot
+		if wall := now.Sub(s.at); wall > 0 && float64(used-s.used) >= spinShare*float64(wall) {
+			next.hot++
+		} else {
+			next.hot = 0
+		}
+	}
+	cpu[w] = next
+	return next.hot >= spinChecks
 }
 
 // retireReason says why a worker that cannot take calls is retired.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -24,6 +25,31 @@ func residentBytes(pid int) (int64, error) {
 		return 0, fmt.Errorf("unexpected /proc/%d/statm: %q", pid, b)
 	}
 	return pages * int64(os.Getpagesize()), nil
+}
+
+// cpuTime is the CPU time a process has used, user and system, from
+// /proc/<pid>/stat (in clock ticks of 10ms, Linux's fixed USER_HZ).
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name, in parentheses, may hold spaces: count fields
+	// after its closing parenthesis. utime and stime are fields 14 and 15.
+	i := bytes.LastIndexByte(b, ')')
+	f := bytes.Fields(b[i+1:])
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(string(s), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("unexpected /proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
 // unreadBytes is how many bytes written to a pipe its reader has not taken

@@ -5,11 +5,16 @@ package supervisor
 import (
 	"errors"
 	"os"
+	"time"
 )
 
 // residentBytes is not measured on this system: only the heap cap inside
 // the worker limits its memory.
 func residentBytes(pid int) (int64, error) { return 0, errors.ErrUnsupported }
+
+// cpuTime is not measured on this system: idle workers are not watched
+// for spinning.
+func cpuTime(pid int) (time.Duration, error) { return 0, errors.ErrUnsupported }
 
 // unreadBytes is not known on this system: a worker that dies as a call
 // reaches it fails that call.

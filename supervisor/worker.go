@@ -193,10 +193,16 @@ func (w *worker) relogStderr(r io.ReadCloser) {
 	defer r.Close()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), 64<<10)
+	lim := newLineLimiter()
 	for sc.Scan() {
 		line := sc.Text()
 		w.stderr.add(line)
-		w.log.Info(line)
+		if ok, held := lim.allow(time.Now()); ok {
+			if held > 0 {
+				w.log.Warn("worker stderr lines not logged: it wrote too fast", "lines", held)
+			}
+			w.log.Info(line)
+		}
 	}
 	// A line too long for the scanner: keep draining so the child never blocks.
 	_, _ = io.Copy(io.Discard, r)
