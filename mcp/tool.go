@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -117,17 +118,21 @@ func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
 	}
 	var generic any
 	if err := json.Unmarshal(raw, &generic); err != nil {
-		return args, fmt.Errorf("invalid arguments: %v", err)
+		return args, argError(decodeError(raw, err))
 	}
 	if err := resolvedInput.Validate(generic); err != nil {
-		return args, fmt.Errorf("invalid arguments: %v", err)
+		return args, argError(err)
 	}
 	if err := json.Unmarshal(raw, &args); err != nil {
-		return args, fmt.Errorf("invalid arguments: %v", err)
+		return args, argError(err)
 	}
 	if len(args.PythonCode) > maxCode {
 		return args, fmt.Errorf("invalid arguments: python_code is %d bytes, more than the limit of %d bytes (max_code)",
 			len(args.PythonCode), maxCode)
+	}
+	if len(args.GlobalVariables) > maxCode {
+		return args, fmt.Errorf("invalid arguments: global_variables is %d bytes of JSON, more than the limit of %d bytes (max_code)",
+			len(args.GlobalVariables), maxCode)
 	}
 	if bytes.Equal(bytes.TrimSpace(args.GlobalVariables), []byte("{}")) {
 		args.GlobalVariables = nil
@@ -136,6 +141,44 @@ func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
 		return args, errors.New("invalid arguments: timeout_seconds must be a finite number of seconds")
 	}
 	return args, nil
+}
+
+// decodeError names the argument whose value does not decode (a number too
+// large for JSON numbers, say), when the arguments are an object.
+func decodeError(raw json.RawMessage, err error) error {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return err
+	}
+	for name, v := range fields {
+		var x any
+		if e := json.Unmarshal(v, &x); e != nil {
+			return fmt.Errorf("%s: %w", name, e)
+		}
+	}
+	return err
+}
+
+// argError reports arguments that do not decode or validate. The decoder's
+// and validator's messages quote the offending value, which can be as large
+// as the request: long words are shortened so that the message stays small
+// and still names the argument.
+func argError(err error) error {
+	words := strings.Split(err.Error(), " ")
+	for i, w := range words {
+		if len(w) > 64 {
+			cut := 32
+			for cut > 0 && !utf8.RuneStart(w[cut]) {
+				cut--
+			}
+			words[i] = w[:cut] + "..."
+		}
+	}
+	msg := strings.Join(words, " ")
+	if len(msg) > 1000 {
+		msg = strings.ToValidUTF8(msg[:1000], "") + "..."
+	}
+	return errors.New("invalid arguments: " + msg)
 }
 
 // handle is the tool handler. A Python error, timeout or crash is a tool

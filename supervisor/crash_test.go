@@ -395,3 +395,17 @@ func (b *lockedBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+func TestCallTimeoutIsCappedByThePool(t *testing.T) {
+	p := fakePool(t, "stubborn", supervisor.Config{Workers: 1, Timeout: 300 * time.Millisecond, InterruptGrace: 200 * time.Millisecond},
+		"PYRUN_FAKE_LOG="+filepath.Join(t.TempDir(), "log"))
+	start := time.Now()
+	res, err := p.Run(t.Context(), supervisor.Job{ID: "1", Code: "x", Timeout: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	within(t, "a call asking for an hour", time.Since(start), 500*time.Millisecond, 5*time.Second)
+	if res.Status != supervisor.StatusTimeout || !strings.Contains(res.Error, "time limit of 300ms") {
+		t.Errorf("status %s error %q; want a timeout at the pool's 300ms", res.Status, res.Error)
+	}
+}

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"io"
 	"os/exec"
 
 	"github.com/hashicorp/go-hclog"
@@ -54,4 +55,18 @@ func (p *Pool) BusyPIDs() []int {
 		pids = append(pids, w.cmd.Process.Pid)
 	}
 	return pids
+}
+
+// ErrGarbage exposes errGarbage, which every protocol error wraps.
+var ErrGarbage = errGarbage
+
+// ReadEvents reads events from r with a line bound of max until the first
+// error, and returns how many it read and that error.
+func ReadEvents(r io.Reader, max int) (int, error) {
+	er := newEventReader(r, max)
+	for n := 0; ; n++ {
+		if _, err := er.next(); err != nil {
+			return n, err
+		}
+	}
 }

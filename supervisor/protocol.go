@@ -103,15 +103,15 @@ func parseEvent(line []byte) (event, error) {
 	case "ready", "pong", "error":
 	case "output":
 		if ev.Stream != "stdout" && ev.Stream != "stderr" {
-			return event{}, fmt.Errorf("%w: output on unknown stream %q", errGarbage, ev.Stream)
+			return event{}, fmt.Errorf("%w: output on unknown stream %q", errGarbage, clip([]byte(ev.Stream), 64))
 		}
 	case "package":
 	case "result":
 		if !knownWorkerStatus[ev.Status] {
-			return event{}, fmt.Errorf("%w: result with unknown status %q", errGarbage, ev.Status)
+			return event{}, fmt.Errorf("%w: result with unknown status %q", errGarbage, clip([]byte(ev.Status), 64))
 		}
 	default:
-		return event{}, fmt.Errorf("%w: unknown event type %q", errGarbage, ev.Type)
+		return event{}, fmt.Errorf("%w: unknown event type %q", errGarbage, clip([]byte(ev.Type), 64))
 	}
 	return ev, nil
 }

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// TestLimits checks that the request limits reach what a client sees: code
+// and globals size (--max-code), the cap on timeout_seconds (--timeout) and
+// output (--max-output). The queue's limits are the pool's
+// (supervisor.TestQueueIsBounded); TestLimitFlags checks that they get there.
+func TestLimits(t *testing.T) {
+	s := newServer(t, "--workers", "1", "--max-code", "2KiB", "--timeout", "2s", "--max-output", "1KiB")
+
+	toolError := func(t *testing.T, args map[string]any, want ...string) {
+		t.Helper()
+		res, err := s.callRaw(t.Context(), args)
+		if err != nil {
+			t.Fatalf("a protocol error, want a tool error: %v", err)
+		}
+		var text strings.Builder
+		for _, c := range res.Content {
+			if tc, ok := c.(*sdk.TextContent); ok {
+				text.WriteString(tc.Text)
+			}
+		}
+		if !res.IsError {
+			t.Fatalf("isError false: %s", text.String())
+		}
+		for _, w := range want {
+			if !strings.Contains(text.String(), w) {
+				t.Errorf("the error does not mention %q: %s", w, text.String())
+			}
+		}
+	}
+
+	t.Run("code size", func(t *testing.T) {
+		toolError(t, map[string]any{"python_code": "x = 1\n" + strings.Repeat("#", 3<<10)}, "python_code", "2048", "max_code")
+		wantValue(t, s.run(t, "x = 1\n#"+strings.Repeat("#", 1<<10)+"\nx"), "1")
+	})
+
+	t.Run("globals size", func(t *testing.T) {
+		toolError(t, map[string]any{"python_code": "1", "global_variables": map[string]any{"big": strings.Repeat("y", 3<<10)}},
+			"global_variables", "2048", "max_code")
+	})
+
+	t.Run("timeout_seconds is capped", func(t *testing.T) {
+		start := time.Now()
+		r := s.mustCall(t, map[string]any{"python_code": "while True:\n    pass", "timeout_seconds": 3600})
+		wantStatus(t, r, "timeout")
+		if took := time.Since(start); took < 2*time.Second || took > 15*time.Second {
+			t.Errorf("a call asking for an hour under --timeout 2s took %s", took)
+		}
+		if !strings.Contains(*r.sc.Error, "time limit of 2s") {
+			t.Errorf("error %q does not name the 2s limit", *r.sc.Error)
+		}
+	})
+
+	t.Run("output", func(t *testing.T) {
+		r := s.run(t, "print('x' * 5000)\nraise ValueError('e' * 5000)")
+		if len(r.sc.Stdout) > 1<<10+200 || !strings.Contains(r.sc.Stdout, "cut here") {
+			t.Errorf("stdout is %d bytes: %.200q", len(r.sc.Stdout), r.sc.Stdout)
+		}
+		if len(*r.sc.Error) > 1<<10+200 || !strings.Contains(*r.sc.Error, "cut here") {
+			t.Errorf("error is %d bytes: %.200q", len(*r.sc.Error), *r.sc.Error)
+		}
+		r = s.run(t, "'v' * 5000")
+		var v string
+		if err := json.Unmarshal(r.sc.ReturnValue, &v); err != nil || len(v) > 1<<10+200 || !strings.Contains(v, "cut here") {
+			t.Errorf("return value %.200s (%v)", r.sc.ReturnValue, err)
+		}
+	})
+}
+
+// TestLimitFlags checks that each limit's flag and config key reaches the
+// pool and the front end.
+func TestLimitFlags(t *testing.T) {
+	cfgFile := t.TempDir() + "/pyrun.json"
+	if err := writeFile(cfgFile, `{"max_queue": 5, "queue_timeout": "3s", "memory_limit": "300MiB"}`); err != nil {
+		t.Fatal(err)
+	}
+	o, _, err := loadOptions("stdio", []string{"--config", cfgFile, "--timeout", "7s", "--max-output", "2KiB", "--max-code", "4KiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := o.poolConfig()
+	want := supervisor.Config{Workers: got.Workers, Timeout: 7 * time.Second, MemoryLimit: 300 << 20, MaxOutput: 2 << 10,
+		MaxQueue: 5, QueueTimeout: 3 * time.Second, Network: supervisor.NetworkPublic, Isolation: supervisor.IsolationCall}
+	if got != want {
+		t.Errorf("pool config %+v, want %+v", got, want)
+	}
+	if o.maxCode != 4<<10 {
+		t.Errorf("max code %d, want 4KiB", o.maxCode)
+	}
+	for _, bad := range [][]string{
+		{"--max-code", "100"}, {"--max-code", "1GiB"}, {"--timeout", "0s"}, {"--memory-limit", "64MiB"},
+		{"--max-output", "10"}, {"--max-queue", "-1"}, {"--queue-timeout", "0s"},
+	} {
+		if _, _, err := loadOptions("stdio", bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
+
+func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
