@@ -25,6 +25,8 @@ func restartKind(reason string) string {
 		return RestartInterrupt
 	case "it broke the protocol", "it did not accept a call", "it failed a call":
 		return RestartProtocol
+	case killSpin:
+		return RestartRecycle // a call left code running behind it
 	case "the configuration changed":
 		return RestartConfig
 	case "the pool shrank":

@@ -16,6 +16,7 @@ func TestRestartKind(t *testing.T) {
 		"isolation process: one call per worker": RestartIsolation,
 		"it exited":                              RestartCrash,
 		"the call changed /lib/python3.14/x.py":  RestartRecycle,
+		killSpin:                                 RestartRecycle,
 		"something new":                          RestartCrash,
 	} {
 		if got := restartKind(reason); got != want {
