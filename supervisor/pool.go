@@ -409,6 +409,12 @@ func (p *Pool) startLocked() {
 			if p.closed {
 				return
 			}
+			if errors.Is(err, errKilledStarting) {
+				// Killed from outside: no sign that workers cannot start.
+				log.Warn("worker killed while starting; starting another", "error", err)
+				p.kick()
+				return
+			}
 			p.failures++
 			backoff := min(100*time.Millisecond<<min(p.failures-1, 10), 30*time.Second)
 			p.retryAt = time.Now().Add(backoff)

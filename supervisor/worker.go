@@ -152,7 +152,11 @@ func (w *worker) awaitReady(ctx context.Context, limit time.Duration) error {
 	case ev, ok := <-w.events:
 		if !ok {
 			<-w.exited
-			return fmt.Errorf("worker exited before it was ready (%s)%s", w.exitDescription(), w.stderrSuffix())
+			err := fmt.Errorf("worker exited before it was ready (%s)%s", w.exitDescription(), w.stderrSuffix())
+			if w.killedFor() == "" && w.signaled() == syscall.SIGKILL {
+				err = fmt.Errorf("%w: %w", errKilledStarting, err)
+			}
+			return err
 		}
 		if ev.Type != "ready" {
 			return fmt.Errorf("worker said %q before it was ready%s", ev.Type, w.stderrSuffix())
@@ -449,6 +453,24 @@ func (w *worker) close() {
 		w.kill("it did not stop")
 	})
 	<-w.exited
+}
+
+// errKilledStarting marks a start that ended because something outside
+// pyrun killed the process (SIGKILL: an administrator, the kernel's OOM
+// killer). Unlike a worker that exits or aborts on its own, it says nothing
+// about whether workers can start.
+var errKilledStarting = errors.New("killed while starting")
+
+// signaled is the signal that ended the process, or 0; call it after exited
+// closes.
+func (w *worker) signaled() syscall.Signal {
+	var ee *exec.ExitError
+	if errors.As(w.waitErr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return ws.Signal()
+		}
+	}
+	return 0
 }
 
 func (w *worker) exitDescription() string {

@@ -1,0 +1,531 @@
+// Command soak drives a `pyrun serve` with many concurrent MCP clients and
+// thousands of mixed calls (success, Python errors, timeouts, memory bombs,
+// crashes, output floods) while it kills pyrun's workers at random from
+// outside, and reports what came back.
+//
+// Run it from anywhere inside the module (traffic stays on 127.0.0.1):
+//
+//	go run ./scripts/soak                       # 16 clients, 3000 calls
+//	go run ./scripts/soak -clients 32 -calls 10000 -kill-every 1s
+//	go run ./scripts/soak -pyrun /tmp/pyrun -json
+//
+// Every call prints and returns a token of its own; a result holding any
+// other call's token is "mixed". A call that gets no answer at all (the
+// client gives up after -call-timeout) is "lost". Both must be 0; soak exits
+// 1 otherwise. It also reports the statuses per kind of call, the workers it
+// killed, and pyrun's peak resident memory (VmHWM), sampled with its current
+// RSS while the soak runs. The runtime (Deno and Pyodide) comes from pyrun's
+// default runtime folder.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Config is one soak run's shape.
+type Config struct {
+	Pyrun       string        // the binary; "" builds ./cmd/pyrun
+	Clients     int           // concurrent MCP sessions
+	Calls       int           // calls in all
+	Workers     int           // pyrun's --workers
+	KillEvery   time.Duration // mean time between kills of a random worker; 0: none
+	Timeout     time.Duration // pyrun's --timeout
+	MemoryLimit string        // pyrun's --memory-limit
+	CallTimeout time.Duration // how long a client waits for an answer before the call counts as lost
+	Seed        uint64
+	Mix         map[string]int // kind of call -> weight; nil: DefaultMix
+	Log         io.Writer      // progress; nil: none
+}
+
+// DefaultMix weighs the kinds of calls (see kinds).
+// Calls that cost a worker (c-loop, memory, js-memory, crash, exit) are
+// rarer: a worker start costs seconds of CPU without a snapshot.
+var DefaultMix = map[string]int{
+	"ok": 55, "error": 15, "stderr": 5, "flood": 4, "timeout": 6, "sleep": 6,
+	"c-loop": 2, "memory": 2, "js-memory": 1, "crash": 2, "exit": 1,
+}
+
+// kinds are the calls soak makes; T is the call's token.
+var kinds = map[string]struct {
+	code    string
+	timeout float64  // timeout_seconds; 0: pyrun's
+	want    []string // statuses that are right for it, besides crashed when its worker was killed
+}{
+	"ok":        {code: "print(T)\nT", want: []string{"success"}},
+	"error":     {code: "print(T)\nraise ValueError(T)", want: []string{"run-error"}},
+	"stderr":    {code: "import sys\nfor i in range(200):\n    print(T, i, file=sys.stderr if i % 2 else sys.stdout)\nT", want: []string{"success"}},
+	"flood":     {code: "while True:\n    print(T * 20)", timeout: 0.5, want: []string{"timeout"}},
+	"timeout":   {code: "print(T)\nwhile True:\n    pass", timeout: 0.5, want: []string{"timeout"}},
+	"sleep":     {code: "import time\nprint(T)\ntime.sleep(30)", timeout: 0.5, want: []string{"timeout"}},
+	"c-loop":    {code: "print(T)\nsum(range(10**12))", timeout: 0.5, want: []string{"timeout"}},
+	"memory":    {code: "print(T)\nx = bytearray(2**31 - 1)", want: []string{"memory-error"}},
+	"js-memory": {code: "print(T)\nimport js, time\nx = [js.Uint8Array.new(32 * 2**20).fill(1) for _ in range(64)]\ntime.sleep(30)", want: []string{"memory-error"}},
+	"crash":     {code: "print(T)\nimport os\nos._exit(3)", want: []string{"crashed"}},
+	"exit":      {code: "print(T)\nimport js\njs.Deno.exit(0)", want: []string{"crashed"}},
+}
+
+// Report is what a soak run found.
+type Report struct {
+	Sent       int64                     `json:"sent"`
+	Answered   int64                     `json:"answered"`
+	Lost       int64                     `json:"lost"`
+	Mixed      int64                     `json:"mixed"`
+	Unexpected int64                     `json:"unexpected"` // a status not right for its kind, and not crashed
+	Statuses   map[string]map[string]int `json:"statuses"`   // kind -> status (or "busy", "tool-error") -> calls
+	Kills      int64                     `json:"kills"`
+	PeakRSSMiB float64                   `json:"peak_rss_mib"`
+	LastRSSMiB float64                   `json:"last_rss_mib"`
+	Seconds    float64                   `json:"seconds"`
+	Examples   []string                  `json:"examples,omitempty"` // a few lost, mixed or unexpected calls
+}
+
+func main() {
+	var c Config
+	flag.StringVar(&c.Pyrun, "pyrun", "", "pyrun binary (default: build ./cmd/pyrun into a temporary folder)")
+	flag.IntVar(&c.Clients, "clients", 16, "concurrent MCP sessions")
+	flag.IntVar(&c.Calls, "calls", 3000, "calls in all")
+	flag.IntVar(&c.Workers, "workers", 2, "pyrun's --workers")
+	flag.DurationVar(&c.KillEvery, "kill-every", 3*time.Second, "mean time between kills of a random worker (0: none)")
+	flag.DurationVar(&c.Timeout, "timeout", 5*time.Second, "pyrun's --timeout")
+	flag.StringVar(&c.MemoryLimit, "memory-limit", "256MiB", "pyrun's --memory-limit")
+	flag.DurationVar(&c.CallTimeout, "call-timeout", 2*time.Minute, "how long a client waits for an answer")
+	flag.Uint64Var(&c.Seed, "seed", uint64(time.Now().UnixNano()), "random seed")
+	asJSON := flag.Bool("json", false, "print the report as JSON")
+	flag.Parse()
+	c.Log = os.Stderr
+	rep, err := Run(context.Background(), c)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "soak: %v\n", err)
+		os.Exit(2)
+	}
+	if *asJSON {
+		json.NewEncoder(os.Stdout).Encode(rep)
+	} else {
+		rep.Print(os.Stdout)
+	}
+	if rep.Lost != 0 || rep.Mixed != 0 || rep.Answered != rep.Sent {
+		os.Exit(1)
+	}
+}
+
+// Print writes the report for people.
+func (r Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "sent %d, answered %d, lost %d, mixed %d, unexpected %d, workers killed %d, in %.1fs\n",
+		r.Sent, r.Answered, r.Lost, r.Mixed, r.Unexpected, r.Kills, r.Seconds)
+	fmt.Fprintf(w, "pyrun's peak RSS %.1f MiB, at the end %.1f MiB\n", r.PeakRSSMiB, r.LastRSSMiB)
+	names := slices.Sorted(maps.Keys(r.Statuses))
+	for _, k := range names {
+		var parts []string
+		for _, s := range slices.Sorted(maps.Keys(r.Statuses[k])) {
+			parts = append(parts, fmt.Sprintf("%s %d", s, r.Statuses[k][s]))
+		}
+		fmt.Fprintf(w, "  %-10s %s\n", k, strings.Join(parts, ", "))
+	}
+	for _, e := range r.Examples {
+		fmt.Fprintf(w, "  ! %s\n", e)
+	}
+}
+
+// Run starts pyrun serve, soaks it and stops it.
+func Run(ctx context.Context, c Config) (Report, error) {
+	if c.Mix == nil {
+		c.Mix = DefaultMix
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	if c.Pyrun == "" {
+		dir, err := os.MkdirTemp("", "pyrun-soak-")
+		if err != nil {
+			return Report{}, err
+		}
+		defer os.RemoveAll(dir)
+		c.Pyrun = filepath.Join(dir, "pyrun")
+		fmt.Fprintln(c.Log, "soak: building pyrun ...")
+		build := exec.CommandContext(ctx, "go", "build", "-o", c.Pyrun, "github.com/pyrun/pyrun/cmd/pyrun")
+		build.Stdout, build.Stderr = c.Log, c.Log
+		if err := build.Run(); err != nil {
+			return Report{}, fmt.Errorf("build pyrun: %w", err)
+		}
+	}
+	srv, err := startServe(ctx, c)
+	if err != nil {
+		return Report{}, err
+	}
+	defer srv.stop()
+	fmt.Fprintf(c.Log, "soak: pyrun serve at %s (pid %d); %d clients, %d calls\n", srv.base, srv.cmd.Process.Pid, c.Clients, c.Calls)
+	return soak(ctx, c, srv)
+}
+
+// serve is a running `pyrun serve`.
+type serve struct {
+	cmd    *exec.Cmd
+	base   string
+	stderr *tail
+	done   chan struct{}
+}
+
+func startServe(ctx context.Context, c Config) (*serve, error) {
+	cmd := exec.Command(c.Pyrun, "serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "info",
+		"--workers", strconv.Itoa(c.Workers), "--timeout", c.Timeout.String(), "--memory-limit", c.MemoryLimit,
+		"--queue-timeout", c.CallTimeout.String(), "--network", "none")
+	pr, pw := io.Pipe()
+	s := &serve{cmd: cmd, stderr: &tail{max: 16 << 10}, done: make(chan struct{})}
+	cmd.Stderr = pw
+	cmd.Stdout = s.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start pyrun serve: %w", err)
+	}
+	go func() {
+		cmd.Wait()
+		pw.Close()
+		close(s.done)
+	}()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			s.stderr.Write(append(line, '\n'))
+			var rec struct {
+				Message string `json:"@message"`
+				Addr    string `json:"addr"`
+			}
+			if json.Unmarshal(line, &rec) == nil && rec.Message == "listening" {
+				addr <- rec.Addr
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	select {
+	case a := <-addr:
+		s.base = "http://" + a
+	case <-s.done:
+		return nil, fmt.Errorf("pyrun serve exited: %s", s.stderr)
+	case <-time.After(5 * time.Minute):
+		s.stop()
+		return nil, fmt.Errorf("pyrun serve did not listen: %s", s.stderr)
+	case <-ctx.Done():
+		s.stop()
+		return nil, ctx.Err()
+	}
+	// Wait until workers are ready, so that start-up is not counted.
+	for deadline := time.Now().Add(5 * time.Minute); ; {
+		if h, err := s.health(); err == nil && h.WorkersReady >= c.Workers {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("pyrun's workers did not become ready: %s", s.stderr)
+		}
+		select {
+		case <-s.done:
+			return nil, fmt.Errorf("pyrun serve exited: %s", s.stderr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+type health struct {
+	WorkersReady int `json:"workers_ready"`
+}
+
+func (s *serve) health() (health, error) {
+	var h health
+	resp, err := http.Get(s.base + "/healthz")
+	if err != nil {
+		return h, err
+	}
+	defer resp.Body.Close()
+	return h, json.NewDecoder(resp.Body).Decode(&h)
+}
+
+// stop ends pyrun as a service manager would: SIGTERM, then SIGKILL.
+func (s *serve) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+var tokenRE = regexp.MustCompile(`tok[0-9]+x`)
+
+func soak(ctx context.Context, c Config, srv *serve) (Report, error) {
+	rep := Report{Statuses: map[string]map[string]int{}}
+	var mu sync.Mutex // guards rep's maps and Examples
+	example := func(format string, args ...any) {
+		mu.Lock()
+		if len(rep.Examples) < 10 {
+			rep.Examples = append(rep.Examples, fmt.Sprintf(format, args...))
+		}
+		mu.Unlock()
+	}
+	var names []string
+	total := 0
+	for k, w := range c.Mix {
+		if _, ok := kinds[k]; !ok || w <= 0 {
+			return rep, fmt.Errorf("unknown kind of call %q", k)
+		}
+		names = append(names, k)
+		total += w
+	}
+	slices.Sort(names)
+	pick := func(r *rand.Rand) string {
+		n := r.IntN(total)
+		for _, k := range names {
+			if n -= c.Mix[k]; n < 0 {
+				return k
+			}
+		}
+		return names[0]
+	}
+
+	sessions := make([]*sdk.ClientSession, c.Clients)
+	for i := range sessions {
+		client := sdk.NewClient(&sdk.Implementation{Name: fmt.Sprintf("soak-%d", i), Version: "1"}, nil)
+		cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.base + "/mcp", MaxRetries: -1}, nil)
+		if err != nil {
+			return rep, fmt.Errorf("client %d: %w", i, err)
+		}
+		defer cs.Close()
+		sessions[i] = cs
+	}
+
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	var kills atomic.Int64
+	var peak atomic.Int64
+	bg.Go(func() { sampleRSS(srv.cmd.Process.Pid, stop, &peak) })
+	if c.KillEvery > 0 {
+		bg.Go(func() {
+			killWorkers(srv.cmd.Process.Pid, c.KillEvery, rand.New(rand.NewPCG(c.Seed, 1)), stop, &kills, c.Log)
+		})
+	}
+
+	began := time.Now()
+	var next atomic.Int64
+	var clients sync.WaitGroup
+	for i, cs := range sessions {
+		clients.Go(func() {
+			r := rand.New(rand.NewPCG(c.Seed, uint64(i)+2))
+			for {
+				n := next.Add(1)
+				if n > int64(c.Calls) {
+					return
+				}
+				kind := pick(r)
+				token := fmt.Sprintf("tok%dx", n)
+				atomic.AddInt64(&rep.Sent, 1)
+				status, text, err := call(ctx, cs, kind, token, c.CallTimeout)
+				if err != nil {
+					atomic.AddInt64(&rep.Lost, 1)
+					example("lost: %s %s: %v", kind, token, err)
+					continue
+				}
+				atomic.AddInt64(&rep.Answered, 1)
+				if n%500 == 0 {
+					fmt.Fprintf(c.Log, "soak: %d calls answered or lost, %d workers killed, %.0fs\n", n, kills.Load(), time.Since(began).Seconds())
+				}
+				mu.Lock()
+				if rep.Statuses[kind] == nil {
+					rep.Statuses[kind] = map[string]int{}
+				}
+				rep.Statuses[kind][status]++
+				mu.Unlock()
+				for _, t := range tokenRE.FindAllString(text, -1) {
+					if t != token {
+						atomic.AddInt64(&rep.Mixed, 1)
+						example("mixed: %s %s holds %s: %.300s", kind, token, t, text)
+						break
+					}
+				}
+				if !slices.Contains(kinds[kind].want, status) && status != "crashed" && status != "busy" {
+					atomic.AddInt64(&rep.Unexpected, 1)
+					example("unexpected: %s %s ended %s: %.300s", kind, token, status, text)
+				}
+			}
+		})
+	}
+	clients.Wait()
+	close(stop)
+	bg.Wait()
+	rep.Seconds = time.Since(began).Seconds()
+	rep.Kills = kills.Load()
+	rep.PeakRSSMiB = float64(max(peak.Load(), hwm(srv.cmd.Process.Pid))) / (1 << 20)
+	if rss, err := procStatus(srv.cmd.Process.Pid, "VmRSS"); err == nil {
+		rep.LastRSSMiB = float64(rss) / (1 << 20)
+	}
+	return rep, nil
+}
+
+// call runs one call of kind, returning its status and everything in its
+// result, or an error when no answer came.
+func call(ctx context.Context, cs *sdk.ClientSession, kind, token string, wait time.Duration) (string, string, error) {
+	k := kinds[kind]
+	args := map[string]any{"python_code": k.code, "global_variables": map[string]any{"T": token}}
+	if k.timeout > 0 {
+		args["timeout_seconds"] = k.timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code", Arguments: args})
+	if err != nil {
+		return "", "", err
+	}
+	var text bytes.Buffer
+	for _, c := range res.Content {
+		if t, ok := c.(*sdk.TextContent); ok {
+			text.WriteString(t.Text)
+		}
+	}
+	raw, _ := json.Marshal(res.StructuredContent)
+	text.Write(raw)
+	var sc struct {
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(raw, &sc) != nil || sc.Status == "" {
+		// A tool error without a result: the pool refused the call.
+		if strings.Contains(text.String(), "busy") {
+			return "busy", text.String(), nil
+		}
+		return "tool-error", text.String(), nil
+	}
+	return sc.Status, text.String(), nil
+}
+
+// killWorkers SIGKILLs one of pyrun's worker processes at random, every
+// mean interval on average, until stop closes.
+func killWorkers(pyrun int, mean time.Duration, r *rand.Rand, stop <-chan struct{}, kills *atomic.Int64, log io.Writer) {
+	for {
+		d := time.Duration(r.ExpFloat64() * float64(mean))
+		select {
+		case <-stop:
+			return
+		case <-time.After(d):
+		}
+		kids := children(pyrun)
+		if len(kids) == 0 {
+			continue
+		}
+		if syscall.Kill(kids[r.IntN(len(kids))], syscall.SIGKILL) == nil {
+			kills.Add(1)
+		}
+	}
+}
+
+// children lists the processes whose parent is pid, from /proc.
+func children(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var kids []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := bytes.Fields(b[i+1:])
+		if len(f) > 1 && string(f[1]) == strconv.Itoa(pid) {
+			kids = append(kids, child)
+		}
+	}
+	return kids
+}
+
+func sampleRSS(pid int, stop <-chan struct{}, peak *atomic.Int64) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if rss, err := procStatus(pid, "VmRSS"); err == nil && rss > peak.Load() {
+			peak.Store(rss)
+		}
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func hwm(pid int) int64 {
+	v, _ := procStatus(pid, "VmHWM")
+	return v
+}
+
+// procStatus reads a size field of /proc/<pid>/status, in bytes.
+func procStatus(pid int, field string) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				break
+			}
+			kib, err := strconv.ParseInt(f[0], 10, 64)
+			return kib << 10, err
+		}
+	}
+	return 0, errors.New("no " + field + " in /proc/" + strconv.Itoa(pid) + "/status")
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = t.buf[len(t.buf)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSoakShort is the soak in small: a few hundred mixed calls from six
+// clients while workers are killed from outside. It builds pyrun from this
+// module.
+func TestSoakShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak: skipped with -short")
+	}
+	rep, err := Run(t.Context(), Config{
+		Clients:     6,
+		Calls:       200,
+		Workers:     2,
+		KillEvery:   6 * time.Second,
+		Timeout:     5 * time.Second,
+		MemoryLimit: "256MiB",
+		CallTimeout: 2 * time.Minute,
+		Seed:        uint64(time.Now().UnixNano()),
+		Mix: map[string]int{
+			"ok": 60, "error": 15, "stderr": 5, "flood": 4, "timeout": 5, "sleep": 5,
+			"c-loop": 1, "memory": 1, "js-memory": 1, "crash": 1, "exit": 1,
+		},
+		Log: testLog{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b logBuffer
+	rep.Print(&b)
+	t.Log("\n" + string(b))
+	if rep.Lost != 0 || rep.Mixed != 0 || rep.Answered != rep.Sent || rep.Sent != 200 {
+		t.Errorf("sent %d, answered %d, lost %d, mixed %d; want all 200 answered, none lost or mixed",
+			rep.Sent, rep.Answered, rep.Lost, rep.Mixed)
+	}
+	if rep.Unexpected != 0 {
+		t.Errorf("%d calls ended with a status that is not theirs", rep.Unexpected)
+	}
+	if rep.PeakRSSMiB > 150 {
+		t.Errorf("pyrun's peak RSS was %.1f MiB", rep.PeakRSSMiB)
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(string(p))
+	return len(p), nil
+}
+
+type logBuffer []byte
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	*b = append(*b, p...)
+	return len(p), nil
+}
