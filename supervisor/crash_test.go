@@ -55,6 +55,14 @@ func init() {
 		fakeReady()
 		fakeServe(fakeEcho)
 	}
+	// "slow-start" records its pid, takes a while to become ready, then
+	// echoes.
+	fakeModes["slow-start"] = func() {
+		fakeRecord(fmt.Sprint(os.Getpid()))
+		time.Sleep(300 * time.Millisecond)
+		fakeReady()
+		fakeServe(fakeEcho)
+	}
 	// "stubborn" records every SIGUSR2 and never ends a call.
 	fakeModes["stubborn"] = func() {
 		sig := make(chan os.Signal, 1)
@@ -407,5 +415,33 @@ func TestCallTimeoutIsCappedByThePool(t *testing.T) {
 	within(t, "a call asking for an hour", time.Since(start), 500*time.Millisecond, 5*time.Second)
 	if res.Status != supervisor.StatusTimeout || !strings.Contains(res.Error, "time limit of 300ms") {
 		t.Errorf("status %s error %q; want a timeout at the pool's 300ms", res.Status, res.Error)
+	}
+}
+
+func TestWorkersKilledWhileStartingCostNoCall(t *testing.T) {
+	// Killed from outside while starting, again and again: the calls in
+	// line wait for a worker that does start; pyrun does not conclude that
+	// workers cannot start.
+	log := filepath.Join(t.TempDir(), "starts")
+	p := fakePool(t, "slow-start", supervisor.Config{Workers: 1}, "PYRUN_FAKE_LOG="+log, noExitDelay)
+	done := make(chan error, 1)
+	go func() {
+		res, err := p.Run(t.Context(), supervisor.Job{ID: "1", Code: "patient"}, nil)
+		if err == nil && res.Status != supervisor.StatusSuccess {
+			err = fmt.Errorf("status %s: %s", res.Status, res.Error)
+		}
+		done <- err
+	}()
+	for i := 1; i <= 3; i++ {
+		waitFor(t, func() bool { return len(recorded(log)) == i })
+		var pid int
+		fmt.Sscan(recorded(log)[i-1], &pid)
+		kill(t, pid)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("the call in line: %v", err)
+	}
+	if s := p.Stats(); s.StartError != "" {
+		t.Errorf("StartError %q; a killed start is not a failed one", s.StartError)
 	}
 }
