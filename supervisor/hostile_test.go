@@ -151,7 +151,9 @@ func TestHostileCode(t *testing.T) {
 	}
 	runtimeRoot := filepath.Dir(rt.Dir)
 	p := realPool(t, supervisor.Config{Workers: 2, Timeout: 30 * time.Second})
-	waitFor(t, func() bool { return p.Stats().Ready == 2 })
+	// p1 has one worker: each call runs where the one before it ran.
+	p1 := realPool(t, supervisor.Config{Workers: 1})
+	waitReady(t, p, 2)
 	before := treeHash(t, rt.Dir)
 
 	t.Run("host files", func(t *testing.T) {
@@ -252,7 +254,7 @@ await await_attempt("node spawn", run_js("(async () => (await import('node:child
 	})
 
 	t.Run("signals", func(t *testing.T) {
-		waitFor(t, func() bool { return p.Stats().Ready == 2 })
+		waitReady(t, p, 2)
 		pids := p.WorkerPIDs()
 		before := restarts(p.Stats())
 		out := denials(t, p, `
@@ -358,7 +360,7 @@ json.__file__`, nil, 30*time.Second)
 		// Two calls at once, on two workers: the attacker looks everywhere
 		// it can for the victim's secret while the victim holds it.
 		secret := fmt.Sprintf("victim-secret-%d", time.Now().UnixNano())
-		waitFor(t, func() bool { return p.Stats().Ready == 2 })
+		waitReady(t, p, 2)
 		var wg sync.WaitGroup
 		var victim, attacker supervisor.Result
 		wg.Go(func() {
@@ -400,7 +402,6 @@ out`, nil, 30*time.Second)
 	t.Run("an earlier call's data", func(t *testing.T) {
 		// In call isolation the next call runs on the same worker: what
 		// the earlier call defined is gone, also from the collector's view.
-		p1 := realPool(t, supervisor.Config{Workers: 1})
 		secret := fmt.Sprintf("earlier-secret-%d", time.Now().UnixNano())
 		res := hostileRun(t, p1, "kept = secret\ndef f(): return kept\nclass K:\n    pass\nK.kept = kept\nopen('f.txt', 'w').write(secret)", map[string]any{"secret": secret}, 30*time.Second)
 		if res.Status != supervisor.StatusSuccess {
@@ -507,7 +508,6 @@ out`, map[string]any{"prefix": "earlier-secret-"}, 30*time.Second)
 	})
 
 	t.Run("asyncio tasks and timers outlive their call", func(t *testing.T) {
-		p1 := realPool(t, supervisor.Config{Workers: 1})
 		res := hostileRun(t, p1, `
 import asyncio, js, sys
 from pyodide.ffi import create_proxy
@@ -528,12 +528,11 @@ await asyncio.sleep(0.05)
 			t.Fatalf("%s %s", res.Status, res.Error)
 		}
 		for i := range 3 {
-			start := time.Now()
 			res := hostileRun(t, p1, "import asyncio\nawait asyncio.sleep(0.2)\nprint('clean')\nlen(asyncio.all_tasks())", nil, 30*time.Second)
 			if res.Status != supervisor.StatusSuccess || res.Stdout != "clean\n" || res.Stderr != "" {
 				t.Errorf("call %d after: %s stdout %q stderr %q %s", i, res.Status, res.Stdout, res.Stderr, res.Error)
 			}
-			within(t, "a call after", time.Since(start), 150*time.Millisecond, 5*time.Second)
+			within(t, "a call after", res.Duration, 150*time.Millisecond, 5*time.Second)
 		}
 	})
 
@@ -576,7 +575,9 @@ os.write(1, b"\xff\xfe raw bytes to fd 1\n")
 }
 
 func TestHostileCrashes(t *testing.T) {
-	p := realPool(t, supervisor.Config{Workers: 1, InterruptGrace: 500 * time.Millisecond})
+	// Two workers: one is replaced while the other takes the next calls.
+	p := realPool(t, supervisor.Config{Workers: 2, InterruptGrace: 500 * time.Millisecond})
+	waitReady(t, p, 2)
 	after := func(t *testing.T) {
 		t.Helper()
 		res := hostileRun(t, p, "print('still here')\n40 + 2", nil, 30*time.Second)
@@ -618,9 +619,8 @@ func TestHostileCrashes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := restarts(p.Stats())
-			start := time.Now()
 			res := hostileRun(t, p, tc.code, nil, 2*time.Second)
-			took := time.Since(start)
+			took := res.Duration // the run itself, without waiting for a worker
 			ok := false
 			for _, s := range tc.want {
 				ok = ok || res.Status == s
@@ -633,11 +633,24 @@ func TestHostileCrashes(t *testing.T) {
 				t.Errorf("stdout %q, want the output before the end", res.Stdout)
 			}
 			if tc.replaced {
-				waitFor(t, func() bool { s := p.Stats(); return restarts(s) > before && s.Ready == 1 })
+				waitFor(t, func() bool { return restarts(p.Stats()) > before })
 				t.Logf("restarts: %v", p.Stats().Counts.Restarts)
 			}
 			after(t)
 		})
+	}
+}
+
+// waitReady waits until n workers are ready. Real workers take seconds to
+// start, many more on a loaded machine, hence a bound longer than waitFor's.
+func waitReady(t *testing.T, p *supervisor.Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for p.Stats().Ready < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers not ready within 2 minutes: %+v", n, p.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

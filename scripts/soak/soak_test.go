@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// TestSoakShort is the soak in small: a few hundred mixed calls from six
+// TestSoakShort is the soak in small: 150 mixed calls from six
 // clients while workers are killed from outside. It builds pyrun from this
 // module.
 func TestSoakShort(t *testing.T) {
@@ -14,9 +14,9 @@ func TestSoakShort(t *testing.T) {
 	}
 	rep, err := Run(t.Context(), Config{
 		Clients:     6,
-		Calls:       200,
+		Calls:       150,
 		Workers:     2,
-		KillEvery:   6 * time.Second,
+		KillEvery:   8 * time.Second,
 		Timeout:     5 * time.Second,
 		MemoryLimit: "256MiB",
 		CallTimeout: 2 * time.Minute,
@@ -33,8 +33,8 @@ func TestSoakShort(t *testing.T) {
 	var b logBuffer
 	rep.Print(&b)
 	t.Log("\n" + string(b))
-	if rep.Lost != 0 || rep.Mixed != 0 || rep.Answered != rep.Sent || rep.Sent != 200 {
-		t.Errorf("sent %d, answered %d, lost %d, mixed %d; want all 200 answered, none lost or mixed",
+	if rep.Lost != 0 || rep.Mixed != 0 || rep.Answered != rep.Sent || rep.Sent != 150 {
+		t.Errorf("sent %d, answered %d, lost %d, mixed %d; want all 150 answered, none lost or mixed",
 			rep.Sent, rep.Answered, rep.Lost, rep.Mixed)
 	}
 	if rep.Unexpected != 0 {
