@@ -173,8 +173,11 @@ func denoArgs(rt *Runtime, c Config) ([]string, error) {
 			filepath.Join(rt.Dir, "pyrun_helper.py"),
 			filepath.Join(rt.Dir, "node_modules", "pyodide"),
 		}, ","),
-		// Not granted: write, env, run (subprocesses), ffi, sys, import of
-		// remote code.
+		// Not granted, so refused to Python as well: write (nothing pyrun
+		// or a later worker loads may change), env (the host's variables),
+		// run (subprocesses, and signals to any process but the worker
+		// itself), ffi (native code), sys (facts about the host), imports
+		// of remote code.
 	}
 	switch c.Network {
 	case NetworkNone:

@@ -65,7 +65,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
 	fs.Var(&o.memoryLimit, "memory-limit", "memory limit per worker (bytes, or with a unit: 512MiB, 1GiB)")
 	fs.Var(&o.maxOutput, "max-output", "cap on each of stdout, stderr and the return value, per call (bytes or 64KiB)")
-	fs.Var(&o.maxCode, "max-code", "largest python_code accepted (bytes or 1MiB)")
+	fs.Var(&o.maxCode, "max-code", "largest python_code accepted, and largest global_variables as JSON (bytes or 1MiB)")
 	fs.IntVar(&o.maxQueue, "max-queue", 0, "calls that may wait for a free worker (default 64 per worker)")
 	fs.DurationVar(&o.queueTimeout, "queue-timeout", 60*time.Second, "longest a call waits for a free worker")
 	fs.Var(&o.deps, "deps", "comma-separated packages every worker loads before its first call")
