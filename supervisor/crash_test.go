@@ -63,6 +63,25 @@ func init() {
 		fakeReady()
 		fakeServe(fakeEcho)
 	}
+	// "spin" burns a CPU for the duration a call names ("spin:300ms")
+	// before answering it, and forever after answering "spin-after".
+	fakeModes["spin"] = func() {
+		fakeReady()
+		fakeServe(func(req map[string]any) {
+			code := fmt.Sprint(req["code"])
+			if d, err := time.ParseDuration(strings.TrimPrefix(code, "spin:")); err == nil {
+				for end := time.Now().Add(d); time.Now().Before(end); {
+				}
+			}
+			fakeEcho(map[string]any{"id": req["id"], "code": code})
+			if code == "spin-after" {
+				go func() {
+					for {
+					}
+				}()
+			}
+		})
+	}
 	// "stubborn" records every SIGUSR2 and never ends a call.
 	fakeModes["stubborn"] = func() {
 		sig := make(chan os.Signal, 1)
@@ -443,5 +462,31 @@ func TestWorkersKilledWhileStartingCostNoCall(t *testing.T) {
 	}
 	if s := p.Stats(); s.StartError != "" {
 		t.Errorf("StartError %q; a killed start is not a failed one", s.StartError)
+	}
+}
+
+func TestIdleWorkerThatSpinsIsReplaced(t *testing.T) {
+	p := fakePool(t, "spin", supervisor.Config{Workers: 1})
+	res, err := p.Run(t.Context(), supervisor.Job{ID: "1", Code: "spin-after"}, nil)
+	if err != nil || res.Status != supervisor.StatusSuccess {
+		t.Fatalf("%v %+v", err, res)
+	}
+	start := time.Now()
+	waitFor(t, func() bool { s := p.Stats(); return s.Counts.Restarts[supervisor.RestartRecycle] == 1 && s.Ready == 1 })
+	within(t, "noticing the spin", time.Since(start), 3*supervisor.HealthInterval, 5*time.Second)
+}
+
+func TestBusyWorkerIsNeverKilledForSpinning(t *testing.T) {
+	// Calls that keep the CPU busy, one right after the other, so that the
+	// worker is often idle when the pool looks, and always busy between.
+	p := fakePool(t, "spin", supervisor.Config{Workers: 1})
+	for end := time.Now().Add(15 * supervisor.HealthInterval); time.Now().Before(end); {
+		res, err := p.Run(t.Context(), supervisor.Job{ID: "1", Code: "spin:150ms"}, nil)
+		if err != nil || res.Status != supervisor.StatusSuccess {
+			t.Fatalf("%v %+v", err, res)
+		}
+	}
+	if n := restarts(p.Stats()); n != 0 {
+		t.Errorf("restarts %v, want none", p.Stats().Counts.Restarts)
 	}
 }

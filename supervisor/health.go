@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"slices"
 	"time"
 )
 
@@ -18,20 +19,22 @@ func memoryCeiling(limit int64) int64 {
 	return limit + max(limit/4, 128<<20)
 }
 
-// Idle spinning: an idle worker that used at least spinShare of a CPU over
-// spinChecks checks in a row is running code no call asked for (a
-// JavaScript Worker thread or timer a call left behind) and is killed.
+// Idle spinning: a worker that stayed idle over spinChecks checks in a row
+// and used at least spinShare of a CPU in each is running code no call
+// asked for (a JavaScript Worker thread or timer a call left behind) and is
+// killed.
 const (
-	spinShare  = 0.8
+	spinShare  = 0.5
 	spinChecks = 3
 	killSpin   = "it kept a CPU busy while idle"
 )
 
 // cpuSample is the CPU time an idle worker had used at a check.
 type cpuSample struct {
-	used time.Duration
-	at   time.Time
-	hot  int // consecutive checks at or above spinShare
+	used      time.Duration
+	at        time.Time
+	idleSince time.Time // the idle spell the sample belongs to
+	hot       int       // consecutive checks at or above spinShare
 }
 
 // watchHealth runs until the pool closes. Every healthInterval it kills
@@ -59,10 +62,10 @@ func (p *Pool) watchHealth() {
 func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	p.mu.Lock()
 	ceiling := memoryCeiling(p.cfg.MemoryLimit)
-	idle := map[*worker]bool{}
+	idle := make(map[*worker]time.Time, len(p.idle))
 	workers := make([]*worker, 0, len(p.idle)+len(p.running))
 	for _, w := range p.idle {
-		idle[w] = true
+		idle[w] = w.idleSince
 		workers = append(workers, w)
 	}
 	for w := range p.running {
@@ -71,11 +74,11 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	p.mu.Unlock()
 
 	for w := range cpu {
-		if !idle[w] {
+		if _, ok := idle[w]; !ok {
 			delete(cpu, w) // busy, or gone: a call may use all the CPU it likes
 		}
 	}
-	var gone []*worker
+	var gone, spinning []*worker
 	for _, w := range workers {
 		select {
 		case <-w.exited:
@@ -83,61 +86,69 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 			continue
 		default:
 		}
-		pid := w.cmd.Process.Pid
-		if rss, err := residentBytes(pid); err == nil && rss > ceiling {
+		if rss, err := residentBytes(w.cmd.Process.Pid); err == nil && rss > ceiling {
 			w.log.Warn("killing worker: its memory is past the ceiling", "rss", rss, "ceiling", ceiling)
 			w.kill(killMemory)
 			gone = append(gone, w)
 			continue
 		}
-		if idle[w] && p.spinning(w, cpu) {
+		if since, ok := idle[w]; ok && spun(w, since, cpu) {
+			spinning = append(spinning, w)
+		}
+	}
+	if len(gone)+len(spinning) == 0 {
+		return
+	}
+	// Idle workers that died or were killed leave the pool now; a running
+	// one is retired by its call, which sees it die. A spinning worker is
+	// killed only if it is still idle in the same spell: a call may have
+	// taken it since it was sampled.
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range spinning {
+		if i := slices.Index(p.idle, w); i >= 0 && w.idleSince.Equal(idle[w]) {
 			w.log.Warn("killing worker: it keeps a CPU busy while idle")
 			w.kill(killSpin)
 			gone = append(gone, w)
 		}
 	}
-	if len(gone) == 0 {
-		return
-	}
-	// Idle workers that died or were killed leave the pool now; a running
-	// one is retired by its call, which sees it die.
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	for _, w := range gone {
 		delete(cpu, w)
-		for i, x := range p.idle {
-			if x == w {
-				p.idle = append(p.idle[:i], p.idle[i+1:]...)
-				if w.killedFor() == "" {
-					w.log.Warn("idle worker died", "exit", w.exitDescription())
-				}
-				p.retireLocked(w, retireReason(w))
-				break
-			}
+		i := slices.Index(p.idle, w)
+		if i < 0 {
+			continue
 		}
+		p.idle = slices.Delete(p.idle, i, i+1)
+		if w.killedFor() == "" {
+			w.log.Warn("idle worker died", "exit", w.exitDescription())
+		}
+		p.retireLocked(w, retireReason(w))
 	}
 }
 
-// spinning samples an idle worker's CPU time and reports whether it has
-// kept a CPU busy for spinChecks checks in a row.
-func (p *Pool) spinning(w *worker, cpu map[*worker]cpuSample) bool {
+// spun samples the CPU time of a worker idle since since and reports
+// whether it has kept a CPU busy for spinChecks checks of that idle spell.
+func spun(w *worker, since time.Time, cpu map[*worker]cpuSample) bool {
 	used, err := cpuTime(w.cmd.Process.Pid)
 	if err != nil {
 		return false
 	}
-	now := time.Now()
-	s, seen := cpu[w]
-	next := cpuSample{used: used, at: now}
-	if seen {
-		next.hot = s.hot
-		if wall := now.Sub(s.at); wall > 0 && float64(used-s.used) >= spinShare*float64(wall) {
-			next.hot++
-		} else {
-			next.hot = 0
-		}
-	}
+	prev, seen := cpu[w]
+	next := nextSample(prev, seen, used, time.Now(), since)
 	cpu[w] = next
 	return next.hot >= spinChecks
+}
+
+// nextSample counts a check as hot when the worker used at least spinShare
+// of a CPU since the previous check of the same idle spell.
+func nextSample(prev cpuSample, seen bool, used time.Duration, now, since time.Time) cpuSample {
+	next := cpuSample{used: used, at: now, idleSince: since}
+	if seen && prev.idleSince.Equal(since) {
+		if wall := now.Sub(prev.at); wall > 0 && float64(used-prev.used) >= spinShare*float64(wall) {
+			next.hot = prev.hot + 1
+		}
+	}
+	return next
 }
 
 // retireReason says why a worker that cannot take calls is retired.

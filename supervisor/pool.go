@@ -333,6 +333,7 @@ func (p *Pool) putLocked(w *worker) {
 		wt.ch <- w
 		return
 	}
+	w.idleSince = time.Now()
 	p.idle = append(p.idle, w)
 }
 

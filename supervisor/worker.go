@@ -64,6 +64,8 @@ type worker struct {
 	ready event // the worker's ready announcement
 	gen   int   // the pool configuration generation it was started with
 
+	idleSince time.Time // when it last became idle; guarded by the pool's mu
+
 	mu         sync.Mutex
 	killReason string // why the supervisor killed it; guarded by mu
 
