@@ -151,7 +151,6 @@ class _Call:
         self.dropped = {"stdout": 0, "stderr": 0}
         self.recycle = ""
         self.task = None
-        self.scope = None  # the call's globals, emptied after it
         self.interrupted = False
         self.running = False  # the user's code (or its packages) may be running
 
@@ -409,7 +408,12 @@ async def run(cid, code, globals_json, max_output):
         _current.reset(token)
         _active = None
         _cancel_leftover_tasks(tasks_before)
-        _forget_scope(call)
+        # Functions and classes a call defines hold its globals in reference
+        # cycles, which only the collector frees: until then a later call
+        # could find them with gc.get_objects(). A young collection
+        # (microseconds; a full one costs milliseconds) frees those of a
+        # call that was not long.
+        gc.collect(0)
         _clear_dir(WORKDIR)
         for d in SCRATCH:
             _clear_dir(d)
@@ -433,7 +437,7 @@ async def _execute(call, code, globals_json, result):
         if errors:
             result.update(status="install-error", error="\n".join(str(e) for e in errors))
             return
-    scope = call.scope = {"__name__": "__main__", "__builtins__": builtins}
+    scope = {"__name__": "__main__", "__builtins__": builtins}
     if globals_json:
         scope.update(_loads(globals_json))
         scope["__builtins__"] = builtins
@@ -443,21 +447,6 @@ async def _execute(call, code, globals_json, result):
     result["status"] = "success"
     if value is not None:
         result["value"] = dump_json(value)
-
-
-def _forget_scope(call):
-    """Empties the call's globals, and collects the youngest garbage.
-
-    Functions and classes a call defines hold its globals in reference
-    cycles, which only Python's collector frees; until then a later call
-    could find them through ``gc.get_objects()``. Emptying the globals frees
-    what they hold at once; a young collection (microseconds, where a full
-    one costs milliseconds) frees most cycles the call made itself.
-    """
-    if call.scope is not None:
-        call.scope.clear()
-        call.scope = None
-    gc.collect(0)
 
 
 def _on_interrupt(signum, frame):

@@ -237,6 +237,16 @@ interface LockPkg {
   imports?: string[];
 }
 
+self.addEventListener("error", (e) => {
+  // A callback a call left behind (a timer, an event handler) that throws
+  // must not end the worker, and with it a later call.
+  e.preventDefault();
+  console.error(`pyrun worker: uncaught error: ${e.message}`);
+  if ((e.error as { pyodide_fatal_error?: boolean } | undefined)?.pyodide_fatal_error) {
+    self.postMessage({ type: "fatal" });
+  }
+});
+
 self.addEventListener("unhandledrejection", (e) => {
   // An interrupted async call can surface here; the call's own result reports it.
   e.preventDefault();

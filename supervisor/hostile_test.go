@@ -536,6 +536,25 @@ await asyncio.sleep(0.05)
 		}
 	})
 
+	t.Run("callbacks left behind that raise", func(t *testing.T) {
+		// A JavaScript timer a call leaves runs Python that raises, during
+		// the next call on the worker: neither the call nor the worker dies.
+		before := restarts(p1.Stats())
+		res := hostileRun(t, p1, "import js\nfrom pyodide.ffi import create_proxy\nx = 1\ndef tick():\n    print(x)\n    1 / 0\njs.setInterval(create_proxy(tick), 50)\n'armed'", nil, 30*time.Second)
+		if res.Status != supervisor.StatusSuccess {
+			t.Fatalf("%s %s", res.Status, res.Error)
+		}
+		for i := range 2 {
+			next := hostileRun(t, p1, "import asyncio\nawait asyncio.sleep(0.3)\n'fine'", nil, 30*time.Second)
+			if next.Status != supervisor.StatusSuccess || next.Worker != res.Worker || next.Stdout != "" {
+				t.Errorf("call %d after: %s on %s (the timer's on %s) stdout %q: %s", i, next.Status, next.Worker, res.Worker, next.Stdout, next.Error)
+			}
+		}
+		if n := restarts(p1.Stats()); n != before {
+			t.Errorf("restarts %v", p1.Stats().Counts.Restarts)
+		}
+	})
+
 	t.Run("invalid UTF-8 and lone surrogates", func(t *testing.T) {
 		res := hostileRun(t, p, `
 import sys, os
