@@ -13,6 +13,9 @@ export function parseConfig(args: string[]): HostConfig {
   return {
     heap_limit: Number(raw.heap_limit ?? 0),
     max_line: Number(raw.max_line ?? 16 << 20),
+    snapshot: String(raw.snapshot ?? ""),
+    snapshot_size: Number(raw.snapshot_size ?? 0),
+    make_snapshot: raw.make_snapshot === true,
   };
 }
 

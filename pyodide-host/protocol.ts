@@ -9,6 +9,18 @@ export interface HostConfig {
   heap_limit: number;
   /** Longest stdin line accepted, in bytes. */
   max_line: number;
+  /**
+   * A memory snapshot to start from (a file the worker may read); "" for a
+   * plain start. The supervisor has checked its checksum.
+   */
+  snapshot: string;
+  /** The snapshot's size in bytes; a file of another size is not used. */
+  snapshot_size: number;
+  /**
+   * Make a memory snapshot instead of serving calls: stdout carries its
+   * bytes and nothing else, then the process exits.
+   */
+  make_snapshot: boolean;
 }
 
 /** Messages the supervisor sends, one JSON object per stdin line. */
@@ -17,7 +29,8 @@ export type Request =
     type: "run";
     id: string;
     code: string;
-    globals?: Record<string, unknown>;
+    /** A JSON object of names to bind in the call's globals, as text; absent for none. */
+    globals?: string;
     max_output: number;
     /** How many interrupt signals the supervisor has sent this worker so far. */
     interrupts: number;
@@ -32,6 +45,10 @@ export type Event =
     pyodide: string;
     python: string;
     startup_ms: number;
+    /** Whether the worker started from the snapshot it was given. */
+    snapshot: boolean;
+    /** Why the snapshot given was not used. */
+    snapshot_error?: string;
   }
   | { type: "output"; id: string; stream: "stdout" | "stderr"; text: string }
   | { type: "package"; id: string; text: string }

@@ -1,7 +1,9 @@
 """pyrun's in-worker helper: runs one call at a time in a long-lived Pyodide.
 
-The host (worker.ts) imports this module once, calls ``setup`` with the functions
-that write protocol lines, and then ``run`` for every call. Everything a call may
+The host (worker.ts) imports this module once and calls ``prepare`` (before a
+memory snapshot is taken, when workers start from one), then, in every worker
+process, ``setup`` with the functions that write protocol lines, and ``run`` for
+every call. Everything a call may
 leave behind that pyrun promises to clear is cleared in ``_Call.cleanup``; what
 cannot be cleared cheaply is detected and reported as ``recycle`` so the
 supervisor replaces the worker.
@@ -31,7 +33,9 @@ import time
 import traceback
 import uuid
 
-from pyodide.code import CodeRunner
+from pyodide.code import should_quiet
+from pyodide.ffi import run_sync as _run_sync
+from textwrap import dedent as _dedent
 
 FILENAME = "main.py"
 WORKDIR = "/home/pyodide"
@@ -189,21 +193,44 @@ class _Call:
         )
 
 
-def setup(emit, wait, live, lock_imports, load_packages):
-    """Called once by the host after Pyodide has loaded."""
-    _host.emit = emit
-    _host.wait = wait
-    _host.live = live
+def prepare(lock_imports_json):
+    """Called once per interpreter, before any host function exists.
+
+    At a plain start the host calls it right after importing this module; for
+    a memory snapshot it runs before the snapshot is taken, so workers started
+    from the snapshot have it done. Only interpreter state belongs here: no
+    function of the host, no file system or working directory (the file
+    system lives outside the snapshot), nothing that differs per process.
+    """
+    global _prepared
+    if _prepared:
+        return
+    _prepared = True
     # Pyodide's time.sleep suspends the wasm stack (JSPI); an interrupt then
     # lands outside the call and strands it. This sleep blocks the thread on
     # the interrupt flag instead, so an interrupt ends it at once.
     time.sleep = _sleep
+    _host.lock_imports = _loads(lock_imports_json)
+    sys.addaudithook(_audit)
+
+
+_prepared = False
+
+
+def setup(emit, wait, live, load_packages):
+    """Called once in every worker process, after ``prepare``, to connect it."""
+    _host.emit = emit
+    _host.wait = wait
+    _host.live = live
     signal.signal(signal.SIGINT, _on_interrupt)
-    _host.lock_imports = dict(lock_imports)
     _host.load_packages = load_packages
+    # Workers started from one snapshot share its random state: give each
+    # its own, as a plain start would.
+    rnd = sys.modules.get("random")
+    if rnd is not None:
+        rnd.seed()
     os.makedirs(WORKDIR, exist_ok=True)
     os.chdir(WORKDIR)
-    sys.addaudithook(_audit)
     _baseline.capture()
 
 
@@ -373,11 +400,16 @@ def _all_tasks():
         return set()
 
 
-async def run(cid, code, globals_json, max_output):
-    """Run one call; returns the result protocol line (a JSON string)."""
+def run(cid, code, globals_json, max_output):
+    """Run one call; returns the result protocol line (a JSON string).
+
+    The host calls it through ``callPromising``, so that it may block on an
+    awaitable by switching stacks (``run_sync``): code with top-level await,
+    ``asyncio.run`` in the code, package loading. Code that awaits nothing
+    runs without a trip through the event loop.
+    """
     global _active
     call = _Call(cid, max_output)
-    call.task = asyncio.current_task()
     started = time.perf_counter()
     tasks_before = _all_tasks()
     token = _current.set(call)
@@ -388,7 +420,7 @@ async def run(cid, code, globals_json, max_output):
     try:
         call.running = True
         try:
-            await _execute(call, code, globals_json, result)
+            _execute(call, code, globals_json, result)
             call.running = False
         except BaseException as e:  # noqa: BLE001 - every exception is the user's result
             call.running = False
@@ -420,20 +452,15 @@ async def run(cid, code, globals_json, max_output):
         _baseline.restore()
 
 
-async def _execute(call, code, globals_json, result):
+def _execute(call, code, globals_json, result):
     """The part of a call that runs the user's code; interrupts land here only."""
     linecache.cache = _linecache_cache
     _linecache_cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
-    runner = CodeRunner(
-        code,
-        filename=FILENAME,
-        return_mode="last_expr",
-        flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
-    )
-    wanted = _packages_to_load(runner.ast)
+    tree, compiled, keep = _compile(code)
+    wanted = _packages_to_load(tree) if "import" in code else []
     if wanted:
         result["dependencies"] = wanted
-        errors = await _host.load_packages(wanted)
+        errors = _await(call, _host.load_packages(wanted))
         if errors:
             result.update(status="install-error", error="\n".join(str(e) for e in errors))
             return
@@ -441,12 +468,66 @@ async def _execute(call, code, globals_json, result):
     if globals_json:
         scope.update(_loads(globals_json))
         scope["__builtins__"] = builtins
-    runner.compile()
-    value = await runner.run_async(scope)
+    value = eval(compiled, scope)
+    if compiled.co_flags & _CO_COROUTINE:
+        _await(call, value)
+    value = scope.pop(_LAST, None) if keep else None
     call.flush()
     result["status"] = "success"
     if value is not None:
         result["value"] = dump_json(value)
+
+
+def _await(call, awaitable):
+    """Blocks on an awaitable by switching stacks; an interrupt cancels it."""
+    call.task = asyncio.ensure_future(_settle(awaitable))
+    try:
+        ok, value = _run_sync(call.task)
+    finally:
+        call.task = None
+    if ok:
+        return value
+    raise value
+
+
+async def _settle(awaitable):
+    # An exception must not leave the task: Pyodide prints an exception it
+    # hands to JavaScript, and the call would show it twice.
+    try:
+        return True, await awaitable
+    except BaseException as e:  # noqa: BLE001 - re-raised by _await
+        return False, e
+
+
+# The name the value of a call's last expression is kept under, in the
+# call's own globals, which are dropped afterwards.
+_LAST = "__pyrun_last_value__"
+_CO_COROUTINE = 0x80  # inspect.CO_COROUTINE: the code awaits at top level
+
+
+def _compile(code):
+    """Compiles a call's code as Pyodide's runPythonAsync does, without its
+    per-call costs (a deep copy and a walk of the whole tree).
+
+    As there, the code is dedented and may await at top level, and the value
+    of a last expression statement is kept unless the code ends with a
+    semicolon. Returns the tree, the code object and whether the value of
+    the last expression is kept (under _LAST).
+    """
+    source = _dedent(code)
+    tree = compile(source, FILENAME, "exec", _AST_FLAGS, dont_inherit=True)
+    keep = bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
+    if keep and ";" in source and should_quiet(source):
+        keep = False
+    if keep:
+        last = tree.body[-1]
+        target = ast.copy_location(ast.Name(_LAST, ast.Store()), last)
+        tree.body[-1] = ast.copy_location(ast.Assign([target], last.value), last)
+    compiled = compile(tree, FILENAME, "exec", ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    return tree, compiled, keep
+
+
+_AST_FLAGS = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 
 
 def _on_interrupt(signum, frame):

@@ -27,43 +27,52 @@ export async function* readLines(
   r: ReadableStream<Uint8Array>,
   max: number,
 ): AsyncGenerator<string | null> {
-  let buf: Uint8Array = new Uint8Array(0);
+  // The start of a line that spans chunks, kept as pieces and joined once.
+  let pieces: Uint8Array[] = [];
+  let size = 0;
   let skipping = false;
   for await (const chunk of r) {
     let start = 0;
-    for (let i = 0; i < chunk.length; i++) {
-      if (chunk[i] !== 10) continue;
+    for (let i = chunk.indexOf(10); i >= 0; i = chunk.indexOf(10, start)) {
       const piece = chunk.subarray(start, i);
       start = i + 1;
       if (skipping) {
         skipping = false;
         continue;
       }
-      if (buf.length + piece.length > max) {
-        buf = new Uint8Array(0);
+      if (size + piece.length > max) {
+        pieces = [];
+        size = 0;
         yield null;
         continue;
       }
-      const line = buf.length ? concat(buf, piece) : piece;
-      buf = new Uint8Array(0);
+      const line = size ? join([...pieces, piece], size + piece.length) : piece;
+      pieces = [];
+      size = 0;
       yield decoder.decode(line);
     }
     const rest = chunk.subarray(start);
-    if (skipping) continue;
-    if (buf.length + rest.length > max) {
-      buf = new Uint8Array(0);
+    if (skipping || !rest.length) continue;
+    if (size + rest.length > max) {
+      pieces = [];
+      size = 0;
       skipping = true;
       yield null;
       continue;
     }
-    buf = concat(buf, rest);
+    // The reader may reuse its chunk: keep a copy.
+    pieces.push(rest.slice());
+    size += rest.length;
   }
 }
 
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a);
-  out.set(b, a.length);
+function join(parts: Uint8Array[], size: number): Uint8Array {
+  const out = new Uint8Array(size);
+  let off = 0;
+  for (const p of parts) {
+    out.set(p, off);
+    off += p.length;
+  }
   return out;
 }
 
@@ -80,15 +89,18 @@ function capWasmHeap(limit: number): void {
 }
 
 interface Helper {
+  prepare(lockImports: string): void;
   setup(
     emit: (line: string) => void,
     wait: (ms: number) => boolean,
     live: () => boolean,
-    lockImports: unknown,
     load: unknown,
   ): void;
   interrupt(): boolean;
-  run(id: string, code: string, globals: string, maxOutput: number): Promise<string>;
+  /** Called through callPromising, so that Python may switch stacks. */
+  run: {
+    callPromising(id: string, code: string, globals: string, maxOutput: number): Promise<string>;
+  };
 }
 
 interface Shared {
@@ -102,21 +114,78 @@ function live(s: Shared): boolean {
   return Atomics.load(s.count, 0) > Atomics.load(s.start, 0);
 }
 
-async function start(cfg: HostConfig, shared: Shared): Promise<void> {
-  const began = performance.now();
-  capWasmHeap(cfg.heap_limit);
-  // Pyodide's start-up chatter must not reach stdout.
-  console.log = console.info = console.debug = console.error;
-  const py = await loadPyodide({
+/** Pyodide's options common to every start. */
+function pyodideOptions(): Parameters<typeof loadPyodide>[0] {
+  return {
     // Explicit: Pyodide would derive it from a stack trace, which Deno
     // rewrites through pyodide.mjs's source map into a folder that does not exist.
     indexURL: new URL("./node_modules/pyodide/", import.meta.url).pathname,
     stdout: (s) => console.error(s),
     stderr: (s) => console.error(s),
     env: { HOME: "/home/pyodide" },
-  });
+  };
+}
+
+/**
+ * A plain start: Pyodide from scratch, then pyrun's helper imported and
+ * prepared. This is also what a memory snapshot holds.
+ */
+async function plainStart(makeSnapshot: boolean): Promise<PyodideInterface> {
+  const py = await loadPyodide({ ...pyodideOptions(), _makeSnapshot: makeSnapshot });
+  const helper = await importHelper(py);
+  helper.prepare(JSON.stringify(await lockImports(py)));
+  return py;
+}
+
+/**
+ * Starts Pyodide from the memory snapshot when there is one, else plainly.
+ * A snapshot that cannot be used is no reason to fail: the worker starts
+ * plainly and says why in its ready announcement.
+ */
+async function boot(cfg: HostConfig): Promise<{ py: PyodideInterface; snapshotError: string }> {
+  if (!cfg.snapshot) return { py: await plainStart(false), snapshotError: "" };
+  let snapshotError: string;
+  try {
+    const bytes = await Deno.readFile(cfg.snapshot);
+    if (bytes.length !== cfg.snapshot_size) {
+      throw new Error(`it has ${bytes.length} bytes, not ${cfg.snapshot_size}`);
+    }
+    // Pyodide checks the snapshot's magic number and build id.
+    const py = await loadPyodide({ ...pyodideOptions(), _loadSnapshot: bytes });
+    return { py, snapshotError: "" };
+  } catch (e) {
+    snapshotError = `snapshot ${cfg.snapshot} not used: ${e instanceof Error ? e.message : e}`;
+    console.error(`pyrun worker: ${snapshotError}; starting without it`);
+  }
+  return { py: await plainStart(false), snapshotError };
+}
+
+/**
+ * Makes a memory snapshot of a freshly started Pyodide with pyrun's helper
+ * prepared and writes it to stdout, which carries nothing else in this mode.
+ * Nothing process-specific may be in it: no interrupt buffer, no functions
+ * of this host, no working directory (see pyrun_helper.prepare).
+ */
+async function makeSnapshot(): Promise<void> {
+  const py = await plainStart(true);
+  const bytes = py.makeMemorySnapshot();
+  let off = 0;
+  while (off < bytes.length) off += Deno.stdout.writeSync(bytes.subarray(off));
+}
+
+async function start(cfg: HostConfig, shared: Shared): Promise<void> {
+  const began = performance.now();
+  // Pyodide's start-up chatter must not reach stdout.
+  console.log = console.info = console.debug = console.error;
+  if (cfg.make_snapshot) {
+    await makeSnapshot();
+    self.postMessage({ type: "eof" });
+    return;
+  }
+  capWasmHeap(cfg.heap_limit);
+  const { py, snapshotError } = await boot(cfg);
   py.setInterruptBuffer(shared.flag);
-  const helper = await installHelper(py);
+  const helper = py.pyimport("pyrun_helper") as unknown as Helper;
   let current = "";
   const load = async (names: { toJs(): string[] }) => {
     const errors: string[] = [];
@@ -131,7 +200,7 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
     // Consume the interrupt here: the sleep raises KeyboardInterrupt itself.
     return Atomics.exchange(shared.flag, 0, 0) !== 0 && live(shared);
   };
-  helper.setup(writeLine, wait, () => live(shared), py.toPy(await lockImports(py)), load);
+  helper.setup(writeLine, wait, () => live(shared), load);
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
   // A notice for a signal the current call started after is stale.
@@ -152,6 +221,8 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
     pyodide: py.version,
     python,
     startup_ms: Math.round(performance.now() - began),
+    snapshot: !!cfg.snapshot && !snapshotError,
+    ...(snapshotError ? { snapshot_error: snapshotError } : {}),
   });
 
   for await (const line of readLines(Deno.stdin.readable, cfg.max_line)) {
@@ -171,17 +242,28 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
         send({ type: "pong", id: String(req.id) });
         break;
       case "run": {
-        if (typeof req.id !== "string" || typeof req.code !== "string") {
-          send({ type: "error", id: req.id, error: "bad request: run needs id and code" });
+        if (
+          typeof req.id !== "string" || typeof req.code !== "string" ||
+          (req.globals !== undefined && typeof req.globals !== "string")
+        ) {
+          send({
+            type: "error",
+            id: req.id,
+            error: "bad request: run needs id and code, and globals as text",
+          });
           break;
         }
         beginCall(shared, req.interrupts ?? 0);
         current = req.id;
-        const globals = req.globals && Object.keys(req.globals).length
-          ? JSON.stringify(req.globals)
-          : "";
         try {
-          writeLine(await helper.run(req.id, req.code, globals, req.max_output || 65536));
+          writeLine(
+            await helper.run.callPromising(
+              req.id,
+              req.code,
+              req.globals ?? "",
+              req.max_output || 65536,
+            ),
+          );
         } catch (e) {
           send({
             type: "error",
@@ -212,7 +294,8 @@ function beginCall(s: Shared, want: number): void {
   Atomics.store(s.flag, 0, 0);
 }
 
-async function installHelper(py: PyodideInterface): Promise<Helper> {
+/** Imports pyrun's helper from the runtime folder into Pyodide. */
+async function importHelper(py: PyodideInterface): Promise<Helper> {
   const source = await Deno.readTextFile(new URL("./pyrun_helper.py", import.meta.url));
   py.FS.mkdirTree("/lib/pyrun");
   py.FS.writeFile("/lib/pyrun/pyrun_helper.py", source);

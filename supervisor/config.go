@@ -143,20 +143,54 @@ var packageHosts = []string{"cdn.jsdelivr.net", "pypi.org", "files.pythonhosted.
 
 // hostConfig is the worker's start-up settings (pyodide-host/protocol.ts).
 type hostConfig struct {
-	HeapLimit int64 `json:"heap_limit"`
-	MaxLine   int   `json:"max_line"`
+	HeapLimit    int64  `json:"heap_limit"`
+	MaxLine      int    `json:"max_line"`
+	Snapshot     string `json:"snapshot,omitempty"`
+	SnapshotSize int64  `json:"snapshot_size,omitempty"`
+	MakeSnapshot bool   `json:"make_snapshot,omitempty"`
 }
 
 // maxRequestLine bounds a request line to a worker; code and globals are
 // limited well below it by the front end.
 const maxRequestLine = 64 << 20
 
-// denoArgs is the one place that decides what a worker process may do. Deno
-// denies everything not granted here, and --no-prompt makes a missing
-// permission an error instead of a question on a terminal.
-func denoArgs(rt *Runtime, c Config) ([]string, error) {
+// launch says how a Deno process of the runtime starts.
+type launch struct {
+	// snapshot, when set, is the memory snapshot a worker starts from.
+	snapshot *Snapshot
+	// makeSnapshot makes a process that writes a memory snapshot to its
+	// stdout and exits, instead of a worker. It runs no code of a call.
+	makeSnapshot bool
+}
+
+// denoArgs is the one place that decides what a worker process, or the
+// process that makes a snapshot, may do. Deno denies everything not granted
+// here, and --no-prompt makes a missing permission an error instead of a
+// question on a terminal.
+func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 	if strings.ContainsAny(rt.Dir, ",") {
 		return nil, fmt.Errorf("runtime folder %q contains a comma, which Deno's permission lists cannot hold", rt.Dir)
+	}
+	// Read: the worker program and Pyodide's own files, and the snapshot
+	// the worker starts from, nothing else. Python sees these (they are
+	// public); it cannot change them, as no write permission is granted
+	// anywhere: a snapshot reaches its file through the maker's stdout.
+	read := []string{
+		filepath.Join(rt.Dir, "worker.ts"),
+		filepath.Join(rt.Dir, "protocol.ts"),
+		filepath.Join(rt.Dir, "pyrun_helper.py"),
+		filepath.Join(rt.Dir, "node_modules", "pyodide"),
+	}
+	hc := hostConfig{HeapLimit: heapLimit(c.MemoryLimit), MaxLine: maxRequestLine}
+	switch {
+	case l.makeSnapshot:
+		hc = hostConfig{MakeSnapshot: true, MaxLine: maxRequestLine}
+	case l.snapshot != nil:
+		if strings.ContainsAny(l.snapshot.Path, ",") {
+			return nil, fmt.Errorf("snapshot path %q contains a comma, which Deno's permission lists cannot hold", l.snapshot.Path)
+		}
+		read = append(read, l.snapshot.Path)
+		hc.Snapshot, hc.SnapshotSize = l.snapshot.Path, l.snapshot.Size
 	}
 	args := []string{
 		"run",
@@ -164,42 +198,36 @@ func denoArgs(rt *Runtime, c Config) ([]string, error) {
 		"--cached-only", // never fetch code: everything is local
 		"--no-config",   // ignore any deno.json above the runtime folder
 		"--quiet",
-		// Read: the worker program and Pyodide's own files, nothing else.
-		// Python sees these (they are public); it cannot change them, as no
-		// write permission is granted anywhere.
-		"--allow-read=" + strings.Join([]string{
-			filepath.Join(rt.Dir, "worker.ts"),
-			filepath.Join(rt.Dir, "protocol.ts"),
-			filepath.Join(rt.Dir, "pyrun_helper.py"),
-			filepath.Join(rt.Dir, "node_modules", "pyodide"),
-		}, ","),
+		"--allow-read=" + strings.Join(read, ","),
 		// Not granted, so refused to Python as well: write (nothing pyrun
 		// or a later worker loads may change), env (the host's variables),
 		// run (subprocesses, and signals to any process but the worker
 		// itself), ffi (native code), sys (facts about the host), imports
 		// of remote code.
 	}
-	switch c.Network {
-	case NetworkNone:
-	case NetworkPackages:
+	switch {
+	case l.makeSnapshot:
+		// The maker needs no network: it loads no packages.
+	case c.Network == NetworkNone:
+	case c.Network == NetworkPackages:
 		args = append(args, "--allow-net="+strings.Join(packageHosts, ","))
-	case NetworkPublic:
+	case c.Network == NetworkPublic:
 		// Everything but deniedNets and the host's own addresses.
 		deny, err := publicDenyList()
 		if err != nil {
 			return nil, err
 		}
 		args = append(args, "--allow-net", "--deny-net="+strings.Join(deny, ","))
-	case NetworkAll:
+	case c.Network == NetworkAll:
 		args = append(args, "--allow-net")
 	default:
 		return nil, fmt.Errorf("unknown network mode %q", c.Network)
 	}
-	hc, err := json.Marshal(hostConfig{HeapLimit: heapLimit(c.MemoryLimit), MaxLine: maxRequestLine})
+	hcJSON, err := json.Marshal(hc)
 	if err != nil {
 		return nil, err
 	}
-	return append(args, filepath.Join(rt.Dir, "main.ts"), string(hc)), nil
+	return append(args, filepath.Join(rt.Dir, "main.ts"), string(hcJSON)), nil
 }
 
 // workerEnv is a worker's whole environment: nothing from the host.

@@ -10,11 +10,12 @@ import (
 // NewPoolWithCommand builds a pool whose workers run the command newCmd
 // returns, so that tests can supervise misbehaving processes.
 func NewPoolWithCommand(newCmd func(Config) (*exec.Cmd, error), cfg Config, log hclog.Logger) *Pool {
-	return newPool(newCmd, cfg, log)
+	return newPool(func(c Config, _ *Snapshot) (*exec.Cmd, error) { return newCmd(c) }, nil, cfg, log)
 }
 
-// WorkerArgs exposes denoArgs, for tests that start a worker by hand.
-var WorkerArgs = denoArgs
+// WorkerArgs exposes denoArgs for a plain start, for tests that start a
+// worker by hand.
+func WorkerArgs(rt *Runtime, c Config) ([]string, error) { return denoArgs(rt, c, launch{}) }
 
 // WorkerEnv exposes workerEnv.
 var WorkerEnv = workerEnv

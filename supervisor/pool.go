@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os/exec"
 	"slices"
 	"sync"
@@ -35,7 +36,8 @@ var (
 // Pool is a warm pool of workers. Its methods are safe for concurrent use.
 type Pool struct {
 	log    hclog.Logger
-	newCmd func(Config) (*exec.Cmd, error) // builds a worker's command
+	newCmd func(Config, *Snapshot) (*exec.Cmd, error) // builds a worker's command
+	snaps  *snapshots                                 // nil: workers always start plainly
 
 	ctx    context.Context // cancelled by Close: aborts starts and the filler
 	cancel context.CancelFunc
@@ -64,6 +66,9 @@ type Counts struct {
 	Calls    map[string]int64 // finished calls by status, and "cancelled"
 	Restarts map[string]int64 // workers retired, by kind (RestartCrash, ...)
 	Rejected int64            // calls refused: queue full, queue timeout or closed
+	// Starts counts workers that became ready: "snapshot" for those that
+	// started from a memory snapshot, "plain" for the others.
+	Starts map[string]int64
 }
 
 // Stats is a snapshot of the pool.
@@ -85,9 +90,13 @@ type waiter struct {
 
 // NewPool starts a pool of workers from rt. It returns at once; workers
 // become ready in the background, and calls queue until one is.
+//
+// Workers start from a memory snapshot (snapshot.go), which the first start
+// checks, or makes when there is none; until then, and when no snapshot can
+// be had, they start plainly.
 func NewPool(rt *Runtime, cfg Config, log hclog.Logger) (*Pool, error) {
-	newCmd := func(c Config) (*exec.Cmd, error) {
-		args, err := denoArgs(rt, c)
+	newCmd := func(c Config, snap *Snapshot) (*exec.Cmd, error) {
+		args, err := denoArgs(rt, c, launch{snapshot: snap})
 		if err != nil {
 			return nil, err
 		}
@@ -96,23 +105,28 @@ func NewPool(rt *Runtime, cfg Config, log hclog.Logger) (*Pool, error) {
 		cmd.Dir = rt.WorkDir
 		return cmd, nil
 	}
-	if _, err := newCmd(cfg.withDefaults()); err != nil {
+	if _, err := newCmd(cfg.withDefaults(), nil); err != nil {
 		return nil, fmt.Errorf("new pool: %w", err)
 	}
-	return newPool(newCmd, cfg, log), nil
+	return newPool(newCmd, newSnapshots(rt, log.Named("snapshot")), cfg, log), nil
 }
 
-func newPool(newCmd func(Config) (*exec.Cmd, error), cfg Config, log hclog.Logger) *Pool {
+// newPool starts a pool whose workers run newCmd's commands, from snaps'
+// snapshots (nil: always plainly).
+func newPool(newCmd func(Config, *Snapshot) (*exec.Cmd, error), snaps *snapshots, cfg Config, log hclog.Logger) *Pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
 		log:     log,
 		newCmd:  newCmd,
+		snaps:   snaps,
 		ctx:     ctx,
 		cancel:  cancel,
 		wake:    make(chan struct{}, 1),
 		cfg:     cfg.withDefaults(),
 		running: map[*worker]bool{},
-		counts:  Counts{Calls: map[string]int64{}, Restarts: map[string]int64{}},
+		counts: Counts{
+			Calls: map[string]int64{}, Restarts: map[string]int64{}, Starts: map[string]int64{},
+		},
 	}
 	p.wg.Add(1)
 	go p.fill()
@@ -398,10 +412,21 @@ func (p *Pool) startLocked() {
 		defer p.wg.Done()
 		log := p.log.Named(name)
 		began := time.Now()
+		var snap *Snapshot
+		if p.snaps != nil {
+			snap = p.snaps.get(p.ctx, cfg)
+		}
 		var w *worker
-		cmd, err := p.newCmd(cfg)
+		cmd, err := p.newCmd(cfg, snap)
 		if err == nil {
 			w, err = startWorker(p.ctx, name, cmd, cfg, log)
+		}
+		if snap != nil && p.ctx.Err() == nil {
+			why := ""
+			if w != nil {
+				why = w.ready.SnapshotError
+			}
+			p.snaps.started(snap, err, why)
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -434,8 +459,13 @@ func (p *Pool) startLocked() {
 		}
 		p.failures, p.startErr = 0, nil
 		w.gen = gen
+		from := "plain"
+		if w.ready.Snapshot {
+			from = "snapshot"
+		}
+		p.counts.Starts[from]++
 		log.Debug("worker ready", "startup", time.Since(began).Round(time.Millisecond),
-			"in_worker_ms", w.ready.StartupMS)
+			"in_worker_ms", w.ready.StartupMS, "from", from)
 		p.putLocked(w)
 	}()
 }
@@ -446,7 +476,7 @@ func (p *Pool) startLocked() {
 // limit, network) replace workers as they become idle.
 func (p *Pool) Reconfigure(cfg Config) error {
 	cfg = cfg.withDefaults()
-	if _, err := p.newCmd(cfg); err != nil {
+	if _, err := p.newCmd(cfg, nil); err != nil {
 		return fmt.Errorf("reconfigure: %w", err)
 	}
 	p.mu.Lock()
@@ -480,16 +510,11 @@ func (p *Pool) Stats() Stats {
 		Starting: p.starting,
 		Queued:   len(p.waiters),
 		Counts: Counts{
-			Calls:    make(map[string]int64, len(p.counts.Calls)),
-			Restarts: make(map[string]int64, len(p.counts.Restarts)),
+			Calls:    maps.Clone(p.counts.Calls),
+			Restarts: maps.Clone(p.counts.Restarts),
 			Rejected: p.counts.Rejected,
+			Starts:   maps.Clone(p.counts.Starts),
 		},
-	}
-	for k, v := range p.counts.Calls {
-		s.Counts.Calls[k] = v
-	}
-	for k, v := range p.counts.Restarts {
-		s.Counts.Restarts[k] = v
 	}
 	if p.startErr != nil {
 		s.StartError = p.startErr.Error()

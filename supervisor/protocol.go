@@ -15,11 +15,13 @@ const protocolVersion = 1
 
 // request is a line the supervisor writes to a worker's stdin.
 type request struct {
-	Type      string          `json:"type"`
-	ID        string          `json:"id"`
-	Code      string          `json:"code,omitempty"`
-	Globals   json.RawMessage `json:"globals,omitempty"`
-	MaxOutput int             `json:"max_output,omitempty"`
+	Type string `json:"type"`
+	ID   string `json:"id"`
+	Code string `json:"code,omitempty"`
+	// Globals is the JSON object of the call's globals as a string, so
+	// that the worker hands it to Python without decoding and encoding it.
+	Globals   string `json:"globals,omitempty"`
+	MaxOutput int    `json:"max_output,omitempty"`
 	// Interrupts counts the SIGUSR2 signals sent to this worker so far, so
 	// that the worker can tell a late signal for the previous call from one
 	// for this call.
@@ -36,6 +38,10 @@ type event struct {
 	Pyodide   string `json:"pyodide"`
 	Python    string `json:"python"`
 	StartupMS int64  `json:"startup_ms"`
+	// Snapshot says whether the worker started from the snapshot it was
+	// given; SnapshotError, why it did not.
+	Snapshot      bool   `json:"snapshot"`
+	SnapshotError string `json:"snapshot_error"`
 
 	// output, package
 	Stream string `json:"stream"`

@@ -28,11 +28,15 @@ import (
 // program. Workers read from it and write nothing into it.
 type Runtime struct {
 	Dir     string // the worker program and its node_modules
+	Hash    string // identifies the worker program and its pinned versions
 	Deno    string // the Deno binary
 	DenoDir string // Deno's own cache (DENO_DIR)
 	WorkDir string // the workers' working directory, empty
-	Pyodide string // Pyodide's version
-	Python  string // the version of Python inside Pyodide
+	// SnapshotDir holds memory snapshots of prepared workers; outside Dir,
+	// and written only by pyrun itself (snapshot.go).
+	SnapshotDir string
+	Pyodide     string // Pyodide's version
+	Python      string // the version of Python inside Pyodide
 }
 
 // ErrNoNPM means the runtime is not provisioned and npm is not there to do it.
@@ -177,14 +181,16 @@ func openRuntime(root, dir string) (*Runtime, error) {
 		return nil, fmt.Errorf("read Pyodide's package.json: %w", err)
 	}
 	rt := &Runtime{
-		Dir:     dir,
-		Deno:    deno,
-		DenoDir: filepath.Join(root, "deno-cache"),
-		WorkDir: filepath.Join(root, "work"),
-		Pyodide: meta.Version,
-		Python:  info.Info.Python,
+		Dir:         dir,
+		Hash:        strings.TrimPrefix(filepath.Base(dir), "host-"),
+		Deno:        deno,
+		DenoDir:     filepath.Join(root, "deno-cache"),
+		WorkDir:     filepath.Join(root, "work"),
+		SnapshotDir: filepath.Join(root, "snapshots"),
+		Pyodide:     meta.Version,
+		Python:      info.Info.Python,
 	}
-	for _, d := range []string{rt.DenoDir, rt.WorkDir} {
+	for _, d := range []string{rt.DenoDir, rt.WorkDir, rt.SnapshotDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}

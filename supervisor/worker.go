@@ -223,7 +223,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 
 	limit := callLimit(cfg, job)
 	line, err := json.Marshal(request{
-		Type: "run", ID: job.ID, Code: job.Code, Globals: job.Globals,
+		Type: "run", ID: job.ID, Code: job.Code, Globals: string(job.Globals),
 		MaxOutput: cfg.MaxOutput, Interrupts: w.interrupts,
 	})
 	if err != nil {

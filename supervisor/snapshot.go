@@ -1,0 +1,521 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Memory snapshots. A worker that starts plainly spends about two seconds
+// (three of CPU) starting Python; one that starts from a memory snapshot of
+// a worker that already did is ready in about a quarter of that. A snapshot
+// is made once per runtime and set of preloaded packages, by a Deno process
+// that writes it to its stdout (no Deno process ever gets write permission),
+// and kept in the runtime root's snapshots folder next to a small JSON file
+// that says what it was made from and its checksum:
+//
+//	~/.cache/pyrun/snapshots/<key>.snap   the bytes, read-only
+//	~/.cache/pyrun/snapshots/<key>.json   snapshotMeta
+//
+// The key covers everything the snapshot's contents depend on: pyrun's
+// worker program (which includes pyrun_helper.py and the pinned Deno and
+// Pyodide versions, see hostHash) and the preloaded packages. The heap limit
+// is not part of it: the cap is a JavaScript wrapper each worker installs
+// itself, outside the snapshot. A snapshot whose key, size or checksum does
+// not match is never used: it is made again, and a worker that still cannot
+// use its snapshot starts plainly and says why.
+
+// Snapshot is a memory snapshot on disk whose checksum pyrun has checked.
+type Snapshot struct {
+	Path   string // the snapshot's bytes
+	Key    string // what it was made from (snapshotKey)
+	SHA256 string // of the bytes, hex
+	Size   int64  // in bytes
+	Made   time.Time
+	// Built says whether this call made it (else it was there and valid),
+	// and BuildTime how long making it took.
+	Built     bool
+	BuildTime time.Duration
+
+	checked os.FileInfo // the file as its checksum was checked
+}
+
+// snapshotFormat names how pyrun makes and describes snapshots; changing it
+// retires every snapshot made before.
+const snapshotFormat = "pyrun-snapshot/1"
+
+// snapshotSpec is what a snapshot holds besides the runtime itself.
+type snapshotSpec struct {
+	// Deps are packages loaded before the snapshot is taken, so that
+	// workers started from it have them. Empty until the pool preloads
+	// packages; the key already covers them.
+	Deps []string
+}
+
+// snapshotSpec is the snapshot a pool of this configuration starts from.
+// Limits, network and isolation are applied per process and are not in it.
+func (c Config) snapshotSpec() snapshotSpec { return snapshotSpec{} }
+
+// snapshotKey names the snapshot of spec on rt: equal keys, equal contents.
+func snapshotKey(rt *Runtime, spec snapshotSpec) string {
+	deps := slices.Clone(spec.Deps)
+	slices.Sort(deps)
+	deps = slices.Compact(deps)
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\nruntime %s\npyodide %s\n", snapshotFormat, rt.Hash, rt.Pyodide)
+	for _, d := range deps {
+		fmt.Fprintf(h, "dep %s\n", d)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// snapshotMeta is the JSON file next to a snapshot.
+type snapshotMeta struct {
+	Format  string    `json:"format"`
+	Key     string    `json:"key"`
+	Runtime string    `json:"runtime"` // Runtime.Hash
+	Pyodide string    `json:"pyodide"`
+	Deps    []string  `json:"deps"`
+	SHA256  string    `json:"sha256"`
+	Size    int64     `json:"size"`
+	Made    time.Time `json:"made"`
+	MakeMS  int64     `json:"make_ms"`
+}
+
+// errNoSnapshot means no snapshot of the key has been made yet.
+var errNoSnapshot = errors.New("no snapshot yet")
+
+// maxSnapshot bounds what pyrun accepts from the maker: the wasm heap tops
+// out at 4 GiB, plus Pyodide's header.
+const maxSnapshot = 4<<30 + 16<<20
+
+func snapshotPaths(rt *Runtime, key string) (snap, meta string) {
+	base := filepath.Join(rt.SnapshotDir, key)
+	return base + ".snap", base + ".json"
+}
+
+// openSnapshot finds the snapshot of spec and checks it: its description
+// must name the key, and its bytes their size and checksum.
+func openSnapshot(rt *Runtime, spec snapshotSpec) (*Snapshot, error) {
+	key := snapshotKey(rt, spec)
+	snapPath, metaPath := snapshotPaths(rt, key)
+	b, err := os.ReadFile(metaPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errNoSnapshot
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read snapshot description: %w", err)
+	}
+	var m snapshotMeta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("snapshot description %s: %w", metaPath, err)
+	}
+	if m.Format != snapshotFormat || m.Key != key || m.Runtime != rt.Hash {
+		return nil, fmt.Errorf("snapshot %s was made for something else (format %q, key %s, runtime %s)", snapPath, m.Format, m.Key, m.Runtime)
+	}
+	f, err := os.Open(snapPath)
+	if err != nil {
+		return nil, fmt.Errorf("open snapshot: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("open snapshot: %w", err)
+	}
+	if st.Size() != m.Size {
+		return nil, fmt.Errorf("snapshot %s has %d bytes, its description says %d", snapPath, st.Size(), m.Size)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return nil, fmt.Errorf("read snapshot: %w", err)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != m.SHA256 {
+		return nil, fmt.Errorf("snapshot %s is corrupt: its checksum is %s, its description says %s", snapPath, sum, m.SHA256)
+	}
+	// Mark it in use, for pruneSnapshots; a failure only makes it look stale.
+	now := time.Now()
+	_ = os.Chtimes(metaPath, now, now)
+	return &Snapshot{Path: snapPath, Key: key, SHA256: m.SHA256, Size: m.Size, Made: m.Made, checked: st}, nil
+}
+
+// unchanged reports whether the file is still the one whose checksum was
+// checked. pyrun replaces snapshots only by renaming a new file into place,
+// so a change of file, size or time means another check.
+func (s *Snapshot) unchanged() bool {
+	st, err := os.Stat(s.Path)
+	return err == nil && os.SameFile(st, s.checked) && st.Size() == s.checked.Size() &&
+		st.ModTime().Equal(s.checked.ModTime())
+}
+
+// EnsureSnapshot returns the memory snapshot workers of cfg start from,
+// making it first when there is none or the one there cannot be trusted
+// (made for something else, truncated, corrupt). Concurrent calls, also
+// from other processes, make it once. `pyrun warmup` calls it; pools call
+// it on their own when their first worker starts.
+func EnsureSnapshot(ctx context.Context, rt *Runtime, cfg Config, log hclog.Logger) (*Snapshot, error) {
+	return ensureSnapshot(ctx, rt, cfg.withDefaults(), false, log)
+}
+
+// BuildSnapshot makes the memory snapshot for workers of cfg anew, even
+// when a valid one exists, and puts it in place for pools that start later.
+func BuildSnapshot(ctx context.Context, rt *Runtime, cfg Config, log hclog.Logger) (*Snapshot, error) {
+	return ensureSnapshot(ctx, rt, cfg.withDefaults(), true, log)
+}
+
+func ensureSnapshot(ctx context.Context, rt *Runtime, cfg Config, force bool, log hclog.Logger) (*Snapshot, error) {
+	spec := cfg.snapshotSpec()
+	if !force {
+		if snap, err := openSnapshot(rt, spec); err == nil {
+			return snap, nil
+		}
+	}
+	if err := os.MkdirAll(rt.SnapshotDir, 0o755); err != nil {
+		return nil, fmt.Errorf("create snapshot folder: %w", err)
+	}
+	unlock, err := lockFile(ctx, filepath.Join(rt.SnapshotDir, ".lock"))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	defer unlock()
+	if !force {
+		// Another process may have made it while we waited.
+		snap, err := openSnapshot(rt, spec)
+		if err == nil {
+			return snap, nil
+		}
+		if !errors.Is(err, errNoSnapshot) {
+			log.Warn("not using the memory snapshot there; making a new one", "why", err)
+		}
+	}
+	snap, err := buildSnapshot(ctx, rt, cfg, spec, log)
+	if err != nil {
+		return nil, err
+	}
+	pruneSnapshots(rt, snap.Key, log)
+	return snap, nil
+}
+
+// buildSnapshot runs the maker and installs what it writes. The lock is held.
+func buildSnapshot(ctx context.Context, rt *Runtime, cfg Config, spec snapshotSpec, log hclog.Logger) (*Snapshot, error) {
+	began := time.Now()
+	key := snapshotKey(rt, spec)
+	snapPath, metaPath := snapshotPaths(rt, key)
+	args, err := denoArgs(rt, cfg, launch{makeSnapshot: true})
+	if err != nil {
+		return nil, fmt.Errorf("make snapshot: %w", err)
+	}
+	log.Info("making a memory snapshot for fast worker starts; this happens once per pyrun version", "path", snapPath)
+	tmp, err := os.CreateTemp(rt.SnapshotDir, key+".tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("make snapshot: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	defer tmp.Close()
+
+	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, rt.Deno, args...)
+	cmd.Env = workerEnv(rt)
+	cmd.Dir = rt.WorkDir
+	setProcAttr(cmd)
+	cmd.WaitDelay = stopTermDelay
+	h := sha256.New()
+	out := &cappedWriter{w: io.MultiWriter(tmp, h), left: maxSnapshot}
+	stderr := &tailBuffer{max: 4 << 10}
+	cmd.Stdout = out
+	cmd.Stderr = &lineWriter{fn: func(line string) {
+		stderr.add(line)
+		log.Debug(line, "from", "snapshot maker")
+	}}
+	if err := cmd.Run(); err != nil {
+		why := err.Error()
+		if ctx.Err() != nil {
+			why = fmt.Sprintf("not done after %s", cfg.StartTimeout)
+		}
+		if t := stderr.String(); t != "" {
+			why += "; its last words on stderr:\n" + t
+		}
+		return nil, fmt.Errorf("make snapshot: %s", why)
+	}
+	if out.err != nil {
+		return nil, fmt.Errorf("make snapshot: %w", out.err)
+	}
+	if out.n == 0 {
+		return nil, errors.New("make snapshot: the maker wrote nothing")
+	}
+	if err := tmp.Sync(); err != nil {
+		return nil, fmt.Errorf("make snapshot: %w", err)
+	}
+	if err := tmp.Chmod(0o444); err != nil {
+		return nil, fmt.Errorf("make snapshot: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, fmt.Errorf("make snapshot: %w", err)
+	}
+	took := time.Since(began)
+	m := snapshotMeta{
+		Format: snapshotFormat, Key: key, Runtime: rt.Hash, Pyodide: rt.Pyodide, Deps: spec.Deps,
+		SHA256: hex.EncodeToString(h.Sum(nil)), Size: out.n, Made: time.Now().UTC().Truncate(time.Second),
+		MakeMS: took.Milliseconds(),
+	}
+	if m.Deps == nil {
+		m.Deps = []string{}
+	}
+	mb, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	// The bytes first, then the description that vouches for them: a crash
+	// between the two leaves a description that does not match, and a new
+	// snapshot is made.
+	if err := os.Rename(tmp.Name(), snapPath); err != nil {
+		return nil, fmt.Errorf("install snapshot: %w", err)
+	}
+	if err := writeFileAtomic(metaPath, append(mb, '\n')); err != nil {
+		return nil, fmt.Errorf("install snapshot: %w", err)
+	}
+	st, err := os.Stat(snapPath)
+	if err != nil {
+		return nil, fmt.Errorf("install snapshot: %w", err)
+	}
+	log.Info("memory snapshot made", "path", snapPath, "size_mib", out.n>>20, "took", took.Round(time.Millisecond))
+	return &Snapshot{
+		Path: snapPath, Key: key, SHA256: m.SHA256, Size: m.Size, Made: m.Made,
+		Built: true, BuildTime: took, checked: st,
+	}, nil
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
+
+// pruneSnapshots removes snapshots no pyrun has used for staleAfter, those
+// of runtimes that are gone, and leftovers of makers that died. The lock is
+// held.
+func pruneSnapshots(rt *Runtime, keep string, log hclog.Logger) {
+	entries, err := os.ReadDir(rt.SnapshotDir)
+	if err != nil {
+		return
+	}
+	root := filepath.Dir(rt.Dir)
+	for _, e := range entries {
+		name := e.Name()
+		p := filepath.Join(rt.SnapshotDir, name)
+		info, err := e.Info()
+		if err != nil || name == ".lock" || strings.HasPrefix(name, keep+".") && !strings.Contains(name, ".tmp-") {
+			continue
+		}
+		var stale bool
+		switch {
+		case strings.Contains(name, ".tmp-"):
+			stale = time.Since(info.ModTime()) > time.Hour
+		case strings.HasSuffix(name, ".json"):
+			var m snapshotMeta
+			b, _ := os.ReadFile(p)
+			_ = json.Unmarshal(b, &m)
+			_, gone := os.Stat(filepath.Join(root, "host-"+m.Runtime))
+			stale = m.Runtime == "" || gone != nil || time.Since(info.ModTime()) > staleAfter
+		case strings.HasSuffix(name, ".snap"):
+			// Goes with its description; alone, it is of no use.
+			_, err := os.Stat(strings.TrimSuffix(p, ".snap") + ".json")
+			stale = err != nil
+		}
+		if !stale {
+			continue
+		}
+		if strings.HasSuffix(name, ".json") {
+			_ = os.Remove(strings.TrimSuffix(p, ".json") + ".snap")
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			log.Warn("could not remove an old snapshot", "path", p, "error", err)
+		}
+	}
+}
+
+// cappedWriter passes at most left bytes on, then fails.
+type cappedWriter struct {
+	w    io.Writer
+	left int64
+	n    int64
+	err  error
+}
+
+func (c *cappedWriter) Write(p []byte) (int, error) {
+	if int64(len(p)) > c.left {
+		c.err = fmt.Errorf("the maker wrote more than %d bytes", maxSnapshot)
+		return 0, c.err
+	}
+	n, err := c.w.Write(p)
+	c.left -= int64(n)
+	c.n += int64(n)
+	if err != nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// lineWriter calls fn for every line written to it.
+type lineWriter struct {
+	fn      func(line string)
+	partial []byte
+}
+
+func (lw *lineWriter) Write(p []byte) (int, error) {
+	lw.partial = append(lw.partial, p...)
+	for {
+		i := bytes.IndexByte(lw.partial, '\n')
+		if i < 0 {
+			break
+		}
+		if line := string(lw.partial[:i]); line != "" {
+			lw.fn(line)
+		}
+		lw.partial = lw.partial[i+1:]
+	}
+	if len(lw.partial) > 64<<10 { // a line that never ends
+		lw.fn(string(lw.partial))
+		lw.partial = lw.partial[:0]
+	}
+	return len(p), nil
+}
+
+// snapshots hands a pool's worker starts their snapshot. It checks or makes
+// each key's snapshot once for all concurrent starts, and stops using one
+// that workers keep failing to start from. Safe for concurrent use.
+type snapshots struct {
+	rt  *Runtime
+	log hclog.Logger
+
+	mu      sync.Mutex
+	entries map[string]*snapEntry
+}
+
+// snapEntry is what a pool knows of one key's snapshot. Its fields other
+// than ready are guarded by snapshots.mu.
+type snapEntry struct {
+	ready    chan struct{} // closed once snap and at are set
+	snap     *Snapshot     // nil: no usable snapshot, start plainly
+	at       time.Time     // when snap was set
+	recheck  bool          // a start from snap failed: check the file again
+	failures int           // starts from this key's snapshot that failed, in a row
+}
+
+// Snapshot starts that fail this many times in a row make the pool stop
+// using the key's snapshot; a failed make is retried after snapshotRetry.
+const (
+	maxSnapshotFailures = 2
+	snapshotRetry       = 10 * time.Minute
+)
+
+func newSnapshots(rt *Runtime, log hclog.Logger) *snapshots {
+	return &snapshots{rt: rt, log: log, entries: map[string]*snapEntry{}}
+}
+
+// stale says whether e must be checked or made again. s.mu is held.
+func (e *snapEntry) stale() bool {
+	select {
+	case <-e.ready:
+	default:
+		return false // being checked or made right now
+	}
+	switch {
+	case e.failures >= maxSnapshotFailures:
+		return false // given up on
+	case e.snap == nil:
+		return time.Since(e.at) > snapshotRetry
+	default:
+		return e.recheck || !e.snap.unchanged()
+	}
+}
+
+// get returns the snapshot for a worker of cfg to start from, or nil for a
+// plain start. It waits while the snapshot is checked or made.
+func (s *snapshots) get(ctx context.Context, cfg Config) *Snapshot {
+	key := snapshotKey(s.rt, cfg.snapshotSpec())
+	s.mu.Lock()
+	e := s.entries[key]
+	if e == nil || e.stale() {
+		next := &snapEntry{ready: make(chan struct{})}
+		if e != nil {
+			next.failures = e.failures
+		}
+		e = next
+		s.entries[key] = e
+		s.mu.Unlock()
+		snap, err := EnsureSnapshot(ctx, s.rt, cfg, s.log)
+		if err != nil && ctx.Err() == nil {
+			s.log.Warn("workers start without a memory snapshot, which makes starts slower",
+				"error", err, "retry_in", snapshotRetry)
+		}
+		s.mu.Lock()
+		e.snap, e.at = snap, time.Now()
+		close(e.ready)
+	} else {
+		s.mu.Unlock()
+		select {
+		case <-e.ready:
+		case <-ctx.Done():
+			return nil
+		}
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
+	if e.failures >= maxSnapshotFailures {
+		return nil
+	}
+	return e.snap
+}
+
+// started tells how a start from snap went: a worker that is ready from
+// it, or one that failed to start (err) or had to start without it (why).
+func (s *snapshots) started(snap *Snapshot, err error, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.entries[snap.Key]
+	if e == nil || e.snap != snap {
+		return // news of a snapshot checked again since
+	}
+	if err == nil && why == "" {
+		e.failures = 0
+		return
+	}
+	e.failures++
+	if why == "" {
+		why = err.Error()
+	}
+	if e.failures >= maxSnapshotFailures {
+		s.log.Warn("workers no longer start from the memory snapshot: starts from it keep failing",
+			"snapshot", snap.Path, "why", why)
+		return
+	}
+	s.log.Warn("a worker could not start from the memory snapshot; checking it again",
+		"snapshot", snap.Path, "why", why)
+	e.recheck = true
+}
