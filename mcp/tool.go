@@ -112,6 +112,69 @@ type toolArgs struct {
 // parseArgs checks a call's arguments. Its errors name the argument at fault
 // and become tool errors, so the model can correct itself.
 func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
+	args, ok := parseValidArgs(raw)
+	if !ok {
+		var err error
+		if args, err = parseArgsChecked(raw); err != nil {
+			return args, err
+		}
+	}
+	if len(args.PythonCode) > maxCode {
+		return args, fmt.Errorf("invalid arguments: python_code is %d bytes, more than the limit of %d bytes (max_code)",
+			len(args.PythonCode), maxCode)
+	}
+	if len(args.GlobalVariables) > maxCode {
+		return args, fmt.Errorf("invalid arguments: global_variables is %d bytes of JSON, more than the limit of %d bytes (max_code)",
+			len(args.GlobalVariables), maxCode)
+	}
+	if bytes.Equal(bytes.TrimSpace(args.GlobalVariables), []byte("{}")) {
+		args.GlobalVariables = nil
+	}
+	return args, nil
+}
+
+// parseValidArgs decodes arguments that plainly satisfy inputSchema, in one
+// pass and without the schema validator, which costs more than the rest of
+// pyrun's work on a warm call. Anything else is not ok, and
+// parseArgsChecked explains what is wrong with it.
+func parseValidArgs(raw json.RawMessage) (toolArgs, bool) {
+	var args toolArgs
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
+		return args, false
+	}
+	var code *string
+	for name, v := range fields {
+		var err error
+		switch name {
+		case "python_code":
+			err = json.Unmarshal(v, &code)
+		case "global_variables":
+			if len(v) == 0 || v[0] != '{' {
+				return args, false
+			}
+			args.GlobalVariables = v
+		case "timeout_seconds":
+			err = json.Unmarshal(v, &args.TimeoutSeconds)
+			if t := args.TimeoutSeconds; t == nil || !(*t > 0) {
+				return args, false
+			}
+		default:
+			return args, false
+		}
+		if err != nil {
+			return args, false
+		}
+	}
+	if code == nil {
+		return args, false
+	}
+	args.PythonCode = *code
+	return args, true
+}
+
+// parseArgsChecked validates arguments against inputSchema and decodes them.
+func parseArgsChecked(raw json.RawMessage) (toolArgs, error) {
 	var args toolArgs
 	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		raw = json.RawMessage("{}")
@@ -125,17 +188,6 @@ func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
 	}
 	if err := json.Unmarshal(raw, &args); err != nil {
 		return args, argError(err)
-	}
-	if len(args.PythonCode) > maxCode {
-		return args, fmt.Errorf("invalid arguments: python_code is %d bytes, more than the limit of %d bytes (max_code)",
-			len(args.PythonCode), maxCode)
-	}
-	if len(args.GlobalVariables) > maxCode {
-		return args, fmt.Errorf("invalid arguments: global_variables is %d bytes of JSON, more than the limit of %d bytes (max_code)",
-			len(args.GlobalVariables), maxCode)
-	}
-	if bytes.Equal(bytes.TrimSpace(args.GlobalVariables), []byte("{}")) {
-		args.GlobalVariables = nil
 	}
 	if t := args.TimeoutSeconds; t != nil && (math.IsInf(*t, 0) || math.IsNaN(*t)) {
 		return args, errors.New("invalid arguments: timeout_seconds must be a finite number of seconds")

@@ -50,7 +50,6 @@ _INTERNAL_PREFIXES = (
     "/lib/python3.14/site-packages/pyodide/",
 )
 
-_COMPACT = (",", ":")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 _PATH_EVENTS = {
     "os.remove": 0,
@@ -70,6 +69,8 @@ _PATH_EVENTS = {
 # pyrun's own references, taken before any call runs: a call that patches
 # json or linecache must not change how pyrun reports the next call.
 _dumps = json.dumps
+# Protocol lines: one encoder, made once.
+_encode_line = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _loads = json.loads
 _linecache_cache = linecache.cache
 
@@ -185,11 +186,7 @@ class _Call:
             text = text[:room]
         self.sent[stream] += len(text)
         _host.emit(
-            _dumps(
-                {"type": "output", "id": self.id, "stream": stream, "text": text},
-                ensure_ascii=False,
-                separators=_COMPACT,
-            )
+            _encode_line({"type": "output", "id": self.id, "stream": stream, "text": text})
         )
 
 
@@ -266,11 +263,21 @@ class _Baseline:
         self.meta_path = list(sys.meta_path)
         self.path_hooks = list(sys.path_hooks)
         self.environ = dict(os.environ)
+        # The bytes os.environ keeps: comparing them is C-fast.
+        self.environ_data = dict(os.environ._data)
         self.argv = list(sys.argv)
         self.recursion = sys.getrecursionlimit()
         self.modules = dict(sys.modules)
+        self._remember_modules()
         self.displayhook = sys.displayhook
         self.excepthook = sys.excepthook
+
+    def _remember_modules(self):
+        # sys.modules as restored, to tell cheaply that a call changed
+        # nothing in it: the baseline holds every module it names, so an id
+        # seen here cannot be reused by another object.
+        self.module_ids = list(map(id, sys.modules.values()))
+        self.module_names = list(sys.modules)
 
     def restore(self):
         if builtins.__dict__ != self.builtins:
@@ -279,8 +286,8 @@ class _Baseline:
         sys.path[:] = self.path
         sys.meta_path[:] = self.meta_path
         sys.path_hooks[:] = self.path_hooks
-        if os.environ != self.environ:
-            os.environ.clear()
+        if os.environ._data != self.environ_data:
+            os.environ.clear()  # through the API: it also unsets C's environment
             os.environ.update(self.environ)
         sys.argv[:] = self.argv
         sys.setrecursionlimit(self.recursion)
@@ -305,10 +312,17 @@ class _Baseline:
         sys.modules; changes to a module's attributes persist (README).
         """
         modules = sys.modules
+        if (
+            len(modules) == len(self.module_ids)
+            and list(map(id, modules.values())) == self.module_ids
+            and list(modules) == self.module_names
+        ):
+            return  # untouched: the common case, without a loop in Python
         for name, mod in self.modules.items():
             if modules.get(name) is not mod:
                 modules[name] = mod
         if len(modules) == len(self.modules):
+            self._remember_modules()
             return
         added = [name for name in modules if name not in self.modules]
         for name in added:
@@ -325,6 +339,7 @@ class _Baseline:
         import importlib
 
         importlib.invalidate_caches()
+        self._remember_modules()
 
 
 _baseline = _Baseline()
@@ -558,7 +573,7 @@ def _finish(call, result, started):
     if call.recycle:
         result["recycle"] = call.recycle
     result["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
-    return _dumps(result, ensure_ascii=False, separators=_COMPACT)
+    return _encode_line(result)
 
 
 def _packages_to_load(tree):

@@ -101,8 +101,7 @@ func (er *eventReader) next() (event, error) {
 // parseEvent decodes and checks one protocol line.
 func parseEvent(line []byte) (event, error) {
 	var ev event
-	dec := json.NewDecoder(bytes.NewReader(line))
-	if err := dec.Decode(&ev); err != nil {
+	if err := json.Unmarshal(line, &ev); err != nil {
 		return event{}, fmt.Errorf("%w: %v in %q", errGarbage, err, clip(line, 200))
 	}
 	switch ev.Type {
