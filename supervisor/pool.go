@@ -100,15 +100,21 @@ func NewPool(rt *Runtime, cfg Config, log hclog.Logger) (*Pool, error) {
 		if err != nil {
 			return nil, err
 		}
-		cmd := exec.Command(rt.Deno, args...)
-		cmd.Env = workerEnv(rt)
-		cmd.Dir = rt.WorkDir
-		return cmd, nil
+		return denoCmd(rt, args), nil
 	}
 	if _, err := newCmd(cfg.withDefaults(), nil); err != nil {
 		return nil, fmt.Errorf("new pool: %w", err)
 	}
 	return newPool(newCmd, newSnapshots(rt, log.Named("snapshot")), cfg, log), nil
+}
+
+// denoCmd is a Deno process of rt: an empty environment and a working
+// directory of pyrun's own.
+func denoCmd(rt *Runtime, args []string) *exec.Cmd {
+	cmd := exec.Command(rt.Deno, args...)
+	cmd.Env = workerEnv(rt)
+	cmd.Dir = rt.WorkDir
+	return cmd
 }
 
 // newPool starts a pool whose workers run newCmd's commands, from snaps'

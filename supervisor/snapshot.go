@@ -229,9 +229,8 @@ func buildSnapshot(ctx context.Context, rt *Runtime, cfg Config, spec snapshotSp
 
 	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, rt.Deno, args...)
-	cmd.Env = workerEnv(rt)
-	cmd.Dir = rt.WorkDir
+	cmd := exec.CommandContext(ctx, rt.Deno, args...) // killed when ctx ends
+	cmd.Env, cmd.Dir = workerEnv(rt), rt.WorkDir
 	setProcAttr(cmd)
 	cmd.WaitDelay = stopTermDelay
 	h := sha256.New()

@@ -1,0 +1,349 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+func logFor(t *testing.T) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: tWriter{t}})
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// fakeRuntime is a runtime folder layout without Deno: enough for what
+// snapshots do before a Deno process starts. deno, when set, is a shell
+// script standing in for the Deno binary.
+func fakeRuntime(t *testing.T, deno string) *Runtime {
+	t.Helper()
+	root := t.TempDir()
+	rt := &Runtime{
+		Dir: filepath.Join(root, "host-0123456789abcdef"), Hash: "0123456789abcdef",
+		DenoDir: filepath.Join(root, "deno-cache"), WorkDir: filepath.Join(root, "work"),
+		SnapshotDir: filepath.Join(root, "snapshots"), Pyodide: "314.0.7", Python: "3.14.2",
+		Deno: filepath.Join(root, "deno"),
+	}
+	for _, d := range []string{rt.Dir, rt.DenoDir, rt.WorkDir, rt.SnapshotDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if deno == "" {
+		deno = "echo 'no Deno here' >&2; exit 1"
+	}
+	if err := os.WriteFile(rt.Deno, []byte("#!/bin/sh\n"+deno+"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+// makerWrites is a stand-in maker that writes n random bytes as the snapshot.
+func makerWrites(n int) string { return fmt.Sprintf("head -c %d /dev/urandom", n) }
+
+func TestSnapshotKey(t *testing.T) {
+	rt := &Runtime{Hash: "aaaa", Pyodide: "314.0.7"}
+	base := snapshotKey(rt, snapshotSpec{})
+	if len(base) != 32 {
+		t.Fatalf("key %q, want 32 hex digits", base)
+	}
+	if got := snapshotKey(rt, snapshotSpec{}); got != base {
+		t.Errorf("the same inputs give keys %s and %s", base, got)
+	}
+	if a, b := snapshotKey(rt, snapshotSpec{Deps: []string{"numpy", "attrs"}}),
+		snapshotKey(rt, snapshotSpec{Deps: []string{"attrs", "numpy", "attrs"}}); a != b {
+		t.Errorf("the order or repetition of deps changes the key: %s, %s", a, b)
+	}
+	for name, other := range map[string]string{
+		"deps":    snapshotKey(rt, snapshotSpec{Deps: []string{"numpy"}}),
+		"runtime": snapshotKey(&Runtime{Hash: "bbbb", Pyodide: "314.0.7"}, snapshotSpec{}),
+		"pyodide": snapshotKey(&Runtime{Hash: "aaaa", Pyodide: "315.0.0"}, snapshotSpec{}),
+	} {
+		if other == base {
+			t.Errorf("a change of %s keeps the key %s", name, base)
+		}
+	}
+}
+
+// TestNoDenoProcessMayWrite checks the permissions of every kind of Deno
+// process pyrun starts: none may write, run programs, read the environment
+// or load native code, and only a worker started from a snapshot may read
+// that one snapshot file.
+func TestNoDenoProcessMayWrite(t *testing.T) {
+	rt := fakeRuntime(t, "")
+	snap := &Snapshot{Path: filepath.Join(rt.SnapshotDir, "k.snap"), Size: 123}
+	for name, l := range map[string]launch{
+		"plain worker": {}, "snapshot worker": {snapshot: snap}, "snapshot maker": {makeSnapshot: true},
+	} {
+		args, err := denoArgs(rt, Config{}.withDefaults(), l)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var reads []string
+		for _, a := range args {
+			for _, bad := range []string{"--allow-write", "-W", "--allow-all", "-A", "--allow-run", "--allow-env", "--allow-ffi", "--allow-sys", "--allow-import"} {
+				if a == bad || strings.HasPrefix(a, bad+"=") {
+					t.Errorf("%s: granted %s", name, a)
+				}
+			}
+			if v, ok := strings.CutPrefix(a, "--allow-read="); ok {
+				reads = strings.Split(v, ",")
+			}
+			if l.makeSnapshot && strings.HasPrefix(a, "--allow-net") {
+				t.Errorf("%s: granted %s", name, a)
+			}
+		}
+		for _, r := range reads {
+			if !strings.HasPrefix(r, rt.Dir+string(filepath.Separator)) && r != snap.Path {
+				t.Errorf("%s: may read %s, outside the worker program", name, r)
+			}
+		}
+		if got := slices.Contains(reads, snap.Path); got != (l.snapshot != nil) {
+			t.Errorf("%s: may read the snapshot: %v", name, got)
+		}
+		var hc hostConfig
+		if err := json.Unmarshal([]byte(args[len(args)-1]), &hc); err != nil {
+			t.Fatalf("%s: host config: %v", name, err)
+		}
+		if hc.MakeSnapshot != l.makeSnapshot || (hc.Snapshot != "") != (l.snapshot != nil) {
+			t.Errorf("%s: host config %+v", name, hc)
+		}
+		if l.snapshot != nil && hc.SnapshotSize != snap.Size {
+			t.Errorf("%s: snapshot size %d, want %d", name, hc.SnapshotSize, snap.Size)
+		}
+	}
+}
+
+// TestSnapshotIsMadeThroughStdout makes a snapshot with a stand-in maker
+// and checks what is installed, then every way a snapshot on disk is
+// refused.
+func TestSnapshotIsMadeThroughStdout(t *testing.T) {
+	rt := fakeRuntime(t, makerWrites(100_000))
+	log := logFor(t)
+	snap, err := EnsureSnapshot(t.Context(), rt, Config{}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !snap.Built || snap.Size != 100_000 || len(snap.SHA256) != 64 {
+		t.Errorf("snapshot %+v, want one just built, of 100000 bytes, with a checksum", snap)
+	}
+	st, err := os.Stat(snap.Path)
+	if err != nil || st.Mode().Perm() != 0o444 {
+		t.Errorf("snapshot file: %v, mode %v; want read-only", err, st.Mode())
+	}
+	entries, _ := os.ReadDir(rt.SnapshotDir)
+	for _, e := range entries {
+		if strings.Contains(e.Name(), ".tmp-") {
+			t.Errorf("left behind: %s", e.Name())
+		}
+	}
+	again, err := EnsureSnapshot(t.Context(), rt, Config{}, log)
+	if err != nil || again.Built || again.SHA256 != snap.SHA256 {
+		t.Errorf("second EnsureSnapshot: %+v, %v; want the same snapshot, not built again", again, err)
+	}
+
+	_, metaPath := snapshotPaths(rt, snap.Key)
+	meta, _ := os.ReadFile(metaPath)
+	body, _ := os.ReadFile(snap.Path)
+	for _, tc := range []struct {
+		name    string
+		damage  func()
+		wantErr string
+	}{
+		{"no description", func() { os.Remove(metaPath) }, errNoSnapshot.Error()},
+		{"another key", func() {
+			os.WriteFile(metaPath, []byte(strings.Replace(string(meta), snap.Key, "0000", 1)), 0o644)
+		}, "made for something else"},
+		{"another runtime", func() {
+			os.WriteFile(metaPath, []byte(strings.Replace(string(meta), `"runtime": "`+rt.Hash, `"runtime": "ffff`, 1)), 0o644)
+		}, "made for something else"},
+		{"truncated", func() { replaceFile(t, snap.Path, body[:len(body)-1]) }, "has 99999 bytes"},
+		{"corrupt", func() {
+			bad := slices.Clone(body)
+			bad[len(bad)/2] ^= 0xff
+			replaceFile(t, snap.Path, bad)
+		}, "is corrupt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			replaceFile(t, snap.Path, body)
+			if err := os.WriteFile(metaPath, meta, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := openSnapshot(rt, snapshotSpec{}); err != nil {
+				t.Fatalf("the intact snapshot is refused: %v", err)
+			}
+			tc.damage()
+			_, err := openSnapshot(rt, snapshotSpec{})
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("openSnapshot: %v, want an error saying %q", err, tc.wantErr)
+			}
+			// EnsureSnapshot makes a new one rather than use it.
+			fresh, err := EnsureSnapshot(t.Context(), rt, Config{}, log)
+			if err != nil || !fresh.Built {
+				t.Fatalf("EnsureSnapshot after damage: %+v, %v; want a new snapshot", fresh, err)
+			}
+			if _, err := openSnapshot(rt, snapshotSpec{}); err != nil {
+				t.Errorf("the new snapshot is refused: %v", err)
+			}
+			body, _ = os.ReadFile(fresh.Path)
+			meta, _ = os.ReadFile(metaPath)
+			snap = fresh
+		})
+	}
+}
+
+func replaceFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	tmp := path + ".test"
+	if err := os.WriteFile(tmp, b, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSnapshotMakerFailures(t *testing.T) {
+	for _, tc := range []struct{ name, maker, want string }{
+		{"exits with an error", "echo 'boom: no pyodide' >&2; exit 3", "boom: no pyodide"},
+		{"writes nothing", "exit 0", "wrote nothing"},
+		{"hangs", "exec sleep 60", "not done after 1s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := fakeRuntime(t, tc.maker)
+			began := time.Now()
+			_, err := EnsureSnapshot(t.Context(), rt, Config{StartTimeout: time.Second}, logFor(t))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("EnsureSnapshot: %v, want an error saying %q", err, tc.want)
+			}
+			if d := time.Since(began); d > 20*time.Second {
+				t.Errorf("failing took %s", d)
+			}
+			entries, _ := os.ReadDir(rt.SnapshotDir)
+			for _, e := range entries {
+				if e.Name() != ".lock" {
+					t.Errorf("left behind: %s", e.Name())
+				}
+			}
+			// A pool's starts then go without a snapshot.
+			if snap := newSnapshots(rt, logFor(t)).get(t.Context(), Config{StartTimeout: time.Second}); snap != nil {
+				t.Errorf("get = %+v, want nil", snap)
+			}
+		})
+	}
+}
+
+// TestPoolStopsUsingASnapshotThatFails checks the pool's bookkeeping: a
+// start that fails from a snapshot makes it check the file again, a second
+// failure in a row makes it start plainly, a success forgives, and a file
+// replaced on disk is checked before use.
+func TestPoolStopsUsingASnapshotThatFails(t *testing.T) {
+	rt := fakeRuntime(t, makerWrites(50_000))
+	s := newSnapshots(rt, logFor(t))
+	ctx := t.Context()
+	first := s.get(ctx, Config{})
+	if first == nil || !first.Built {
+		t.Fatalf("get = %+v, want a snapshot just built", first)
+	}
+	if again := s.get(ctx, Config{}); again != first {
+		t.Errorf("a second get checks again: %p, want %p", again, first)
+	}
+	s.started(first, nil, "")
+	s.started(first, nil, "snapshot not used: Snapshot has invalid magic number")
+	second := s.get(ctx, Config{})
+	if second == nil || second == first || second.Built || second.SHA256 != first.SHA256 {
+		t.Fatalf("after a failed start, get = %+v; want the same file, checked again", second)
+	}
+	s.started(second, nil, "") // a success forgives
+	s.started(second, context.DeadlineExceeded, "")
+	third := s.get(ctx, Config{})
+	if third == nil || third == second {
+		t.Fatalf("after one more failure, get = %+v; want the file checked again", third)
+	}
+	s.started(third, context.DeadlineExceeded, "")
+	if got := s.get(ctx, Config{}); got != nil {
+		t.Errorf("after two failures in a row, get = %+v, want nil (plain starts)", got)
+	}
+
+	// A fresh pool, and a file replaced behind its back.
+	s = newSnapshots(rt, logFor(t))
+	before := s.get(ctx, Config{})
+	body, _ := os.ReadFile(before.Path)
+	body[0] ^= 0xff
+	replaceFile(t, before.Path, body)
+	after := s.get(ctx, Config{})
+	if after == nil || after == before || !after.Built {
+		t.Errorf("after the file changed, get = %+v; want a new snapshot made", after)
+	}
+}
+
+// TestWorkerStartsPlainlyFromABadSnapshot gives a real worker a snapshot it
+// cannot use: it must start anyway and say why.
+func TestWorkerStartsPlainlyFromABadSnapshot(t *testing.T) {
+	rt := testRuntime(t)
+	garbage := make([]byte, 1<<20)
+	_, _ = rand.Read(garbage)
+	path := filepath.Join(t.TempDir(), "garbage.snap")
+	if err := os.WriteFile(path, garbage, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		size int64
+		want string
+	}{
+		{"not a snapshot", int64(len(garbage)), "invalid magic number"},
+		{"wrong size", 42, "not 42"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := Config{}.withDefaults()
+			args, err := denoArgs(rt, cfg, launch{snapshot: &Snapshot{Path: path, Size: tc.size}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := denoCmd(rt, args)
+			w, err := startWorker(t.Context(), "worker-1", cmd, cfg, logFor(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.close()
+			if w.ready.Snapshot || !strings.Contains(w.ready.SnapshotError, tc.want) {
+				t.Errorf("ready: snapshot %v, snapshot_error %q; want false and an error saying %q",
+					w.ready.Snapshot, w.ready.SnapshotError, tc.want)
+			}
+			res := w.run(t.Context(), Job{ID: "1", Code: "print(6 * 7)"}, cfg, newTranscript(cfg.MaxOutput, nil))
+			if res.Status != StatusSuccess || res.Stdout != "42\n" {
+				t.Errorf("call on the plain worker: %s %q %s", res.Status, res.Stdout, res.Error)
+			}
+		})
+	}
+}
+
+// testRuntime provisions the real runtime (Deno and Pyodide) in the default
+// runtime folder, as pyrun does.
+func testRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	rt, err := Provision(ctx, DefaultRuntimeRoot(), io.Discard, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
