@@ -242,15 +242,12 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
         send({ type: "pong", id: String(req.id) });
         break;
       case "run": {
-        if (
-          typeof req.id !== "string" || typeof req.code !== "string" ||
-          (req.globals !== undefined && typeof req.globals !== "string")
-        ) {
-          send({
-            type: "error",
-            id: req.id,
-            error: "bad request: run needs id and code, and globals as text",
-          });
+        if (typeof req.id !== "string" || typeof req.code !== "string") {
+          send({ type: "error", id: req.id, error: "bad request: run needs id and code" });
+          break;
+        }
+        if (req.globals !== undefined && typeof req.globals !== "string") {
+          send({ type: "error", id: req.id, error: "bad request: globals must be JSON text" });
           break;
         }
         beginCall(shared, req.interrupts ?? 0);

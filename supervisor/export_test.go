@@ -71,3 +71,6 @@ func ReadEvents(r io.Reader, max int) (int, error) {
 		}
 	}
 }
+
+// ProtocolVersion is the pipe protocol version the supervisor speaks.
+const ProtocolVersion = protocolVersion

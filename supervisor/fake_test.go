@@ -143,7 +143,7 @@ func fakeSend(v map[string]any) {
 }
 
 func fakeReady() {
-	fakeSend(map[string]any{"type": "ready", "protocol": 1, "pyodide": "fake", "python": "fake"})
+	fakeSend(map[string]any{"type": "ready", "protocol": supervisor.ProtocolVersion, "pyodide": "fake", "python": "fake"})
 }
 
 // fakeServe calls handle for every run request until stdin ends.

@@ -295,7 +295,7 @@ func TestPoolStopsUsingASnapshotThatFails(t *testing.T) {
 // TestWorkerStartsPlainlyFromABadSnapshot gives a real worker a snapshot it
 // cannot use: it must start anyway and say why.
 func TestWorkerStartsPlainlyFromABadSnapshot(t *testing.T) {
-	rt := testRuntime(t)
+	rt := realRuntime(t)
 	garbage := make([]byte, 1<<20)
 	_, _ = rand.Read(garbage)
 	path := filepath.Join(t.TempDir(), "garbage.snap")
@@ -335,9 +335,9 @@ func TestWorkerStartsPlainlyFromABadSnapshot(t *testing.T) {
 	}
 }
 
-// testRuntime provisions the real runtime (Deno and Pyodide) in the default
+// realRuntime provisions the real runtime (Deno and Pyodide) in the default
 // runtime folder, as pyrun does.
-func testRuntime(t *testing.T) *Runtime {
+func realRuntime(t *testing.T) *Runtime {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
