@@ -202,6 +202,7 @@ func (p *Pool) acquire(ctx context.Context, watch Watcher) (*worker, Config, err
 		p.mu.Unlock()
 		return nil, cfg, fmt.Errorf("waiting for a worker: %w", err)
 	}
+	p.dropDeadIdleLocked()
 	if n := len(p.idle); n > 0 {
 		// Last in, first out: the most recently used worker has the warmest JIT.
 		w := p.idle[n-1]
@@ -357,6 +358,22 @@ func (p *Pool) putLocked(w *worker) {
 	p.idle = append(p.idle, w)
 }
 
+// dropDeadIdleLocked retires idle workers whose process has ended (killed
+// from outside, say), so that no call is handed a dead worker and the
+// filler replaces them at once. p.mu is held.
+func (p *Pool) dropDeadIdleLocked() {
+	alive := p.idle[:0]
+	for _, w := range p.idle {
+		if w.usable() {
+			alive = append(alive, w)
+		} else {
+			p.retireLocked(w, "it exited")
+		}
+	}
+	clear(p.idle[len(alive):])
+	p.idle = alive
+}
+
 // retireLocked stops w in the background and has the filler replace it.
 func (p *Pool) retireLocked(w *worker, reason string) {
 	if !p.closed {
@@ -385,6 +402,7 @@ func (p *Pool) fill() {
 		p.mu.Lock()
 		var wait time.Duration
 		if !p.closed {
+			p.dropDeadIdleLocked()
 			if d := time.Until(p.retryAt); d > 0 {
 				wait = d
 			} else {
@@ -425,7 +443,7 @@ func (p *Pool) startLocked() {
 		var w *worker
 		cmd, err := p.newCmd(cfg, snap)
 		if err == nil {
-			w, err = startWorker(p.ctx, name, cmd, cfg, log)
+			w, err = startWorker(p.ctx, name, cmd, cfg, log, p.kick)
 		}
 		if snap != nil && p.ctx.Err() == nil {
 			why := ""

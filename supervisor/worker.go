@@ -80,7 +80,9 @@ type worker struct {
 }
 
 // startWorker starts cmd as a worker and waits until it is ready or fails.
-func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, log hclog.Logger) (*worker, error) {
+// exited, if not nil, is called once the process has ended, whenever that
+// is: the pool replaces an idle worker that something outside killed.
+func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, log hclog.Logger, exited func()) (*worker, error) {
 	w := &worker{
 		name:   name,
 		log:    log,
@@ -138,6 +140,9 @@ func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, lo
 		pipes.Wait()
 		w.waitErr = cmd.Wait()
 		close(w.exited)
+		if exited != nil {
+			exited()
+		}
 	}()
 
 	if err := w.awaitReady(ctx, cfg.StartTimeout); err != nil {

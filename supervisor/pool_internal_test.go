@@ -1,0 +1,60 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestIdleWorkerKilledFromOutsideIsReplaced kills an idle worker the way
+// the kernel's OOM killer or an operator would: the pool replaces it at
+// once, without waiting for a call to find it dead.
+func TestIdleWorkerKilledFromOutsideIsReplaced(t *testing.T) {
+	// A worker that says it is ready and then idles.
+	script := fmt.Sprintf(`printf '{"type":"ready","protocol":%d}\n'; exec sleep 600`, protocolVersion)
+	p := newPool(func(Config, *Snapshot) (*exec.Cmd, error) {
+		return exec.Command("/bin/sh", "-c", script), nil
+	}, Config{Workers: 1}, logFor(t))
+	p.wg.Add(1)
+	go p.fill()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	idle := func() *worker {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if len(p.idle) == 1 {
+			return p.idle[0]
+		}
+		return nil
+	}
+	waitUntil(t, func() bool { return idle() != nil })
+	first := idle()
+	if err := syscall.Kill(first.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool { w := idle(); return w != nil && w != first })
+	s := p.Stats()
+	if s.Counts.Restarts[RestartCrash] != 1 || s.Counts.Starts["plain"] != 2 {
+		t.Errorf("restarts %v, starts %v; want the dead worker retired and one more started", s.Counts.Restarts, s.Counts.Starts)
+	}
+}
+
+// waitUntil polls cond until it holds; the test fails after 10s.
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
