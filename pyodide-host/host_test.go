@@ -221,6 +221,7 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 		"DENO_NO_UPDATE_CHECK=1",
 		"DENO_NO_PROMPT=1",
 		"NO_COLOR=1",
+		"MALLOC_MMAP_THRESHOLD_=131072",
 	}
 	cmd.Dir = rt.WorkDir
 	cmd.WaitDelay = 5 * time.Second

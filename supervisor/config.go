@@ -237,5 +237,10 @@ func workerEnv(rt *Runtime) []string {
 		"DENO_NO_UPDATE_CHECK=1",
 		"DENO_NO_PROMPT=1",
 		"NO_COLOR=1",
+		// glibc raises its mmap threshold after the first large block is
+		// freed (the snapshot's bytes, once restored) and from then on keeps
+		// blocks that size in the heap for good. Fixed at its default of
+		// 128 KiB, an idle worker holds ~185 MB instead of ~215 MB.
+		"MALLOC_MMAP_THRESHOLD_=131072",
 	}
 }
