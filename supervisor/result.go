@@ -65,8 +65,11 @@ type Result struct {
 	Error        string
 	Dependencies []string
 	Duration     time.Duration // the run itself, queue wait excluded
-	QueueWait    time.Duration
-	Worker       string
+	// InWorker is the part of Duration inside the worker's Python helper,
+	// as the worker measured it; zero when the worker did not answer.
+	InWorker  time.Duration
+	QueueWait time.Duration
+	Worker    string
 }
 
 // Events receives a call's output while it runs. Methods are called from the

@@ -83,6 +83,9 @@ func TestWorkersStartFromASnapshot(t *testing.T) {
 		if res.Status != supervisor.StatusSuccess || res.Stdout != "hello\n" || res.Value != "42" {
 			t.Errorf("got %s %q %q %s", res.Status, res.Stdout, res.Value, res.Error)
 		}
+		if res.InWorker <= 0 || res.InWorker > res.Duration {
+			t.Errorf("time in the worker %s, of %s in all", res.InWorker, res.Duration)
+		}
 	})
 
 	t.Run("random state per worker", func(t *testing.T) {

@@ -340,6 +340,7 @@ func (w *worker) finish(res Result, ev event, tr *transcript, stopped string, cf
 		tr.dropped(Stream(s))
 	}
 	tr.fill(&res)
+	res.InWorker = time.Duration(ev.DurationMS * float64(time.Millisecond))
 	res.Dependencies = ev.Dependencies
 	res.Error = capText(ev.Error, cfg.MaxOutput, ev.ErrorCut)
 	if ev.Recycle != "" {
