@@ -1,27 +1,16 @@
-// Command bench measures the latency of a warm pyrun tool call and compares
-// it with the floor pyrun is built on.
+// Command bench measures how fast pyrun is, and how much memory it takes,
+// against the floor it is built on. Run it from anywhere in the module:
 //
-// Run it from anywhere inside the module:
+//	go run ./scripts/bench                  # everything, about two minutes
+//	go run ./scripts/bench -n 500 -runs 3   # quicker, rougher
+//	go run ./scripts/bench -pyrun bin/pyrun -only warm,spawn
 //
-//	go run ./scripts/bench -n 2000
-//	go run ./scripts/bench -pyrun /tmp/pyrun -n 5000 -workers 2
-//
-// It measures two things, one after the other, each with -warmup calls first
-// (not counted) and then -n sequential calls of `print(1)`:
-//
-//   - pyrun: the run_python_code tool called by the go-sdk MCP client over
-//     stdio, against `pyrun stdio` (the -pyrun binary, or one built from
-//     ./cmd/pyrun into a temporary folder). This is what an agent sees: JSON-RPC
-//     both ways, argument checks, the pool, the worker round trip, formatting,
-//     and pyrun's per-call log line.
-//   - floor: the same code run by the supervisor package directly on a pool of
-//     one worker (supervisor.Provision, supervisor.NewPool, pool.Run), without
-//     MCP: the bare Deno+Pyodide round trip pyrun cannot go below.
-//
-// It prints p50, p90, p99, max and calls per second for both as a table, then
-// pyrun's p50 and p99 as multiples of the floor's, then everything again as
-// one JSON line for scripts. The runtime (Deno and Pyodide) comes from pyrun's
-// default runtime folder and is installed there on first use.
+// It prints a table, each figure next to its target, then the whole report
+// as one line of JSON (also written to -json FILE). README.md in this
+// folder says what each figure measures, and where a warm call spends its
+// time. The runtime (Deno, Pyodide and the memory snapshot) comes from
+// -runtime-dir and is installed there on first use, before anything is
+// timed.
 package main
 
 import (
@@ -29,14 +18,16 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -45,62 +36,182 @@ import (
 	"github.com/pyrun/pyrun/supervisor"
 )
 
-// code is what every measured call runs.
+// code is what every warm call runs.
 const code = "print(1)"
 
+type opts struct {
+	bin        string
+	runtimeDir string
+	n, warmup  int
+	runs       int
+	cpuCalls   int
+	procCalls  int
+	only       map[string]bool
+	jsonFile   string
+	profileDir string
+}
+
+// measurements, in the order they run.
+var measurements = []string{"warm", "spawn", "pool", "replace", "throughput", "process", "memory"}
+
 func main() {
-	n := flag.Int("n", 2000, "measured calls per target")
-	warmup := flag.Int("warmup", 200, "calls before measuring, not counted")
-	bin := flag.String("pyrun", "", "pyrun binary to measure (default: build ./cmd/pyrun into a temporary folder)")
-	workers := flag.Int("workers", 1, "pyrun's --workers; the calls are sequential, so one is enough")
+	var o opts
+	var only string
+	flag.StringVar(&o.bin, "pyrun", "", "pyrun binary to measure (default: build ./cmd/pyrun into a temporary folder)")
+	flag.StringVar(&o.runtimeDir, "runtime-dir", supervisor.DefaultRuntimeRoot(), "pyrun's runtime folder")
+	flag.IntVar(&o.n, "n", 2000, "measured warm calls per tier")
+	flag.IntVar(&o.warmup, "warmup", 200, "warm calls before measuring, not counted")
+	flag.IntVar(&o.runs, "runs", 5, "repetitions of each start-up measurement")
+	flag.IntVar(&o.cpuCalls, "cpu-calls", 200, "calls in the 8-way CPU throughput run")
+	flag.IntVar(&o.procCalls, "process-calls", 40, "calls in the --isolation process run")
+	flag.StringVar(&only, "only", strings.Join(measurements, ","), "measurements to run: "+strings.Join(measurements, ", "))
+	flag.StringVar(&o.jsonFile, "json", "", "also write the JSON report to this file")
+	flag.StringVar(&o.profileDir, "profile", "", "write a Go CPU profile of pyrun during the warm stdio calls into this folder (pyrun-stdio.pprof)")
 	flag.Parse()
-	if *n < 1 || *warmup < 0 || *workers < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -n and -workers must be at least 1, -warmup at least 0")
-		os.Exit(2)
+	o.only = map[string]bool{}
+	for _, m := range strings.Split(only, ",") {
+		if m = strings.TrimSpace(m); m != "" {
+			if !slices.Contains(measurements, m) {
+				fail(fmt.Errorf("unknown measurement %q", m))
+			}
+			o.only[m] = true
+		}
 	}
-	if err := run(context.Background(), *bin, *n, *warmup, *workers); err != nil {
-		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
-		os.Exit(1)
+	if o.n < 1 || o.warmup < 0 || o.runs < 1 || o.cpuCalls < 8 || o.procCalls < 2 {
+		fail(fmt.Errorf("-n, -runs must be at least 1, -cpu-calls 8, -process-calls 2, -warmup 0"))
+	}
+	// The MCP client decodes like pyrun's server does, with a lot of
+	// short-lived garbage; pyrun collects at GOGC=400 (cmd/pyrun/gc.go), and
+	// so does its client here, so that the client's collector does not
+	// pass for pyrun's latency.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	if err := run(context.Background(), &o); err != nil {
+		fail(err)
 	}
 }
 
-func run(ctx context.Context, bin string, n, warmup, workers int) error {
-	if bin == "" {
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+	os.Exit(1)
+}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
+}
+
+func run(ctx context.Context, o *opts) error {
+	if o.bin == "" {
 		dir, err := os.MkdirTemp("", "pyrun-bench-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		bin = filepath.Join(dir, "pyrun")
-		fmt.Fprintln(os.Stderr, "building pyrun ...")
-		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/pyrun/pyrun/cmd/pyrun")
+		o.bin = filepath.Join(dir, "pyrun")
+		progress("building pyrun")
+		build := exec.CommandContext(ctx, "go", "build", "-o", o.bin, "github.com/pyrun/pyrun/cmd/pyrun")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			return fmt.Errorf("build pyrun: %w", err)
 		}
 	}
-
-	fmt.Fprintf(os.Stderr, "pyrun: %d warm-up calls, then %d measured calls over MCP stdio ...\n", warmup, n)
-	viaMCP, err := benchMCP(ctx, bin, workers, n, warmup)
+	log := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: os.Stderr})
+	rt, err := supervisor.Provision(ctx, o.runtimeDir, os.Stderr, log)
 	if err != nil {
-		return fmt.Errorf("pyrun: %w", err)
+		return err
 	}
-	fmt.Fprintf(os.Stderr, "floor: %d warm-up calls, then %d measured calls on the supervisor ...\n", warmup, n)
-	floor, err := benchFloor(ctx, n, warmup)
+	rep := &report{Date: time.Now().UTC().Format(time.RFC3339), Machine: machine(), Code: code}
+	rep.Versions.Pyodide, rep.Versions.Python = rt.Pyodide, rt.Python
+	if v, err := rt.DenoVersion(ctx); err == nil {
+		rep.Versions.Deno = strings.Fields(v)[0]
+	}
+	if out, err := exec.CommandContext(ctx, o.bin, "version").Output(); err == nil {
+		rep.Versions.Pyrun = strings.TrimPrefix(strings.SplitN(string(out), "\n", 2)[0], "pyrun ")
+	}
+	snapLog := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Info, Output: os.Stderr})
+	snap, err := supervisor.EnsureSnapshot(ctx, rt, supervisor.Config{}, snapLog)
 	if err != nil {
-		return fmt.Errorf("floor: %w", err)
+		return fmt.Errorf("memory snapshot: %w", err)
 	}
+	rep.Snapshot = snapshotReport{SizeMiB: snap.Size >> 20, Built: snap.Built}
+	if snap.Built {
+		rep.Snapshot.BuildS = round3(snap.BuildTime.Seconds())
+	}
+	rep.LoadBefore = loadAverage()
 
-	rep := report{
-		N: n, Warmup: warmup, Workers: workers, Code: code,
-		Pyrun: summarize(viaMCP),
-		Floor: summarize(floor),
+	if o.only["warm"] {
+		progress("warm print(1): floor (bare Deno+Pyodide), %d calls", o.n)
+		floor, err := benchFloor(ctx, rt, o.n, o.warmup)
+		if err != nil {
+			return fmt.Errorf("floor: %w", err)
+		}
+		progress("warm print(1): supervisor (pool.Run, no MCP), %d calls", o.n)
+		sup, inWorker, err := benchSupervisor(ctx, rt, o.n, o.warmup)
+		if err != nil {
+			return fmt.Errorf("supervisor: %w", err)
+		}
+		progress("warm print(1): pyrun stdio (MCP), %d calls", o.n)
+		stdio, err := benchStdio(ctx, o)
+		if err != nil {
+			return fmt.Errorf("stdio: %w", err)
+		}
+		rep.Warm = &warmReport{N: o.n, Floor: summarize(floor), Supervisor: summarize(sup), InWorker: summarize(inWorker), Stdio: summarize(stdio)}
+		rep.Warm.SupervisorOverFloor = ratios(rep.Warm.Supervisor, rep.Warm.Floor)
+		rep.Warm.StdioOverFloor = ratios(rep.Warm.Stdio, rep.Warm.Floor)
 	}
-	rep.RatioP50 = round2(rep.Pyrun.P50 / rep.Floor.P50)
-	rep.RatioP99 = round2(rep.Pyrun.P99 / rep.Floor.P99)
+	if o.only["spawn"] {
+		progress("spawn to first result, %d runs", o.runs)
+		if rep.Spawn, err = benchSpawn(ctx, o); err != nil {
+			return fmt.Errorf("spawn: %w", err)
+		}
+	}
+	if o.only["pool"] {
+		progress("pool of 2 ready, %d runs", o.runs)
+		if rep.PoolReady, err = benchPoolReady(ctx, o, 2); err != nil {
+			return fmt.Errorf("pool: %w", err)
+		}
+	}
+	if o.only["replace"] {
+		progress("killed worker replaced, %d runs", o.runs)
+		if rep.Replace, err = benchReplace(ctx, o); err != nil {
+			return fmt.Errorf("replace: %w", err)
+		}
+	}
+	if o.only["throughput"] {
+		progress("8 concurrent 50 ms CPU calls on 2 workers, %d calls", o.cpuCalls)
+		if rep.Throughput, err = benchThroughput(ctx, o); err != nil {
+			return fmt.Errorf("throughput: %w", err)
+		}
+	}
+	if o.only["process"] {
+		progress("--isolation process, %d calls", o.procCalls)
+		if rep.Process, err = benchProcess(ctx, o); err != nil {
+			return fmt.Errorf("process: %w", err)
+		}
+	}
+	if o.only["memory"] {
+		progress("idle memory of pyrun and 2 workers")
+		if rep.Memory, err = benchMemory(ctx, o); err != nil {
+			return fmt.Errorf("memory: %w", err)
+		}
+	}
+	rep.LoadAfter = loadAverage()
+	rep.Targets = rep.checkTargets()
+
 	rep.print(os.Stdout)
+	line, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(line))
+	if o.jsonFile != "" {
+		return os.WriteFile(o.jsonFile, append(line, '\n'), 0o644)
+	}
 	return nil
 }
+
+// ---- warm calls --------------------------------------------------------------
 
 // sample is one measured series.
 type sample struct {
@@ -128,59 +239,18 @@ func measure(n, warmup int, call func(i int) error) (sample, error) {
 	return s, nil
 }
 
-// benchMCP measures tool calls against `pyrun stdio`.
-func benchMCP(ctx context.Context, bin string, workers, n, warmup int) (sample, error) {
-	stderr := &tail{max: 8 << 10}
-	cmd := exec.Command(bin, "stdio", "--workers", fmt.Sprint(workers))
-	cmd.Stderr = stderr
-	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-bench", Version: "1"}, nil)
-	session, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
-	if err != nil {
-		return sample{}, fmt.Errorf("start %s stdio: %w\n%s", bin, err, stderr)
-	}
-	defer session.Close()
-
-	params := &sdk.CallToolParams{Name: "run_python_code", Arguments: map[string]any{"python_code": code}}
-	s, err := measure(n, warmup, func(int) error {
-		res, err := session.CallTool(ctx, params)
-		if err != nil {
-			return err
-		}
-		if res.IsError {
-			return fmt.Errorf("tool error: %s", contentText(res))
-		}
-		return nil
-	})
-	if err != nil {
-		return s, fmt.Errorf("%w\npyrun's stderr:\n%s", err, stderr)
-	}
-	return s, nil
-}
-
-func contentText(res *sdk.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range res.Content {
-		if t, ok := c.(*sdk.TextContent); ok {
-			b.WriteString(t.Text)
-		}
-	}
-	return b.String()
-}
-
-// benchFloor measures the same call on the supervisor's pool directly.
-func benchFloor(ctx context.Context, n, warmup int) (sample, error) {
-	log := hclog.New(&hclog.LoggerOptions{Name: "floor", Level: hclog.Warn, Output: os.Stderr})
-	rt, err := supervisor.Provision(ctx, supervisor.DefaultRuntimeRoot(), os.Stderr, log)
-	if err != nil {
-		return sample{}, err
-	}
+// benchSupervisor measures the same call on pyrun's pool directly: the
+// worker program and the supervisor, without MCP. It also returns the part
+// of each call spent in the worker's Python helper, as the worker measured it.
+func benchSupervisor(ctx context.Context, rt *supervisor.Runtime, n, warmup int) (sample, sample, error) {
+	log := hclog.New(&hclog.LoggerOptions{Name: "supervisor", Level: hclog.Warn, Output: os.Stderr})
 	pool, err := supervisor.NewPool(rt, supervisor.Config{Workers: 1}, log)
 	if err != nil {
-		return sample{}, err
+		return sample{}, sample{}, err
 	}
 	defer pool.Close(ctx)
-
-	return measure(n, warmup, func(i int) error {
+	var inWorker sample
+	s, err := measure(n, warmup, func(i int) error {
 		res, err := pool.Run(ctx, supervisor.Job{ID: fmt.Sprint(i + 1), Code: code}, nil)
 		if err != nil {
 			return err
@@ -188,11 +258,319 @@ func benchFloor(ctx context.Context, n, warmup int) (sample, error) {
 		if res.Status != supervisor.StatusSuccess || res.Stdout != "1\n" {
 			return fmt.Errorf("status %s, stdout %q: %s", res.Status, res.Stdout, res.Error)
 		}
+		if i >= warmup {
+			inWorker.durations = append(inWorker.durations, res.InWorker)
+		}
 		return nil
+	})
+	inWorker.wall = s.wall
+	return s, inWorker, err
+}
+
+// benchStdio measures tool calls against `pyrun stdio --workers 1` at its
+// default log level, as an agent would make them.
+func benchStdio(ctx context.Context, o *opts) (sample, error) {
+	if o.profileDir != "" {
+		path, err := filepath.Abs(filepath.Join(o.profileDir, "pyrun-stdio.pprof"))
+		if err != nil {
+			return sample{}, err
+		}
+		os.Setenv("PYRUN_CPU_PROFILE", path)
+		defer os.Unsetenv("PYRUN_CPU_PROFILE")
+		defer progress("Go CPU profile of pyrun stdio: go tool pprof -top %s %s", o.bin, path)
+	}
+	p, err := startPyrun(ctx, o, "info", "--workers", "1")
+	if err != nil {
+		return sample{}, err
+	}
+	defer p.close()
+	return measure(o.n, o.warmup, func(int) error {
+		_, err := p.call(ctx, code, nil)
+		return err
 	})
 }
 
-// stats summarises one series; times are in milliseconds.
+// ---- starts ------------------------------------------------------------------
+
+// benchSpawn times `pyrun stdio` from process start to the first result,
+// with the default pool size.
+func benchSpawn(ctx context.Context, o *opts) (*series, error) {
+	var ds []time.Duration
+	for range o.runs {
+		p, err := startPyrun(ctx, o, "debug")
+		if err != nil {
+			return nil, err
+		}
+		_, err = p.call(ctx, code, nil)
+		d := time.Since(p.started)
+		p.close()
+		if err != nil {
+			return nil, err
+		}
+		ds = append(ds, d)
+	}
+	return newSeries(ds), nil
+}
+
+// benchPoolReady times `pyrun stdio --workers n` from process start until
+// n workers are ready, from pyrun's log.
+func benchPoolReady(ctx context.Context, o *opts, n int) (*series, error) {
+	var ds []time.Duration
+	for range o.runs {
+		p, err := startPyrun(ctx, o, "debug", "--workers", fmt.Sprint(n))
+		if err != nil {
+			return nil, err
+		}
+		err = p.log.waitAlive(ctx, n)
+		var d time.Duration
+		if err == nil {
+			p.log.mu.Lock()
+			d = p.log.ready[n-1].Sub(p.started)
+			p.log.mu.Unlock()
+		}
+		p.close()
+		if err != nil {
+			return nil, err
+		}
+		ds = append(ds, d)
+	}
+	return newSeries(ds), nil
+}
+
+// benchReplace kills an idle worker of a two-worker pool with SIGKILL and
+// times until its replacement is ready, from pyrun's log.
+func benchReplace(ctx context.Context, o *opts) (*series, error) {
+	p, err := startPyrun(ctx, o, "debug", "--workers", "2")
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	if err := p.log.waitAlive(ctx, 2); err != nil {
+		return nil, err
+	}
+	var ds []time.Duration
+	for i := range o.runs {
+		pids := p.workers()
+		if len(pids) == 0 {
+			return nil, fmt.Errorf("no worker processes found under pid %d", p.cmd.Process.Pid)
+		}
+		p.log.mu.Lock()
+		before := len(p.log.ready)
+		p.log.mu.Unlock()
+		killed := time.Now()
+		if err := kill(pids[i%len(pids)]); err != nil {
+			return nil, err
+		}
+		if err := p.log.waitFor(ctx, "the replacement", func(ready, _ []time.Time) bool { return len(ready) > before }); err != nil {
+			return nil, err
+		}
+		p.log.mu.Lock()
+		ds = append(ds, p.log.ready[before].Sub(killed))
+		p.log.mu.Unlock()
+		if err := p.log.waitAlive(ctx, 2); err != nil {
+			return nil, err
+		}
+	}
+	return newSeries(ds), nil
+}
+
+// ---- throughput ---------------------------------------------------------------
+
+// cpuCode spins for 50 ms of wall time, prints its token three times and
+// returns it.
+const cpuCode = `import time
+t = time.perf_counter()
+while time.perf_counter() - t < 0.05:
+    pass
+for _ in range(3):
+    print(TOKEN)
+TOKEN`
+
+// benchThroughput runs calls of cpuCode from 8 concurrent clients of one
+// session on a two-worker pool, and checks that every call got its own
+// output and value.
+func benchThroughput(ctx context.Context, o *opts) (*throughputReport, error) {
+	p, err := startPyrun(ctx, o, "debug", "--workers", "2")
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	if err := p.log.waitAlive(ctx, 2); err != nil {
+		return nil, err
+	}
+	var next, mixed atomic.Int64
+	var mu sync.Mutex
+	var errs []error
+	var ds []time.Duration
+	work := func(calls int64) {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for {
+					i := next.Add(1)
+					if i > calls {
+						return
+					}
+					token := fmt.Sprintf("token-%06d", i)
+					t0 := time.Now()
+					res, err := p.call(ctx, cpuCode, map[string]any{"TOKEN": token})
+					d := time.Since(t0)
+					mu.Lock()
+					ds = append(ds, d)
+					if err != nil {
+						errs = append(errs, err)
+					}
+					mu.Unlock()
+					if err == nil && !ownOutput(res, token) {
+						mixed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	work(16) // warm both workers
+	next.Store(0)
+	mixed.Store(0)
+	ds, errs = nil, nil
+	began := time.Now()
+	work(int64(o.cpuCalls))
+	wall := time.Since(began)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%d of %d calls failed; the first: %w", len(errs), o.cpuCalls, errs[0])
+	}
+	s := newSeries(ds)
+	return &throughputReport{
+		Calls: o.cpuCalls, Concurrency: 8, Workers: 2,
+		CallsPerS: round1(float64(o.cpuCalls) / wall.Seconds()),
+		Mixed:     mixed.Load(), P50MS: s.P50MS, P99MS: s.P99MS,
+	}, nil
+}
+
+// ownOutput reports whether a cpuCode result holds its own token, and
+// only it, in its output and return value.
+func ownOutput(res *sdk.CallToolResult, token string) bool {
+	sc, ok := res.StructuredContent.(map[string]any)
+	if !ok {
+		return false
+	}
+	want := strings.Repeat(token+"\n", 3)
+	return sc["stdout"] == want && sc["stderr"] == "" && sc["return_value"] == token &&
+		strings.Contains(contentText(res), want)
+}
+
+// ---- --isolation process --------------------------------------------------------
+
+// benchProcess measures --isolation process on two workers: calls per
+// second from two concurrent clients for procCalls calls, and the latency
+// of a call that finds a spare worker waiting.
+func benchProcess(ctx context.Context, o *opts) (*processReport, error) {
+	p, err := startPyrun(ctx, o, "debug", "--workers", "2", "--isolation", "process")
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	if err := p.log.waitAlive(ctx, 2); err != nil {
+		return nil, err
+	}
+	// A call that finds a spare: wait until the pool is whole each time.
+	var spare []time.Duration
+	for range o.runs {
+		if err := p.log.waitAlive(ctx, 2); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		if _, err := p.call(ctx, code, nil); err != nil {
+			return nil, err
+		}
+		spare = append(spare, time.Since(t0))
+	}
+	if err := p.log.waitAlive(ctx, 2); err != nil {
+		return nil, err
+	}
+	var next atomic.Int64
+	var mu sync.Mutex
+	var ds []time.Duration
+	var firstErr error
+	began := time.Now()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for next.Add(1) <= int64(o.procCalls) {
+				t0 := time.Now()
+				_, err := p.call(ctx, code, nil)
+				mu.Lock()
+				ds = append(ds, time.Since(t0))
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(began)
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	s, sp := newSeries(ds), newSeries(spare)
+	return &processReport{
+		Calls: o.procCalls, Concurrency: 2, Workers: 2,
+		CallsPerS: round1(float64(o.procCalls) / wall.Seconds()),
+		P50MS:     s.P50MS, P90MS: s.P90MS,
+		SpareP50MS: sp.P50MS, SpareRuns: len(spare),
+	}, nil
+}
+
+// ---- memory ----------------------------------------------------------------------
+
+// benchMemory starts a two-worker pool, makes a few calls, lets it idle
+// and reads the resident (RSS) and proportional (PSS: shared pages split
+// between the processes that map them) set sizes of pyrun and its workers.
+func benchMemory(ctx context.Context, o *opts) (*memoryReport, error) {
+	p, err := startPyrun(ctx, o, "debug", "--workers", "2")
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	if err := p.log.waitAlive(ctx, 2); err != nil {
+		return nil, err
+	}
+	for range 20 {
+		if _, err := p.call(ctx, code, nil); err != nil {
+			return nil, err
+		}
+	}
+	time.Sleep(2 * time.Second) // idle, as the measurement asks
+	m := &memoryReport{}
+	rss, pss, err := memory(p.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	m.PyrunRSSMB, m.PyrunPSSMB = mb(rss), mb(pss)
+	m.TotalRSSMB, m.TotalPSSMB = mb(rss), mb(pss)
+	for _, pid := range p.workers() {
+		rss, pss, err := memory(pid)
+		if err != nil {
+			return nil, err
+		}
+		m.Workers++
+		m.WorkerRSSMB = append(m.WorkerRSSMB, mb(rss))
+		m.TotalRSSMB = round1(m.TotalRSSMB + mb(rss))
+		m.TotalPSSMB = round1(m.TotalPSSMB + mb(pss))
+	}
+	if m.Workers != 2 {
+		return nil, fmt.Errorf("found %d worker processes, want 2", m.Workers)
+	}
+	return m, nil
+}
+
+// mb is bytes in megabytes (10^6), the unit of the targets.
+func mb(b int64) float64 { return round1(float64(b) / 1e6) }
+
+// ---- statistics ------------------------------------------------------------------
+
+// stats summarises warm calls; times are in milliseconds.
 type stats struct {
 	P50         float64 `json:"p50_ms"`
 	P90         float64 `json:"p90_ms"`
@@ -213,6 +591,41 @@ func summarize(s sample) stats {
 	}
 }
 
+type ratio struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+}
+
+func ratios(a, floor stats) ratio {
+	return ratio{P50: round2(a.P50 / floor.P50), P99: round2(a.P99 / floor.P99)}
+}
+
+// series summarises a handful of repeated measurements.
+type series struct {
+	Runs   int       `json:"runs"`
+	P50MS  float64   `json:"p50_ms"`
+	P90MS  float64   `json:"p90_ms"`
+	P99MS  float64   `json:"p99_ms"`
+	MinMS  float64   `json:"min_ms"`
+	MaxMS  float64   `json:"max_ms"`
+	EachMS []float64 `json:"each_ms,omitempty"`
+}
+
+func newSeries(ds []time.Duration) *series {
+	sorted := slices.Clone(ds)
+	slices.Sort(sorted)
+	s := &series{
+		Runs: len(ds), P50MS: ms(percentile(sorted, 0.5)), P90MS: ms(percentile(sorted, 0.9)),
+		P99MS: ms(percentile(sorted, 0.99)), MinMS: ms(sorted[0]), MaxMS: ms(sorted[len(sorted)-1]),
+	}
+	if len(ds) <= 20 {
+		for _, d := range ds {
+			s.EachMS = append(s.EachMS, ms(d))
+		}
+	}
+	return s
+}
+
 // percentile is the nearest-rank percentile of sorted durations.
 func percentile(sorted []time.Duration, p float64) time.Duration {
 	i := int(math.Ceil(p*float64(len(sorted)))) - 1
@@ -220,56 +633,45 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+func round1(x float64) float64   { return math.Round(x*10) / 10 }
+func round2(x float64) float64   { return math.Round(x*100) / 100 }
+func round3(x float64) float64   { return math.Round(x*1000) / 1000 }
 
-func round2(x float64) float64 { return math.Round(x*100) / 100 }
+// ---- the machine -------------------------------------------------------------------
 
-// report is the benchmark's outcome; its JSON form is the last line printed.
-type report struct {
-	N        int     `json:"n"`
-	Warmup   int     `json:"warmup"`
-	Workers  int     `json:"workers"`
-	Code     string  `json:"code"`
-	Pyrun    stats   `json:"pyrun"`
-	Floor    stats   `json:"floor"`
-	RatioP50 float64 `json:"pyrun_over_floor_p50"`
-	RatioP99 float64 `json:"pyrun_over_floor_p99"`
+type machineInfo struct {
+	CPU    string `json:"cpu"`
+	CPUs   int    `json:"cpus"`
+	Kernel string `json:"kernel"`
+	MemGiB int64  `json:"mem_gib"`
+	Go     string `json:"go"`
 }
 
-func (r report) print(w io.Writer) {
-	const row = "%-28s %6v %8v %8v %8v %8v %8v\n"
-	fmt.Fprintf(w, row, "", "calls", "p50 ms", "p90 ms", "p99 ms", "max ms", "calls/s")
-	for _, t := range []struct {
-		name string
-		s    stats
-	}{{"pyrun (MCP over stdio)", r.Pyrun}, {"floor (supervisor, no MCP)", r.Floor}} {
-		fmt.Fprintf(w, row, t.name, r.N, f3(t.s.P50), f3(t.s.P90), f3(t.s.P99), f3(t.s.Max), t.s.CallsPerSec)
+func machine() machineInfo {
+	m := machineInfo{CPUs: runtime.NumCPU(), Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
 	}
-	fmt.Fprintf(w, "pyrun / floor: p50 %.2fx, p99 %.2fx\n", r.RatioP50, r.RatioP99)
-	line, _ := json.Marshal(r)
-	fmt.Fprintln(w, string(line))
-}
-
-func f3(x float64) string { return fmt.Sprintf("%.3f", x) }
-
-// tail keeps the last max bytes written to it, for error messages.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = t.buf[over:]
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
 	}
-	return len(p), nil
+	if total, err := procField("/proc/meminfo", "MemTotal:"); err == nil {
+		m.MemGiB = int64(math.Round(float64(total) / (1 << 30)))
+	}
+	return m
 }
 
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
+// loadAverage is the one-minute load average: figures taken while other
+// work shares the CPUs are slower and noisier.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	return strings.Fields(string(b))[0]
 }

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// pyrunProc is a `pyrun stdio` child with a connected MCP client session.
+type pyrunProc struct {
+	cmd     *exec.Cmd
+	session *sdk.ClientSession
+	log     *logWatcher
+	started time.Time // just before the process was started
+}
+
+// startPyrun starts `pyrun stdio` with args and connects to it. Its
+// stderr, JSON logs at logLevel, goes to a logWatcher, which sees workers
+// start and retire at the debug level.
+func startPyrun(ctx context.Context, o *opts, logLevel string, args ...string) (*pyrunProc, error) {
+	argv := append([]string{"stdio", "--log-format", "json", "--log-level", logLevel, "--runtime-dir", o.runtimeDir}, args...)
+	cmd := exec.Command(o.bin, argv...)
+	lw := newLogWatcher()
+	cmd.Stderr = lw
+	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-bench", Version: "1"}, nil)
+	started := time.Now()
+	session, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("start pyrun %s: %w\n%s", strings.Join(argv, " "), err, lw.tail())
+	}
+	return &pyrunProc{cmd: cmd, session: session, log: lw, started: started}, nil
+}
+
+func (p *pyrunProc) close() { _ = p.session.Close() }
+
+// call runs code through run_python_code and checks that it succeeded.
+func (p *pyrunProc) call(ctx context.Context, code string, globals map[string]any) (*sdk.CallToolResult, error) {
+	args := map[string]any{"python_code": code}
+	if globals != nil {
+		args["global_variables"] = globals
+	}
+	res, err := p.session.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code", Arguments: args})
+	if err != nil {
+		return nil, fmt.Errorf("%w\npyrun's stderr:\n%s", err, p.log.tail())
+	}
+	if res.IsError {
+		return res, fmt.Errorf("tool error: %s", contentText(res))
+	}
+	return res, nil
+}
+
+func contentText(res *sdk.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if t, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(t.Text)
+		}
+	}
+	return b.String()
+}
+
+// workers lists the pids of pyrun's worker processes.
+func (p *pyrunProc) workers() []int {
+	return childrenOf(p.cmd.Process.Pid)
+}
+
+// logWatcher reads pyrun's stderr (JSON log lines), keeps the last lines
+// for error messages, and records when workers became ready and retired,
+// with pyrun's own timestamps.
+type logWatcher struct {
+	mu      sync.Mutex
+	partial []byte
+	lines   []string
+	ready   []time.Time   // "worker ready"
+	retired []time.Time   // "retiring worker"
+	changed chan struct{} // closed and replaced when either grows
+}
+
+func newLogWatcher() *logWatcher { return &logWatcher{changed: make(chan struct{})} }
+
+func (w *logWatcher) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.partial = append(w.partial, p...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(w.partial[:i])
+		w.partial = w.partial[i+1:]
+		w.lines = append(w.lines, line)
+		if len(w.lines) > 40 {
+			w.lines = w.lines[len(w.lines)-40:]
+		}
+		var rec struct {
+			Message   string `json:"@message"`
+			Timestamp string `json:"@timestamp"`
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil {
+			continue
+		}
+		at, err := time.Parse("2006-01-02T15:04:05.999999Z07:00", rec.Timestamp)
+		if err != nil {
+			continue
+		}
+		switch rec.Message {
+		case "worker ready":
+			w.ready = append(w.ready, at)
+		case "retiring worker":
+			w.retired = append(w.retired, at)
+		default:
+			continue
+		}
+		close(w.changed)
+		w.changed = make(chan struct{})
+	}
+	return len(p), nil
+}
+
+func (w *logWatcher) tail() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.lines, "\n")
+}
+
+// waitFor waits until cond, called with the ready and retired times so
+// far, holds.
+func (w *logWatcher) waitFor(ctx context.Context, what string, cond func(ready, retired []time.Time) bool) error {
+	for {
+		w.mu.Lock()
+		ok, ch := cond(w.ready, w.retired), w.changed
+		w.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w\npyrun's stderr:\n%s", what, ctx.Err(), w.tail())
+		}
+	}
+}
+
+// waitAlive waits until n workers are ready and not retired.
+func (w *logWatcher) waitAlive(ctx context.Context, n int) error {
+	return w.waitFor(ctx, fmt.Sprintf("%d ready workers", n), func(ready, retired []time.Time) bool {
+		return len(ready)-len(retired) >= n
+	})
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var kids []int
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			kids = append(kids, child)
+		}
+	}
+	return kids
+}
+
+// memory reads a process's resident and proportional set sizes, in bytes.
+func memory(pid int) (rss, pss int64, err error) {
+	rss, err = procField(filepath.Join("/proc", strconv.Itoa(pid), "status"), "VmRSS:")
+	if err != nil {
+		return 0, 0, err
+	}
+	pss, err = procField(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"), "Pss:")
+	return rss, pss, err
+}
+
+// procField reads "Name:   123 kB" from a /proc file, in bytes.
+func procField(path, name string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, name); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				break
+			}
+			kb, err := strconv.ParseInt(f[0], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no %s in %s", name, path)
+}
+
+// kill sends SIGKILL to pid.
+func kill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

@@ -1,0 +1,206 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// report is the benchmark's outcome; its JSON form is the last line printed.
+type report struct {
+	Date     string      `json:"date"`
+	Machine  machineInfo `json:"machine"`
+	Versions struct {
+		Pyrun   string `json:"pyrun"`
+		Deno    string `json:"deno"`
+		Pyodide string `json:"pyodide"`
+		Python  string `json:"python"`
+	} `json:"versions"`
+	// The one-minute load average before and after: other work on the
+	// machine makes every figure slower and noisier.
+	LoadBefore string         `json:"load_before"`
+	LoadAfter  string         `json:"load_after"`
+	Code       string         `json:"code"`
+	Snapshot   snapshotReport `json:"snapshot"`
+
+	Warm       *warmReport       `json:"warm,omitempty"`
+	Spawn      *series           `json:"spawn_to_first_result,omitempty"`
+	PoolReady  *series           `json:"pool_of_2_ready,omitempty"`
+	Replace    *series           `json:"killed_worker_replaced,omitempty"`
+	Throughput *throughputReport `json:"cpu_throughput,omitempty"`
+	Process    *processReport    `json:"isolation_process,omitempty"`
+	Memory     *memoryReport     `json:"idle_memory,omitempty"`
+	Targets    []target          `json:"targets"`
+}
+
+type snapshotReport struct {
+	SizeMiB int64   `json:"size_mib"`
+	Built   bool    `json:"built_by_this_run"`
+	BuildS  float64 `json:"build_s,omitempty"`
+}
+
+// warmReport is sequential print(1) calls through three tiers: the bare
+// floor, pyrun's supervisor without MCP, and pyrun over MCP stdio.
+type warmReport struct {
+	N                   int   `json:"n"`
+	Floor               stats `json:"floor"`
+	Supervisor          stats `json:"supervisor"`
+	InWorker            stats `json:"supervisor_in_worker"` // of Supervisor, the part in the Python helper
+	Stdio               stats `json:"stdio"`
+	SupervisorOverFloor ratio `json:"supervisor_over_floor"`
+	StdioOverFloor      ratio `json:"stdio_over_floor"`
+}
+
+type throughputReport struct {
+	Calls       int     `json:"calls"`
+	Concurrency int     `json:"concurrency"`
+	Workers     int     `json:"workers"`
+	CallsPerS   float64 `json:"calls_per_s"`
+	Mixed       int64   `json:"mixed_outputs"`
+	P50MS       float64 `json:"p50_ms"`
+	P99MS       float64 `json:"p99_ms"`
+}
+
+type processReport struct {
+	Calls       int     `json:"calls"`
+	Concurrency int     `json:"concurrency"`
+	Workers     int     `json:"workers"`
+	CallsPerS   float64 `json:"calls_per_s"`
+	P50MS       float64 `json:"p50_ms"`
+	P90MS       float64 `json:"p90_ms"`
+	SpareP50MS  float64 `json:"with_a_spare_p50_ms"`
+	SpareRuns   int     `json:"with_a_spare_runs"`
+}
+
+type memoryReport struct {
+	PyrunRSSMB  float64   `json:"pyrun_rss_mb"`
+	PyrunPSSMB  float64   `json:"pyrun_pss_mb"`
+	Workers     int       `json:"workers"`
+	WorkerRSSMB []float64 `json:"worker_rss_mb"`
+	TotalRSSMB  float64   `json:"total_rss_mb"`
+	TotalPSSMB  float64   `json:"total_pss_mb"`
+}
+
+// target is one of the issue's targets and how this run did against it.
+type target struct {
+	Name string  `json:"name"`
+	Got  float64 `json:"got"`
+	Want string  `json:"want"`
+	Met  bool    `json:"met"`
+}
+
+func (r *report) checkTargets() []target {
+	var ts []target
+	atMost := func(name string, got, limit float64, unit string) {
+		got = round3(got)
+		ts = append(ts, target{name, got, strings.TrimSpace(fmt.Sprintf("<= %g %s", limit, unit)), got <= limit})
+	}
+	atLeast := func(name string, got, limit float64, unit string) {
+		got = round3(got)
+		ts = append(ts, target{name, got, fmt.Sprintf(">= %g %s", limit, unit), got >= limit})
+	}
+	if w := r.Warm; w != nil {
+		atMost("warm print(1) over stdio, p50", w.Stdio.P50, 1.0, "ms")
+		atMost("warm print(1) over stdio, p99", w.Stdio.P99, 3, "ms")
+	}
+	if t := r.Throughput; t != nil {
+		atLeast("8 concurrent 50 ms CPU calls", t.CallsPerS, 36, "calls/s")
+		atMost("mixed outputs of those calls", float64(t.Mixed), 0, "")
+	}
+	if s := r.Spawn; s != nil {
+		atMost("process spawn to first result", s.P50MS/1000, 0.6, "s")
+	}
+	if s := r.PoolReady; s != nil {
+		atMost("pool of 2 ready", s.P50MS/1000, 0.5, "s")
+	}
+	if s := r.Replace; s != nil {
+		atMost("killed worker replaced", s.P50MS/1000, 0.4, "s")
+	}
+	if m := r.Memory; m != nil {
+		atMost("idle RSS, pyrun + 2 workers", m.TotalRSSMB, 420, "MB")
+		atMost("idle RSS, pyrun alone", m.PyrunRSSMB, 40, "MB")
+	}
+	if p := r.Process; p != nil {
+		atLeast("--isolation process", p.CallsPerS, 3, "calls/s")
+		ts = append(ts, target{"--isolation process with a spare, p50", p.SpareP50MS, "< 60 ms", p.SpareP50MS < 60})
+	}
+	return ts
+}
+
+func (r *report) print(w io.Writer) {
+	m := r.Machine
+	fmt.Fprintf(w, "pyrun %s, Deno %s, Pyodide %s (Python %s)\n", r.Versions.Pyrun,
+		r.Versions.Deno, r.Versions.Pyodide, r.Versions.Python)
+	fmt.Fprintf(w, "%s: %s, %d CPUs, %d GiB, Linux %s, %s; load average %s before, %s after\n",
+		r.Date, m.CPU, m.CPUs, m.MemGiB, m.Kernel, m.Go, r.LoadBefore, r.LoadAfter)
+	snap := "present"
+	if r.Snapshot.Built {
+		snap = fmt.Sprintf("made by this run in %.1f s", r.Snapshot.BuildS)
+	}
+	fmt.Fprintf(w, "memory snapshot: %d MiB, %s\n", r.Snapshot.SizeMiB, snap)
+
+	if wr := r.Warm; wr != nil {
+		fmt.Fprintf(w, "\nwarm %s, sequential, %d calls per tier\n", r.Code, wr.N)
+		const row = "  %-34s %8s %8s %8s %8s %8s   %s\n"
+		fmt.Fprintf(w, row, "", "p50 ms", "p90 ms", "p99 ms", "max ms", "calls/s", "p50, p99 / floor")
+		for _, t := range []struct {
+			name string
+			s    stats
+			r    *ratio
+		}{
+			{"floor: bare Deno+Pyodide", wr.Floor, nil},
+			{"supervisor: pool.Run, no MCP", wr.Supervisor, &wr.SupervisorOverFloor},
+			{"  of which in pyrun_helper.run", wr.InWorker, nil},
+			{"pyrun stdio: MCP tool call", wr.Stdio, &wr.StdioOverFloor},
+		} {
+			rs := ""
+			if t.r != nil {
+				rs = fmt.Sprintf("%.2fx, %.2fx", t.r.P50, t.r.P99)
+			}
+			perSec := fmt.Sprint(t.s.CallsPerSec)
+			if strings.HasPrefix(t.name, " ") {
+				perSec = "" // a part of the row above
+			}
+			fmt.Fprintf(w, row, t.name, f3(t.s.P50), f3(t.s.P90), f3(t.s.P99), f3(t.s.Max), perSec, rs)
+		}
+	}
+	if r.Spawn != nil || r.PoolReady != nil || r.Replace != nil {
+		fmt.Fprintf(w, "\nstarts (median of runs)\n")
+		const row = "  %-34s %5s %8s %8s %8s\n"
+		fmt.Fprintf(w, row, "", "runs", "p50 s", "min s", "max s")
+		for _, t := range []struct {
+			name string
+			s    *series
+		}{
+			{"spawn to first result (stdio)", r.Spawn},
+			{"pool of 2 ready", r.PoolReady},
+			{"killed worker replaced", r.Replace},
+		} {
+			if t.s != nil {
+				fmt.Fprintf(w, row, t.name, fmt.Sprint(t.s.Runs), f3(t.s.P50MS/1000), f3(t.s.MinMS/1000), f3(t.s.MaxMS/1000))
+			}
+		}
+	}
+	if t := r.Throughput; t != nil {
+		fmt.Fprintf(w, "\n%d concurrent 50 ms CPU calls on %d workers: %.1f calls/s over %d calls, %d mixed outputs, p50 %.1f ms, p99 %.1f ms\n",
+			t.Concurrency, t.Workers, t.CallsPerS, t.Calls, t.Mixed, t.P50MS, t.P99MS)
+	}
+	if p := r.Process; p != nil {
+		fmt.Fprintf(w, "--isolation process, %d workers, %d clients: %.1f calls/s over %d calls (p50 %.1f ms, p90 %.1f ms); with a spare waiting: p50 %.1f ms\n",
+			p.Workers, p.Concurrency, p.CallsPerS, p.Calls, p.P50MS, p.P90MS, p.SpareP50MS)
+	}
+	if m := r.Memory; m != nil {
+		fmt.Fprintf(w, "idle memory: pyrun %.1f MB RSS; with %d workers %.1f MB RSS (workers %v), %.1f MB PSS\n",
+			m.PyrunRSSMB, m.Workers, m.TotalRSSMB, m.WorkerRSSMB, m.TotalPSSMB)
+	}
+	fmt.Fprintf(w, "\ntargets\n")
+	for _, t := range r.Targets {
+		mark := "met"
+		if !t.Met {
+			mark = "MISSED"
+		}
+		fmt.Fprintf(w, "  %-40s %10g  want %-13s %s\n", t.Name, t.Got, t.Want, mark)
+	}
+}
+
+func f3(x float64) string { return fmt.Sprintf("%.3f", x) }
