@@ -274,10 +274,13 @@ class _Baseline:
 
     def _remember_modules(self):
         # sys.modules as restored, to tell cheaply that a call changed
-        # nothing in it: the baseline holds every module it names, so an id
-        # seen here cannot be reused by another object.
-        self.module_ids = list(map(id, sys.modules.values()))
+        # nothing in it: lists compare item by item in C, an object equal to
+        # itself without calling its __eq__ (6 us for 200 modules, against
+        # 22 us for the loop in _forget_modules). A module a call replaced
+        # with an object whose __eq__ lies stays: deliberate interference,
+        # like patching a module's attributes (README).
         self.module_names = list(sys.modules)
+        self.module_values = list(sys.modules.values())
 
     def restore(self):
         if builtins.__dict__ != self.builtins:
@@ -313,9 +316,9 @@ class _Baseline:
         """
         modules = sys.modules
         if (
-            len(modules) == len(self.module_ids)
-            and list(map(id, modules.values())) == self.module_ids
+            len(modules) == len(self.module_names)
             and list(modules) == self.module_names
+            and list(modules.values()) == self.module_values
         ):
             return  # untouched: the common case, without a loop in Python
         for name, mod in self.modules.items():
