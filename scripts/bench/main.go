@@ -152,48 +152,57 @@ func run(ctx context.Context, o *opts) error {
 			return fmt.Errorf("supervisor: %w", err)
 		}
 		progress("warm print(1): pyrun stdio (MCP), %d calls", o.n)
-		stdio, err := benchStdio(ctx, o)
+		stdio, cpu, err := benchStdio(ctx, o)
 		if err != nil {
 			return fmt.Errorf("stdio: %w", err)
 		}
-		rep.Warm = &warmReport{N: o.n, Floor: summarize(floor), Supervisor: summarize(sup), InWorker: summarize(inWorker), Stdio: summarize(stdio)}
+		rep.Warm = &warmReport{N: o.n, Floor: summarize(floor), Supervisor: summarize(sup), InWorker: summarize(inWorker), Stdio: summarize(stdio), StdioCPU: cpu}
 		rep.Warm.SupervisorOverFloor = ratios(rep.Warm.Supervisor, rep.Warm.Floor)
 		rep.Warm.StdioOverFloor = ratios(rep.Warm.Stdio, rep.Warm.Floor)
 	}
-	if o.only["spawn"] {
-		progress("spawn to first result, %d runs", o.runs)
-		if rep.Spawn, err = benchSpawn(ctx, o); err != nil {
-			return fmt.Errorf("spawn: %w", err)
-		}
+	// Each of these gets five minutes: one that waits for something that
+	// never happens (a worker that is not replaced) fails instead of hanging.
+	steps := []struct {
+		name, what string
+		run        func(ctx context.Context) error
+	}{
+		{"spawn", fmt.Sprintf("spawn to first result, %d runs", o.runs), func(ctx context.Context) (err error) {
+			rep.Spawn, err = benchSpawn(ctx, o)
+			return err
+		}},
+		{"pool", fmt.Sprintf("pool of 2 ready, %d runs", o.runs), func(ctx context.Context) (err error) {
+			rep.PoolReady, err = benchPoolReady(ctx, o, 2)
+			return err
+		}},
+		{"replace", fmt.Sprintf("killed worker replaced, %d runs", o.runs), func(ctx context.Context) (err error) {
+			rep.Replace, err = benchReplace(ctx, o)
+			return err
+		}},
+		{"throughput", fmt.Sprintf("8 concurrent 50 ms CPU calls on 2 workers, %d calls", o.cpuCalls), func(ctx context.Context) (err error) {
+			rep.Throughput, err = benchThroughput(ctx, o)
+			return err
+		}},
+		{"process", fmt.Sprintf("--isolation process, %d calls", o.procCalls), func(ctx context.Context) (err error) {
+			rep.Process, err = benchProcess(ctx, o)
+			return err
+		}},
+		{"memory", "idle memory of pyrun and 2 workers", func(ctx context.Context) (err error) {
+			rep.Memory, err = benchMemory(ctx, o)
+			return err
+		}},
 	}
-	if o.only["pool"] {
-		progress("pool of 2 ready, %d runs", o.runs)
-		if rep.PoolReady, err = benchPoolReady(ctx, o, 2); err != nil {
-			return fmt.Errorf("pool: %w", err)
+	for _, st := range steps {
+		if !o.only[st.name] {
+			continue
 		}
-	}
-	if o.only["replace"] {
-		progress("killed worker replaced, %d runs", o.runs)
-		if rep.Replace, err = benchReplace(ctx, o); err != nil {
-			return fmt.Errorf("replace: %w", err)
-		}
-	}
-	if o.only["throughput"] {
-		progress("8 concurrent 50 ms CPU calls on 2 workers, %d calls", o.cpuCalls)
-		if rep.Throughput, err = benchThroughput(ctx, o); err != nil {
-			return fmt.Errorf("throughput: %w", err)
-		}
-	}
-	if o.only["process"] {
-		progress("--isolation process, %d calls", o.procCalls)
-		if rep.Process, err = benchProcess(ctx, o); err != nil {
-			return fmt.Errorf("process: %w", err)
-		}
-	}
-	if o.only["memory"] {
-		progress("idle memory of pyrun and 2 workers")
-		if rep.Memory, err = benchMemory(ctx, o); err != nil {
-			return fmt.Errorf("memory: %w", err)
+		progress("%s", st.what)
+		err := func() error {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+			defer cancel()
+			return st.run(ctx)
+		}()
+		if err != nil {
+			return fmt.Errorf("%s: %w", st.name, err)
 		}
 	}
 	rep.LoadAfter = loadAverage()
@@ -268,12 +277,13 @@ func benchSupervisor(ctx context.Context, rt *supervisor.Runtime, n, warmup int)
 }
 
 // benchStdio measures tool calls against `pyrun stdio --workers 1` at its
-// default log level, as an agent would make them.
-func benchStdio(ctx context.Context, o *opts) (sample, error) {
+// default log level, as an agent would make them, and the CPU time pyrun
+// and its worker spend per call.
+func benchStdio(ctx context.Context, o *opts) (sample, cpuReport, error) {
 	if o.profileDir != "" {
 		path, err := filepath.Abs(filepath.Join(o.profileDir, "pyrun-stdio.pprof"))
 		if err != nil {
-			return sample{}, err
+			return sample{}, cpuReport{}, err
 		}
 		os.Setenv("PYRUN_CPU_PROFILE", path)
 		defer os.Unsetenv("PYRUN_CPU_PROFILE")
@@ -281,13 +291,36 @@ func benchStdio(ctx context.Context, o *opts) (sample, error) {
 	}
 	p, err := startPyrun(ctx, o, "info", "--workers", "1")
 	if err != nil {
-		return sample{}, err
+		return sample{}, cpuReport{}, err
 	}
 	defer p.close()
-	return measure(o.n, o.warmup, func(int) error {
+	// CPU time of pyrun and of its worker over the measured calls.
+	var cpu cpuReport
+	var before [2]time.Duration
+	s, err := measure(o.n, o.warmup, func(i int) error {
+		if i == o.warmup {
+			before = p.cpu()
+		}
 		_, err := p.call(ctx, code, nil)
 		return err
 	})
+	if err == nil {
+		after := p.cpu()
+		perCall := func(d time.Duration) float64 { return round1(float64(d.Microseconds()) / float64(o.n)) }
+		cpu = cpuReport{PyrunUS: perCall(after[0] - before[0]), WorkerUS: perCall(after[1] - before[1])}
+	}
+	return s, cpu, err
+}
+
+// cpu is the CPU time used so far by pyrun and by its workers.
+func (p *pyrunProc) cpu() [2]time.Duration {
+	var t [2]time.Duration
+	t[0], _ = cpuTime(p.cmd.Process.Pid)
+	for _, pid := range p.workers() {
+		d, _ := cpuTime(pid)
+		t[1] += d
+	}
+	return t
 }
 
 // ---- starts ------------------------------------------------------------------

@@ -212,5 +212,29 @@ func procField(path, name string) (int64, error) {
 	return 0, fmt.Errorf("no %s in %s", name, path)
 }
 
+// cpuTime is the CPU time a process has used so far, all its threads.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	// After the command: state ppid ... utime (field 14) stime (15), in
+	// clock ticks of 10 ms.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("short /proc/%d/stat", pid)
+	}
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
 // kill sends SIGKILL to pid.
 func kill(pid int) error { return syscall.Kill(pid, syscall.SIGKILL) }

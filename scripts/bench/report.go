@@ -42,13 +42,21 @@ type snapshotReport struct {
 // warmReport is sequential print(1) calls through three tiers: the bare
 // floor, pyrun's supervisor without MCP, and pyrun over MCP stdio.
 type warmReport struct {
-	N                   int   `json:"n"`
-	Floor               stats `json:"floor"`
-	Supervisor          stats `json:"supervisor"`
-	InWorker            stats `json:"supervisor_in_worker"` // of Supervisor, the part in the Python helper
-	Stdio               stats `json:"stdio"`
-	SupervisorOverFloor ratio `json:"supervisor_over_floor"`
-	StdioOverFloor      ratio `json:"stdio_over_floor"`
+	N                   int       `json:"n"`
+	Floor               stats     `json:"floor"`
+	Supervisor          stats     `json:"supervisor"`
+	InWorker            stats     `json:"supervisor_in_worker"` // of Supervisor, the part in the Python helper
+	Stdio               stats     `json:"stdio"`
+	StdioCPU            cpuReport `json:"stdio_cpu_per_call"`
+	SupervisorOverFloor ratio     `json:"supervisor_over_floor"`
+	StdioOverFloor      ratio     `json:"stdio_over_floor"`
+}
+
+// cpuReport is CPU time per warm stdio call, in microseconds (from
+// /proc/PID/stat, in 10 ms ticks over all the calls).
+type cpuReport struct {
+	PyrunUS  float64 `json:"pyrun_us"`
+	WorkerUS float64 `json:"worker_us"`
 }
 
 type throughputReport struct {
@@ -163,6 +171,9 @@ func (r *report) print(w io.Writer) {
 			}
 			fmt.Fprintf(w, row, t.name, f3(t.s.P50), f3(t.s.P90), f3(t.s.P99), f3(t.s.Max), perSec, rs)
 		}
+	}
+	if wr := r.Warm; wr != nil {
+		fmt.Fprintf(w, "  CPU per stdio call: pyrun %.0f us, its worker %.0f us\n", wr.StdioCPU.PyrunUS, wr.StdioCPU.WorkerUS)
 	}
 	if r.Spawn != nil || r.PoolReady != nil || r.Replace != nil {
 		fmt.Fprintf(w, "\nstarts (median of runs)\n")
