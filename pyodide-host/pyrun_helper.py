@@ -228,6 +228,7 @@ def setup(emit, wait, live, load_packages):
         rnd.seed()
     os.makedirs(WORKDIR, exist_ok=True)
     os.chdir(WORKDIR)
+    sys.stdin = io.StringIO()  # as after every call: input() raises EOFError
     _baseline.capture()
 
 

@@ -120,6 +120,9 @@ function pyodideOptions(): Parameters<typeof loadPyodide>[0] {
     // Explicit: Pyodide would derive it from a stack trace, which Deno
     // rewrites through pyodide.mjs's source map into a folder that does not exist.
     indexURL: new URL("./node_modules/pyodide/", import.meta.url).pathname,
+    // Pyodide's default stdin is Deno's prompt(), which reads this
+    // process's stdin: the protocol. A read of fd 0 gets end of file.
+    stdin: () => null,
     stdout: (s) => console.error(s),
     stderr: (s) => console.error(s),
     env: { HOME: "/home/pyodide" },
