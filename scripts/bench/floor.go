@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -118,18 +119,25 @@ func (f *floorProc) call(id int, code string) (string, error) {
 	return ans.Stdout, nil
 }
 
-// benchFloor measures print(1) round trips through the floor script.
-func benchFloor(ctx context.Context, rt *supervisor.Runtime, n, warmup int) (sample, error) {
+// benchFloor measures print(1) round trips through the floor script, and
+// the floor process's CPU time per call, in microseconds.
+func benchFloor(ctx context.Context, rt *supervisor.Runtime, n, warmup int) (sample, float64, error) {
 	f, stop, err := startFloor(ctx, rt)
 	if err != nil {
-		return sample{}, err
+		return sample{}, 0, err
 	}
 	defer stop()
-	return measure(n, warmup, func(i int) error {
+	var before time.Duration
+	s, err := measure(n, warmup, func(i int) error {
+		if i == warmup {
+			before, _ = cpuTime(f.cmd.Process.Pid)
+		}
 		out, err := f.call(i, code)
 		if err == nil && out != "1\n" {
 			err = fmt.Errorf("floor printed %q", out)
 		}
 		return err
 	})
+	after, _ := cpuTime(f.cmd.Process.Pid)
+	return s, perCallUS(after-before, n), err
 }

@@ -142,12 +142,12 @@ func run(ctx context.Context, o *opts) error {
 
 	if o.only["warm"] {
 		progress("warm print(1): floor (bare Deno+Pyodide), %d calls", o.n)
-		floor, err := benchFloor(ctx, rt, o.n, o.warmup)
+		floor, floorCPU, err := benchFloor(ctx, rt, o.n, o.warmup)
 		if err != nil {
 			return fmt.Errorf("floor: %w", err)
 		}
 		progress("warm print(1): supervisor (pool.Run, no MCP), %d calls", o.n)
-		sup, inWorker, err := benchSupervisor(ctx, rt, o.n, o.warmup)
+		sup, inWorker, supCPU, err := benchSupervisor(ctx, rt, o.n, o.warmup)
 		if err != nil {
 			return fmt.Errorf("supervisor: %w", err)
 		}
@@ -156,7 +156,10 @@ func run(ctx context.Context, o *opts) error {
 		if err != nil {
 			return fmt.Errorf("stdio: %w", err)
 		}
-		rep.Warm = &warmReport{N: o.n, Floor: summarize(floor), Supervisor: summarize(sup), InWorker: summarize(inWorker), Stdio: summarize(stdio), StdioCPU: cpu}
+		rep.Warm = &warmReport{
+			N: o.n, Floor: summarize(floor), Supervisor: summarize(sup), InWorker: summarize(inWorker), Stdio: summarize(stdio),
+			FloorCPUUS: floorCPU, SupervisorWorkerCPUUS: supCPU, StdioCPU: cpu,
+		}
 		rep.Warm.SupervisorOverFloor = ratios(rep.Warm.Supervisor, rep.Warm.Floor)
 		rep.Warm.StdioOverFloor = ratios(rep.Warm.Stdio, rep.Warm.Floor)
 	}
@@ -250,16 +253,28 @@ func measure(n, warmup int, call func(i int) error) (sample, error) {
 
 // benchSupervisor measures the same call on pyrun's pool directly: the
 // worker program and the supervisor, without MCP. It also returns the part
-// of each call spent in the worker's Python helper, as the worker measured it.
-func benchSupervisor(ctx context.Context, rt *supervisor.Runtime, n, warmup int) (sample, sample, error) {
+// of each call spent in the worker's Python helper, as the worker measured
+// it, and the worker process's CPU time per call in microseconds.
+func benchSupervisor(ctx context.Context, rt *supervisor.Runtime, n, warmup int) (sample, sample, float64, error) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "supervisor", Level: hclog.Warn, Output: os.Stderr})
 	pool, err := supervisor.NewPool(rt, supervisor.Config{Workers: 1}, log)
 	if err != nil {
-		return sample{}, sample{}, err
+		return sample{}, sample{}, 0, err
 	}
 	defer pool.Close(ctx)
 	var inWorker sample
+	var before time.Duration
+	workerCPU := func() (t time.Duration) {
+		for _, pid := range childrenOf(os.Getpid()) {
+			d, _ := cpuTime(pid)
+			t += d
+		}
+		return t
+	}
 	s, err := measure(n, warmup, func(i int) error {
+		if i == warmup {
+			before = workerCPU()
+		}
 		res, err := pool.Run(ctx, supervisor.Job{ID: fmt.Sprint(i + 1), Code: code}, nil)
 		if err != nil {
 			return err
@@ -273,8 +288,11 @@ func benchSupervisor(ctx context.Context, rt *supervisor.Runtime, n, warmup int)
 		return nil
 	})
 	inWorker.wall = s.wall
-	return s, inWorker, err
+	return s, inWorker, perCallUS(workerCPU()-before, n), err
 }
+
+// perCallUS is a CPU time spread over n calls, in microseconds.
+func perCallUS(d time.Duration, n int) float64 { return round1(float64(d.Microseconds()) / float64(n)) }
 
 // benchStdio measures tool calls against `pyrun stdio --workers 1` at its
 // default log level, as an agent would make them, and the CPU time pyrun
@@ -306,8 +324,7 @@ func benchStdio(ctx context.Context, o *opts) (sample, cpuReport, error) {
 	})
 	if err == nil {
 		after := p.cpu()
-		perCall := func(d time.Duration) float64 { return round1(float64(d.Microseconds()) / float64(o.n)) }
-		cpu = cpuReport{PyrunUS: perCall(after[0] - before[0]), WorkerUS: perCall(after[1] - before[1])}
+		cpu = cpuReport{PyrunUS: perCallUS(after[0]-before[0], o.n), WorkerUS: perCallUS(after[1]-before[1], o.n)}
 	}
 	return s, cpu, err
 }

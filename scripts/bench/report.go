@@ -42,14 +42,18 @@ type snapshotReport struct {
 // warmReport is sequential print(1) calls through three tiers: the bare
 // floor, pyrun's supervisor without MCP, and pyrun over MCP stdio.
 type warmReport struct {
-	N                   int       `json:"n"`
-	Floor               stats     `json:"floor"`
-	Supervisor          stats     `json:"supervisor"`
-	InWorker            stats     `json:"supervisor_in_worker"` // of Supervisor, the part in the Python helper
-	Stdio               stats     `json:"stdio"`
-	StdioCPU            cpuReport `json:"stdio_cpu_per_call"`
-	SupervisorOverFloor ratio     `json:"supervisor_over_floor"`
-	StdioOverFloor      ratio     `json:"stdio_over_floor"`
+	N          int       `json:"n"`
+	Floor      stats     `json:"floor"`
+	Supervisor stats     `json:"supervisor"`
+	InWorker   stats     `json:"supervisor_in_worker"` // of Supervisor, the part in the Python helper
+	Stdio      stats     `json:"stdio"`
+	StdioCPU   cpuReport `json:"stdio_cpu_per_call"`
+	// CPU time per call of the floor's process and of the supervisor
+	// tier's worker, in microseconds.
+	FloorCPUUS            float64 `json:"floor_cpu_per_call_us"`
+	SupervisorWorkerCPUUS float64 `json:"supervisor_worker_cpu_per_call_us"`
+	SupervisorOverFloor   ratio   `json:"supervisor_over_floor"`
+	StdioOverFloor        ratio   `json:"stdio_over_floor"`
 }
 
 // cpuReport is CPU time per warm stdio call, in microseconds (from
@@ -173,7 +177,8 @@ func (r *report) print(w io.Writer) {
 		}
 	}
 	if wr := r.Warm; wr != nil {
-		fmt.Fprintf(w, "  CPU per stdio call: pyrun %.0f us, its worker %.0f us\n", wr.StdioCPU.PyrunUS, wr.StdioCPU.WorkerUS)
+		fmt.Fprintf(w, "  CPU per call: floor process %.0f us; supervisor's worker %.0f us; stdio: pyrun %.0f us, its worker %.0f us\n",
+			wr.FloorCPUUS, wr.SupervisorWorkerCPUUS, wr.StdioCPU.PyrunUS, wr.StdioCPU.WorkerUS)
 	}
 	if r.Spawn != nil || r.PoolReady != nil || r.Replace != nil {
 		fmt.Fprintf(w, "\nstarts (median of runs)\n")
