@@ -25,6 +25,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,7 @@ type opts struct {
 	runs       int
 	cpuCalls   int
 	procCalls  int
+	poolSizes  []int
 	only       map[string]bool
 	jsonFile   string
 	profileDir string
@@ -65,6 +67,7 @@ func main() {
 	flag.IntVar(&o.cpuCalls, "cpu-calls", 200, "calls in the 8-way CPU throughput run")
 	flag.IntVar(&o.procCalls, "process-calls", 40, "calls in the --isolation process run")
 	flag.StringVar(&only, "only", strings.Join(measurements, ","), "measurements to run: "+strings.Join(measurements, ", "))
+	pools := flag.String("pool", "2", "pool sizes to time from start to all ready, comma-separated")
 	flag.StringVar(&o.jsonFile, "json", "", "also write the JSON report to this file")
 	flag.StringVar(&o.profileDir, "profile", "", "write a Go CPU profile of pyrun during the warm stdio calls into this folder (pyrun-stdio.pprof)")
 	flag.Parse()
@@ -76,6 +79,13 @@ func main() {
 			}
 			o.only[m] = true
 		}
+	}
+	for _, f := range strings.Split(*pools, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fail(fmt.Errorf("-pool: %q is not a pool size", f))
+		}
+		o.poolSizes = append(o.poolSizes, n)
 	}
 	if o.n < 1 || o.warmup < 0 || o.runs < 1 || o.cpuCalls < 8 || o.procCalls < 2 {
 		fail(fmt.Errorf("-n, -runs must be at least 1, -cpu-calls 8, -process-calls 2, -warmup 0"))
@@ -173,9 +183,15 @@ func run(ctx context.Context, o *opts) error {
 			rep.Spawn, err = benchSpawn(ctx, o)
 			return err
 		}},
-		{"pool", fmt.Sprintf("pool of 2 ready, %d runs", o.runs), func(ctx context.Context) (err error) {
-			rep.PoolReady, err = benchPoolReady(ctx, o, 2)
-			return err
+		{"pool", fmt.Sprintf("pools of %v ready, %d runs each", o.poolSizes, o.runs), func(ctx context.Context) error {
+			for _, n := range o.poolSizes {
+				s, err := benchPoolReady(ctx, o, n)
+				if err != nil {
+					return err
+				}
+				rep.PoolReady = append(rep.PoolReady, poolReport{Workers: n, series: s})
+			}
+			return nil
 		}},
 		{"replace", fmt.Sprintf("killed worker replaced, %d runs", o.runs), func(ctx context.Context) (err error) {
 			rep.Replace, err = benchReplace(ctx, o)
