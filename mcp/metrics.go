@@ -132,10 +132,13 @@ var (
 		"Calls waiting for a free worker.", nil, nil)
 	restartsDesc = prometheus.NewDesc("pyrun_worker_restarts_total",
 		"Workers retired and replaced, by reason.", []string{"reason"}, nil)
+	startsDesc = prometheus.NewDesc("pyrun_worker_starts_total",
+		"Workers that became ready, by how they started: from the memory snapshot, or plainly (slower).",
+		[]string{"from"}, nil)
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{workersDesc, workersConfiguredDesc, queueDepthDesc, restartsDesc} {
+	for _, d := range []*prometheus.Desc{workersDesc, workersConfiguredDesc, queueDepthDesc, restartsDesc, startsDesc} {
 		ch <- d
 	}
 }
@@ -149,5 +152,8 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(s.Queued))
 	for _, k := range restartKinds {
 		ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(s.Counts.Restarts[k]), k)
+	}
+	for _, k := range []string{"snapshot", "plain"} {
+		ch <- prometheus.MustNewConstMetric(startsDesc, prometheus.CounterValue, float64(s.Counts.Starts[k]), k)
 	}
 }

@@ -576,6 +576,10 @@ func TestServeStateless(t *testing.T) {
 	if m[`pyrun_calls_total{status="success"}`] != 3 || m[`pyrun_worker_restarts_total{reason="crash"}`] != 0 {
 		t.Errorf("metrics: %v successes, %v restarts; want 3 and 0", m[`pyrun_calls_total{status="success"}`], m[`pyrun_worker_restarts_total{reason="crash"}`])
 	}
+	if m[`pyrun_worker_starts_total{from="snapshot"}`] != 1 || m[`pyrun_worker_starts_total{from="plain"}`] != 0 {
+		t.Errorf("metrics: %v starts from the snapshot, %v plain; want the worker started from the snapshot",
+			m[`pyrun_worker_starts_total{from="snapshot"}`], m[`pyrun_worker_starts_total{from="plain"}`])
+	}
 	// No session: no Mcp-Session-Id, and GET (a session's stream) is refused.
 	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
 	req, _ := http.NewRequest("POST", s.base+"/mcp", strings.NewReader(body))
@@ -883,7 +887,7 @@ func TestWarmup(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("warmup: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	for _, step := range []string{"runtime", "deno", "pyodide", "worker", "self-test", "sandbox", "interrupt"} {
+	for _, step := range []string{"runtime", "deno", "pyodide", "snapshot", "worker", "self-test", "sandbox", "interrupt"} {
 		if !regexp.MustCompile(`(?m)^  ` + step + ` +ok +\S`).MatchString(stdout) {
 			t.Errorf("warmup did not report step %s as ok:\n%s", step, stdout)
 		}
@@ -933,7 +937,7 @@ func TestWarmupSaysWhatIsMissing(t *testing.T) {
 		{"no runtime and no npm", t.TempDir(), noNPM, []string{"runtime    FAIL", "npm is not on PATH"}},
 		{"deno does not run", fakeRuntime(t, "echo 'cannot execute binary file' >&2; exit 126", true), "", []string{"deno       FAIL", "does not run"}},
 		{"no pyodide files", fakeRuntime(t, "echo 'deno 2.9.6 (stable)'", false), "", []string{"pyodide    FAIL", "pyodide.asm.wasm", "python_stdlib.zip"}},
-		{"worker does not start", fakeRuntime(t, "if [ \"$1\" = --version ]; then echo 'deno 2.9.6 (stable)'; exit 0; fi\necho 'error: Module not found' >&2\nexit 1", true), "", []string{"worker     FAIL", "no worker could start", "Module not found"}},
+		{"worker program does not run", fakeRuntime(t, "if [ \"$1\" = --version ]; then echo 'deno 2.9.6 (stable)'; exit 0; fi\necho 'error: Module not found' >&2\nexit 1", true), "", []string{"snapshot   FAIL", "could not be made", "Module not found"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), callTimeout)

@@ -81,6 +81,16 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 			}
 			return fmt.Sprintf("Pyodide %s, Python %s", rt.Pyodide, rt.Python), nil
 		}},
+		{"snapshot", func(ctx context.Context) (string, error) {
+			snap, err := supervisor.EnsureSnapshot(ctx, rt, o.poolConfig(), log.Named("snapshot"))
+			if err != nil {
+				return "", fmt.Errorf("the memory snapshot workers start from could not be made (they would start, slowly, without it): %w", err)
+			}
+			if snap.Built {
+				return fmt.Sprintf("%s (%d MiB), made now in %s", snap.Path, snap.Size>>20, snap.BuildTime.Round(100*time.Millisecond)), nil
+			}
+			return fmt.Sprintf("%s (%d MiB), checked", snap.Path, snap.Size>>20), nil
+		}},
 		{"worker", func(ctx context.Context) (string, error) {
 			cfg := o.poolConfig()
 			cfg.Workers = 1
@@ -96,7 +106,10 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 			if res.Status != supervisor.StatusSuccess {
 				return "", fmt.Errorf("the first call ended %s: %s", res.Status, res.Error)
 			}
-			return fmt.Sprintf("%s ready after %s", res.Worker, res.QueueWait.Round(time.Millisecond)), nil
+			if pool.Stats().Counts.Starts["snapshot"] == 0 {
+				return "", errors.New("the worker started without the memory snapshot; the log above says why")
+			}
+			return fmt.Sprintf("%s ready after %s, from the snapshot", res.Worker, res.QueueWait.Round(time.Millisecond)), nil
 		}},
 		{"self-test", func(ctx context.Context) (string, error) {
 			res, err := call(ctx, "import sys\nprint('hello')\nsum(range(10))", 0)
