@@ -16,6 +16,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -54,7 +55,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "spawn", "pool", "replace", "throughput", "process", "memory"}
+var measurements = []string{"warm", "http", "spawn", "pool", "replace", "throughput", "process", "memory"}
 
 func main() {
 	var o opts
@@ -172,6 +173,20 @@ func run(ctx context.Context, o *opts) error {
 		}
 		rep.Warm.SupervisorOverFloor = ratios(rep.Warm.Supervisor, rep.Warm.Floor)
 		rep.Warm.StdioOverFloor = ratios(rep.Warm.Stdio, rep.Warm.Floor)
+	}
+	if o.only["http"] {
+		if rep.Warm == nil {
+			return errors.New("http: the warm measurement is the floor these figures are ratios to: add warm to -only")
+		}
+		for _, tr := range []string{"stateful", "stateless", "sse"} {
+			progress("warm print(1): pyrun serve, %s, %d calls", tr, o.n)
+			s, err := benchHTTP(ctx, o, tr)
+			if err != nil {
+				return fmt.Errorf("http %s: %w", tr, err)
+			}
+			st := summarize(s)
+			rep.Warm.HTTP = append(rep.Warm.HTTP, httpReport{Transport: tr, stats: st, OverFloor: ratios(st, rep.Warm.Floor)})
+		}
 	}
 	// Each of these gets five minutes: one that waits for something that
 	// never happens (a worker that is not replaced) fails instead of hanging.
@@ -354,6 +369,20 @@ func (p *pyrunProc) cpu() [2]time.Duration {
 		t[1] += d
 	}
 	return t
+}
+
+// benchHTTP measures tool calls against `pyrun serve --workers 1` over one
+// of its HTTP transports, at its default log level.
+func benchHTTP(ctx context.Context, o *opts, transport string) (sample, error) {
+	p, stop, err := startServe(ctx, o, transport, "--workers", "1")
+	if err != nil {
+		return sample{}, err
+	}
+	defer stop()
+	return measure(o.n, o.warmup, func(int) error {
+		_, err := p.call(ctx, code, nil)
+		return err
+	})
 }
 
 // ---- starts ------------------------------------------------------------------

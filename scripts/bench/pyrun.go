@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -84,6 +85,7 @@ type logWatcher struct {
 	lines   []string
 	ready   []time.Time   // "worker ready"
 	retired []time.Time   // "retiring worker"
+	addr    string        // where pyrun serve listens ("listening")
 	changed chan struct{} // closed and replaced when either grows
 }
 
@@ -107,6 +109,7 @@ func (w *logWatcher) Write(p []byte) (int, error) {
 		var rec struct {
 			Message   string `json:"@message"`
 			Timestamp string `json:"@timestamp"`
+			Addr      string `json:"addr"`
 		}
 		if json.Unmarshal([]byte(line), &rec) != nil {
 			continue
@@ -120,6 +123,8 @@ func (w *logWatcher) Write(p []byte) (int, error) {
 			w.ready = append(w.ready, at)
 		case "retiring worker":
 			w.retired = append(w.retired, at)
+		case "listening":
+			w.addr = rec.Addr
 		default:
 			continue
 		}
@@ -158,6 +163,55 @@ func (w *logWatcher) waitAlive(ctx context.Context, n int) error {
 	return w.waitFor(ctx, fmt.Sprintf("%d ready workers", n), func(ready, retired []time.Time) bool {
 		return len(ready)-len(retired) >= n
 	})
+}
+
+// startServe starts `pyrun serve` on a loopback port of its choosing with
+// args and connects to it over transport: "stateful" and "stateless" are
+// Streamable HTTP at /mcp (the latter with --stateless), "sse" is HTTP+SSE
+// at /sse.
+func startServe(ctx context.Context, o *opts, transport string, args ...string) (*pyrunProc, func(), error) {
+	argv := append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--runtime-dir", o.runtimeDir}, args...)
+	if transport == "stateless" {
+		argv = append(argv, "--stateless")
+	}
+	cmd := exec.Command(o.bin, argv...)
+	lw := newLogWatcher()
+	cmd.Stderr = lw
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	stop := func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	}
+	var addr string
+	err := lw.waitFor(ctx, "pyrun serve to listen", func(_, _ []time.Time) bool {
+		addr = lw.addr
+		return addr != ""
+	})
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	var tr sdk.Transport
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	switch transport {
+	case "stateful", "stateless":
+		tr = &sdk.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: hc, MaxRetries: -1}
+	case "sse":
+		tr = &sdk.SSEClientTransport{Endpoint: "http://" + addr + "/sse", HTTPClient: hc}
+	default:
+		stop()
+		return nil, nil, fmt.Errorf("unknown transport %q", transport)
+	}
+	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-bench", Version: "1"}, nil)
+	session, err := client.Connect(ctx, tr, nil)
+	if err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("connect over %s: %w\n%s", transport, err, lw.tail())
+	}
+	p := &pyrunProc{cmd: cmd, session: session, log: lw}
+	return p, func() { _ = session.Close(); stop() }, nil
 }
 
 // childrenOf lists the processes whose parent is pid.

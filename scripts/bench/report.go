@@ -45,8 +45,9 @@ type snapshotReport struct {
 	BuildS  float64 `json:"build_s,omitempty"`
 }
 
-// warmReport is sequential print(1) calls through three tiers: the bare
-// floor, pyrun's supervisor without MCP, and pyrun over MCP stdio.
+// warmReport is sequential print(1) calls through the tiers: the bare
+// floor, pyrun's supervisor without MCP, pyrun over MCP stdio, and pyrun
+// serve over its HTTP transports.
 type warmReport struct {
 	N          int       `json:"n"`
 	Floor      stats     `json:"floor"`
@@ -60,6 +61,15 @@ type warmReport struct {
 	SupervisorWorkerCPUUS float64 `json:"supervisor_worker_cpu_per_call_us"`
 	SupervisorOverFloor   ratio   `json:"supervisor_over_floor"`
 	StdioOverFloor        ratio   `json:"stdio_over_floor"`
+	// HTTP is the same calls over pyrun serve's transports.
+	HTTP []httpReport `json:"http,omitempty"`
+}
+
+// httpReport is warm calls over one of pyrun serve's transports.
+type httpReport struct {
+	Transport string `json:"transport"` // stateful, stateless (Streamable HTTP), sse
+	stats
+	OverFloor ratio `json:"over_floor"`
 }
 
 // cpuReport is CPU time per warm stdio call, in microseconds (from
@@ -120,6 +130,11 @@ func (r *report) checkTargets() []target {
 	if w := r.Warm; w != nil {
 		atMost("warm print(1) over stdio, p50", w.Stdio.P50, 1.0, "ms")
 		atMost("warm print(1) over stdio, p99", w.Stdio.P99, 3, "ms")
+		for _, h := range w.HTTP {
+			if h.Transport == "stateful" {
+				atMost("warm print(1) over Streamable HTTP, p50", h.P50, 1.5, "ms")
+			}
+		}
 	}
 	if t := r.Throughput; t != nil {
 		atLeast("8 concurrent 50 ms CPU calls", t.CallsPerS, 36, "calls/s")
@@ -163,7 +178,7 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "\nwarm %s, sequential, %d calls per tier\n", r.Code, wr.N)
 		const row = "  %-34s %8s %8s %8s %8s %8s   %s\n"
 		fmt.Fprintf(w, row, "", "p50 ms", "p90 ms", "p99 ms", "max ms", "calls/s", "p50, p99 / floor")
-		for _, t := range []struct {
+		rows := []struct {
 			name string
 			s    stats
 			r    *ratio
@@ -172,7 +187,17 @@ func (r *report) print(w io.Writer) {
 			{"supervisor: pool.Run, no MCP", wr.Supervisor, &wr.SupervisorOverFloor},
 			{"  of which in pyrun_helper.run", wr.InWorker, nil},
 			{"pyrun stdio: MCP tool call", wr.Stdio, &wr.StdioOverFloor},
-		} {
+		}
+		for _, h := range wr.HTTP {
+			rows = append(rows, struct {
+				name string
+				s    stats
+				r    *ratio
+			}{"pyrun serve: " + map[string]string{
+				"stateful": "Streamable HTTP", "stateless": "stateless HTTP", "sse": "HTTP+SSE",
+			}[h.Transport], h.stats, &h.OverFloor})
+		}
+		for _, t := range rows {
 			rs := ""
 			if t.r != nil {
 				rs = fmt.Sprintf("%.2fx, %.2fx", t.r.P50, t.r.P99)
