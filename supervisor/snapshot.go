@@ -168,21 +168,10 @@ func (s *Snapshot) unchanged() bool {
 // from other processes, make it once. `pyrun warmup` calls it; pools call
 // it on their own when their first worker starts.
 func EnsureSnapshot(ctx context.Context, rt *Runtime, cfg Config, log hclog.Logger) (*Snapshot, error) {
-	return ensureSnapshot(ctx, rt, cfg.withDefaults(), false, log)
-}
-
-// BuildSnapshot makes the memory snapshot for workers of cfg anew, even
-// when a valid one exists, and puts it in place for pools that start later.
-func BuildSnapshot(ctx context.Context, rt *Runtime, cfg Config, log hclog.Logger) (*Snapshot, error) {
-	return ensureSnapshot(ctx, rt, cfg.withDefaults(), true, log)
-}
-
-func ensureSnapshot(ctx context.Context, rt *Runtime, cfg Config, force bool, log hclog.Logger) (*Snapshot, error) {
+	cfg = cfg.withDefaults()
 	spec := cfg.snapshotSpec()
-	if !force {
-		if snap, err := openSnapshot(rt, spec); err == nil {
-			return snap, nil
-		}
+	if snap, err := openSnapshot(rt, spec); err == nil {
+		return snap, nil
 	}
 	if err := os.MkdirAll(rt.SnapshotDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create snapshot folder: %w", err)
@@ -192,17 +181,15 @@ func ensureSnapshot(ctx context.Context, rt *Runtime, cfg Config, force bool, lo
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
 	defer unlock()
-	if !force {
-		// Another process may have made it while we waited.
-		snap, err := openSnapshot(rt, spec)
-		if err == nil {
-			return snap, nil
-		}
-		if !errors.Is(err, errNoSnapshot) {
-			log.Warn("not using the memory snapshot there; making a new one", "why", err)
-		}
+	// Another process may have made it while we waited.
+	snap, err := openSnapshot(rt, spec)
+	if err == nil {
+		return snap, nil
 	}
-	snap, err := buildSnapshot(ctx, rt, cfg, spec, log)
+	if !errors.Is(err, errNoSnapshot) {
+		log.Warn("not using the memory snapshot there; making a new one", "why", err)
+	}
+	snap, err = buildSnapshot(ctx, rt, cfg, spec, log)
 	if err != nil {
 		return nil, err
 	}

@@ -347,3 +347,51 @@ func realRuntime(t *testing.T) *Runtime {
 	}
 	return rt
 }
+
+// TestOldSnapshotsArePruned checks what making a snapshot clears away:
+// snapshots of runtimes that are gone or unused for staleAfter, bytes
+// without a description, and leftovers of makers that died; and what it
+// keeps: snapshots of runtimes still there and in use.
+func TestOldSnapshotsArePruned(t *testing.T) {
+	rt := fakeRuntime(t, makerWrites(1000))
+	root := filepath.Dir(rt.Dir)
+	if err := os.MkdirAll(filepath.Join(root, "host-other"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-staleAfter - time.Hour)
+	put := func(name, body string, mtime time.Time) {
+		t.Helper()
+		p := filepath.Join(rt.SnapshotDir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meta := func(runtime string) string { return `{"runtime": "` + runtime + `"}` }
+	now := time.Now()
+	put("inuse.json", meta("other"), now) // another pyrun version, still in use: kept
+	put("inuse.snap", "x", now)
+	put("gone.json", meta("removed"), now) // its runtime is gone
+	put("gone.snap", "x", now)
+	put("stale.json", meta("other"), old) // unused for too long
+	put("stale.snap", "x", old)
+	put("orphan.snap", "x", now)                 // no description
+	put("k.tmp-123", "x", now.Add(-2*time.Hour)) // a maker that died
+	put("k.tmp-456", "x", now)                   // a maker at work: kept
+	snap, err := EnsureSnapshot(t.Context(), rt, Config{}, logFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	entries, _ := os.ReadDir(rt.SnapshotDir)
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	want := []string{".lock", snap.Key + ".json", snap.Key + ".snap", "inuse.json", "inuse.snap", "k.tmp-456"}
+	slices.Sort(want)
+	if !slices.Equal(left, want) {
+		t.Errorf("left %v, want %v", left, want)
+	}
+}
