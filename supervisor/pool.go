@@ -437,13 +437,14 @@ func (p *Pool) startLocked() {
 		log := p.log.Named(name)
 		began := time.Now()
 		var snap *Snapshot
+		var verify func() error
 		if p.snaps != nil {
-			snap = p.snaps.get(p.ctx, cfg)
+			snap, verify = p.snaps.get(p.ctx, cfg)
 		}
 		var w *worker
 		cmd, err := p.newCmd(cfg, snap)
 		if err == nil {
-			w, err = startWorker(p.ctx, name, cmd, cfg, log, p.kick)
+			w, err = startWorker(p.ctx, name, cmd, cfg, log, p.kick, verify)
 		}
 		if snap != nil && p.ctx.Err() == nil {
 			why := ""

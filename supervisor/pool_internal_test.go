@@ -3,6 +3,7 @@ package supervisor
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"syscall"
 	"testing"
@@ -56,5 +57,46 @@ func waitUntil(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met within 10s")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPoolDoesNotUseACorruptSnapshot gives a new pool a snapshot whose
+// description is intact but whose bytes are not: the first start, which
+// checks them while its process boots, is called off, and the next start
+// comes from a snapshot made anew.
+func TestPoolDoesNotUseACorruptSnapshot(t *testing.T) {
+	// A stand-in Deno: a maker writes random bytes, a worker says it is
+	// ready (from its snapshot, when given one) and idles.
+	rt := fakeRuntime(t, fmt.Sprintf(`case "$*" in
+*make_snapshot*) head -c 4096 /dev/urandom ;;
+*snapshot*) printf '{"type":"ready","protocol":%[1]d,"snapshot":true}\n'; exec sleep 600 ;;
+*) printf '{"type":"ready","protocol":%[1]d}\n'; exec sleep 600 ;;
+esac`, protocolVersion))
+	made, err := EnsureSnapshot(t.Context(), rt, Config{}, logFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := os.ReadFile(made.Path)
+	body[100] ^= 0xff
+	replaceFile(t, made.Path, body)
+
+	p, err := NewPool(rt, Config{Workers: 1}, logFor(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	waitUntil(t, func() bool { return p.Stats().Ready == 1 })
+	if s := p.Stats(); s.Counts.Starts["snapshot"] != 1 || s.Counts.Starts["plain"] != 0 {
+		t.Errorf("starts %v, want one from the snapshot", s.Counts.Starts)
+	}
+	remade, err := openSnapshot(rt, snapshotSpec{})
+	if err != nil || remade.SHA256 == made.SHA256 {
+		t.Errorf("the snapshot on disk: %v, checksum %s; want a sound one made anew", err, remade.SHA256)
 	}
 }

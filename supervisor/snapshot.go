@@ -112,6 +112,20 @@ func snapshotPaths(rt *Runtime, key string) (snap, meta string) {
 // openSnapshot finds the snapshot of spec and checks it: its description
 // must name the key, and its bytes their size and checksum.
 func openSnapshot(rt *Runtime, spec snapshotSpec) (*Snapshot, error) {
+	snap, err := findSnapshot(rt, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := snap.verify(); err != nil {
+		return nil, err
+	}
+	return snap, nil
+}
+
+// findSnapshot finds the snapshot of spec and checks what is cheap to
+// check: its description names the key and the runtime, and the file has
+// the size the description gives. verify checks the bytes.
+func findSnapshot(rt *Runtime, spec snapshotSpec) (*Snapshot, error) {
 	key := snapshotKey(rt, spec)
 	snapPath, metaPath := snapshotPaths(rt, key)
 	b, err := os.ReadFile(metaPath)
@@ -128,29 +142,42 @@ func openSnapshot(rt *Runtime, spec snapshotSpec) (*Snapshot, error) {
 	if m.Format != snapshotFormat || m.Key != key || m.Runtime != rt.Hash {
 		return nil, fmt.Errorf("snapshot %s was made for something else (format %q, key %s, runtime %s)", snapPath, m.Format, m.Key, m.Runtime)
 	}
-	f, err := os.Open(snapPath)
-	if err != nil {
-		return nil, fmt.Errorf("open snapshot: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
+	st, err := os.Stat(snapPath)
 	if err != nil {
 		return nil, fmt.Errorf("open snapshot: %w", err)
 	}
 	if st.Size() != m.Size {
 		return nil, fmt.Errorf("snapshot %s has %d bytes, its description says %d", snapPath, st.Size(), m.Size)
 	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return nil, fmt.Errorf("read snapshot: %w", err)
-	}
-	if sum := hex.EncodeToString(h.Sum(nil)); sum != m.SHA256 {
-		return nil, fmt.Errorf("snapshot %s is corrupt: its checksum is %s, its description says %s", snapPath, sum, m.SHA256)
-	}
 	// Mark it in use, for pruneSnapshots; a failure only makes it look stale.
 	now := time.Now()
 	_ = os.Chtimes(metaPath, now, now)
 	return &Snapshot{Path: snapPath, Key: key, SHA256: m.SHA256, Size: m.Size, Made: m.Made, checked: st}, nil
+}
+
+// verify checks that the file is still the one found and that its bytes
+// have the checksum its description gives (~35 ms for 31 MB).
+func (s *Snapshot) verify() error {
+	f, err := os.Open(s.Path)
+	if err != nil {
+		return fmt.Errorf("open snapshot: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("open snapshot: %w", err)
+	}
+	if !os.SameFile(st, s.checked) || st.Size() != s.Size {
+		return fmt.Errorf("snapshot %s changed while in use", s.Path)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("read snapshot: %w", err)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != s.SHA256 {
+		return fmt.Errorf("snapshot %s is corrupt: its checksum is %s, its description says %s", s.Path, sum, s.SHA256)
+	}
+	return nil
 }
 
 // unchanged reports whether the file is still the one whose checksum was
@@ -406,11 +433,14 @@ type snapshots struct {
 // snapEntry is what a pool knows of one key's snapshot. Its fields other
 // than ready are guarded by snapshots.mu.
 type snapEntry struct {
-	ready    chan struct{} // closed once snap and at are set
-	snap     *Snapshot     // nil: no usable snapshot, start plainly
-	at       time.Time     // when snap was set
-	recheck  bool          // a start from snap failed: check the file again
-	failures int           // starts from this key's snapshot that failed, in a row
+	ready chan struct{} // closed once snap, verify and at are set
+	snap  *Snapshot     // nil: no usable snapshot, start plainly
+	// verify checks snap's bytes, once for all the starts that call it;
+	// nil when they are known good (checked or made just now).
+	verify   func() error
+	at       time.Time // when snap was set
+	recheck  bool      // a start from snap failed: check the file again
+	failures int       // starts from this key's snapshot that failed, in a row
 }
 
 // Snapshot starts that fail this many times in a row make the pool stop
@@ -442,41 +472,56 @@ func (e *snapEntry) stale() bool {
 }
 
 // get returns the snapshot for a worker of cfg to start from, or nil for a
-// plain start. It waits while the snapshot is checked or made.
-func (s *snapshots) get(ctx context.Context, cfg Config) *Snapshot {
+// plain start. It waits while the snapshot is checked or made. The first
+// time a process uses a snapshot, only the cheap checks are made here and
+// verify, when not nil, checks the bytes: a start calls it while its Deno
+// process boots, which hides the checksum's time, and must not use the
+// worker if it fails.
+func (s *snapshots) get(ctx context.Context, cfg Config) (snap *Snapshot, verify func() error) {
 	key := snapshotKey(s.rt, cfg.snapshotSpec())
 	s.mu.Lock()
 	e := s.entries[key]
 	if e == nil || e.stale() {
 		next := &snapEntry{ready: make(chan struct{})}
+		first := e == nil
 		if e != nil {
 			next.failures = e.failures
 		}
 		e = next
 		s.entries[key] = e
 		s.mu.Unlock()
-		snap, err := EnsureSnapshot(ctx, s.rt, cfg, s.log)
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn("workers start without a memory snapshot, which makes starts slower",
-				"error", err, "retry_in", snapshotRetry)
+		var snap *Snapshot
+		var verify func() error
+		if first {
+			if found, err := findSnapshot(s.rt, cfg.snapshotSpec()); err == nil {
+				snap, verify = found, sync.OnceValue(found.verify)
+			}
+		}
+		if snap == nil {
+			var err error
+			snap, err = EnsureSnapshot(ctx, s.rt, cfg, s.log)
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("workers start without a memory snapshot, which makes starts slower",
+					"error", err, "retry_in", snapshotRetry)
+			}
 		}
 		s.mu.Lock()
-		e.snap, e.at = snap, time.Now()
+		e.snap, e.verify, e.at = snap, verify, time.Now()
 		close(e.ready)
 	} else {
 		s.mu.Unlock()
 		select {
 		case <-e.ready:
 		case <-ctx.Done():
-			return nil
+			return nil, nil
 		}
 		s.mu.Lock()
 	}
 	defer s.mu.Unlock()
-	if e.failures >= maxSnapshotFailures {
-		return nil
+	if e.failures >= maxSnapshotFailures || e.snap == nil {
+		return nil, nil
 	}
-	return e.snap
+	return e.snap, e.verify
 }
 
 // started tells how a start from snap went: a worker that is ready from

@@ -241,7 +241,7 @@ func TestSnapshotMakerFailures(t *testing.T) {
 				}
 			}
 			// A pool's starts then go without a snapshot.
-			if snap := newSnapshots(rt, logFor(t)).get(t.Context(), Config{StartTimeout: time.Second}); snap != nil {
+			if snap, _ := newSnapshots(rt, logFor(t)).get(t.Context(), Config{StartTimeout: time.Second}); snap != nil {
 				t.Errorf("get = %+v, want nil", snap)
 			}
 		})
@@ -256,39 +256,65 @@ func TestPoolStopsUsingASnapshotThatFails(t *testing.T) {
 	rt := fakeRuntime(t, makerWrites(50_000))
 	s := newSnapshots(rt, logFor(t))
 	ctx := t.Context()
-	first := s.get(ctx, Config{})
+	first, _ := s.get(ctx, Config{})
 	if first == nil || !first.Built {
 		t.Fatalf("get = %+v, want a snapshot just built", first)
 	}
-	if again := s.get(ctx, Config{}); again != first {
+	if again, _ := s.get(ctx, Config{}); again != first {
 		t.Errorf("a second get checks again: %p, want %p", again, first)
 	}
 	s.started(first, nil, "")
 	s.started(first, nil, "snapshot not used: Snapshot has invalid magic number")
-	second := s.get(ctx, Config{})
+	second, _ := s.get(ctx, Config{})
 	if second == nil || second == first || second.Built || second.SHA256 != first.SHA256 {
 		t.Fatalf("after a failed start, get = %+v; want the same file, checked again", second)
 	}
 	s.started(second, nil, "") // a success forgives
 	s.started(second, context.DeadlineExceeded, "")
-	third := s.get(ctx, Config{})
+	third, _ := s.get(ctx, Config{})
 	if third == nil || third == second {
 		t.Fatalf("after one more failure, get = %+v; want the file checked again", third)
 	}
 	s.started(third, context.DeadlineExceeded, "")
-	if got := s.get(ctx, Config{}); got != nil {
+	if got, _ := s.get(ctx, Config{}); got != nil {
 		t.Errorf("after two failures in a row, get = %+v, want nil (plain starts)", got)
 	}
 
 	// A fresh pool, and a file replaced behind its back.
 	s = newSnapshots(rt, logFor(t))
-	before := s.get(ctx, Config{})
+	before, verify := s.get(ctx, Config{})
+	if before == nil || verify == nil || verify() != nil {
+		t.Fatalf("a new pool's first get = %+v (check given: %t); want the snapshot there, its bytes checked at the first start", before, verify != nil)
+	}
 	body, _ := os.ReadFile(before.Path)
 	body[0] ^= 0xff
 	replaceFile(t, before.Path, body)
-	after := s.get(ctx, Config{})
-	if after == nil || after == before || !after.Built {
+	after, verify := s.get(ctx, Config{})
+	if after == nil || after == before || !after.Built || verify != nil {
 		t.Errorf("after the file changed, get = %+v; want a new snapshot made", after)
+	}
+
+	// A new pool finds a corrupt snapshot whose description is intact:
+	// its first start's check fails, and the next start makes a new one.
+	body, _ = os.ReadFile(after.Path)
+	body[len(body)/2] ^= 0xff
+	replaceFile(t, after.Path, body)
+	s = newSnapshots(rt, logFor(t))
+	bad, verify := s.get(ctx, Config{})
+	if bad == nil || verify == nil {
+		t.Fatalf("get = %+v (check given: %t); want the snapshot and its check", bad, verify != nil)
+	}
+	err := verify()
+	if err == nil || !strings.Contains(err.Error(), "is corrupt") {
+		t.Fatalf("verify: %v, want the checksum mismatch", err)
+	}
+	if err2 := verify(); err2 != err {
+		t.Errorf("verify again: %v, want the first answer %v, not a second check", err2, err)
+	}
+	s.started(bad, err, "")
+	good, verify := s.get(ctx, Config{})
+	if good == nil || !good.Built || verify != nil {
+		t.Errorf("after the failed check, get = %+v; want a new snapshot made", good)
 	}
 }
 
@@ -318,7 +344,7 @@ func TestWorkerStartsPlainlyFromABadSnapshot(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := denoCmd(rt, args)
-			w, err := startWorker(t.Context(), "worker-1", cmd, cfg, logFor(t), nil)
+			w, err := startWorker(t.Context(), "worker-1", cmd, cfg, logFor(t), nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

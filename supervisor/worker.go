@@ -82,7 +82,9 @@ type worker struct {
 // startWorker starts cmd as a worker and waits until it is ready or fails.
 // exited, if not nil, is called once the process has ended, whenever that
 // is: the pool replaces an idle worker that something outside killed.
-func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, log hclog.Logger, exited func()) (*worker, error) {
+// check, if not nil, runs while the process starts; if it fails, so does
+// the start (the pool checks a snapshot's bytes this way).
+func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, log hclog.Logger, exited func(), check func() error) (*worker, error) {
 	w := &worker{
 		name:   name,
 		log:    log,
@@ -145,6 +147,12 @@ func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, lo
 		}
 	}()
 
+	if check != nil {
+		if err := check(); err != nil {
+			w.kill("its start was called off")
+			return nil, err
+		}
+	}
 	if err := w.awaitReady(ctx, cfg.StartTimeout); err != nil {
 		w.kill("start failed")
 		return nil, err
