@@ -38,9 +38,11 @@ import (
 // is not part of it: the cap is a JavaScript wrapper each worker installs
 // itself, outside the snapshot. A snapshot whose key, size or checksum does
 // not match is never used: it is made again, and a worker that still cannot
-// use its snapshot starts plainly and says why.
+// use its snapshot starts plainly and says why. A pool checks the checksum
+// once, while its first worker's process boots (snapshots.get).
 
-// Snapshot is a memory snapshot on disk whose checksum pyrun has checked.
+// Snapshot is a memory snapshot on disk. EnsureSnapshot returns one whose
+// checksum it has checked or that it has just made.
 type Snapshot struct {
 	Path   string // the snapshot's bytes
 	Key    string // what it was made from (snapshotKey)
@@ -52,7 +54,7 @@ type Snapshot struct {
 	Built     bool
 	BuildTime time.Duration
 
-	checked os.FileInfo // the file as its checksum was checked
+	checked os.FileInfo // the file as found: another file at Path means another check
 }
 
 // snapshotFormat names how pyrun makes and describes snapshots; changing it
@@ -180,9 +182,9 @@ func (s *Snapshot) verify() error {
 	return nil
 }
 
-// unchanged reports whether the file is still the one whose checksum was
-// checked. pyrun replaces snapshots only by renaming a new file into place,
-// so a change of file, size or time means another check.
+// unchanged reports whether the file is still the one found. pyrun replaces
+// snapshots only by renaming a new file into place, so a change of file,
+// size or time means another check.
 func (s *Snapshot) unchanged() bool {
 	st, err := os.Stat(s.Path)
 	return err == nil && os.SameFile(st, s.checked) && st.Size() == s.checked.Size() &&
