@@ -240,7 +240,7 @@ func workerEnv(rt *Runtime) []string {
 		// glibc raises its mmap threshold after the first large block is
 		// freed (the snapshot's bytes, once restored) and from then on keeps
 		// blocks that size in the heap for good. Fixed at its default of
-		// 128 KiB, an idle worker holds ~185 MB instead of ~215 MB.
+		// 128 KiB, an idle worker holds ~185 MiB instead of ~215 MiB.
 		"MALLOC_MMAP_THRESHOLD_=131072",
 	}
 }
