@@ -360,15 +360,19 @@ func (p *Pool) putLocked(w *worker) {
 
 // dropDeadIdleLocked retires idle workers whose process has ended (killed
 // from outside, say), so that no call is handed a dead worker and the
-// filler replaces them at once. p.mu is held.
+// filler replaces them at once, without waiting for the health check's next
+// look. p.mu is held.
 func (p *Pool) dropDeadIdleLocked() {
 	alive := p.idle[:0]
 	for _, w := range p.idle {
 		if w.usable() {
 			alive = append(alive, w)
-		} else {
-			p.retireLocked(w, "it exited")
+			continue
 		}
+		if w.killedFor() == "" {
+			w.log.Warn("idle worker died", "exit", w.exitDescription())
+		}
+		p.retireLocked(w, retireReason(w))
 	}
 	clear(p.idle[len(alive):])
 	p.idle = alive

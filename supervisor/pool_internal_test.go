@@ -11,16 +11,15 @@ import (
 )
 
 // TestIdleWorkerKilledFromOutsideIsReplaced kills an idle worker the way
-// the kernel's OOM killer or an operator would: the pool replaces it at
-// once, without waiting for a call to find it dead.
+// the kernel's OOM killer or an operator would: the pool replaces it
+// without waiting for a call to find it dead (at once, through the
+// worker's exit; the health check would also see it within its interval).
 func TestIdleWorkerKilledFromOutsideIsReplaced(t *testing.T) {
 	// A worker that says it is ready and then idles.
 	script := fmt.Sprintf(`printf '{"type":"ready","protocol":%d}\n'; exec sleep 600`, protocolVersion)
 	p := newPool(func(Config, *Snapshot) (*exec.Cmd, error) {
 		return exec.Command("/bin/sh", "-c", script), nil
-	}, Config{Workers: 1}, logFor(t))
-	p.wg.Add(1)
-	go p.fill()
+	}, nil, Config{Workers: 1}, logFor(t))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
