@@ -22,35 +22,16 @@ function send(ev: Event): void {
   writeLine(JSON.stringify(ev));
 }
 
-/**
- * Yields what blocking reads of r return until its end. It reuses one
- * buffer: a chunk is valid until the next one is asked for.
- *
- * The worker reads its stdin this way, on its own thread, rather than
- * through Deno.stdin.readable, whose reads run on Deno's I/O thread and
- * wake this one through the event loop: under load each of those hand-offs
- * waits for a CPU. While it waits here for the next request no call runs,
- * so nothing needs the event loop.
- */
-export function* readChunks(
-  r: { readSync(p: Uint8Array): number | null },
-  size = 64 << 10,
-): Generator<Uint8Array> {
-  const buf = new Uint8Array(size);
-  for (;;) {
-    const n = r.readSync(buf);
-    if (n === null) return;
-    yield buf.subarray(0, n);
-  }
-}
-
-/** Yields lines; a line longer than max is reported as null and skipped. */
-export function* readLines(chunks: Iterable<Uint8Array>, max: number): Generator<string | null> {
+/** Yields stdin lines; a line longer than max is reported as null and skipped. */
+export async function* readLines(
+  r: ReadableStream<Uint8Array>,
+  max: number,
+): AsyncGenerator<string | null> {
   // The start of a line that spans chunks, kept as pieces and joined once.
   let pieces: Uint8Array[] = [];
   let size = 0;
   let skipping = false;
-  for (const chunk of chunks) {
+  for await (const chunk of r) {
     let start = 0;
     for (let i = chunk.indexOf(10); i >= 0; i = chunk.indexOf(10, start)) {
       const piece = chunk.subarray(start, i);
@@ -266,7 +247,7 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
     ...(snapshotError ? { snapshot_error: snapshotError } : {}),
   });
 
-  for (const line of readLines(readChunks(Deno.stdin), cfg.max_line)) {
+  for await (const line of readLines(Deno.stdin.readable, cfg.max_line)) {
     if (line === null) {
       send({ type: "error", error: `request line longer than ${cfg.max_line} bytes` });
       continue;

@@ -18,10 +18,9 @@ import (
 
 // floorScript is the least a Deno process can do to run Python for a
 // supervisor: Pyodide on the main thread, one JSON request per stdin line
-// (`{"id", "code"}`) read with blocking reads, as pyrun's worker does,
-// runPython, and one JSON answer per stdout line with what the code
-// printed. No isolation between calls, no interrupts, no limits: the round
-// trip pyrun's worker cannot go below.
+// (`{"id", "code"}`), runPython, and one JSON answer per stdout line with
+// what the code printed. No isolation between calls, no interrupts, no
+// limits: the round trip pyrun's worker cannot go below.
 const floorScript = `import { loadPyodide } from "PYODIDE/pyodide.mjs";
 
 console.log = console.info = console.debug = console.error;
@@ -36,10 +35,9 @@ const write = (v) => {
   while (off < b.length) off += Deno.stdout.writeSync(b.subarray(off));
 };
 write({ ready: true });
-const chunk = new Uint8Array(65536);
 let buf = "";
-for (let n = Deno.stdin.readSync(chunk); n !== null; n = Deno.stdin.readSync(chunk)) {
-  buf += dec.decode(chunk.subarray(0, n), { stream: true });
+for await (const chunk of Deno.stdin.readable) {
+  buf += dec.decode(chunk, { stream: true });
   for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
     const req = JSON.parse(buf.slice(0, i));
     buf = buf.slice(i + 1);
