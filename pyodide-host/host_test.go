@@ -363,7 +363,7 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 				repeat.Reset(100 * time.Millisecond)
 				tick = repeat.C
 			}
-			if typ == "result" || typ == "pong" || typ == "error" {
+			if typ == "result" || typ == "pong" || typ == "error" || typ == "need" {
 				break
 			}
 		}
@@ -423,7 +423,7 @@ func readLine(r *bufio.Reader) (string, error) {
 
 // eventTypes are the events of PROTOCOL.md.
 var eventTypes = map[string]bool{
-	"ready": true, "output": true, "package": true, "pong": true, "error": true, "result": true,
+	"ready": true, "output": true, "package": true, "pong": true, "error": true, "result": true, "need": true,
 }
 
 // volatile are the fields that differ from run to run, each on its event.

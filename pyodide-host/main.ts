@@ -16,6 +16,7 @@ export function parseConfig(args: string[]): HostConfig {
     snapshot: String(raw.snapshot ?? ""),
     snapshot_size: Number(raw.snapshot_size ?? 0),
     make_snapshot: raw.make_snapshot === true,
+    preload: Array.isArray(raw.preload) ? raw.preload : [],
   };
 }
 

@@ -1,7 +1,7 @@
 // The pipe protocol between pyrun's supervisor (Go) and this worker.
 // PROTOCOL.md is the specification; supervisor/protocol.go is the Go side.
 
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 
 /** Start-up settings, passed as the one command-line argument (JSON). */
 export interface HostConfig {
@@ -21,6 +21,17 @@ export interface HostConfig {
    * bytes and nothing else, then the process exits.
    */
   make_snapshot: boolean;
+  /** Packages to load before ready (--deps), from the supervisor's cache. */
+  preload: PackageFile[];
+}
+
+/** A package file in the supervisor's cache, checked and read-only. */
+export interface PackageFile {
+  name: string;
+  version: string;
+  path: string;
+  /** Its top-level modules. */
+  imports?: string[];
 }
 
 /** Messages the supervisor sends, one JSON object per stdin line. */
@@ -35,7 +46,14 @@ export type Request =
     /** How many interrupt signals the supervisor has sent this worker so far. */
     interrupts: number;
   }
-  | { type: "ping"; id: string };
+  | { type: "ping"; id: string }
+  | {
+    /** The answer to a need event: files to load, or why there are none. */
+    type: "packages";
+    id: string;
+    files?: PackageFile[];
+    error?: string;
+  };
 
 /** Messages the worker sends, one JSON object per stdout line. */
 export type Event =
@@ -52,6 +70,15 @@ export type Event =
   }
   | { type: "output"; id: string; stream: "stdout" | "stderr"; text: string }
   | { type: "package"; id: string; text: string }
+  | {
+    /** Packages a call needs before it runs; the supervisor answers with "packages". */
+    type: "need";
+    id: string;
+    imports?: string[];
+    requires?: string[];
+    requires_python?: string;
+    loaded: Record<string, string>;
+  }
   | { type: "pong"; id: string }
   | { type: "error"; id?: string; error: string };
 // The "result" event is built by pyrun_helper.py, which owns its fields.

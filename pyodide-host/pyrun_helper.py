@@ -27,13 +27,14 @@ import json
 import linecache
 import math
 import os
+import re
 import signal
 import sys
 import time
 import traceback
 import uuid
 
-from pyodide.code import should_quiet
+from pyodide.code import find_imports, should_quiet
 from pyodide.ffi import run_sync as _run_sync
 from textwrap import dedent as _dedent
 
@@ -85,8 +86,10 @@ class _Host:
     emit = None  # emit(line: str) writes one protocol line
     wait = None  # wait(ms) blocks until ms pass or an interrupt; True if interrupted
     live = None  # live() is True when the latest interrupt was meant for the running call
-    lock_imports: dict[str, str] = {}  # import name -> package name
-    load_packages = None  # async load_packages(names) -> list of errors
+    # async load_packages(need_line) -> JSON text: sends a need event, loads
+    # the files the supervisor answers with; {"files", "errors"} or {"error"}
+    load_packages = None
+    loaded: dict[str, str] = {}  # packages loaded in this process: name -> version
 
 
 _host = _Host()
@@ -158,6 +161,7 @@ class _Call:
         self.task = None
         self.interrupted = False
         self.running = False  # the user's code (or its packages) may be running
+        self.loading = False  # Pyodide's loader is installing the call's packages
 
     def write(self, stream, text):
         if not text:
@@ -190,7 +194,7 @@ class _Call:
         )
 
 
-def prepare(lock_imports_json):
+def prepare():
     """Called once per interpreter, before any host function exists.
 
     At a plain start the host calls it right after importing this module; for
@@ -207,7 +211,6 @@ def prepare(lock_imports_json):
     # lands outside the call and strands it. This sleep blocks the thread on
     # the interrupt flag instead, so an interrupt ends it at once.
     time.sleep = _sleep
-    _host.lock_imports = _loads(lock_imports_json)
     sys.addaudithook(_audit)
 
 
@@ -230,6 +233,19 @@ def setup(emit, wait, live, load_packages):
     os.chdir(WORKDIR)
     sys.stdin = io.StringIO()  # as after every call: input() raises EOFError
     _baseline.capture()
+
+
+def preloaded(files_json):
+    """Called once in every worker process whose pool preloads packages
+    (--deps), after the host loaded their files and before ``setup``: imports
+    their modules, so that calls find them imported, and remembers them."""
+    import importlib
+
+    importlib.invalidate_caches()
+    for f in _loads(files_json):
+        _host.loaded[f["name"]] = f["version"]
+        for mod in f.get("imports") or ():
+            importlib.import_module(mod)
 
 
 def _sleep(secs):
@@ -358,7 +374,7 @@ def _under(path, roots):
 
 def _audit(event, args):
     call = _active
-    if call is None or call.recycle:
+    if call is None or call.recycle or call.loading:
         return
     if event == "open":
         path, mode, flags = args
@@ -476,13 +492,38 @@ def _execute(call, code, globals_json, result):
     linecache.cache = _linecache_cache
     _linecache_cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     tree, compiled, keep = _compile(code)
-    wanted = _packages_to_load(tree) if "import" in code else []
-    if wanted:
-        result["dependencies"] = wanted
-        errors = _await(call, _host.load_packages(wanted))
-        if errors:
-            result.update(status="install-error", error="\n".join(str(e) for e in errors))
+    try:
+        need = _need(call.id, code)
+    except ValueError as e:
+        result.update(status="install-error", error=str(e))
+        return
+    if need is not None:
+        # Pyodide's loader writes the packages into site-packages: not the
+        # call's own writes, which would get the worker replaced.
+        call.loading = True
+        try:
+            reply = _loads(_await(call, _host.load_packages(_encode_line(need))))
+        except BaseException:
+            # The load goes on in the host: it must not land in a later call.
+            call.recycle = "the call was stopped while its packages were loading"
+            raise
+        finally:
+            call.loading = False
+        if reply.get("error"):
+            result.update(status="install-error", error=reply["error"])
             return
+        files = reply.get("files") or []
+        if files:
+            result["dependencies"] = [f["name"] for f in files]
+        if reply.get("errors"):
+            result.update(status="install-error", error="\n".join(str(e) for e in reply["errors"]))
+            return
+        if files:
+            for f in files:
+                _host.loaded[f["name"]] = f["version"]
+            import importlib
+
+            importlib.invalidate_caches()
     scope = {"__name__": "__main__", "__builtins__": builtins}
     if globals_json:
         scope.update(_loads(globals_json))
@@ -580,25 +621,75 @@ def _finish(call, result, started):
     return _encode_line(result)
 
 
-def _packages_to_load(tree):
-    """Packages of the distribution the code imports that are not loaded yet."""
-    lock = _host.lock_imports
-    if not lock:
-        return []
-    wanted = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names = [node.module]
-        else:
+def _need(cid, code):
+    """What the code needs installed before it runs, as a need event; None
+    when nothing.
+
+    A PEP 723 block's dependencies win over the imports. Without one, the
+    imports Pyodide's own analysis finds (``find_imports``) that this worker
+    cannot import now go to the supervisor, which knows which packages of
+    the index and the wheelhouse provide them.
+    """
+    if "# /// script" in code:
+        meta = _script_metadata(code)
+        if meta is not None:
+            need = {"type": "need", "id": cid, "requires": meta[0], "loaded": _host.loaded}
+            if meta[1]:
+                need["requires_python"] = meta[1]
+            return need
+    if "import" not in code:
+        return None
+    missing = []
+    for name in find_imports(code):
+        if "." in name or name in sys.modules or name in missing:
             continue
-        for name in names:
-            top = name.partition(".")[0]
-            pkg = lock.get(top)
-            if pkg and top not in sys.modules and pkg not in wanted:
-                wanted.append(pkg)
-    return wanted
+        try:
+            if _find_spec(name) is not None:
+                continue
+        except (ImportError, ValueError):
+            pass
+        missing.append(name)
+    if not missing:
+        return None
+    return {"type": "need", "id": cid, "imports": missing, "loaded": _host.loaded}
+
+
+def _find_spec(name):
+    import importlib.util
+
+    return importlib.util.find_spec(name)
+
+
+# PEP 723's reference expression for a block of inline script metadata.
+_PEP723 = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
+
+
+def _script_metadata(code):
+    """The dependencies and requires-python of the code's PEP 723 ``script``
+    block, or None if it has none. A malformed block raises ValueError, which
+    the call reports."""
+    blocks = [m for m in _PEP723.finditer(code) if m.group("type") == "script"]
+    if not blocks:
+        return None
+    if len(blocks) > 1:
+        raise ValueError("PEP 723: the code has more than one `# /// script` block")
+    import tomllib
+
+    content = "".join(
+        line[2:] if line.startswith("# ") else line[1:]
+        for line in blocks[0].group("content").splitlines(keepends=True)
+    )
+    try:
+        meta = tomllib.loads(content)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"PEP 723: the `# /// script` block is not valid TOML: {e}") from None
+    deps = meta.get("dependencies", [])
+    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
+        raise ValueError("PEP 723: `dependencies` must be a list of strings")
+    python = meta.get("requires-python", "")
+    if not isinstance(python, str):
+        raise ValueError("PEP 723: `requires-python` must be a string")
+    return deps, python
 
 
 # --- results --------------------------------------------------------------

@@ -6,7 +6,13 @@
 
 // @ts-types="./node_modules/pyodide/pyodide.d.ts"
 import { loadPyodide, type PyodideInterface } from "./node_modules/pyodide/pyodide.mjs";
-import { type Event, type HostConfig, PROTOCOL_VERSION, type Request } from "./protocol.ts";
+import {
+  type Event,
+  type HostConfig,
+  type PackageFile,
+  PROTOCOL_VERSION,
+  type Request,
+} from "./protocol.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -89,7 +95,8 @@ function capWasmHeap(limit: number): void {
 }
 
 interface Helper {
-  prepare(lockImports: string): void;
+  prepare(): void;
+  preloaded(files: string): void;
   setup(
     emit: (line: string) => void,
     wait: (ms: number) => boolean,
@@ -136,7 +143,7 @@ function pyodideOptions(): Parameters<typeof loadPyodide>[0] {
 async function plainStart(makeSnapshot: boolean): Promise<PyodideInterface> {
   const py = await loadPyodide({ ...pyodideOptions(), _makeSnapshot: makeSnapshot });
   const helper = await importHelper(py);
-  helper.prepare(JSON.stringify(await lockImports(py)));
+  helper.prepare();
   return py;
 }
 
@@ -209,13 +216,37 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
   py.setInterruptBuffer(shared.flag);
   const helper = py.pyimport("pyrun_helper") as unknown as Helper;
   let current = "";
-  const load = async (names: { toJs(): string[] }) => {
-    const errors: string[] = [];
-    await py.loadPackage(names.toJs(), {
-      messageCallback: (text: string) => send({ type: "package", id: current, text }),
-      errorCallback: (text: string) => errors.push(text),
-    });
-    return errors;
+  const lines = readLines(Deno.stdin.readable, cfg.max_line);
+  if (cfg.preload.length) {
+    const errors = await loadFiles(py, cfg.preload, (text) => console.error(text));
+    if (errors.length) throw new Error(`preloading packages failed: ${errors.join("; ")}`);
+    helper.preloaded(JSON.stringify(cfg.preload));
+  }
+  // Packages for a call: the need line goes to the supervisor, which
+  // answers on stdin with files in its cache (PROTOCOL.md, Packages).
+  const load = async (need: string): Promise<string> => {
+    writeLine(need);
+    const next = await lines.next();
+    if (next.done) {
+      return JSON.stringify({ error: "pyrun: stdin ended while waiting for packages" });
+    }
+    let ans: Request;
+    try {
+      ans = JSON.parse(next.value ?? "null");
+    } catch (e) {
+      return JSON.stringify({ error: `pyrun: bad packages answer: ${e}` });
+    }
+    if (ans?.type !== "packages" || ans.id !== current) {
+      return JSON.stringify({ error: "pyrun: the supervisor did not answer with packages" });
+    }
+    if (ans.error) return JSON.stringify({ error: ans.error });
+    const files = ans.files ?? [];
+    const errors = await loadFiles(
+      py,
+      files,
+      (text) => send({ type: "package", id: current, text }),
+    );
+    return JSON.stringify({ files, errors });
   };
   const wait = (ms: number) => {
     Atomics.wait(shared.flag, 0, 0, ms);
@@ -247,7 +278,7 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
     ...(snapshotError ? { snapshot_error: snapshotError } : {}),
   });
 
-  for await (const line of readLines(Deno.stdin.readable, cfg.max_line)) {
+  for await (const line of lines) {
     if (line === null) {
       send({ type: "error", error: `request line longer than ${cfg.max_line} bytes` });
       continue;
@@ -324,19 +355,28 @@ async function importHelper(py: PyodideInterface): Promise<Helper> {
   return mod;
 }
 
-/** Maps each importable top-level name in Pyodide's lock file to its package. */
-async function lockImports(py: PyodideInterface): Promise<Record<string, string>> {
-  const api = (py as unknown as { _api?: { lockfile_packages?: Record<string, LockPkg> } })._api;
-  const pkgs = api?.lockfile_packages ?? {};
-  const out: Record<string, string> = {};
-  for (const [name, p] of Object.entries(pkgs)) {
-    for (const imp of p.imports ?? []) out[imp] ??= name;
+/**
+ * Loads package files from the supervisor's cache, in order (dependencies
+ * first); returns the loader's errors. Pyodide's loader reports a failure
+ * through errorCallback rather than by throwing.
+ */
+async function loadFiles(
+  py: PyodideInterface,
+  files: PackageFile[],
+  message: (text: string) => void,
+): Promise<string[]> {
+  const errors: string[] = [];
+  if (!files.length) return errors;
+  try {
+    await py.loadPackage(files.map((f) => f.path), {
+      messageCallback: message,
+      errorCallback: (text: string) => errors.push(text),
+      checkIntegrity: false, // the supervisor checked every file's SHA-256
+    });
+  } catch (e) {
+    errors.push(e instanceof Error ? e.message : String(e));
   }
-  return await Promise.resolve(out);
-}
-
-interface LockPkg {
-  imports?: string[];
+  return errors;
 }
 
 self.addEventListener("error", (e) => {

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/pyrun/pyrun/supervisor/packages"
 )
 
 // Config is the pool's shape and limits. It is copied on use, never written
@@ -34,6 +36,16 @@ type Config struct {
 	InterruptGrace time.Duration
 	// StartTimeout bounds a worker's start-up. 0: 60s.
 	StartTimeout time.Duration
+
+	// Deps are PEP 508 requirements every worker loads before it is
+	// ready. nil: none.
+	Deps []string
+	// PackageIndex is where packages of the Pyodide distribution come
+	// from: a URL or a directory holding a pyodide-lock.json and its
+	// files. "": the CDN for the runtime's Pyodide version.
+	PackageIndex string
+	// Wheelhouse is a directory of wheels to install from. "": none.
+	Wheelhouse string
 }
 
 // Network says what Python code may reach over the network.
@@ -148,6 +160,8 @@ type hostConfig struct {
 	Snapshot     string `json:"snapshot,omitempty"`
 	SnapshotSize int64  `json:"snapshot_size,omitempty"`
 	MakeSnapshot bool   `json:"make_snapshot,omitempty"`
+	// Preload are packages (in the package cache) to load before ready.
+	Preload []packages.File `json:"preload,omitempty"`
 }
 
 // maxRequestLine bounds a request line to a worker; code and globals are
@@ -161,6 +175,8 @@ type launch struct {
 	// makeSnapshot makes a process that writes a memory snapshot to its
 	// stdout and exits, instead of a worker. It runs no code of a call.
 	makeSnapshot bool
+	// preload are the packages a worker loads before it is ready.
+	preload []packages.File
 }
 
 // denoArgs is the one place that decides what a worker process, or the
@@ -168,8 +184,10 @@ type launch struct {
 // here, and --no-prompt makes a missing permission an error instead of a
 // question on a terminal.
 func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
-	if strings.ContainsAny(rt.Dir, ",") {
-		return nil, fmt.Errorf("runtime folder %q contains a comma, which Deno's permission lists cannot hold", rt.Dir)
+	for _, d := range []string{rt.Dir, rt.PackageDir} {
+		if strings.ContainsAny(d, ",") {
+			return nil, fmt.Errorf("runtime folder %q contains a comma, which Deno's permission lists cannot hold", d)
+		}
 	}
 	// Read: the worker program and Pyodide's own files, and the snapshot
 	// the worker starts from, nothing else. Python sees these (they are
@@ -181,6 +199,11 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 		filepath.Join(rt.Dir, "pyrun_helper.py"),
 		filepath.Join(rt.Dir, "node_modules", "pyodide"),
 	}
+	if !l.makeSnapshot && rt.PackageDir != "" {
+		// The package cache: only pyrun writes it (packages.Resolver),
+		// every file checked against its SHA-256 and read-only.
+		read = append(read, rt.PackageDir)
+	}
 	hc := hostConfig{HeapLimit: heapLimit(c.MemoryLimit), MaxLine: maxRequestLine}
 	switch {
 	case l.makeSnapshot:
@@ -191,6 +214,9 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 		}
 		read = append(read, l.snapshot.Path)
 		hc.Snapshot, hc.SnapshotSize = l.snapshot.Path, l.snapshot.Size
+	}
+	if !l.makeSnapshot {
+		hc.Preload = l.preload
 	}
 	args := []string{
 		"run",

@@ -10,7 +10,7 @@ import (
 // NewPoolWithCommand builds a pool whose workers run the command newCmd
 // returns, so that tests can supervise misbehaving processes.
 func NewPoolWithCommand(newCmd func(Config) (*exec.Cmd, error), cfg Config, log hclog.Logger) *Pool {
-	return newPool(func(c Config, _ *Snapshot) (*exec.Cmd, error) { return newCmd(c) }, nil, cfg, log)
+	return newPool(func(c Config, _ launch) (*exec.Cmd, error) { return newCmd(c) }, nil, nil, nil, cfg, log)
 }
 
 // WorkerArgs exposes denoArgs for a plain start, for tests that start a

@@ -17,11 +17,14 @@ import (
 	"fmt"
 	"maps"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/supervisor/packages"
 )
 
 // Errors a call can get instead of a Result.
@@ -36,8 +39,11 @@ var (
 // Pool is a warm pool of workers. Its methods are safe for concurrent use.
 type Pool struct {
 	log    hclog.Logger
-	newCmd func(Config, *Snapshot) (*exec.Cmd, error) // builds a worker's command
-	snaps  *snapshots                                 // nil: workers always start plainly
+	newCmd func(Config, launch) (*exec.Cmd, error) // builds a worker's command
+	snaps  *snapshots                              // nil: workers always start plainly
+	// newPkgs makes the resolver of a configuration's packages; nil: the
+	// pool loads none.
+	newPkgs func(Config) (*packages.Resolver, error)
 
 	ctx    context.Context // cancelled by Close: aborts starts and the filler
 	cancel context.CancelFunc
@@ -46,7 +52,8 @@ type Pool struct {
 
 	mu       sync.Mutex
 	cfg      Config
-	gen      int // bumped when a reconfiguration changes how workers start
+	pkgs     *packages.Resolver // of cfg; nil: no packages
+	gen      int                // bumped when a reconfiguration changes how workers start
 	idle     []*worker
 	waiters  []*waiter
 	running  map[*worker]bool // workers running a call
@@ -95,17 +102,41 @@ type waiter struct {
 // checks, or makes when there is none; until then, and when no snapshot can
 // be had, they start plainly.
 func NewPool(rt *Runtime, cfg Config, log hclog.Logger) (*Pool, error) {
-	newCmd := func(c Config, snap *Snapshot) (*exec.Cmd, error) {
-		args, err := denoArgs(rt, c, launch{snapshot: snap})
+	newCmd := func(c Config, l launch) (*exec.Cmd, error) {
+		args, err := denoArgs(rt, c, l)
 		if err != nil {
 			return nil, err
 		}
 		return denoCmd(rt, args), nil
 	}
-	if _, err := newCmd(cfg.withDefaults(), nil); err != nil {
+	if _, err := newCmd(cfg.withDefaults(), launch{}); err != nil {
 		return nil, fmt.Errorf("new pool: %w", err)
 	}
-	return newPool(newCmd, newSnapshots(rt, log.Named("snapshot")), cfg, log), nil
+	var newPkgs func(Config) (*packages.Resolver, error)
+	var pkgs *packages.Resolver
+	if rt.PackageDir != "" { // a runtime without a package cache loads no packages
+		newPkgs = func(c Config) (*packages.Resolver, error) { return NewResolver(rt, c, log.Named("packages")) }
+		var err error
+		if pkgs, err = newPkgs(cfg); err != nil {
+			return nil, fmt.Errorf("new pool: %w", err)
+		}
+	}
+	return newPool(newCmd, newSnapshots(rt, log.Named("snapshot")), newPkgs, pkgs, cfg, log), nil
+}
+
+// NewResolver is the package resolver of cfg's packages on rt: what
+// workers of a pool load, and what `pyrun warmup --deps` caches.
+func NewResolver(rt *Runtime, cfg Config, log hclog.Logger) (*packages.Resolver, error) {
+	return packages.New(packages.Options{
+		CacheDir:    rt.PackageDir,
+		Index:       cfg.PackageIndex,
+		BundledLock: filepath.Join(rt.Dir, "node_modules", "pyodide", "pyodide-lock.json"),
+		Pyodide:     rt.Pyodide,
+		Python:      rt.Python,
+		Wheelhouse:  cfg.Wheelhouse,
+		Offline:     cfg.Network == NetworkNone,
+		Log:         log,
+	})
 }
 
 // denoCmd is a Deno process of rt: an empty environment and a working
@@ -118,13 +149,17 @@ func denoCmd(rt *Runtime, args []string) *exec.Cmd {
 }
 
 // newPool starts a pool whose workers run newCmd's commands, from snaps'
-// snapshots (nil: always plainly).
-func newPool(newCmd func(Config, *Snapshot) (*exec.Cmd, error), snaps *snapshots, cfg Config, log hclog.Logger) *Pool {
+// snapshots (nil: always plainly), loading packages through pkgs, which
+// newPkgs makes again for a new configuration (nil: no packages).
+func newPool(newCmd func(Config, launch) (*exec.Cmd, error), snaps *snapshots,
+	newPkgs func(Config) (*packages.Resolver, error), pkgs *packages.Resolver, cfg Config, log hclog.Logger) *Pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
 		log:     log,
 		newCmd:  newCmd,
 		snaps:   snaps,
+		newPkgs: newPkgs,
+		pkgs:    pkgs,
 		ctx:     ctx,
 		cancel:  cancel,
 		wake:    make(chan struct{}, 1),
@@ -433,7 +468,7 @@ func (p *Pool) fill() {
 func (p *Pool) startLocked() {
 	p.seq++
 	name := fmt.Sprintf("worker-%d", p.seq)
-	cfg, gen := p.cfg, p.gen
+	cfg, gen, pkgs := p.cfg, p.gen, p.pkgs
 	p.starting++
 	p.wg.Add(1)
 	go func() {
@@ -446,7 +481,11 @@ func (p *Pool) startLocked() {
 			snap, verify = p.snaps.get(p.ctx, cfg)
 		}
 		var w *worker
-		cmd, err := p.newCmd(cfg, snap)
+		preload, err := preloadFiles(p.ctx, pkgs, cfg)
+		var cmd *exec.Cmd
+		if err == nil {
+			cmd, err = p.newCmd(cfg, launch{snapshot: snap, preload: preload})
+		}
 		if err == nil {
 			w, err = startWorker(p.ctx, name, cmd, cfg, log, p.kick, verify)
 		}
@@ -487,7 +526,7 @@ func (p *Pool) startLocked() {
 			return
 		}
 		p.failures, p.startErr = 0, nil
-		w.gen = gen
+		w.gen, w.pkgs = gen, pkgs
 		from := "plain"
 		if w.ready.Snapshot {
 			from = "snapshot"
@@ -499,13 +538,31 @@ func (p *Pool) startLocked() {
 	}()
 }
 
+// preloadFiles are the files of the packages a worker of cfg loads before
+// it is ready (Config.Deps), fetched into the cache.
+func preloadFiles(ctx context.Context, pkgs *packages.Resolver, cfg Config) ([]packages.File, error) {
+	if len(cfg.Deps) == 0 {
+		return nil, nil
+	}
+	if pkgs == nil {
+		return nil, errors.New("this pool loads no packages, and deps are configured")
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	files, err := pkgs.Resolve(ctx, packages.Request{Requires: cfg.Deps})
+	if err != nil {
+		return nil, fmt.Errorf("preload packages (deps): %w", err)
+	}
+	return files, nil
+}
+
 // Reconfigure applies a new configuration without disturbing running calls:
 // they finish under the settings they started with. A smaller pool retires
 // idle workers first; settings that change how workers start (memory
 // limit, network) replace workers as they become idle.
 func (p *Pool) Reconfigure(cfg Config) error {
 	cfg = cfg.withDefaults()
-	if _, err := p.newCmd(cfg, nil); err != nil {
+	if _, err := p.newCmd(cfg, launch{}); err != nil {
 		return fmt.Errorf("reconfigure: %w", err)
 	}
 	p.mu.Lock()
@@ -514,8 +571,16 @@ func (p *Pool) Reconfigure(cfg Config) error {
 		return ErrClosed
 	}
 	old := p.cfg
+	if p.newPkgs != nil && (old.PackageIndex != cfg.PackageIndex || old.Wheelhouse != cfg.Wheelhouse || old.Network != cfg.Network) {
+		pkgs, err := p.newPkgs(cfg)
+		if err != nil {
+			return fmt.Errorf("reconfigure: %w", err)
+		}
+		p.pkgs = pkgs
+	}
 	p.cfg = cfg
-	if old.MemoryLimit != cfg.MemoryLimit || old.Network != cfg.Network || old.MaxOutput != cfg.MaxOutput {
+	if old.MemoryLimit != cfg.MemoryLimit || old.Network != cfg.Network || old.MaxOutput != cfg.MaxOutput ||
+		!slices.Equal(old.Deps, cfg.Deps) {
 		p.gen++
 	}
 	idle := p.idle

@@ -17,9 +17,9 @@ import (
 func TestIdleWorkerKilledFromOutsideIsReplaced(t *testing.T) {
 	// A worker that says it is ready and then idles.
 	script := fmt.Sprintf(`printf '{"type":"ready","protocol":%d}\n'; exec sleep 600`, protocolVersion)
-	p := newPool(func(Config, *Snapshot) (*exec.Cmd, error) {
+	p := newPool(func(Config, launch) (*exec.Cmd, error) {
 		return exec.Command("/bin/sh", "-c", script), nil
-	}, nil, Config{Workers: 1}, logFor(t))
+	}, nil, nil, nil, Config{Workers: 1}, logFor(t))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/pyrun/pyrun/supervisor/packages"
 )
 
 // protocolVersion is the version of the pipe protocol (pyodide-host/PROTOCOL.md)
 // this supervisor speaks; a worker announcing another one is refused.
-const protocolVersion = 2
+const protocolVersion = 3
 
 // request is a line the supervisor writes to a worker's stdin.
 type request struct {
@@ -26,6 +28,10 @@ type request struct {
 	// that the worker can tell a late signal for the previous call from one
 	// for this call.
 	Interrupts int `json:"interrupts"`
+
+	// packages: the answer to a need event; Files to load, or Error.
+	Files []packages.File `json:"files,omitempty"`
+	Error string          `json:"error,omitempty"`
 }
 
 // event is any line a worker writes to its stdout. Fields are filled per Type.
@@ -46,6 +52,12 @@ type event struct {
 	// output, package
 	Stream string `json:"stream"`
 	Text   string `json:"text"`
+
+	// need: what the call's code needs before it runs
+	Imports        []string          `json:"imports"`
+	Requires       []string          `json:"requires"`
+	RequiresPython string            `json:"requires_python"`
+	Loaded         map[string]string `json:"loaded"`
 
 	// result
 	Status       string         `json:"status"`
@@ -110,7 +122,7 @@ func parseEvent(line []byte) (event, error) {
 		if ev.Stream != "stdout" && ev.Stream != "stderr" {
 			return event{}, fmt.Errorf("%w: output on unknown stream %q", errGarbage, clip([]byte(ev.Stream), 64))
 		}
-	case "package":
+	case "package", "need":
 	case "result":
 		if !knownWorkerStatus[ev.Status] {
 			return event{}, fmt.Errorf("%w: result with unknown status %q", errGarbage, clip([]byte(ev.Status), 64))

@@ -35,8 +35,11 @@ type Runtime struct {
 	// SnapshotDir holds memory snapshots of prepared workers; outside Dir,
 	// and written only by pyrun itself (snapshot.go).
 	SnapshotDir string
-	Pyodide     string // Pyodide's version
-	Python      string // the version of Python inside Pyodide
+	// PackageDir caches the packages workers load; outside Dir, written
+	// only by pyrun itself (packages.Resolver).
+	PackageDir string
+	Pyodide    string // Pyodide's version
+	Python     string // the version of Python inside Pyodide
 }
 
 // ErrNoNPM means the runtime is not provisioned and npm is not there to do it.
@@ -187,10 +190,11 @@ func openRuntime(root, dir string) (*Runtime, error) {
 		DenoDir:     filepath.Join(root, "deno-cache"),
 		WorkDir:     filepath.Join(root, "work"),
 		SnapshotDir: filepath.Join(root, "snapshots"),
+		PackageDir:  filepath.Join(root, "packages"),
 		Pyodide:     meta.Version,
 		Python:      info.Info.Python,
 	}
-	for _, d := range []string{rt.DenoDir, rt.WorkDir, rt.SnapshotDir} {
+	for _, d := range []string{rt.DenoDir, rt.WorkDir, rt.SnapshotDir, rt.PackageDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)
 		}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/supervisor/packages"
 )
 
 // Job is one call to run.
@@ -63,6 +65,8 @@ type worker struct {
 
 	ready event // the worker's ready announcement
 	gen   int   // the pool configuration generation it was started with
+	// pkgs resolves what the worker's calls import; nil: no packages.
+	pkgs *packages.Resolver
 
 	idleSince time.Time // when it last became idle; guarded by the pool's mu
 
@@ -283,6 +287,20 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	}
 	done := ctx.Done()
 	heard := false // the worker said something about this call
+	// A need is resolved on its own goroutine, so that the deadline and
+	// cancellation stay in force; its answer comes back on answers.
+	answers := make(chan answer, 1)
+	needing := false
+	resolveCtx, cancelResolve := context.WithTimeout(ctx, limit)
+	defer func() {
+		cancelResolve()
+		if needing {
+			<-answers
+			// The worker still waits for the answer, or its next read
+			// would take the next call's line for it.
+			w.retire = "it was stopped while its packages were being fetched"
+		}
+	}()
 	for {
 		select {
 		case ev, ok := <-w.events:
@@ -303,12 +321,37 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				if tr.events != nil {
 					tr.events.Package(ev.Text)
 				}
+			case "need":
+				if needing {
+					fail(fmt.Errorf("%w: a second need before the first was answered", errGarbage), "it broke the protocol")
+					continue
+				}
+				needing = true
+				if tr.events != nil {
+					tr.events.Package(needText(ev))
+				}
+				go func() { answers <- w.resolve(resolveCtx, job.ID, ev) }()
 			case "error":
 				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), "it failed a call")
 			case "result":
 				return w.finish(res, ev, tr, stopped, cfg)
 			default:
 				fail(fmt.Errorf("%w: %q during a call", errGarbage, ev.Type), "it broke the protocol")
+			}
+		case ans := <-answers:
+			needing = false
+			if ans.retire != "" {
+				w.retire = ans.retire
+			}
+			if tr.events != nil {
+				tr.events.Package(answerText(ans.req))
+			}
+			b, err := json.Marshal(ans.req)
+			if err == nil {
+				_, err = w.stdin.Write(append(b, '\n'))
+			}
+			if err != nil {
+				fail(fmt.Errorf("the worker did not take its packages: %w", err), "it did not take its packages")
 			}
 		case <-deadline.C:
 			if stopped == "" {
@@ -326,6 +369,67 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			w.kill("it did not stop after an interrupt")
 		}
 	}
+}
+
+// answer is what the supervisor tells a worker that needs packages, and
+// why the worker must not take another call after this one, if it must not.
+type answer struct {
+	req    request
+	retire string
+}
+
+// resolve answers a worker's need: the files of the packages it is to load,
+// or why they cannot be had. It runs on its own goroutine and must not
+// touch the worker's per-call fields. A conflict with a package the worker
+// has loaded retires the worker after the call, so that the next call that
+// needs the other version gets a fresh one.
+func (w *worker) resolve(ctx context.Context, id string, need event) answer {
+	ans := request{Type: "packages", ID: id}
+	if w.pkgs == nil {
+		ans.Error = "pyrun: this pool loads no packages"
+		return answer{req: ans}
+	}
+	var retire string
+	files, err := w.pkgs.Resolve(ctx, packages.Request{
+		Imports: need.Imports, Requires: need.Requires, RequiresPython: need.RequiresPython, Loaded: need.Loaded,
+	})
+	switch {
+	case errors.Is(err, packages.ErrLoadedConflict):
+		retire = "a call needed another version of a package it has loaded"
+		fallthrough
+	case err != nil:
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w (the call's time ran out while its packages were fetched)", err)
+		}
+		ans.Error = err.Error()
+	default:
+		ans.Files = files
+	}
+	return answer{req: ans, retire: retire}
+}
+
+// needText and answerText say what a call's packages are doing, for the
+// client's live log.
+func needText(need event) string {
+	what := need.Requires
+	if len(what) == 0 {
+		what = need.Imports
+	}
+	return "pyrun: finding packages for " + strings.Join(what, ", ")
+}
+
+func answerText(ans request) string {
+	if ans.Error != "" {
+		return "pyrun: " + ans.Error
+	}
+	if len(ans.Files) == 0 {
+		return "pyrun: no packages to load"
+	}
+	names := make([]string, len(ans.Files))
+	for i, f := range ans.Files {
+		names[i] = f.Name + " " + f.Version
+	}
+	return "pyrun: loading " + strings.Join(names, ", ")
 }
 
 // interruptRepeat is how often an interrupted call that has not ended is

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -93,7 +94,7 @@ func TestLimitFlags(t *testing.T) {
 	got := o.poolConfig()
 	want := supervisor.Config{Workers: got.Workers, Timeout: 7 * time.Second, MemoryLimit: 300 << 20, MaxOutput: 2 << 10,
 		MaxQueue: 5, QueueTimeout: 3 * time.Second, Network: supervisor.NetworkPublic, Isolation: supervisor.IsolationCall}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("pool config %+v, want %+v", got, want)
 	}
 	if o.maxCode != 4<<10 {

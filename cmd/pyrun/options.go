@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/packages"
 )
 
 // options is everything a flag or the config file can set. Flags and file
@@ -28,6 +30,8 @@ type options struct {
 	maxQueue     int
 	queueTimeout time.Duration
 	deps         stringList
+	packageIndex string
+	wheelhouse   string
 	network      string
 	isolation    string
 	runtimeDir   string
@@ -68,7 +72,9 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.Var(&o.maxCode, "max-code", "largest python_code accepted, and largest global_variables as JSON (bytes or 1MiB)")
 	fs.IntVar(&o.maxQueue, "max-queue", 0, "calls that may wait for a free worker (default 64 per worker)")
 	fs.DurationVar(&o.queueTimeout, "queue-timeout", 60*time.Second, "longest a call waits for a free worker")
-	fs.Var(&o.deps, "deps", "comma-separated packages every worker loads before its first call")
+	fs.Var(&o.deps, "deps", "comma-separated packages (PEP 508: numpy, attrs==23.2) every worker loads before it takes a call")
+	fs.StringVar(&o.packageIndex, "package-index", "", "where Pyodide's packages come from: a URL or a `directory` laid out like the Pyodide distribution (default: the CDN of the pinned Pyodide version)")
+	fs.StringVar(&o.wheelhouse, "wheelhouse", "", "`directory` of wheels (pure Python, or built for Pyodide) to install from, by name and version")
 	fs.StringVar(&o.network, "network", "public", "what Python may reach: none, packages, public (no private or loopback addresses) or all")
 	fs.StringVar(&o.isolation, "isolation", "call", "call (fresh globals, files and modules per call) or process (a new worker per call)")
 	fs.Var(&o.liveBuffer, "live-buffer", "output of one call waiting to be sent to a slow client as log messages; more is left out of the live stream, never out of the result (bytes or 256KiB)")
@@ -224,6 +230,21 @@ func (o *options) check() error {
 	case o.authIssuer == "" && (o.authJWKSURL != "" || len(o.authAudience) > 0):
 		return errors.New("auth-jwks-url and auth-audience need auth-issuer: the authorization server whose tokens to accept")
 	}
+	for _, d := range o.deps {
+		if _, err := packages.ParseRequirement(d); err != nil {
+			return fmt.Errorf("deps: %w", err)
+		}
+	}
+	if o.wheelhouse != "" {
+		if st, err := os.Stat(o.wheelhouse); err != nil || !st.IsDir() {
+			return fmt.Errorf("wheelhouse %s is not a directory", o.wheelhouse)
+		}
+	}
+	if ix := o.packageIndex; ix != "" && !strings.HasPrefix(ix, "http://") && !strings.HasPrefix(ix, "https://") {
+		if _, err := os.Stat(filepath.Join(ix, "pyodide-lock.json")); err != nil {
+			return fmt.Errorf("package-index %s: not a URL, and not a directory with a pyodide-lock.json", ix)
+		}
+	}
 	if hclogLevel(o.logLevel) == 0 {
 		return fmt.Errorf("log-level must be trace, debug, info, warn or error, not %q", o.logLevel)
 	}
@@ -246,6 +267,9 @@ func (o *options) poolConfig() supervisor.Config {
 		QueueTimeout: o.queueTimeout,
 		Network:      network,
 		Isolation:    isolation,
+		Deps:         o.deps,
+		PackageIndex: o.packageIndex,
+		Wheelhouse:   o.wheelhouse,
 	}
 }
 

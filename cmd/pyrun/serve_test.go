@@ -887,7 +887,7 @@ func TestWarmup(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("warmup: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	for _, step := range []string{"runtime", "deno", "pyodide", "snapshot", "worker", "self-test", "sandbox", "interrupt"} {
+	for _, step := range []string{"runtime", "deno", "pyodide", "snapshot", "packages", "worker", "self-test", "sandbox", "interrupt"} {
 		if !regexp.MustCompile(`(?m)^  ` + step + ` +ok +\S`).MatchString(stdout) {
 			t.Errorf("warmup did not report step %s as ok:\n%s", step, stdout)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/packages"
 )
 
 // warmupStep is one check of `pyrun warmup`: it returns what it found.
@@ -90,6 +91,25 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 				return fmt.Sprintf("%s (%d MiB), made now in %s", snap.Path, snap.Size>>20, snap.BuildTime.Round(100*time.Millisecond)), nil
 			}
 			return fmt.Sprintf("%s (%d MiB), checked", snap.Path, snap.Size>>20), nil
+		}},
+		{"packages", func(ctx context.Context) (string, error) {
+			cfg := o.poolConfig()
+			pkgs, err := supervisor.NewResolver(rt, cfg, log.Named("packages"))
+			if err != nil {
+				return "", err
+			}
+			if len(cfg.Deps) == 0 {
+				return fmt.Sprintf("no deps to preload; calls load what they import from %s", pkgs.Index()), nil
+			}
+			files, err := pkgs.Resolve(ctx, packages.Request{Requires: cfg.Deps})
+			if err != nil {
+				return "", fmt.Errorf("the deps cannot be had, so no worker could start: %w", err)
+			}
+			var names []string
+			for _, f := range files {
+				names = append(names, f.Name+" "+f.Version)
+			}
+			return fmt.Sprintf("cached %s in %s", strings.Join(names, ", "), rt.PackageDir), nil
 		}},
 		{"worker", func(ctx context.Context) (string, error) {
 			cfg := o.poolConfig()

@@ -1,0 +1,71 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/pyrun/pyrun/supervisor/packages/packagestest"
+)
+
+// demoWheelhouse is a wheelhouse with two versions of pyrun-demo.
+func demoWheelhouse(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, v := range []string{"1.0", "2.0"} {
+		packagestest.Wheel{Name: "pyrun-demo", Version: v,
+			Files: map[string]string{"pyrun_demo/__init__.py": "VERSION = '" + v + "'\n"}}.Write(t, dir)
+	}
+	return dir
+}
+
+// TestPackages runs imports and PEP 723 blocks through pyrun stdio and a
+// real MCP client, from a wheelhouse on this offline machine.
+func TestPackages(t *testing.T) {
+	s := newServer(t, "--workers", "2", "--wheelhouse", demoWheelhouse(t), "--network", "none")
+
+	r := s.run(t, "import pyrun_demo\npyrun_demo.VERSION")
+	wantValue(t, r, `"2.0"`)
+	if r.sections["dependencies"] != `["pyrun-demo"]` || strings.Join(r.sc.Dependencies, ",") != "pyrun-demo" {
+		t.Errorf("dependencies: text %q, structured %v", r.sections["dependencies"], r.sc.Dependencies)
+	}
+
+	r = s.run(t, "# /// script\n# dependencies = [\"pyrun-demo<2\"]\n# ///\nimport pyrun_demo\npyrun_demo.VERSION")
+	if r.sc.Status == "install-error" { // the worker had 2.0 loaded: the next call gets a fresh one
+		if !strings.Contains(r.sections["error"], "pyrun-demo 2.0 is loaded in this worker") {
+			t.Errorf("pin against a loaded version: %s", r.text)
+		}
+		r = s.run(t, "# /// script\n# dependencies = [\"pyrun-demo<2\"]\n# ///\nimport pyrun_demo\npyrun_demo.VERSION")
+	}
+	wantValue(t, r, `"1.0"`)
+
+	r = s.run(t, "# /// script\n# dependencies = [\"pyrun-demo==7\"]\n# ///\n1")
+	wantStatus(t, r, "install-error")
+	if !strings.Contains(r.sections["error"], "pyrun-demo==7") || r.sc.ExitCode != 1 || !r.isError {
+		t.Errorf("unsatisfiable pin: %s", r.text)
+	}
+
+	r = s.run(t, "import numpy")
+	wantStatus(t, r, "install-error")
+	if !strings.Contains(r.sections["error"], "numpy") || !strings.Contains(r.sections["error"], "network mode is none") {
+		t.Errorf("numpy with the network off: %s", r.text)
+	}
+	wantValue(t, s.run(t, "6 * 7"), "42")
+}
+
+// TestWarmupDeps: pyrun warmup --deps fetches the deps into the cache and
+// says what it cached.
+func TestWarmupDeps(t *testing.T) {
+	needBinary(t)
+	stdout, stderr, code := pyrunCmd(t, "", "warmup", "--wheelhouse", demoWheelhouse(t), "--deps", "pyrun-demo==1.0")
+	if code != 0 {
+		t.Fatalf("warmup: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	if !regexp.MustCompile(`(?m)^  packages +ok +cached pyrun-demo 1\.0 in \S+`).MatchString(stdout) {
+		t.Errorf("warmup did not say what it cached:\n%s", stdout)
+	}
+	stdout, _, code = pyrunCmd(t, "", "warmup", "--wheelhouse", demoWheelhouse(t), "--deps", "pyrun-demo==9")
+	if code == 0 || !strings.Contains(stdout, "packages   FAIL") || !strings.Contains(stdout, "pyrun-demo==9") {
+		t.Errorf("warmup with deps that cannot be had: exit %d\n%s", code, stdout)
+	}
+}

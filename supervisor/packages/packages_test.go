@@ -1,0 +1,240 @@
+package packages_test
+
+import (
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pyrun/pyrun/supervisor/packages"
+	"github.com/pyrun/pyrun/supervisor/packages/packagestest"
+)
+
+// demo writes the wheels the tests share into dir: two versions of
+// pyrun-demo, and app -> mid -> base, a chain of dependencies.
+func demo(t *testing.T, dir string) []packagestest.Built {
+	t.Helper()
+	var out []packagestest.Built
+	for _, w := range []packagestest.Wheel{
+		{Name: "pyrun-demo", Version: "1.0", Files: map[string]string{"pyrun_demo/__init__.py": "VERSION = '1.0'\n"}},
+		{Name: "pyrun-demo", Version: "2.0", Files: map[string]string{"pyrun_demo/__init__.py": "VERSION = '2.0'\n"}},
+		{Name: "app", Version: "0.1", Files: map[string]string{"app.py": "import mid\n"}, Requires: []string{"mid>=1.0", "colorama; sys_platform == 'win32'", "extras-only; extra == 'dev'"}},
+		{Name: "mid", Version: "1.2", Files: map[string]string{"mid/__init__.py": "import base\n"}, Requires: []string{"base (>=0.5)"}},
+		{Name: "base", Version: "0.5", Files: map[string]string{"base/__init__.py": ""}},
+	} {
+		out = append(out, w.Write(t, dir))
+	}
+	return out
+}
+
+func newResolver(t *testing.T, opt packages.Options) *packages.Resolver {
+	t.Helper()
+	if opt.CacheDir == "" {
+		opt.CacheDir = t.TempDir()
+	}
+	if opt.Index == "" {
+		// An empty index directory: only the wheelhouse counts.
+		opt.Index = t.TempDir()
+		packagestest.Index(t, opt.Index, nil, nil)
+	}
+	r, err := packages.New(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func names(files []packages.File) string {
+	var s []string
+	for _, f := range files {
+		s = append(s, f.Name+"=="+f.Version)
+	}
+	return strings.Join(s, " ")
+}
+
+func TestResolveFromTheWheelhouse(t *testing.T) {
+	wh := t.TempDir()
+	demo(t, wh)
+	r := newResolver(t, packages.Options{Wheelhouse: wh})
+	for _, tc := range []struct {
+		name string
+		req  packages.Request
+		want string // the files, or the error's words
+		err  bool
+	}{
+		{"an import takes the newest", packages.Request{Imports: []string{"pyrun_demo"}}, "pyrun-demo==2.0", false},
+		{"a pin takes the older", packages.Request{Requires: []string{"pyrun-demo==1.0"}}, "pyrun-demo==1.0", false},
+		{"a range", packages.Request{Requires: []string{"Pyrun_Demo>=1,<2"}}, "pyrun-demo==1.0", false},
+		{"dependencies of dependencies come first; markers and extras hold", packages.Request{Imports: []string{"app"}}, "base==0.5 mid==1.2 app==0.1", false},
+		{"loaded packages are not loaded again", packages.Request{Imports: []string{"app"}, Loaded: map[string]string{"base": "0.5"}}, "mid==1.2 app==0.1", false},
+		{"imports no package provides are left alone", packages.Request{Imports: []string{"mymodule", "json"}}, "", false},
+		{"an unsatisfiable pin", packages.Request{Requires: []string{"pyrun-demo==3.0"}}, "pyrun-demo==3.0 (needed by the script) cannot be satisfied: there is 1.0 (the wheelhouse), 2.0 (the wheelhouse)", true},
+		{"an unknown package", packages.Request{Requires: []string{"no-such-package"}}, "no-such-package (needed by the script): no such package in the package index or the wheelhouse", true},
+		{"a conflict between requirements", packages.Request{Requires: []string{"pyrun-demo==1.0", "pyrun-demo>=2"}}, "conflicts with pyrun-demo 1.0", true},
+		{"requires-python", packages.Request{Requires: []string{}, RequiresPython: "<3.10"}, "requires Python <3.10; the workers run Python 3.14.2", true},
+		{"a direct reference", packages.Request{Requires: []string{"pkg @ https://example.com/pkg.whl"}}, "direct references", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := r.Resolve(t.Context(), tc.req)
+			if tc.err {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("error %v, want one saying %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := names(files); got != tc.want {
+				t.Errorf("files %q, want %q", got, tc.want)
+			}
+		})
+	}
+	_, err := r.Resolve(t.Context(), packages.Request{Requires: []string{"pyrun-demo==1.0"}, Loaded: map[string]string{"pyrun-demo": "2.0"}})
+	if !errors.Is(err, packages.ErrLoadedConflict) {
+		t.Errorf("a pin against a loaded version: %v, want ErrLoadedConflict", err)
+	}
+}
+
+func TestWheelhouseIsReadAgainWhenItChanges(t *testing.T) {
+	wh := t.TempDir()
+	r := newResolver(t, packages.Options{Wheelhouse: wh})
+	if files, err := r.Resolve(t.Context(), packages.Request{Imports: []string{"pyrun_demo"}}); err != nil || len(files) != 0 {
+		t.Fatalf("empty wheelhouse: %v %v", files, err)
+	}
+	demo(t, wh)
+	files, err := r.Resolve(t.Context(), packages.Request{Imports: []string{"pyrun_demo"}})
+	if err != nil || names(files) != "pyrun-demo==2.0" {
+		t.Fatalf("after adding wheels: %q %v", names(files), err)
+	}
+}
+
+// TestCache checks that files land in the cache read-only and checked, that
+// a second resolver on the same cache downloads nothing, and that a cached
+// file that was changed is fetched again.
+func TestCache(t *testing.T) {
+	idx := t.TempDir()
+	built := demo(t, idx)
+	packagestest.Index(t, idx, built[1:], map[string][]string{"app": {"mid"}, "mid": {"base"}})
+	var mu sync.Mutex
+	hits := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits[r.URL.Path]++
+		mu.Unlock()
+		http.FileServer(http.Dir(idx)).ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	cache := t.TempDir()
+	resolve := func() []packages.File {
+		t.Helper()
+		r := newResolver(t, packages.Options{Index: srv.URL, CacheDir: cache})
+		files, err := r.Resolve(t.Context(), packages.Request{Imports: []string{"app"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := names(files); got != "base==0.5 mid==1.2 app==0.1" {
+			t.Fatalf("files %q", got)
+		}
+		return files
+	}
+	files := resolve()
+	for _, f := range files {
+		st, err := os.Stat(f.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(f.Path, cache) || st.Mode().Perm()&0o222 != 0 {
+			t.Errorf("%s: not a read-only file in the cache (%v)", f.Path, st.Mode())
+		}
+	}
+	resolve()
+	mu.Lock()
+	for _, f := range files {
+		if n := hits["/"+filepath.Base(f.Path)]; n != 1 {
+			t.Errorf("%s fetched %d times, want once", filepath.Base(f.Path), n)
+		}
+	}
+	mu.Unlock()
+
+	// A file changed behind pyrun's back is not used: it is fetched again.
+	if err := os.Chmod(files[0].Path, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(files[0].Path, []byte("tampered"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	again := resolve()
+	if b, _ := os.ReadFile(again[0].Path); string(b) == "tampered" {
+		t.Error("a tampered cached file was used")
+	}
+	mu.Lock()
+	if n := hits["/"+filepath.Base(files[0].Path)]; n != 2 {
+		t.Errorf("tampered file fetched %d times in all, want 2", n)
+	}
+	mu.Unlock()
+}
+
+func TestFetchFailures(t *testing.T) {
+	idx := t.TempDir()
+	built := demo(t, idx)
+	bad := built[4]
+	bad.SHA256 = strings.Repeat("0", 64)
+	packagestest.Index(t, idx, []packagestest.Built{bad}, nil)
+	srv := httptest.NewServer(http.FileServer(http.Dir(idx)))
+	defer srv.Close()
+
+	r := newResolver(t, packages.Options{Index: srv.URL})
+	_, err := r.Resolve(t.Context(), packages.Request{Imports: []string{"base"}})
+	if err == nil || !strings.Contains(err.Error(), "refusing it") {
+		t.Errorf("a file whose checksum does not match: %v", err)
+	}
+
+	r = newResolver(t, packages.Options{Index: srv.URL, Offline: true})
+	_, err = r.Resolve(t.Context(), packages.Request{Requires: []string{"base"}})
+	if err == nil || !strings.Contains(err.Error(), "network mode is none") {
+		t.Errorf("a URL index with the network off: %v", err)
+	}
+
+	// A local index works with the network off.
+	packagestest.Index(t, idx, built[4:], nil)
+	r = newResolver(t, packages.Options{Index: idx, Offline: true})
+	if files, err := r.Resolve(t.Context(), packages.Request{Imports: []string{"base"}}); err != nil || names(files) != "base==0.5" {
+		t.Errorf("a local index offline: %q %v", names(files), err)
+	}
+
+	srv.Close()
+	r = newResolver(t, packages.Options{Index: srv.URL})
+	_, err = r.Resolve(t.Context(), packages.Request{Requires: []string{"base"}})
+	if err == nil || !strings.Contains(err.Error(), "cannot be read") {
+		t.Errorf("an index that does not answer: %v", err)
+	}
+}
+
+func TestParseRequirement(t *testing.T) {
+	for in, want := range map[string]string{
+		"numpy":                        "numpy",
+		"Foo_Bar.baz >= 1.0, < 2":      "foo-bar-baz>= 1.0, < 2",
+		"requests[socks]==2.31":        "requests==2.31",
+		"attrs (>=23)":                 "attrs>=23",
+		"tomli; python_version<'3.11'": "tomli",
+	} {
+		r, err := packages.ParseRequirement(in)
+		if err != nil {
+			t.Errorf("%q: %v", in, err)
+			continue
+		}
+		if r.String() != want {
+			t.Errorf("%q: %q, want %q", in, r.String(), want)
+		}
+	}
+	for _, bad := range []string{"", "==1.0", "foo >>= 1", "foo; os_name =", "foo; unknown_var == 'x'"} {
+		if _, err := packages.ParseRequirement(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

@@ -1,0 +1,146 @@
+// Package packagestest builds small Python wheels and package indexes for
+// tests, so that pyrun's package handling is tested offline against files
+// the tests make themselves.
+//
+//	whl := packagestest.Wheel{Name: "demo", Version: "1.0",
+//		Files: map[string]string{"demo/__init__.py": "VERSION = '1.0'"}}.Write(t, dir)
+//	packagestest.Index(t, indexDir, whl) // a pyodide-lock.json listing it
+package packagestest
+
+import (
+	"archive/zip"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// Wheel describes a wheel to build: a zip with the package's files and its
+// *.dist-info/{METADATA,WHEEL,RECORD}.
+type Wheel struct {
+	Name     string            // the distribution's name, as in METADATA
+	Version  string            // its version
+	Files    map[string]string // path in the wheel -> content
+	Requires []string          // Requires-Dist lines (PEP 508)
+	// Imports are its top-level modules, for an index's lock file; nil:
+	// the first path component of each of Files.
+	Imports []string
+}
+
+// Built is a wheel written to disk.
+type Built struct {
+	Wheel
+	Path   string
+	SHA256 string
+}
+
+// FileName is the wheel's PEP 427 file name.
+func (w Wheel) FileName() string {
+	return fmt.Sprintf("%s-%s-py3-none-any.whl", strings.ReplaceAll(w.Name, "-", "_"), w.Version)
+}
+
+// Write builds the wheel in dir.
+func (w Wheel) Write(t testing.TB, dir string) Built {
+	t.Helper()
+	p := filepath.Join(dir, w.FileName())
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := zip.NewWriter(f)
+	info := strings.ReplaceAll(w.Name, "-", "_") + "-" + w.Version + ".dist-info"
+	meta := "Metadata-Version: 2.1\nName: " + w.Name + "\nVersion: " + w.Version + "\n"
+	for _, r := range w.Requires {
+		meta += "Requires-Dist: " + r + "\n"
+	}
+	files := map[string]string{
+		info + "/METADATA": meta,
+		info + "/WHEEL":    "Wheel-Version: 1.0\nGenerator: packagestest\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+	}
+	for k, v := range w.Files {
+		files[k] = v
+	}
+	names := make([]string, 0, len(files))
+	for k := range files {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	var record strings.Builder
+	for _, name := range names {
+		sum := sha256.Sum256([]byte(files[name]))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", name, base64.RawURLEncoding.EncodeToString(sum[:]), len(files[name]))
+	}
+	record.WriteString(info + "/RECORD,,\n")
+	files[info+"/RECORD"] = record.String()
+	names = append(names, info+"/RECORD")
+	for _, name := range names {
+		fw, err := zw.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fw.Write([]byte(files[name])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return Built{Wheel: w, Path: p, SHA256: hex.EncodeToString(sum[:])}
+}
+
+// Index writes dir/pyodide-lock.json listing the wheels, which must be in
+// dir, as the Pyodide distribution's lock file does; depends lists each
+// wheel's dependencies by name (the lock file's "depends").
+func Index(t testing.TB, dir string, wheels []Built, depends map[string][]string) {
+	t.Helper()
+	pkgs := map[string]any{}
+	for _, w := range wheels {
+		imports := w.Imports
+		if imports == nil {
+			seen := map[string]bool{}
+			for p := range w.Files {
+				top, _, _ := strings.Cut(p, "/")
+				top = strings.TrimSuffix(top, ".py")
+				if !seen[top] {
+					seen[top] = true
+					imports = append(imports, top)
+				}
+			}
+			slices.Sort(imports)
+		}
+		deps := depends[w.Name]
+		if deps == nil {
+			deps = []string{}
+		}
+		pkgs[strings.ToLower(w.Name)] = map[string]any{
+			"name": w.Name, "version": w.Version, "file_name": filepath.Base(w.Path),
+			"install_dir": "site", "sha256": w.SHA256, "package_type": "package",
+			"imports": imports, "depends": deps, "unvendored_tests": false,
+		}
+	}
+	lock := map[string]any{
+		"info":     map[string]any{"arch": "wasm32", "platform": "emscripten_5_0_3", "version": "314.0.7", "python": "3.14.2"},
+		"packages": pkgs,
+	}
+	b, err := json.MarshalIndent(lock, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pyodide-lock.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
