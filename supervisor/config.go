@@ -46,6 +46,9 @@ type Config struct {
 	PackageIndex string
 	// Wheelhouse is a directory of wheels to install from. "": none.
 	Wheelhouse string
+	// PyPI is a JSON API like PyPI's, for requirements neither the index
+	// nor the wheelhouse meets. "": packages.DefaultPyPI; "none": never.
+	PyPI string
 }
 
 // Network says what Python code may reach over the network.

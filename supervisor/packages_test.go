@@ -52,7 +52,7 @@ func wantStatus(t *testing.T, res supervisor.Result, status supervisor.Status) {
 func TestPackagesFromAWheelhouse(t *testing.T) {
 	wh := t.TempDir()
 	demoWheels(t, wh)
-	p := snapshotPool(t, ownPackages(t), supervisor.Config{Workers: 1, Wheelhouse: wh})
+	p := snapshotPool(t, ownPackages(t), supervisor.Config{Workers: 1, Wheelhouse: wh, PyPI: "none"})
 
 	t.Run("an import is found and loaded with its dependencies", func(t *testing.T) {
 		res := run(t, p, supervisor.Job{Code: "import app\napp.NAME"})
@@ -273,4 +273,23 @@ func TestDistributionPackageOffline(t *testing.T) {
 	if !strings.Contains(res.Error, "network mode is none") {
 		t.Errorf("error %q", res.Error)
 	}
+}
+
+// TestPackagesFromPyPI: a PEP 723 requirement neither the index nor the
+// wheelhouse has comes from a JSON API like PyPI's (on loopback), with its
+// dependencies, and the worker imports it.
+func TestPackagesFromPyPI(t *testing.T) {
+	dir := t.TempDir()
+	lite := packagestest.Wheel{Name: "lite", Version: "1.0", Files: map[string]string{"lite/__init__.py": "import tinydep\nV = tinydep.V + 1\n"}}.Write(t, dir)
+	dep := packagestest.Wheel{Name: "tinydep", Version: "0.3", Files: map[string]string{"tinydep.py": "V = 41\n"}}.Write(t, dir)
+	srv, _ := packagestest.PyPI(t, []packagestest.Release{{Built: lite, RequiresDist: []string{"tinydep"}}, {Built: dep}})
+	p := snapshotPool(t, ownPackages(t), supervisor.Config{Workers: 1, PyPI: srv.URL + "/pypi/"})
+	res := run(t, p, supervisor.Job{Code: "# /// script\n# dependencies = [\"lite>=1\"]\n# ///\nimport lite\nlite.V"})
+	wantStatus(t, res, supervisor.StatusSuccess)
+	if res.Value != "42" || strings.Join(res.Dependencies, ",") != "tinydep,lite" {
+		t.Errorf("value %s, dependencies %v", res.Value, res.Dependencies)
+	}
+	// A plain import is not looked up on PyPI.
+	res = run(t, p, supervisor.Job{Code: "import tinydep_other"})
+	wantStatus(t, res, supervisor.StatusRunError)
 }

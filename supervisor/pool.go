@@ -127,6 +127,13 @@ func NewPool(rt *Runtime, cfg Config, log hclog.Logger) (*Pool, error) {
 // NewResolver is the package resolver of cfg's packages on rt: what
 // workers of a pool load, and what `pyrun warmup --deps` caches.
 func NewResolver(rt *Runtime, cfg Config, log hclog.Logger) (*packages.Resolver, error) {
+	pypi := cfg.PyPI
+	switch pypi {
+	case "":
+		pypi = packages.DefaultPyPI
+	case "none":
+		pypi = ""
+	}
 	return packages.New(packages.Options{
 		CacheDir:    rt.PackageDir,
 		Index:       cfg.PackageIndex,
@@ -134,6 +141,7 @@ func NewResolver(rt *Runtime, cfg Config, log hclog.Logger) (*packages.Resolver,
 		Pyodide:     rt.Pyodide,
 		Python:      rt.Python,
 		Wheelhouse:  cfg.Wheelhouse,
+		PyPI:        pypi,
 		Offline:     cfg.Network == NetworkNone,
 		Log:         log,
 	})
@@ -571,7 +579,8 @@ func (p *Pool) Reconfigure(cfg Config) error {
 		return ErrClosed
 	}
 	old := p.cfg
-	if p.newPkgs != nil && (old.PackageIndex != cfg.PackageIndex || old.Wheelhouse != cfg.Wheelhouse || old.Network != cfg.Network) {
+	if p.newPkgs != nil && (old.PackageIndex != cfg.PackageIndex || old.Wheelhouse != cfg.Wheelhouse ||
+		old.PyPI != cfg.PyPI || old.Network != cfg.Network) {
 		pkgs, err := p.newPkgs(cfg)
 		if err != nil {
 			return fmt.Errorf("reconfigure: %w", err)

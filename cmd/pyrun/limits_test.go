@@ -11,6 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/packages"
 )
 
 // TestLimits checks that the request limits reach what a client sees: code
@@ -93,7 +94,7 @@ func TestLimitFlags(t *testing.T) {
 	}
 	got := o.poolConfig()
 	want := supervisor.Config{Workers: got.Workers, Timeout: 7 * time.Second, MemoryLimit: 300 << 20, MaxOutput: 2 << 10,
-		MaxQueue: 5, QueueTimeout: 3 * time.Second, Network: supervisor.NetworkPublic, Isolation: supervisor.IsolationCall}
+		MaxQueue: 5, QueueTimeout: 3 * time.Second, Network: supervisor.NetworkPublic, Isolation: supervisor.IsolationCall, PyPI: packages.DefaultPyPI}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("pool config %+v, want %+v", got, want)
 	}

@@ -465,3 +465,45 @@ for i in range(10):
 }
 
 func slicesEqual(a, b []chunk) bool { return slices.Equal(a, b) }
+
+// TestServeLive: through pyrun serve, over Streamable HTTP and HTTP+SSE, a
+// call's lines reach its session as log messages while it runs, and
+// progress notifications follow it.
+func TestServeLive(t *testing.T) {
+	srv := startServe(t, "--workers", "1", "--progress-interval", "250ms")
+	code := "import time\nfor i in range(10):\n    print(f'line {i}')\n    time.sleep(0.2)\n"
+	for _, transport := range []string{"mcp", "sse"} {
+		t.Run(transport, func(t *testing.T) {
+			n := newNotes()
+			s := srv.connectWith(t, transport, "", nil, n.clientOptions())
+			s.setLevel(t, "info")
+			tok := "live-" + transport
+			began := time.Now()
+			r, err := s.callWith(t.Context(), tok, map[string]any{"python_code": code})
+			returned := time.Now()
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantStatus(t, r, "success")
+			logs := n.waitLogs(t, tok, "all ten lines", hasStream("stdout", "line 9"))
+			var lines []logNote
+			for _, l := range logs {
+				if l.data.Stream == "stdout" {
+					lines = append(lines, l)
+				}
+			}
+			if len(lines) < 5 {
+				t.Fatalf("%d log messages for 10 lines written 200 ms apart; want them as they come", len(lines))
+			}
+			first := lines[0].at
+			t.Logf("%d messages; the first %v after the call, the result %v after it", len(lines),
+				first.Sub(began).Round(time.Millisecond), returned.Sub(began).Round(time.Millisecond))
+			if d := returned.Sub(first); d < 1200*time.Millisecond {
+				t.Errorf("the first line arrived only %v before the result; want well over a second", d)
+			}
+			if got := n.progressFor(tok); len(got) < 2 || !strings.Contains(got[len(got)-1].message, "running for") {
+				t.Errorf("progress notifications %+v, want a few, while the call runs", got)
+			}
+		})
+	}
+}

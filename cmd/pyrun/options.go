@@ -32,6 +32,7 @@ type options struct {
 	deps         stringList
 	packageIndex string
 	wheelhouse   string
+	pypi         string
 	network      string
 	isolation    string
 	runtimeDir   string
@@ -74,6 +75,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.DurationVar(&o.queueTimeout, "queue-timeout", 60*time.Second, "longest a call waits for a free worker")
 	fs.Var(&o.deps, "deps", "comma-separated packages (PEP 508: numpy, attrs==23.2) every worker loads before it takes a call")
 	fs.StringVar(&o.packageIndex, "package-index", "", "where Pyodide's packages come from: a URL or a `directory` laid out like the Pyodide distribution (default: the CDN of the pinned Pyodide version)")
+	fs.StringVar(&o.pypi, "pypi", packages.DefaultPyPI, "`URL` of PyPI's JSON API (or a mirror's), for PEP 723 requirements neither the package index nor the wheelhouse has; none: never ask")
 	fs.StringVar(&o.wheelhouse, "wheelhouse", "", "`directory` of wheels (pure Python, or built for Pyodide) to install from, by name and version")
 	fs.StringVar(&o.network, "network", "public", "what Python may reach: none, packages, public (no private or loopback addresses) or all")
 	fs.StringVar(&o.isolation, "isolation", "call", "call (fresh globals, files and modules per call) or process (a new worker per call)")
@@ -240,6 +242,9 @@ func (o *options) check() error {
 			return fmt.Errorf("wheelhouse %s is not a directory", o.wheelhouse)
 		}
 	}
+	if o.pypi != "none" && !strings.HasPrefix(o.pypi, "http://") && !strings.HasPrefix(o.pypi, "https://") {
+		return fmt.Errorf("pypi must be a URL or none, not %q", o.pypi)
+	}
 	if ix := o.packageIndex; ix != "" && !strings.HasPrefix(ix, "http://") && !strings.HasPrefix(ix, "https://") {
 		if _, err := os.Stat(filepath.Join(ix, "pyodide-lock.json")); err != nil {
 			return fmt.Errorf("package-index %s: not a URL, and not a directory with a pyodide-lock.json", ix)
@@ -270,6 +275,7 @@ func (o *options) poolConfig() supervisor.Config {
 		Deps:         o.deps,
 		PackageIndex: o.packageIndex,
 		Wheelhouse:   o.wheelhouse,
+		PyPI:         o.pypi,
 	}
 }
 

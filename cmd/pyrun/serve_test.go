@@ -121,6 +121,12 @@ func (s *httpServer) signal(sig os.Signal) {
 // ("sse") at endpoint (the server's own when empty), closed with the test.
 func (s *httpServer) connect(t *testing.T, transport, endpoint string, hc *http.Client) *server {
 	t.Helper()
+	return s.connectWith(t, transport, endpoint, hc, nil)
+}
+
+// connectWith is connect with the client's options (notification handlers).
+func (s *httpServer) connectWith(t *testing.T, transport, endpoint string, hc *http.Client, opts *sdk.ClientOptions) *server {
+	t.Helper()
 	if endpoint == "" {
 		endpoint = s.base + "/" + transport
 	}
@@ -134,7 +140,7 @@ func (s *httpServer) connect(t *testing.T, transport, endpoint string, hc *http.
 		t.Fatalf("unknown transport %q", transport)
 	}
 	// The SSE transport's stream lives in the context Connect is given.
-	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-serve-e2e", Version: "test"}, nil)
+	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-serve-e2e", Version: "test"}, opts)
 	cs, err := client.Connect(t.Context(), tr, nil)
 	if err != nil {
 		t.Fatalf("connect to %s: %v", endpoint, err)

@@ -27,7 +27,10 @@ type candidate struct {
 	sha256   string   // hex; "" until a local file is hashed
 	imports  []string // top-level modules it provides
 	requires []Requirement
-	from     string // "the package index" or "the wheelhouse"
+	from     string // "the package index", "the wheelhouse" or "PyPI"
+	// lazy: requires are read when the candidate is chosen (PyPI lists
+	// versions without them).
+	lazy bool
 }
 
 // lockFile is the part of a pyodide-lock.json that pyrun reads.

@@ -58,6 +58,10 @@ type Options struct {
 	Python string
 	// Wheelhouse is a directory of wheels. "": none.
 	Wheelhouse string
+	// PyPI is the base URL of a JSON API like PyPI's (DefaultPyPI), asked
+	// for requirements that neither the index nor the wheelhouse meets.
+	// "": never asked.
+	PyPI string
 	// Offline refuses every download: packages come only from a local
 	// index and the wheelhouse (--network none).
 	Offline bool
@@ -85,8 +89,11 @@ type Resolver struct {
 	env    map[string]string
 	fetchG singleflight.Group
 
+	pypiBase string // ends in /; "": PyPI is not asked
+
 	mu       sync.Mutex
-	dist     *distribution // nil until read
+	pypi     map[string]pypiEntry // by normalized name
+	dist     *distribution        // nil until read
 	distErr  error
 	distAt   time.Time
 	wheels   wheelhouse
@@ -122,7 +129,10 @@ func New(opt Options) (*Resolver, error) {
 	if opt.CacheDir == "" {
 		return nil, errors.New("packages: no cache directory")
 	}
-	r := &Resolver{opt: opt, log: opt.Log, client: opt.Client, verified: map[string]time.Time{}}
+	r := &Resolver{opt: opt, log: opt.Log, client: opt.Client, verified: map[string]time.Time{}, pypi: map[string]pypiEntry{}}
+	if opt.PyPI != "" && !opt.Offline {
+		r.pypiBase = strings.TrimSuffix(opt.PyPI, "/") + "/"
+	}
 	if r.log == nil {
 		r.log = hclog.NewNullLogger()
 	}
@@ -207,7 +217,10 @@ func (r *Resolver) Resolve(ctx context.Context, req Request) ([]File, error) {
 		}
 		wants = append(wants, want{Requirement{Name: name}, "import " + imp})
 	}
-	s := &solver{dist: dist, distErr: distErr, wheels: wheels, loaded: req.Loaded, env: env, chosen: map[string]*candidate{}}
+	s := &solver{
+		ctx: ctx, r: r, python: cmpOr(python, "3.14.2"),
+		dist: dist, distErr: distErr, wheels: wheels, loaded: req.Loaded, env: env, chosen: map[string]*candidate{},
+	}
 	for _, w := range wants {
 		if err := s.add(w, 0); err != nil {
 			return nil, err
@@ -218,6 +231,12 @@ func (r *Resolver) Resolve(ctx context.Context, req Request) ([]File, error) {
 		p, err := r.fetch(ctx, c)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", c.display, c.version, err)
+		}
+		if c.lazy && c.imports == nil {
+			// PyPI does not say which modules a wheel holds: the wheel does.
+			if w, err := readWheel(p); err == nil {
+				c.imports = w.imports
+			}
 		}
 		files = append(files, File{Name: c.name, Version: c.version, Path: p, Imports: c.imports})
 	}
@@ -233,6 +252,9 @@ type want struct {
 // solver picks one version of every package a request needs: the highest
 // that meets every requirement seen so far, without backtracking.
 type solver struct {
+	ctx     context.Context
+	r       *Resolver
+	python  string
 	dist    *distribution
 	distErr error
 	wheels  map[string][]*candidate
@@ -267,11 +289,21 @@ func (s *solver) add(w want, depth int) error {
 			all = append(all, c)
 		}
 	}
+	if len(all) == 0 && s.r.pypiBase != "" {
+		var err error
+		if all, err = s.r.fromPyPI(s.ctx, rq.Name, s.python); err != nil {
+			return fmt.Errorf("%s (needed by %s): %w", rq.Name, w.by, err)
+		}
+	}
 	if len(all) == 0 {
 		if s.distErr != nil {
 			return fmt.Errorf("%s (needed by %s): %w", rq.Name, w.by, s.distErr)
 		}
-		return fmt.Errorf("%s (needed by %s): no such package in the package index or the wheelhouse", rq.Name, w.by)
+		where := "the package index or the wheelhouse"
+		if s.r.pypiBase != "" {
+			where = "the package index, the wheelhouse or " + s.r.pypiBase
+		}
+		return fmt.Errorf("%s (needed by %s): no such package in %s", rq.Name, w.by, where)
 	}
 	var best *candidate
 	var bestV pep440.Version
@@ -297,6 +329,15 @@ func (s *solver) add(w want, depth int) error {
 	if isLoaded {
 		return fmt.Errorf("%s (needed by %s): %s %s is loaded in this worker already: %w",
 			rq, w.by, rq.Name, loaded, ErrLoadedConflict)
+	}
+	if best.lazy {
+		reqs, err := s.r.pypiRequires(s.ctx, best)
+		if err != nil {
+			return fmt.Errorf("%s (needed by %s): %w", rq, w.by, err)
+		}
+		// A copy: the listing is shared by concurrent requests.
+		c := *best
+		c.requires, best = reqs, &c
 	}
 	s.chosen[rq.Name] = best
 	for _, dep := range best.requires {

@@ -238,3 +238,52 @@ func TestParseRequirement(t *testing.T) {
 		}
 	}
 }
+
+// fakePyPI serves lite and tinydep on a JSON API like PyPI's: lite 1.0
+// (needs tinydep>=0.2), 2.0 for a newer Python, 3.0 yanked, 4.0 an sdist.
+func fakePyPI(t *testing.T) (*httptest.Server, func(path string) int) {
+	t.Helper()
+	dir := t.TempDir()
+	lite := func(v string) packagestest.Built {
+		return packagestest.Wheel{Name: "lite", Version: v, Files: map[string]string{"lite/__init__.py": "V = " + v + "\n"}}.Write(t, dir)
+	}
+	dep := packagestest.Wheel{Name: "tinydep", Version: "0.3", Files: map[string]string{"tinydep.py": ""}}.Write(t, dir)
+	return packagestest.PyPI(t, []packagestest.Release{
+		{Built: lite("1.0"), RequiresPython: ">=3.8", RequiresDist: []string{"tinydep>=0.2"}},
+		{Built: lite("2.0"), RequiresPython: ">=3.99"},
+		{Built: lite("3.0"), Yanked: true},
+		{Built: packagestest.Built{Wheel: packagestest.Wheel{Name: "lite", Version: "4.0"}}, Sdist: true},
+		{Built: dep},
+	})
+}
+
+func TestResolveFromPyPI(t *testing.T) {
+	srv, hits := fakePyPI(t)
+	r := newResolver(t, packages.Options{PyPI: srv.URL + "/pypi/"})
+	files, err := r.Resolve(t.Context(), packages.Request{Requires: []string{"lite"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(files); got != "tinydep==0.3 lite==1.0" {
+		t.Errorf("files %q, want tinydep==0.3 lite==1.0 (2.0 needs another Python, 3.0 is yanked, 4.0 has no wheel)", got)
+	}
+	if len(files) == 2 && strings.Join(files[1].Imports, ",") != "lite" {
+		t.Errorf("imports of lite %v, read from its wheel", files[1].Imports)
+	}
+	_, err = r.Resolve(t.Context(), packages.Request{Requires: []string{"nowhere"}})
+	if err == nil || !strings.Contains(err.Error(), "no such package in the package index, the wheelhouse or "+srv.URL) {
+		t.Errorf("a project PyPI does not have: %v", err)
+	}
+	// Listings are kept: a second request asks PyPI nothing about lite.
+	if _, err := r.Resolve(t.Context(), packages.Request{Requires: []string{"lite==1.0"}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := hits("/pypi/lite/json"); n != 1 {
+		t.Errorf("PyPI asked %d times for lite's listing, want once", n)
+	}
+	// Offline, PyPI is never asked.
+	off := newResolver(t, packages.Options{PyPI: srv.URL + "/pypi/", Offline: true})
+	if _, err := off.Resolve(t.Context(), packages.Request{Requires: []string{"lite"}}); err == nil || !strings.Contains(err.Error(), "no such package in the package index or the wheelhouse") {
+		t.Errorf("offline: %v", err)
+	}
+}

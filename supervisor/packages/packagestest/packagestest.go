@@ -14,10 +14,13 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -142,5 +145,86 @@ func Index(t testing.TB, dir string, wheels []Built, depends map[string][]string
 	}
 	if err := os.WriteFile(filepath.Join(dir, "pyodide-lock.json"), b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Release is one file of a project on a fake PyPI.
+type Release struct {
+	Built
+	RequiresPython string
+	RequiresDist   []string // of the release's version
+	Yanked         bool
+	Sdist          bool // listed as a source archive, not a wheel
+}
+
+// PyPI serves the releases on loopback through a JSON API like PyPI's
+// (/pypi/<project>/json, /pypi/<project>/<version>/json, and the files),
+// at srv.URL + "/pypi/". hits counts the requests for a path.
+func PyPI(t testing.TB, releases []Release) (srv *httptest.Server, hits func(path string) int) {
+	t.Helper()
+	byProject := map[string][]Release{}
+	for _, r := range releases {
+		name := strings.ToLower(r.Name)
+		byProject[name] = append(byProject[name], r)
+	}
+	var mu sync.Mutex
+	count := map[string]int{}
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		count[req.URL.Path]++
+		mu.Unlock()
+		if f, ok := strings.CutPrefix(req.URL.Path, "/files/"); ok {
+			for _, r := range releases {
+				if r.Path != "" && filepath.Base(r.Path) == f {
+					http.ServeFile(w, req, r.Path)
+					return
+				}
+			}
+			http.NotFound(w, req)
+			return
+		}
+		parts := strings.Split(strings.Trim(strings.TrimPrefix(req.URL.Path, "/pypi/"), "/"), "/")
+		rels, ok := byProject[parts[0]]
+		if !ok || parts[len(parts)-1] != "json" || len(parts) > 3 {
+			http.NotFound(w, req)
+			return
+		}
+		version := ""
+		if len(parts) == 3 {
+			version = parts[1]
+		}
+		files := map[string][]map[string]any{}
+		var requires []string
+		for _, r := range rels {
+			if version != "" && r.Version != version {
+				continue
+			}
+			if version != "" {
+				requires = r.RequiresDist
+			}
+			f := map[string]any{"packagetype": "bdist_wheel", "yanked": r.Yanked, "requires_python": r.RequiresPython}
+			if r.Sdist {
+				f["packagetype"], f["filename"] = "sdist", r.Name+"-"+r.Version+".tar.gz"
+				f["digests"] = map[string]string{"sha256": strings.Repeat("0", 64)}
+			} else {
+				f["filename"], f["digests"] = filepath.Base(r.Path), map[string]string{"sha256": r.SHA256}
+			}
+			f["url"] = srv.URL + "/files/" + f["filename"].(string)
+			files[r.Version] = append(files[r.Version], f)
+		}
+		if version != "" && len(files) == 0 {
+			http.NotFound(w, req)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"info":     map[string]any{"name": rels[0].Name, "requires_dist": requires},
+			"releases": files,
+		})
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func(path string) int {
+		mu.Lock()
+		defer mu.Unlock()
+		return count[path]
 	}
 }
