@@ -497,7 +497,9 @@ func (p *Pool) startLocked() {
 		if err == nil {
 			w, err = startWorker(p.ctx, name, cmd, cfg, log, p.kick, verify)
 		}
-		if snap != nil && p.ctx.Err() == nil {
+		// A start killed from outside says nothing about the snapshot: it
+		// must not count towards giving the snapshot up.
+		if snap != nil && p.ctx.Err() == nil && !errors.Is(err, errKilledStarting) {
 			why := ""
 			if w != nil {
 				why = w.ready.SnapshotError
@@ -557,7 +559,7 @@ func preloadFiles(ctx context.Context, pkgs *packages.Resolver, cfg Config) ([]p
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
-	files, err := pkgs.Resolve(ctx, packages.Request{Requires: cfg.Deps})
+	files, err := pkgs.Resolve(ctx, packages.Request{Requires: cfg.Deps, By: "deps"})
 	if err != nil {
 		return nil, fmt.Errorf("preload packages (deps): %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -97,5 +98,45 @@ esac`, protocolVersion))
 	remade, err := openSnapshot(rt, snapshotSpec{})
 	if err != nil || remade.SHA256 == made.SHA256 {
 		t.Errorf("the snapshot on disk: %v, checksum %s; want a sound one made anew", err, remade.SHA256)
+	}
+}
+
+// TestStartsKilledFromOutsideKeepTheSnapshot: workers killed while they
+// start from the snapshot (by an administrator, the OOM killer, a soak
+// test) say nothing about the snapshot, and the pool keeps starting from it.
+func TestStartsKilledFromOutsideKeepTheSnapshot(t *testing.T) {
+	rt := fakeRuntime(t, makerWrites(50_000))
+	ready := fmt.Sprintf(`printf '{"type":"ready","protocol":%d,"snapshot":true}\n'; exec sleep 600`, protocolVersion)
+	var mu sync.Mutex
+	var withSnapshot []bool
+	p := newPool(func(_ Config, l launch) (*exec.Cmd, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		withSnapshot = append(withSnapshot, l.snapshot != nil)
+		if len(withSnapshot) <= 3 {
+			return exec.Command("/bin/sh", "-c", "kill -9 $$"), nil
+		}
+		return exec.Command("/bin/sh", "-c", ready), nil
+	}, newSnapshots(rt, logFor(t)), nil, nil, Config{Workers: 1}, logFor(t))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Stats().Ready == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no worker became ready")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, snap := range withSnapshot {
+		if !snap {
+			t.Errorf("start %d of %d was plain; every start should use the snapshot", i+1, len(withSnapshot))
+		}
 	}
 }
