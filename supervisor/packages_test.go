@@ -172,6 +172,17 @@ func TestPreloadedDeps(t *testing.T) {
 		t.Errorf("value %s, dependencies %v", res.Value, res.Dependencies)
 	}
 
+	// A reload that changes the deps replaces the workers.
+	cfg := p.Config()
+	cfg.Deps = []string{"pyrun-demo==2.0"}
+	if err := p.Reconfigure(cfg); err != nil {
+		t.Fatal(err)
+	}
+	waitLong(t, "a worker with the new deps", func() bool {
+		res := run(t, p, supervisor.Job{Code: "import sys\ngetattr(sys.modules.get('pyrun_demo'), 'VERSION', None)"})
+		return res.Value == `"2.0"`
+	})
+
 	// Deps that cannot be had keep workers from starting, and say why.
 	bad := snapshotPool(t, ownPackages(t), supervisor.Config{Workers: 1, Wheelhouse: wh, Deps: []string{"pyrun-demo==9"}})
 	waitLong(t, "a start error", func() bool { return strings.Contains(bad.Stats().StartError, "pyrun-demo==9") })

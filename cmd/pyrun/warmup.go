@@ -101,7 +101,7 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 			if len(cfg.Deps) == 0 {
 				return fmt.Sprintf("no deps to preload; calls load what they import from %s", pkgs.Index()), nil
 			}
-			files, err := pkgs.Resolve(ctx, packages.Request{Requires: cfg.Deps})
+			files, err := pkgs.Resolve(ctx, packages.Request{Requires: cfg.Deps, By: "deps"})
 			if err != nil {
 				return "", fmt.Errorf("the deps cannot be had, so no worker could start: %w", err)
 			}

@@ -24,6 +24,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -94,6 +95,7 @@ type Resolver struct {
 	mu       sync.Mutex
 	pypi     map[string]pypiEntry // by normalized name
 	dist     *distribution        // nil until read
+	bundled  map[string]string    // the runtime's lock file's modules, once needed
 	distErr  error
 	distAt   time.Time
 	wheels   wheelhouse
@@ -119,6 +121,8 @@ type Request struct {
 	Requires []string
 	// RequiresPython is a PEP 723 block's requires-python; "" for any.
 	RequiresPython string
+	// By says who requires Requires, for errors. "": "the script".
+	By string
 	// Loaded are the packages the worker has loaded, by normalized name,
 	// with their versions: met already, and fixed.
 	Loaded map[string]string
@@ -202,7 +206,7 @@ func (r *Resolver) Resolve(ctx context.Context, req Request) ([]File, error) {
 		if err != nil {
 			return nil, err
 		}
-		wants = append(wants, want{rq, "the script"})
+		wants = append(wants, want{rq, cmpOr(req.By, "the script")})
 	}
 	for _, imp := range req.Imports {
 		name, ok := wheelImports[imp]
@@ -210,10 +214,10 @@ func (r *Resolver) Resolve(ctx context.Context, req Request) ([]File, error) {
 			name, ok = dist.imports[imp]
 		}
 		if !ok {
-			if distErr != nil {
+			if distErr != nil && r.distributionModule(imp) {
 				return nil, fmt.Errorf("import %s: %w", imp, distErr)
 			}
-			continue
+			continue // the code's own module, or a typo: Python will say
 		}
 		wants = append(wants, want{Requirement{Name: name}, "import " + imp})
 	}
@@ -377,6 +381,25 @@ func (r *Resolver) distribution(ctx context.Context) (*distribution, error) {
 	return r.dist, nil
 }
 
+// distributionModule reports whether a module belongs to a package of the
+// Pyodide distribution as the runtime's own lock file lists it: while a
+// mirror's lock file cannot be read, an import of numpy is its failure, an
+// import of the code's own module is not.
+func (r *Resolver) distributionModule(imp string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.bundled == nil {
+		r.bundled = map[string]string{}
+		if b, err := os.ReadFile(r.opt.BundledLock); err == nil {
+			if d, err := parseLock(b, ""); err == nil {
+				r.bundled = d.imports
+			}
+		}
+	}
+	_, ok := r.bundled[imp]
+	return ok
+}
+
 func (r *Resolver) scanWheels() (map[string][]*candidate, map[string]string, error) {
 	if r.wheels.dir == "" {
 		return nil, nil, nil
@@ -515,6 +538,10 @@ func (r *Resolver) get(ctx context.Context, url string) (io.ReadCloser, error) {
 	}
 	resp, err := r.client.Do(req)
 	if err != nil {
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // it would name the URL again
+		}
 		return nil, fmt.Errorf("fetch %s: %w", url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
