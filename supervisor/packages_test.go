@@ -1,12 +1,9 @@
 package supervisor_test
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,23 +22,6 @@ func ownPackages(t *testing.T) *supervisor.Runtime {
 	return &own
 }
 
-// demoWheels writes two versions of pyrun-demo and the chain app -> mid ->
-// base into dir.
-func demoWheels(t *testing.T, dir string) []packagestest.Built {
-	t.Helper()
-	var out []packagestest.Built
-	for _, w := range []packagestest.Wheel{
-		{Name: "pyrun-demo", Version: "1.0", Files: map[string]string{"pyrun_demo/__init__.py": "VERSION = '1.0'\n"}},
-		{Name: "pyrun-demo", Version: "2.0", Files: map[string]string{"pyrun_demo/__init__.py": "VERSION = '2.0'\n"}},
-		{Name: "app", Version: "0.1", Files: map[string]string{"app.py": "import mid\nNAME = 'app+' + mid.NAME\n"}, Requires: []string{"mid>=1.0"}},
-		{Name: "mid", Version: "1.2", Files: map[string]string{"mid/__init__.py": "import base\nNAME = 'mid+' + base.NAME\n"}, Requires: []string{"base"}},
-		{Name: "base", Version: "0.5", Files: map[string]string{"base/__init__.py": "NAME = 'base'\n"}},
-	} {
-		out = append(out, w.Write(t, dir))
-	}
-	return out
-}
-
 func wantStatus(t *testing.T, res supervisor.Result, status supervisor.Status) {
 	t.Helper()
 	if res.Status != status {
@@ -51,7 +31,7 @@ func wantStatus(t *testing.T, res supervisor.Result, status supervisor.Status) {
 
 func TestPackagesFromAWheelhouse(t *testing.T) {
 	wh := t.TempDir()
-	demoWheels(t, wh)
+	packagestest.Demo(t, wh)
 	p := snapshotPool(t, ownPackages(t), supervisor.Config{Workers: 1, Wheelhouse: wh, PyPI: "none"})
 
 	t.Run("an import is found and loaded with its dependencies", func(t *testing.T) {
@@ -117,7 +97,7 @@ func TestPackagesFromAWheelhouse(t *testing.T) {
 // restarted worker loads from the cache without a second download.
 func TestPackageIndex(t *testing.T) {
 	idx := t.TempDir()
-	built := demoWheels(t, idx)
+	built := packagestest.Demo(t, idx)
 	packagestest.Index(t, idx, built[1:], map[string][]string{"app": {"mid"}, "mid": {"base"}})
 
 	t.Run("directory", func(t *testing.T) {
@@ -130,15 +110,7 @@ func TestPackageIndex(t *testing.T) {
 	})
 
 	t.Run("loopback HTTP and cached across worker restarts", func(t *testing.T) {
-		var mu sync.Mutex
-		hits := map[string]int{}
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			mu.Lock()
-			hits[r.URL.Path]++
-			mu.Unlock()
-			http.FileServer(http.Dir(idx)).ServeHTTP(w, r)
-		}))
-		defer srv.Close()
+		srv, hits := packagestest.Serve(t, idx)
 		rt := ownPackages(t)
 		p := snapshotPool(t, rt, supervisor.Config{Workers: 1, PackageIndex: srv.URL, Isolation: supervisor.IsolationProcess})
 		for range 2 { // each call on a new worker
@@ -148,9 +120,7 @@ func TestPackageIndex(t *testing.T) {
 				t.Errorf("value %s, dependencies %v", res.Value, res.Dependencies)
 			}
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if n := hits["/"+filepath.Base(built[1].Path)]; n != 1 {
+		if n := hits("/" + filepath.Base(built[1].Path)); n != 1 {
 			t.Errorf("the wheel was downloaded %d times, want once", n)
 		}
 	})
@@ -158,7 +128,7 @@ func TestPackageIndex(t *testing.T) {
 
 func TestPreloadedDeps(t *testing.T) {
 	wh := t.TempDir()
-	demoWheels(t, wh)
+	packagestest.Demo(t, wh)
 	p := snapshotPool(t, ownPackages(t), supervisor.Config{Workers: 1, Wheelhouse: wh, Deps: []string{"pyrun-demo==1.0", "app"}})
 	// Imported before the call: it neither loads nor imports anything.
 	res := run(t, p, supervisor.Job{Code: "import sys\n[m in sys.modules for m in ('pyrun_demo', 'app', 'mid', 'base')]"})
@@ -192,7 +162,7 @@ func TestPreloadedDeps(t *testing.T) {
 // lock file, and a new worker loads the package as it was.
 func TestPackageCacheIsOutOfReach(t *testing.T) {
 	wh := t.TempDir()
-	demoWheels(t, wh)
+	packagestest.Demo(t, wh)
 	rt := ownPackages(t)
 	p := snapshotPool(t, rt, supervisor.Config{Workers: 1, Wheelhouse: wh, Isolation: supervisor.IsolationProcess})
 	res := run(t, p, supervisor.Job{Code: "import pyrun_demo\npyrun_demo.VERSION"})

@@ -526,3 +526,23 @@ func TestServeListenNeedsAuth(t *testing.T) {
 		t.Errorf("a missing token file: want an error naming it:\n%s", out)
 	}
 }
+
+// TestServeMetricsOpen: with --metrics-auth=false, /metrics answers without
+// a token while /mcp still needs one.
+func TestServeMetricsOpen(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	saveTokens(t, tokens, "alice:alice-7Xv0rB9kGm1VtZcLwQ8s\n")
+	s := startServe(t, "--workers", "1", "--auth-token-file", tokens, "--metrics-auth=false")
+	resp, err := http.Get(s.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "pyrun_build_info") {
+		t.Errorf("GET /metrics without a token: %s, want 200 and the metrics", resp.Status)
+	}
+	if code, _ := post(t, s.base+"/mcp", "", initializeBody, nil); code != http.StatusUnauthorized {
+		t.Errorf("POST /mcp without a token: %d, want 401", code)
+	}
+}

@@ -580,6 +580,15 @@ func TestReturnValue(t *testing.T) {
 		{"None", "None", ""},
 		{"assignment", "x = 5", ""},
 		{"print", `print("shown")`, ""},
+		// The documented conversions of values JSON has no type for.
+		{"bytes", `[b"utf-8 text", b"\xff\x00"]`, `["utf-8 text", {"$bytes_base64": "/wA="}]`},
+		{"frozenset of mixed types", `sorted(frozenset({1, 2})) + [frozenset({"a"})]`, `[1, 2, ["a"]]`},
+		{"dataclass", "import dataclasses\n@dataclasses.dataclass\nclass P:\n    x: int\n    tags: tuple\nP(1, ('a',))", `{"x": 1, "tags": ["a"]}`},
+		{"pydantic-like model_dump", "class M:\n    def model_dump(self, mode):\n        return {'mode': mode}\nM()", `{"mode": "json"}`},
+		{"numpy-like tolist", "class A:\n    __module__ = 'numpy'\n    def tolist(self):\n        return [[1, 2], [3, 4]]\nA()", `[[1, 2], [3, 4]]`},
+		{"dates, decimals, complex, NaN", "import datetime, decimal, math\n[datetime.date(2025, 3, 18), decimal.Decimal('1.10'), 1+2j, math.nan, -math.inf]", `["2025-03-18", "1.10", "(1+2j)", "NaN", "-Infinity"]`},
+		{"non-string keys and cycles", "d = {1: 'a', None: 'b'}\nl = [d]\nl.append(l)\nl", `[{"1": "a", "null": "b"}, "<cycle>"]`},
+		{"anything else by repr", "class O:\n    def __repr__(self):\n        return '<O>'\nO()", `"<O>"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := s.run(t, tc.code)
@@ -928,6 +937,37 @@ func TestWorkerCrash(t *testing.T) {
 	if err := s.log.waitWorkers(ctx, 2); err != nil {
 		t.Errorf("the crashed worker was not replaced: %v", err)
 	}
+}
+
+// TestWorkerStderrIsRelogged: what a worker process writes to its own
+// stderr (not the call's sys.stderr) reaches pyrun's log, under the
+// worker's name, and not the call's output.
+func TestWorkerStderrIsRelogged(t *testing.T) {
+	s := shared.get(t)
+	marker := fmt.Sprintf("relog-marker-%d", time.Now().UnixNano())
+	r := s.run(t, "import js\njs.console.error('"+marker+"')")
+	wantStatus(t, r, "success")
+	if strings.Contains(r.text, marker) {
+		t.Errorf("the worker's own stderr reached the call's output:\n%s", r.text)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	if err := s.log.waitFor(ctx, "the marker in pyrun's log", func(c map[string]int) bool { return c[marker] > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(s.log.tail(), "\n") {
+		var rec struct {
+			Message string `json:"@message"`
+			Module  string `json:"@module"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == marker {
+			if !regexp.MustCompile(`^pyrun\.pool\.worker-\d+$`).MatchString(rec.Module) {
+				t.Errorf("logged under %q, want the worker's name (pyrun.pool.worker-N)", rec.Module)
+			}
+			return
+		}
+	}
+	t.Errorf("the marker's log line is not among the last lines:\n%s", s.log.tail())
 }
 
 // ---- isolation, on a one-worker server -------------------------------------

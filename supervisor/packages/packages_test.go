@@ -2,34 +2,15 @@ package packages_test
 
 import (
 	"errors"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/pyrun/pyrun/supervisor/packages"
 	"github.com/pyrun/pyrun/supervisor/packages/packagestest"
 )
-
-// demo writes the wheels the tests share into dir: two versions of
-// pyrun-demo, and app -> mid -> base, a chain of dependencies.
-func demo(t *testing.T, dir string) []packagestest.Built {
-	t.Helper()
-	var out []packagestest.Built
-	for _, w := range []packagestest.Wheel{
-		{Name: "pyrun-demo", Version: "1.0", Files: map[string]string{"pyrun_demo/__init__.py": "VERSION = '1.0'\n"}},
-		{Name: "pyrun-demo", Version: "2.0", Files: map[string]string{"pyrun_demo/__init__.py": "VERSION = '2.0'\n"}},
-		{Name: "app", Version: "0.1", Files: map[string]string{"app.py": "import mid\n"}, Requires: []string{"mid>=1.0", "colorama; sys_platform == 'win32'", "extras-only; extra == 'dev'"}},
-		{Name: "mid", Version: "1.2", Files: map[string]string{"mid/__init__.py": "import base\n"}, Requires: []string{"base (>=0.5)"}},
-		{Name: "base", Version: "0.5", Files: map[string]string{"base/__init__.py": ""}},
-	} {
-		out = append(out, w.Write(t, dir))
-	}
-	return out
-}
 
 func newResolver(t *testing.T, opt packages.Options) *packages.Resolver {
 	t.Helper()
@@ -58,7 +39,7 @@ func names(files []packages.File) string {
 
 func TestResolveFromTheWheelhouse(t *testing.T) {
 	wh := t.TempDir()
-	demo(t, wh)
+	packagestest.Demo(t, wh)
 	r := newResolver(t, packages.Options{Wheelhouse: wh})
 	for _, tc := range []struct {
 		name string
@@ -106,7 +87,7 @@ func TestWheelhouseIsReadAgainWhenItChanges(t *testing.T) {
 	if files, err := r.Resolve(t.Context(), packages.Request{Imports: []string{"pyrun_demo"}}); err != nil || len(files) != 0 {
 		t.Fatalf("empty wheelhouse: %v %v", files, err)
 	}
-	demo(t, wh)
+	packagestest.Demo(t, wh)
 	files, err := r.Resolve(t.Context(), packages.Request{Imports: []string{"pyrun_demo"}})
 	if err != nil || names(files) != "pyrun-demo==2.0" {
 		t.Fatalf("after adding wheels: %q %v", names(files), err)
@@ -118,17 +99,9 @@ func TestWheelhouseIsReadAgainWhenItChanges(t *testing.T) {
 // file that was changed is fetched again.
 func TestCache(t *testing.T) {
 	idx := t.TempDir()
-	built := demo(t, idx)
+	built := packagestest.Demo(t, idx)
 	packagestest.Index(t, idx, built[1:], map[string][]string{"app": {"mid"}, "mid": {"base"}})
-	var mu sync.Mutex
-	hits := map[string]int{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		hits[r.URL.Path]++
-		mu.Unlock()
-		http.FileServer(http.Dir(idx)).ServeHTTP(w, r)
-	}))
-	defer srv.Close()
+	srv, hits := packagestest.Serve(t, idx)
 	cache := t.TempDir()
 	resolve := func() []packages.File {
 		t.Helper()
@@ -153,13 +126,11 @@ func TestCache(t *testing.T) {
 		}
 	}
 	resolve()
-	mu.Lock()
 	for _, f := range files {
-		if n := hits["/"+filepath.Base(f.Path)]; n != 1 {
+		if n := hits("/" + filepath.Base(f.Path)); n != 1 {
 			t.Errorf("%s fetched %d times, want once", filepath.Base(f.Path), n)
 		}
 	}
-	mu.Unlock()
 
 	// A file changed behind pyrun's back is not used: it is fetched again.
 	if err := os.Chmod(files[0].Path, 0o644); err != nil {
@@ -172,21 +143,18 @@ func TestCache(t *testing.T) {
 	if b, _ := os.ReadFile(again[0].Path); string(b) == "tampered" {
 		t.Error("a tampered cached file was used")
 	}
-	mu.Lock()
-	if n := hits["/"+filepath.Base(files[0].Path)]; n != 2 {
+	if n := hits("/" + filepath.Base(files[0].Path)); n != 2 {
 		t.Errorf("tampered file fetched %d times in all, want 2", n)
 	}
-	mu.Unlock()
 }
 
 func TestFetchFailures(t *testing.T) {
 	idx := t.TempDir()
-	built := demo(t, idx)
+	built := packagestest.Demo(t, idx)
 	bad := built[4]
 	bad.SHA256 = strings.Repeat("0", 64)
 	packagestest.Index(t, idx, []packagestest.Built{bad}, nil)
-	srv := httptest.NewServer(http.FileServer(http.Dir(idx)))
-	defer srv.Close()
+	srv, _ := packagestest.Serve(t, idx)
 
 	r := newResolver(t, packages.Options{Index: srv.URL})
 	_, err := r.Resolve(t.Context(), packages.Request{Imports: []string{"base"}})

@@ -167,12 +167,9 @@ func PyPI(t testing.TB, releases []Release) (srv *httptest.Server, hits func(pat
 		name := strings.ToLower(r.Name)
 		byProject[name] = append(byProject[name], r)
 	}
-	var mu sync.Mutex
-	count := map[string]int{}
+	c := &counter{n: map[string]int{}}
 	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		mu.Lock()
-		count[req.URL.Path]++
-		mu.Unlock()
+		c.add(req.URL.Path)
 		if f, ok := strings.CutPrefix(req.URL.Path, "/files/"); ok {
 			for _, r := range releases {
 				if r.Path != "" && filepath.Base(r.Path) == f {
@@ -222,9 +219,58 @@ func PyPI(t testing.TB, releases []Release) (srv *httptest.Server, hits func(pat
 		})
 	}))
 	t.Cleanup(srv.Close)
-	return srv, func(path string) int {
-		mu.Lock()
-		defer mu.Unlock()
-		return count[path]
+	return srv, c.get
+}
+
+// Demo writes the wheels pyrun's package tests share into dir: pyrun-demo
+// 1.0 and 2.0 (module pyrun_demo, VERSION), and the chain app -> mid ->
+// base (each module's NAME names the chain), whose Requires-Dist also holds
+// a dependency for Windows only and one of an extra, neither of which a
+// worker installs.
+func Demo(t testing.TB, dir string) []Built {
+	t.Helper()
+	var out []Built
+	for _, w := range []Wheel{
+		{Name: "pyrun-demo", Version: "1.0", Files: map[string]string{"pyrun_demo/__init__.py": "VERSION = '1.0'\n"}},
+		{Name: "pyrun-demo", Version: "2.0", Files: map[string]string{"pyrun_demo/__init__.py": "VERSION = '2.0'\n"}},
+		{Name: "app", Version: "0.1", Files: map[string]string{"app.py": "import mid\nNAME = 'app+' + mid.NAME\n"},
+			Requires: []string{"mid>=1.0", "colorama; sys_platform == 'win32'", "extras-only; extra == 'dev'"}},
+		{Name: "mid", Version: "1.2", Files: map[string]string{"mid/__init__.py": "import base\nNAME = 'mid+' + base.NAME\n"},
+			Requires: []string{"base (>=0.5)"}},
+		{Name: "base", Version: "0.5", Files: map[string]string{"base/__init__.py": "NAME = 'base'\n"}},
+	} {
+		out = append(out, w.Write(t, dir))
 	}
+	return out
+}
+
+// Serve serves dir on loopback HTTP, as a package index or a mirror does;
+// hits counts the requests for a path.
+func Serve(t testing.TB, dir string) (srv *httptest.Server, hits func(path string) int) {
+	t.Helper()
+	c := &counter{n: map[string]int{}}
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.add(r.URL.Path)
+		http.FileServer(http.Dir(dir)).ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, c.get
+}
+
+// counter counts requests by path; safe for concurrent use.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counter) add(path string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[path]++
+}
+
+func (c *counter) get(path string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[path]
 }
