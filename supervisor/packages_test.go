@@ -1,6 +1,9 @@
 package supervisor_test
 
 import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -273,4 +276,46 @@ func TestPackagesFromPyPI(t *testing.T) {
 	// A plain import is not looked up on PyPI.
 	res = run(t, p, supervisor.Job{Code: "import tinydep_other"})
 	wantStatus(t, res, supervisor.StatusRunError)
+}
+
+// TestPackageFetchTimesOut: a call whose package download outlasts its
+// time limit ends as a timeout, and the worker, which was waiting for the
+// supervisor's answer, stays in step with it (or is replaced).
+func TestPackageFetchTimesOut(t *testing.T) {
+	idx := t.TempDir()
+	built := packagestest.Demo(t, idx)
+	packagestest.Index(t, idx, built[1:2], nil)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, ".whl") {
+			select { // a download that never comes
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		http.FileServer(http.Dir(idx)).ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	defer close(release)
+	p := snapshotPool(t, ownPackages(t), supervisor.Config{Workers: 1, PackageIndex: srv.URL})
+	waitReady(t, p, 1)
+	began := time.Now()
+	res := run(t, p, supervisor.Job{Code: "print('before')\nimport pyrun_demo", Timeout: time.Second})
+	if took := time.Since(began); took > 5*time.Second {
+		t.Errorf("the call took %s, with a 1s limit", took)
+	}
+	wantStatus(t, res, supervisor.StatusTimeout)
+	if !strings.Contains(res.Error, "time limit of 1s") {
+		t.Errorf("error %q", res.Error)
+	}
+	// The worker and pyrun are still in step (or the worker was replaced):
+	// each call gets its own answer.
+	for i := range 3 {
+		res := run(t, p, supervisor.Job{Code: fmt.Sprintf("print(%d)\n%d", i, i)})
+		wantStatus(t, res, supervisor.StatusSuccess)
+		if res.Value != fmt.Sprint(i) || res.Stdout != fmt.Sprintf("%d\n", i) {
+			t.Errorf("call %d: value %s, stdout %q", i, res.Value, res.Stdout)
+		}
+	}
 }

@@ -258,6 +258,21 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 		return w.died(res, tr, "", fmt.Errorf("worker did not accept the call: %w", err))
 	}
 
+	// A need is resolved on its own goroutine, so that the deadline and
+	// cancellation stay in force; its answer comes back on answers.
+	answers := make(chan answer, 1)
+	needing := false
+	cutByStop := false // the answer said no because the call was stopped
+	resolveCtx, cancelResolve := context.WithCancel(ctx)
+	defer func() {
+		cancelResolve()
+		if needing {
+			<-answers
+			// The worker still waits for the answer, or its next read
+			// would take the next call's line for it.
+			w.retire = "it was stopped while its packages were being fetched"
+		}
+	}()
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	var grace, repeat <-chan time.Time // while stopping: kill at grace, interrupt again at repeat
@@ -273,6 +288,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			return
 		}
 		stopped = why
+		cancelResolve() // a fetch in progress is for nothing now
 		w.interrupt()
 		grace = time.After(cfg.InterruptGrace)
 		ticker = time.NewTicker(interruptRepeat)
@@ -287,20 +303,6 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	}
 	done := ctx.Done()
 	heard := false // the worker said something about this call
-	// A need is resolved on its own goroutine, so that the deadline and
-	// cancellation stay in force; its answer comes back on answers.
-	answers := make(chan answer, 1)
-	needing := false
-	resolveCtx, cancelResolve := context.WithTimeout(ctx, limit)
-	defer func() {
-		cancelResolve()
-		if needing {
-			<-answers
-			// The worker still waits for the answer, or its next read
-			// would take the next call's line for it.
-			w.retire = "it was stopped while its packages were being fetched"
-		}
-	}()
 	for {
 		select {
 		case ev, ok := <-w.events:
@@ -334,6 +336,9 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			case "error":
 				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), "it failed a call")
 			case "result":
+				if cutByStop && ev.Status == "install-error" {
+					ev.Status = "interrupted" // its packages were cut short by the stop
+				}
 				return w.finish(res, ev, tr, stopped, cfg)
 			default:
 				fail(fmt.Errorf("%w: %q during a call", errGarbage, ev.Type), "it broke the protocol")
@@ -346,8 +351,12 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			if tr.events != nil {
 				tr.events.Package(answerText(ans.req))
 			}
+			cutByStop = stopped != "" && ans.req.Error != ""
 			b, err := json.Marshal(ans.req)
 			if err == nil {
+				// The worker waits for this line; the call's own write
+				// deadline may have passed while the packages came.
+				_ = w.stdin.SetWriteDeadline(time.Now().Add(answerWriteLimit))
 				_, err = w.stdin.Write(append(b, '\n'))
 			}
 			if err != nil {
@@ -370,6 +379,10 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 		}
 	}
 }
+
+// answerWriteLimit bounds the write of a packages answer to a worker that
+// is waiting to read it.
+const answerWriteLimit = 5 * time.Second
 
 // answer is what the supervisor tells a worker that needs packages, and
 // why the worker must not take another call after this one, if it must not.
@@ -399,7 +412,7 @@ func (w *worker) resolve(ctx context.Context, id string, need event) answer {
 		fallthrough
 	case err != nil:
 		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (the call's time ran out while its packages were fetched)", err)
+			err = fmt.Errorf("%w (the call was stopped while its packages were fetched)", err)
 		}
 		ans.Error = err.Error()
 	default:
