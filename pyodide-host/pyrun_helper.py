@@ -211,6 +211,13 @@ def prepare():
     # lands outside the call and strands it. This sleep blocks the thread on
     # the interrupt flag instead, so an interrupt ends it at once.
     time.sleep = _sleep
+    # What Pyodide's package loader imports when it installs a wheel, so
+    # that a worker started from the snapshot has it imported already.
+    import importlib.metadata  # noqa: F401
+    import pyodide._package_loader  # noqa: F401
+    import tempfile  # noqa: F401
+    import zipfile  # noqa: F401
+
     sys.addaudithook(_audit)
 
 
