@@ -259,6 +259,13 @@ func (l *live) loop() {
 		case <-tick:
 			l.sendProgress()
 		case <-l.stop:
+			// A call that left the line and ended at once may have both
+			// signals ready, and select picks either: tell it started.
+			select {
+			case <-l.moved:
+				l.sendProgress()
+			default:
+			}
 			l.flush()
 			return
 		}
