@@ -411,8 +411,11 @@ func (r *Resolver) scanWheels() (map[string][]*candidate, map[string]string, err
 
 // fetch puts c's file in the cache, checked, and returns its path there.
 func (r *Resolver) fetch(ctx context.Context, c *candidate) (string, error) {
-	if len(c.sha256) != 64 {
+	if len(c.sha256) != 64 || strings.Trim(c.sha256, "0123456789abcdef") != "" {
 		return "", errors.New("the package index gives no SHA-256 for it")
+	}
+	if c.fileName == "" || c.fileName == "." || c.fileName == ".." || strings.ContainsAny(c.fileName, `/\`) {
+		return "", fmt.Errorf("its file name %q is not a file name", c.fileName)
 	}
 	dst := filepath.Join(r.opt.CacheDir, c.sha256, c.fileName)
 	if r.cached(dst, c.sha256) {

@@ -175,6 +175,21 @@ func TestFetchFailures(t *testing.T) {
 		t.Errorf("a local index offline: %q %v", names(files), err)
 	}
 
+	// A lock file whose entries would lead out of the cache is refused.
+	evil := t.TempDir()
+	lock := `{"info": {"python": "3.14.2"}, "packages": {
+		"up": {"name": "up", "version": "1", "file_name": "..", "sha256": "` + strings.Repeat("a", 64) + `", "imports": ["up"]},
+		"odd": {"name": "odd", "version": "1", "file_name": "odd.whl", "sha256": "` + strings.Repeat("Z", 64) + `", "imports": ["odd"]}}}`
+	if err := os.WriteFile(filepath.Join(evil, "pyodide-lock.json"), []byte(lock), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = newResolver(t, packages.Options{Index: evil})
+	for imp, want := range map[string]string{"up": "is not a file name", "odd": "no SHA-256"} {
+		if _, err := r.Resolve(t.Context(), packages.Request{Imports: []string{imp}}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("import %s from a bad lock file: %v, want %q", imp, err, want)
+		}
+	}
+
 	srv.Close()
 	r = newResolver(t, packages.Options{Index: srv.URL})
 	_, err = r.Resolve(t.Context(), packages.Request{Requires: []string{"base"}})
