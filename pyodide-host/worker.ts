@@ -368,8 +368,10 @@ async function importHelper(py: PyodideInterface): Promise<Helper> {
 function packageLoader(
   py: PyodideInterface,
 ): (files: PackageFile[], message: (text: string) => void) => Promise<string[]> {
-  let unpack: Unpacker | undefined; // made on first use, in this process
-  let site = "";
+  // Taken before any call runs: a call may patch site or the loader later.
+  const unpack = (py.pyimport("pyodide._package_loader") as unknown as { unpack_buffer: Unpacker })
+    .unpack_buffer;
+  const site = py.runPython("import site; site.getsitepackages()[0]") as string;
   return async (files, message) => {
     const errors: string[] = [];
     const native: string[] = [];
@@ -380,10 +382,6 @@ function packageLoader(
       }
       message(`Loading ${f.name} ${f.version}`);
       try {
-        unpack ??=
-          (py.pyimport("pyodide._package_loader") as unknown as { unpack_buffer: Unpacker })
-            .unpack_buffer;
-        site ||= py.runPython("import site; site.getsitepackages()[0]") as string;
         unpack.callKwargs({
           buffer: Deno.readFileSync(f.path),
           filename: f.path.slice(f.path.lastIndexOf("/") + 1),

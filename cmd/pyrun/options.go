@@ -242,10 +242,10 @@ func (o *options) check() error {
 			return fmt.Errorf("wheelhouse %s is not a directory", o.wheelhouse)
 		}
 	}
-	if o.pypi != "none" && !strings.HasPrefix(o.pypi, "http://") && !strings.HasPrefix(o.pypi, "https://") {
+	if o.pypi != "none" && !packages.IsURL(o.pypi) {
 		return fmt.Errorf("pypi must be a URL or none, not %q", o.pypi)
 	}
-	if ix := o.packageIndex; ix != "" && !strings.HasPrefix(ix, "http://") && !strings.HasPrefix(ix, "https://") {
+	if ix := o.packageIndex; ix != "" && !packages.IsURL(ix) {
 		if _, err := os.Stat(filepath.Join(ix, "pyodide-lock.json")); err != nil {
 			return fmt.Errorf("package-index %s: not a URL, and not a directory with a pyodide-lock.json", ix)
 		}

@@ -82,7 +82,7 @@ func parseLock(b []byte, base string) (*distribution, error) {
 		switch {
 		case strings.Contains(p.FileName, "://"):
 			c.source = p.FileName
-		case isURL(base):
+		case IsURL(base):
 			c.source = base + p.FileName
 		default:
 			c.source = filepath.Join(base, filepath.FromSlash(p.FileName))
@@ -107,7 +107,9 @@ func cmpOr(a, b string) string {
 	return b
 }
 
-func isURL(s string) bool {
+// IsURL reports whether an index or wheel source is fetched over HTTP
+// rather than read from a directory.
+func IsURL(s string) bool {
 	return strings.HasPrefix(s, "http://") || strings.HasPrefix(s, "https://")
 }
 

@@ -72,6 +72,10 @@ type Options struct {
 	Log hclog.Logger
 }
 
+// defaultPython is the workers' Python when neither the runtime nor the
+// lock file says (markers and PyPI's requires-python need one).
+const defaultPython = "3.14.2"
+
 // maxDownload bounds one fetched file; the largest Pyodide packages are
 // tens of MiB.
 const maxDownload = 512 << 20
@@ -146,7 +150,7 @@ func New(opt Options) (*Resolver, error) {
 			return nil, errors.New("packages: the default index needs the runtime's pyodide-lock.json")
 		}
 		r.index = DefaultIndex(opt.Pyodide)
-	case isURL(opt.Index):
+	case IsURL(opt.Index):
 		r.index = strings.TrimSuffix(opt.Index, "/") + "/"
 	default:
 		abs, err := filepath.Abs(opt.Index)
@@ -190,7 +194,7 @@ func (r *Resolver) Resolve(ctx context.Context, req Request) ([]File, error) {
 	if python == "" && dist != nil {
 		python = dist.python
 	}
-	env := markerEnv(cmpOr(python, "3.14.2"))
+	env := markerEnv(cmpOr(python, defaultPython))
 	if req.RequiresPython != "" && python != "" {
 		spec, err := pep440.NewSpecifiers(req.RequiresPython)
 		if err != nil {
@@ -222,7 +226,7 @@ func (r *Resolver) Resolve(ctx context.Context, req Request) ([]File, error) {
 		wants = append(wants, want{Requirement{Name: name}, "import " + imp})
 	}
 	s := &solver{
-		ctx: ctx, r: r, python: cmpOr(python, "3.14.2"),
+		ctx: ctx, r: r, python: cmpOr(python, defaultPython),
 		dist: dist, distErr: distErr, wheels: wheels, loaded: req.Loaded, env: env, chosen: map[string]*candidate{},
 	}
 	for _, w := range wants {
@@ -366,7 +370,7 @@ func (r *Resolver) distribution(ctx context.Context) (*distribution, error) {
 	switch {
 	case r.opt.Index == "":
 		b, err = os.ReadFile(r.opt.BundledLock)
-	case isURL(r.index):
+	case IsURL(r.index):
 		b, err = r.download(ctx, r.index+"pyodide-lock.json", 64<<20)
 	default:
 		b, err = os.ReadFile(filepath.Join(r.index, "pyodide-lock.json"))
@@ -477,7 +481,7 @@ func hashFile(p string) (string, error) {
 func (r *Resolver) store(ctx context.Context, c *candidate, dst string) error {
 	began := time.Now()
 	var src io.ReadCloser
-	if isURL(c.source) {
+	if IsURL(c.source) {
 		if r.opt.Offline {
 			return fmt.Errorf("it would be downloaded from %s, and the network mode is none: use a --package-index directory or a --wheelhouse", c.source)
 		}

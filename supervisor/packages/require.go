@@ -57,7 +57,7 @@ func ParseRequirement(s string) (Requirement, error) {
 		r.Specifier, r.spec = rest, &spec
 	}
 	if r.Marker != "" {
-		if _, err := evalMarker(r.Marker, markerEnv("3.14.2")); err != nil {
+		if _, err := evalMarker(r.Marker, markerEnv(defaultPython)); err != nil {
 			return Requirement{}, fmt.Errorf("%q: %w", s, err)
 		}
 	}
