@@ -55,7 +55,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "replace", "throughput", "process", "memory"}
+var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory"}
 
 func main() {
 	var o opts
@@ -200,12 +200,28 @@ func run(ctx context.Context, o *opts) error {
 		}},
 		{"pool", fmt.Sprintf("pools of %v ready, %d runs each", o.poolSizes, o.runs), func(ctx context.Context) error {
 			for _, n := range o.poolSizes {
-				s, err := benchPoolReady(ctx, o, n)
+				s, err := benchPoolReady(ctx, o, n, nil)
 				if err != nil {
 					return err
 				}
 				rep.PoolReady = append(rep.PoolReady, poolReport{Workers: n, series: s})
 			}
+			return nil
+		}},
+		{"preload", fmt.Sprintf("pool of 2 ready with a wheel preloaded (--deps), %d runs", o.runs), func(ctx context.Context) error {
+			dir, err := os.MkdirTemp("", "pyrun-bench-wheels-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(dir)
+			if err := writeWheel(dir, "benchpkg", "1.0"); err != nil {
+				return err
+			}
+			s, err := benchPoolReady(ctx, o, 2, []string{"--wheelhouse", dir, "--deps", "benchpkg", "--pypi", "none"})
+			if err != nil {
+				return err
+			}
+			rep.PoolReady = append(rep.PoolReady, poolReport{Workers: 2, Deps: "benchpkg", series: s})
 			return nil
 		}},
 		{"replace", fmt.Sprintf("killed worker replaced, %d runs", o.runs), func(ctx context.Context) (err error) {
@@ -407,12 +423,12 @@ func benchSpawn(ctx context.Context, o *opts) (*series, error) {
 	return newSeries(ds), nil
 }
 
-// benchPoolReady times `pyrun stdio --workers n` from process start until
-// n workers are ready, from pyrun's log.
-func benchPoolReady(ctx context.Context, o *opts, n int) (*series, error) {
+// benchPoolReady times `pyrun stdio --workers n` (and extra flags) from
+// process start until n workers are ready, from pyrun's log.
+func benchPoolReady(ctx context.Context, o *opts, n int, extra []string) (*series, error) {
 	var ds []time.Duration
 	for range o.runs {
-		p, err := startPyrun(ctx, o, "debug", "--workers", fmt.Sprint(n))
+		p, err := startPyrun(ctx, o, "debug", append([]string{"--workers", fmt.Sprint(n)}, extra...)...)
 		if err != nil {
 			return nil, err
 		}
