@@ -35,7 +35,7 @@ var inputSchema = &jsonschema.Schema{
 		"timeout_seconds": {
 			Type:             "number",
 			ExclusiveMinimum: jsonschema.Ptr(0.0),
-			Description:      "Time limit for this call in seconds; capped by the server's limit",
+			Description:      "Time limit for this call in seconds; capped by the server's limit, at least 0.1",
 		},
 	},
 	Required:             []string{"python_code"},
@@ -251,7 +251,7 @@ func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 		Session: s.sessionName(req.Session),
 	}
 	if t := args.TimeoutSeconds; t != nil {
-		job.Timeout = time.Duration(min(*t, 1e6) * float64(time.Second))
+		job.Timeout = jobTimeout(*t)
 	}
 	ctx, untie := s.tieToPost(ctx, req)
 	defer untie()
@@ -289,4 +289,11 @@ func humanBytes(n int) string {
 		return strconv.Itoa(n>>10) + " KiB"
 	}
 	return strings.TrimSpace(strconv.Itoa(n) + " bytes")
+}
+
+// jobTimeout is a call's timeout_seconds as a limit: a positive value too
+// small for a Duration (1e-10) or below supervisor.MinCallTimeout is
+// rounded up to that minimum, rather than read as "no limit of its own".
+func jobTimeout(seconds float64) time.Duration {
+	return max(time.Duration(min(seconds, 1e6)*float64(time.Second)), supervisor.MinCallTimeout)
 }

@@ -34,6 +34,7 @@ import time
 import traceback
 import uuid
 
+import pyrun_guard as _guard  # hooks a call must not leave behind (issue 12)
 from pyodide.code import find_imports, should_quiet
 from pyodide.ffi import run_sync as _run_sync
 from textwrap import dedent as _dedent
@@ -219,6 +220,7 @@ def prepare():
     import zipfile  # noqa: F401
 
     sys.addaudithook(_audit)
+    _guard.install(_stderr.write)  # last: no audit hook can be added after it
 
 
 _prepared = False
@@ -479,6 +481,7 @@ def run(cid, code, globals_json, max_output):
                 result.update(status="run-error", error=_format_exception(e))
         return _finish(call, result, started)
     finally:
+        _guard.reset()  # first: a trace function must not see the cleanup
         _current.reset(token)
         _active = None
         _cancel_leftover_tasks(tasks_before)

@@ -13,6 +13,7 @@ import {
   PROTOCOL_VERSION,
   type Request,
 } from "./protocol.ts";
+import { guardFiles } from "./guards.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -242,9 +243,8 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
     }
     if (ans.error) return JSON.stringify({ error: ans.error });
     const files = ans.files ?? [];
-    const errors = await loadFiles(
-      files,
-      (text) => send({ type: "package", id: current, text }),
+    const errors = await fileGuard.loading(() =>
+      loadFiles(files, (text) => send({ type: "package", id: current, text }))
     );
     return JSON.stringify({ files, errors });
   };
@@ -254,6 +254,9 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
     return Atomics.exchange(shared.flag, 0, 0) !== 0 && live(shared);
   };
   helper.setup(writeLine, wait, () => live(shared), load);
+  // From here on Python can change the file system only in the scratch
+  // folders (guards.ts).
+  const fileGuard = guardFiles(py.FS);
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
   // A notice for a signal the current call started after is stale.
@@ -346,9 +349,11 @@ function beginCall(s: Shared, want: number): void {
 
 /** Imports pyrun's helper from the runtime folder into Pyodide. */
 async function importHelper(py: PyodideInterface): Promise<Helper> {
-  const source = await Deno.readTextFile(new URL("./pyrun_helper.py", import.meta.url));
   py.FS.mkdirTree("/lib/pyrun");
-  py.FS.writeFile("/lib/pyrun/pyrun_helper.py", source);
+  for (const name of ["pyrun_helper.py", "pyrun_guard.py"]) {
+    const source = await Deno.readTextFile(new URL("./" + name, import.meta.url));
+    py.FS.writeFile("/lib/pyrun/" + name, source);
+  }
   py.runPython("import sys; sys.path.insert(0, '/lib/pyrun')");
   const mod = py.pyimport("pyrun_helper") as unknown as Helper;
   py.runPython("import sys; sys.path.remove('/lib/pyrun')");

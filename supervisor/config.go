@@ -200,6 +200,8 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 		filepath.Join(rt.Dir, "worker.ts"),
 		filepath.Join(rt.Dir, "protocol.ts"),
 		filepath.Join(rt.Dir, "pyrun_helper.py"),
+		filepath.Join(rt.Dir, "pyrun_guard.py"),
+		filepath.Join(rt.Dir, "guards.ts"),
 		filepath.Join(rt.Dir, "node_modules", "pyodide"),
 	}
 	if !l.makeSnapshot && rt.PackageDir != "" {

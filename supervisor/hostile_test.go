@@ -337,15 +337,13 @@ await await_attempt("node fs append", run_js("(async (p) => (await import('node:
 	})
 
 	t.Run("writes into the package folder of the interpreter", func(t *testing.T) {
-		// Pyodide's own file system is in memory; a call that changes it
-		// outside the scratch folders gets its worker replaced.
+		// Pyodide's own file system is in memory; outside the scratch
+		// folders Python may not change it (more ways in hostile_worker_test.go).
 		res := hostileRun(t, p, `
 import sys, site
 path = next(p for p in sys.path if p.endswith("site-packages"))
-open(path + "/pyrun_evil.py", "w").write("EVIL = True\n")
-import json
-json.__file__`, nil, 30*time.Second)
-		if res.Status != supervisor.StatusSuccess {
+open(path + "/pyrun_evil.py", "w").write("EVIL = True\n")`, nil, 30*time.Second)
+		if res.Status != supervisor.StatusRunError || !strings.Contains(res.Error, "PermissionError") {
 			t.Fatalf("status %s: %s", res.Status, res.Error)
 		}
 		for range 3 {

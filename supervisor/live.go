@@ -45,10 +45,16 @@ func (p *Pool) runLive(ctx context.Context, job Job, ev Events, watch Watcher) (
 	}
 }
 
-// callLimit is a call's time limit: its own, capped by the pool's.
+// MinCallTimeout is the shortest time limit a call gets: a call's own
+// timeout below it (1e-7 s, say) is rounded up to it, so that the limit
+// cannot pass before the worker has even read the call.
+const MinCallTimeout = 100 * time.Millisecond
+
+// callLimit is a call's time limit: its own, capped by the pool's and
+// rounded up to MinCallTimeout.
 func callLimit(cfg Config, job Job) time.Duration {
 	if job.Timeout > 0 && job.Timeout < cfg.Timeout {
-		return job.Timeout
+		return max(job.Timeout, min(MinCallTimeout, cfg.Timeout))
 	}
 	return cfg.Timeout
 }

@@ -193,10 +193,14 @@ for name, path in paths.items():
         out[name + " removed"] = "yes"
     except Exception as e:
         out[name + " removed"] = type(e).__name__
-# Pyodide's own copy in the worker's file system: the worker is replaced after.
+# Pyodide's own copy in the worker's file system is out of reach too.
 import pyrun_demo, os
-with open(pyrun_demo.__file__, "w") as f:
-    f.write("VERSION = 'evil'")
+try:
+    with open(pyrun_demo.__file__, "w") as f:
+        f.write("VERSION = 'evil'")
+    out["site-packages"] = "written"
+except PermissionError as e:
+    out["site-packages"] = type(e).__name__
 out`
 	res = hostileRun(t, p, code, map[string]any{"paths": map[string]string{"wheel": wheel, "lock": lock}}, 10*time.Second)
 	wantStatus(t, res, supervisor.StatusSuccess)

@@ -249,8 +249,8 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	}
 	line = append(line, '\n')
 	// The worker is idle and reading; a deadline still guards against one
-	// that is not.
-	_ = w.stdin.SetWriteDeadline(time.Now().Add(limit))
+	// that is not. A short call limit must not cut the write of long code.
+	_ = w.stdin.SetWriteDeadline(time.Now().Add(max(limit, answerWriteLimit)))
 	if _, err := w.stdin.Write(line); err != nil {
 		w.kill("it did not accept a call")
 		// The line's final newline never reached the worker: no code ran.

@@ -1,0 +1,192 @@
+package supervisor_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// Worker-level attacks of issue 12's red-team pass, each run on a pool of
+// one worker, so that every call after the attack runs where it ran (unless
+// pyrun replaced the worker). Each test logs the figure the issue quotes
+// (later calls reached, bytes logged, ...) and asserts the bound.
+
+// laterCalls is how many calls after an attack each test looks at.
+const laterCalls = 5
+
+// TestHostileWriteGuard: every way the red team found past the "wrote
+// outside the working directory and /tmp" check plants a module in
+// site-packages; no later call may import it.
+func TestHostileWriteGuard(t *testing.T) {
+	p := realPool(t, supervisor.Config{Workers: 1})
+	const site = "import sys\nsite = next(p for p in sys.path if p.endswith('site-packages'))\n"
+	for _, tc := range []struct{ name, code string }{
+		{"the helper's loading flag", site + `
+import pyrun_helper
+pyrun_helper._active.loading = True
+open(site + "/pyrun_evil.py", "w").write("EVIL = True\n")`},
+		{"dir_fd", site + `
+import os
+fd = os.open(site, os.O_RDONLY)
+out = os.open("pyrun_evil.py", os.O_WRONLY | os.O_CREAT, dir_fd=fd)
+os.write(out, b"EVIL = True\n")
+os.close(out)`},
+		{"symlink and chdir", site + `
+import os
+os.symlink(site, "/tmp/pyrun_link")
+os.chdir("/tmp/pyrun_link")
+open("pyrun_evil.py", "w").write("EVIL = True\n")`},
+		{"a symlink in the working directory", site + `
+import os
+os.symlink(site, "link")
+open("link/pyrun_evil.py", "w").write("EVIL = True\n")`},
+		{"os.replace", site + `
+import os
+open("/tmp/pyrun_evil.py", "w").write("EVIL = True\n")
+os.replace("/tmp/pyrun_evil.py", site + "/pyrun_evil.py")`},
+		{"a callback that writes while the worker is idle", site + `
+import asyncio
+def plant():
+    open(site + "/pyrun_evil.py", "w").write("EVIL = True\n")
+asyncio.get_event_loop().call_later(0.3, plant)
+'armed'`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The attack is refused (PermissionError) or, where it has
+			// nothing to refuse yet (a callback armed), succeeds.
+			res := hostileRun(t, p, tc.code, nil, 30*time.Second)
+			if res.Status != supervisor.StatusSuccess && !strings.Contains(res.Error, "PermissionError") {
+				t.Fatalf("the attack: %s %s", res.Status, res.Error)
+			}
+			reached := 0
+			for range laterCalls {
+				next := hostileRun(t, p, "import asyncio\nawait asyncio.sleep(0.1)\nimport pyrun_evil\npyrun_evil.EVIL", nil, 30*time.Second)
+				if next.Status == supervisor.StatusSuccess {
+					reached++
+				} else if !strings.Contains(next.Error, "ModuleNotFoundError") {
+					t.Errorf("a later call: %s %s", next.Status, next.Error)
+				}
+			}
+			t.Logf("the planted module answered %d of %d later calls", reached, laterCalls)
+			if reached > 0 {
+				t.Errorf("the planted module answered %d of %d later calls; want none", reached, laterCalls)
+			}
+		})
+	}
+}
+
+// TestHostileInterpreterHooks: audit hooks, trace and profile functions and
+// sys.monitoring tools a call installs must not reach the calls after it.
+func TestHostileInterpreterHooks(t *testing.T) {
+	p := realPool(t, supervisor.Config{Workers: 1})
+	// Each attack records, in a module attribute (which outlives the call),
+	// the user code it sees run; each later call runs a function of its own
+	// and reports how much was recorded.
+	const probe = "import math\ndef victim():\n    return 1\nvictim()\nlen(getattr(math, 'pyrun_seen', []))"
+	for _, tc := range []struct{ name, code string }{
+		{"an audit hook that records", `
+import sys, math
+math.pyrun_seen = []
+sys.addaudithook(lambda e, a: math.pyrun_seen.append(e) if e in ("exec", "compile") else None)`},
+		{"an audit hook that raises", `
+import sys
+def hook(e, a):
+    if e == "exec":
+        raise ValueError("hooked")
+sys.addaudithook(hook)`},
+		{"an audit hook after patching pyrun's", `
+import sys, gc, pyrun_helper
+def noop(e, a, *rest, **kw):
+    return None
+for f in [pyrun_helper._audit] + [o for o in gc.get_objects() if getattr(o, "__name__", "") == "refuse"]:
+    for attr, value in (("__code__", noop.__code__), ("__defaults__", None)):
+        try:
+            setattr(f, attr, value)
+        except Exception:
+            pass
+import math
+math.pyrun_seen = []
+sys.addaudithook(lambda e, a: math.pyrun_seen.append(e) if e == "exec" else None)`},
+		{"sys.settrace", `
+import sys, math
+math.pyrun_seen = []
+def tracer(frame, event, arg):
+    if frame.f_code.co_name == "victim":
+        math.pyrun_seen.append(event)
+    return None
+sys.settrace(tracer)`},
+		{"sys.setprofile", `
+import sys, math
+math.pyrun_seen = []
+sys.setprofile(lambda frame, event, arg: math.pyrun_seen.append(event) if frame.f_code.co_name == "victim" else None)`},
+		{"sys.monitoring", `
+import sys, math
+math.pyrun_seen = []
+mon = sys.monitoring
+mon.use_tool_id(3, "spy")
+mon.register_callback(3, mon.events.PY_START, lambda code, off: math.pyrun_seen.append(code.co_name) if code.co_name == "victim" else None)
+mon.set_events(3, mon.events.PY_START)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := hostileRun(t, p, tc.code, nil, 30*time.Second)
+			if res.Status != supervisor.StatusSuccess {
+				t.Fatalf("the attack: %s %s", res.Status, res.Error)
+			}
+			reached, seen := 0, -1
+			for range laterCalls {
+				next := hostileRun(t, p, probe, nil, 30*time.Second)
+				if next.Status != supervisor.StatusSuccess {
+					reached++ // the hook broke it
+					continue
+				}
+				var n int
+				if err := json.Unmarshal([]byte(next.Value), &n); err != nil {
+					t.Fatalf("value %q", next.Value)
+				}
+				if seen >= 0 && n > seen {
+					reached++ // the hook saw this call's code
+				}
+				seen = n
+			}
+			t.Logf("the hook reached %d of %d later calls", reached, laterCalls)
+			if reached > 0 {
+				t.Errorf("the hook reached %d of %d later calls; want none", reached, laterCalls)
+			}
+			// Clean up the module attribute for the next case.
+			hostileRun(t, p, "import math\nmath.__dict__.pop('pyrun_seen', None)", nil, 30*time.Second)
+		})
+	}
+	t.Run("the refusal is said", func(t *testing.T) {
+		res := hostileRun(t, p, "import sys\nsys.addaudithook(lambda e, a: None)\n'done'", nil, 30*time.Second)
+		if res.Status != supervisor.StatusSuccess || !strings.Contains(res.Stderr, "sys.addaudithook refused") {
+			t.Errorf("%s, stderr %q: %s", res.Status, res.Stderr, res.Error)
+		}
+	})
+}
+
+// TestHostileTinyTimeout: a call's own limit below the minimum is rounded
+// up to it: 100 ns used to pass before the worker read the call, which
+// ended crashed and killed the worker.
+func TestHostileTinyTimeout(t *testing.T) {
+	p := realPool(t, supervisor.Config{Workers: 1})
+	waitReady(t, p, 1)
+	before := restarts(p.Stats())
+	for i := range 3 {
+		res := hostileRun(t, p, fmt.Sprintf("%d + 1", i), nil, 100*time.Nanosecond)
+		if res.Status != supervisor.StatusSuccess {
+			t.Errorf("a quick call with a 100 ns limit: %s %s", res.Status, res.Error)
+		}
+	}
+	res := hostileRun(t, p, "import time\ntime.sleep(10)", nil, time.Nanosecond)
+	if res.Status != supervisor.StatusTimeout || !strings.Contains(res.Error, "time limit of 100ms") {
+		t.Errorf("a slow call with a 1 ns limit: %s %s", res.Status, res.Error)
+	}
+	within(t, "the slow call", res.Duration, supervisor.MinCallTimeout, 5*time.Second)
+	if n := restarts(p.Stats()); n != before {
+		t.Errorf("restarts %v; want none", p.Stats().Counts.Restarts)
+	}
+}
