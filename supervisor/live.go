@@ -12,7 +12,9 @@ import (
 // out of step with its calls, before the worker has read the call goes to
 // another worker: its code never ran, so running it elsewhere is safe. This
 // goes on until the call's time limit has passed since it first reached a
-// worker; a call the worker has read is never run twice.
+// worker; a call the worker has read is never run twice. So does a call
+// whose PEP 723 pins conflict with what its worker loaded for earlier calls:
+// the worker refused it before its code ran, and a fresh worker can take it.
 //
 // It returns the worker the call ran on, for the caller to release, and
 // how long the call waited for workers; an error means it never ran.
@@ -33,8 +35,16 @@ func (p *Pool) runLive(ctx context.Context, job Job, ev Events, watch Watcher) (
 			giveUp = time.Now().Add(callLimit(cfg, job))
 		}
 		res := w.run(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
-		if !w.undelivered || ctx.Err() != nil || time.Now().After(giveUp) {
+		if (!w.undelivered && !w.elsewhere) || ctx.Err() != nil || time.Now().After(giveUp) {
 			return w, res, waited, nil
+		}
+		if w.elsewhere {
+			w.log.Info("the call pins another version of a package its worker has loaded; it goes to a fresh worker", "id", job.ID)
+			if watch != nil {
+				watch.Notice(Notice{Text: "the call needs another version of a package its worker has loaded; it goes to a fresh worker"})
+			}
+			p.discard(w, w.retire)
+			continue
 		}
 		w.log.Warn("worker died before it took a call; the call goes to another worker",
 			"id", job.ID, "exit", w.exitDescription())

@@ -60,14 +60,9 @@ func TestPackagesFromAWheelhouse(t *testing.T) {
 			t.Errorf("version %s, want 2.0", res.Value)
 		}
 	})
-	t.Run("a pin against the loaded version gets a fresh worker for the next call", func(t *testing.T) {
+	t.Run("a pin against the loaded version runs on a fresh worker", func(t *testing.T) {
 		pinned := "# /// script\n# dependencies = [\"pyrun-demo==1.0\"]\n# ///\nimport pyrun_demo\npyrun_demo.VERSION"
 		res := run(t, p, supervisor.Job{Code: pinned})
-		wantStatus(t, res, supervisor.StatusInstallError)
-		if !strings.Contains(res.Error, "pyrun-demo 2.0 is loaded in this worker") {
-			t.Errorf("error %q", res.Error)
-		}
-		res = run(t, p, supervisor.Job{Code: pinned})
 		wantStatus(t, res, supervisor.StatusSuccess)
 		if res.Value != `"1.0"` {
 			t.Errorf("version %s, want 1.0", res.Value)
@@ -93,6 +88,44 @@ func TestPackagesFromAWheelhouse(t *testing.T) {
 			t.Errorf("error %q", res.Error)
 		}
 	})
+}
+
+// TestPinAgainstAReusedWorker: a PEP 723 pin that conflicts with what an
+// earlier call loaded into the worker moves to a fresh worker before any
+// of its code runs, and gets what it pinned; its result is the one a clean
+// pool gives. Where even a fresh worker has the other version (preloaded
+// deps), the conflict is the call's install-error.
+func TestPinAgainstAReusedWorker(t *testing.T) {
+	wh := t.TempDir()
+	for _, v := range []string{"1.2.0", "1.3.0"} {
+		packagestest.Wheel{Name: "pyrun-pin", Version: v, Files: map[string]string{
+			"pyrun_pin/__init__.py": "VERSION = '" + v + "'\nprint('imported', VERSION)\n",
+		}}.Write(t, wh)
+	}
+	p := snapshotPool(t, ownPackages(t), supervisor.Config{Workers: 1, Wheelhouse: wh, PyPI: "none"})
+	res := run(t, p, supervisor.Job{Code: "import pyrun_pin\npyrun_pin.VERSION"})
+	wantStatus(t, res, supervisor.StatusSuccess)
+	if res.Value != `"1.3.0"` {
+		t.Fatalf("call 1 got %s, want the newest, 1.3.0", res.Value)
+	}
+	first := res.Worker
+	pinned := "# /// script\n# dependencies = [\"pyrun-pin==1.2.0\"]\n# ///\nprint('ran once')\nimport pyrun_pin\npyrun_pin.VERSION"
+	res = run(t, p, supervisor.Job{Code: pinned})
+	wantStatus(t, res, supervisor.StatusSuccess)
+	if res.Value != `"1.2.0"` || res.Stdout != "ran once\nimported 1.2.0\n" || res.Worker == first {
+		t.Errorf("call 2: %s on %s (call 1 on %s), stdout %q; want 1.2.0 on a fresh worker, run once", res.Value, res.Worker, first, res.Stdout)
+	}
+	if strings.Join(res.Dependencies, ",") != "pyrun-pin" {
+		t.Errorf("dependencies %v", res.Dependencies)
+	}
+
+	// Preloaded 1.3.0: no worker can give 1.2.0, and the call says so.
+	pre := snapshotPool(t, ownPackages(t), supervisor.Config{Workers: 1, Wheelhouse: wh, PyPI: "none", Deps: []string{"pyrun-pin==1.3.0"}})
+	res = run(t, pre, supervisor.Job{Code: pinned})
+	wantStatus(t, res, supervisor.StatusInstallError)
+	if !strings.Contains(res.Error, "pyrun-pin 1.3.0 is loaded in this worker") || res.Stdout != "" {
+		t.Errorf("error %q, stdout %q", res.Error, res.Stdout)
+	}
 }
 
 // TestPackageIndex serves a package index laid out like the Pyodide

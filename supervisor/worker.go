@@ -81,6 +81,9 @@ type worker struct {
 	calls       int    // calls run
 	retire      string // non-empty: do not reuse, and why
 	undelivered bool   // the last call never reached the worker: it died first
+	// elsewhere: the last call's code did not run because it pinned another
+	// version of a package this worker had loaded; it goes to a fresh worker.
+	elsewhere bool
 }
 
 // startWorker starts cmd as a worker and waits until it is ready or fails.
@@ -263,6 +266,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	answers := make(chan answer, 1)
 	needing := false
 	cutByStop := false // the answer said no because the call was stopped
+	conflict := false  // the answer said no: another version is loaded here
 	resolveCtx, cancelResolve := context.WithCancel(ctx)
 	defer func() {
 		cancelResolve()
@@ -339,6 +343,10 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				if cutByStop && ev.Status == "install-error" {
 					ev.Status = "interrupted" // its packages were cut short by the stop
 				}
+				// A worker that ran calls before this one may have loaded
+				// what a fresh worker would not have: the call goes to one.
+				// On a fresh worker (preloaded deps) the conflict stands.
+				w.elsewhere = conflict && ev.Status == "install-error" && stopped == "" && w.calls > 1
 				return w.finish(res, ev, tr, stopped, cfg)
 			default:
 				fail(fmt.Errorf("%w: %q during a call", errGarbage, ev.Type), "it broke the protocol")
@@ -352,6 +360,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				tr.events.Package(answerText(ans.req))
 			}
 			cutByStop = stopped != "" && ans.req.Error != ""
+			conflict = ans.conflict
 			b, err := json.Marshal(ans.req)
 			if err == nil {
 				// The worker waits for this line; the call's own write
@@ -389,6 +398,8 @@ const answerWriteLimit = 5 * time.Second
 type answer struct {
 	req    request
 	retire string
+	// conflict: the call pins another version of a package the worker has loaded.
+	conflict bool
 }
 
 // resolve answers a worker's need: the files of the packages it is to load,
@@ -418,7 +429,7 @@ func (w *worker) resolve(ctx context.Context, id string, need event) answer {
 	default:
 		ans.Files = files
 	}
-	return answer{req: ans, retire: retire}
+	return answer{req: ans, retire: retire, conflict: retire != ""}
 }
 
 // needText and answerText say what a call's packages are doing, for the
