@@ -36,6 +36,25 @@ type Config struct {
 	InterruptGrace time.Duration
 	// StartTimeout bounds a worker's start-up. 0: 60s.
 	StartTimeout time.Duration
+	// StderrLogPerCall bounds the bytes of worker stderr logged per call
+	// (what a worker writes during a call and until its next). 0:
+	// DefaultStderrLogPerCall.
+	StderrLogPerCall int
+	// StderrLogRate bounds the bytes of worker stderr logged a second, for
+	// all workers together. 0: DefaultStderrLogRate.
+	StderrLogRate int
+	// MaxWorkerThreads bounds a worker process's threads (JavaScript
+	// Worker threads a call makes through import js); a worker past it is
+	// killed and replaced. 0: DefaultMaxWorkerThreads.
+	MaxWorkerThreads int
+	// IdleCPU is the share of one CPU an idle worker may use over a
+	// second; past it (a burner a call left behind) it is killed and
+	// replaced. 0: DefaultIdleCPU.
+	IdleCPU float64
+	// IdleMemorySlack is how much more resident memory than it had fresh a
+	// worker may keep after a call; past it, it is replaced. 0: a quarter
+	// of MemoryLimit, at least 64 MiB.
+	IdleMemorySlack int64
 
 	// Deps are PEP 508 requirements every worker loads before it is
 	// ready. nil: none.
@@ -91,6 +110,14 @@ func ParseIsolation(s string) (Isolation, error) {
 	return "", fmt.Errorf("isolation must be call or process, not %q", s)
 }
 
+// Defaults of the limits on what a call may leave a worker with.
+const (
+	// DefaultMaxWorkerThreads: a worker has 10-14 threads of its own (Deno,
+	// V8); the rest is for the few Worker threads a call may use.
+	DefaultMaxWorkerThreads = 64
+	DefaultIdleCPU          = 0.1
+)
+
 // DefaultWorkers is the pool size when none is configured.
 func DefaultWorkers() int { return max(runtime.NumCPU(), 2) }
 
@@ -125,6 +152,21 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StartTimeout <= 0 {
 		c.StartTimeout = 60 * time.Second
+	}
+	if c.StderrLogPerCall <= 0 {
+		c.StderrLogPerCall = DefaultStderrLogPerCall
+	}
+	if c.StderrLogRate <= 0 {
+		c.StderrLogRate = DefaultStderrLogRate
+	}
+	if c.MaxWorkerThreads <= 0 {
+		c.MaxWorkerThreads = DefaultMaxWorkerThreads
+	}
+	if c.IdleCPU <= 0 {
+		c.IdleCPU = DefaultIdleCPU
+	}
+	if c.IdleMemorySlack <= 0 {
+		c.IdleMemorySlack = max(c.MemoryLimit/4, 64<<20)
 	}
 	return c
 }

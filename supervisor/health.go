@@ -22,11 +22,30 @@ func memoryCeiling(limit int64) int64 {
 // Idle spinning: a worker that stayed idle over spinChecks checks in a row
 // and used at least spinShare of a CPU in each is running code no call
 // asked for (a JavaScript Worker thread or timer a call left behind) and is
-// killed.
+// killed. So is one that used more than Config.IdleCPU of a CPU over an
+// idleWindow of its idle spell: a burner kept just under spinShare. A
+// fresh worker idles at 0% once idleWarmup has passed since it became
+// ready (measured: its start-up work ends within a second); windows before
+// that are not judged.
 const (
-	spinShare  = 0.5
-	spinChecks = 3
-	killSpin   = "it kept a CPU busy while idle"
+	spinShare   = 0.5
+	spinChecks  = 3
+	idleWindow  = time.Second
+	idleWarmup  = 3 * time.Second
+	killSpin    = "it kept a CPU busy while idle"
+	killIdleCPU = "it kept using CPU while idle"
+)
+
+// Other things a call can leave a worker worse off than a fresh one with.
+const (
+	// killThreads: more threads than Config.MaxWorkerThreads (JavaScript
+	// Worker threads made through import js), which could exhaust the
+	// service's task limit for every worker.
+	killThreads = "it made more threads than its limit"
+	// retireMemory (a kill, of an idle worker): resident memory past its size when it was fresh by
+	// more than Config.IdleMemorySlack (a big file deleted, a wasm heap
+	// that grew and never shrinks), which the next call would not have.
+	retireMemory = "a call left it holding more memory than a fresh worker"
 )
 
 // cpuSample is the CPU time an idle worker had used at a check.
@@ -35,6 +54,10 @@ type cpuSample struct {
 	at        time.Time
 	idleSince time.Time // the idle spell the sample belongs to
 	hot       int       // consecutive checks at or above spinShare
+	// The start of the current idleWindow of the spell.
+	windowUsed time.Duration
+	windowAt   time.Time
+	slow       bool // the last window used more than the idle CPU limit
 }
 
 // watchHealth runs until the pool closes. Every healthInterval it kills
@@ -61,6 +84,7 @@ func (p *Pool) watchHealth() {
 // cpu holds the samples of idle workers between looks.
 func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	p.mu.Lock()
+	cfg := p.cfg
 	ceiling := memoryCeiling(p.cfg.MemoryLimit)
 	idle := make(map[*worker]time.Time, len(p.idle))
 	workers := make([]*worker, 0, len(p.idle)+len(p.running))
@@ -78,7 +102,8 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 			delete(cpu, w) // busy, or gone: a call may use all the CPU it likes
 		}
 	}
-	var gone, spinning []*worker
+	var gone []*worker
+	spinning := map[*worker]string{} // idle workers to kill, and why
 	for _, w := range workers {
 		select {
 		case <-w.exited:
@@ -86,14 +111,35 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 			continue
 		default:
 		}
-		if rss, err := residentBytes(w.cmd.Process.Pid); err == nil && rss > ceiling {
+		rss, err := residentBytes(w.cmd.Process.Pid)
+		if err == nil && rss > ceiling {
 			w.log.Warn("killing worker: its memory is past the ceiling", "rss", rss, "ceiling", ceiling)
 			w.kill(killMemory)
 			gone = append(gone, w)
 			continue
 		}
-		if since, ok := idle[w]; ok && spun(w, since, cpu) {
-			spinning = append(spinning, w)
+		used, threads, statErr := procStat(w.cmd.Process.Pid)
+		if statErr == nil && threads > cfg.MaxWorkerThreads {
+			w.log.Warn("killing worker: it made more threads than its limit", "threads", threads, "limit", cfg.MaxWorkerThreads)
+			w.kill(killThreads)
+			gone = append(gone, w)
+			continue
+		}
+		since, isIdle := idle[w]
+		if !isIdle {
+			continue
+		}
+		if err == nil && w.worseMemory(rss, cfg) {
+			w.log.Info("a call left the worker holding more memory than when it was fresh",
+				"rss", rss, "fresh", w.freshRSS, "slack", cfg.IdleMemorySlack)
+			spinning[w] = retireMemory
+			continue
+		}
+		if statErr == nil && spun(w, used, since, cpu, cfg.IdleCPU, time.Since(w.readyAt) >= idleWarmup) {
+			spinning[w] = killSpin
+			if s := cpu[w]; s.hot < spinChecks {
+				spinning[w] = killIdleCPU
+			}
 		}
 	}
 	if len(gone)+len(spinning) == 0 {
@@ -105,10 +151,10 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	// taken it since it was sampled.
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, w := range spinning {
+	for w, why := range spinning {
 		if i := slices.Index(p.idle, w); i >= 0 && w.idleSince.Equal(idle[w]) {
-			w.log.Warn("killing worker: it keeps a CPU busy while idle")
-			w.kill(killSpin)
+			w.log.Warn("killing idle worker", "reason", why)
+			w.kill(why)
 			gone = append(gone, w)
 		}
 	}
@@ -126,29 +172,43 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	}
 }
 
-// spun samples the CPU time of a worker idle since since and reports
-// whether it has kept a CPU busy for spinChecks checks of that idle spell.
-func spun(w *worker, since time.Time, cpu map[*worker]cpuSample) bool {
-	used, err := cpuTime(w.cmd.Process.Pid)
-	if err != nil {
-		return false
-	}
+// spun records the CPU time used by a worker idle since since and reports
+// whether it has kept a CPU busy for spinChecks checks of that idle spell,
+// or used more than share of a CPU over an idleWindow of it.
+func spun(w *worker, used time.Duration, since time.Time, cpu map[*worker]cpuSample, share float64, settled bool) bool {
 	prev, seen := cpu[w]
-	next := nextSample(prev, seen, used, time.Now(), since)
+	next := nextSample(prev, seen, used, time.Now(), since, share)
+	if !settled {
+		next.slow = false
+		next.windowUsed, next.windowAt = used, next.at // windows start once it has settled
+	}
 	cpu[w] = next
-	return next.hot >= spinChecks
+	return next.hot >= spinChecks || next.slow
 }
 
 // nextSample counts a check as hot when the worker used at least spinShare
-// of a CPU since the previous check of the same idle spell.
-func nextSample(prev cpuSample, seen bool, used time.Duration, now, since time.Time) cpuSample {
-	next := cpuSample{used: used, at: now, idleSince: since}
+// of a CPU since the previous check of the same idle spell, and a window
+// as slow when it used more than share of a CPU over the idleWindow that
+// ends at this check. The first sample of a spell starts its first window.
+func nextSample(prev cpuSample, seen bool, used time.Duration, now, since time.Time, share float64) cpuSample {
+	next := cpuSample{used: used, at: now, idleSince: since, windowUsed: used, windowAt: now}
 	if seen && prev.idleSince.Equal(since) {
 		if wall := now.Sub(prev.at); wall > 0 && float64(used-prev.used) >= spinShare*float64(wall) {
 			next.hot = prev.hot + 1
 		}
+		next.windowUsed, next.windowAt = prev.windowUsed, prev.windowAt
+		if wall := now.Sub(prev.windowAt); wall >= idleWindow {
+			next.slow = float64(used-prev.windowUsed) > share*float64(wall)
+			next.windowUsed, next.windowAt = used, now
+		}
 	}
 	return next
+}
+
+// worseMemory reports whether a worker holds more resident memory, rss,
+// than it did fresh by more than the slack.
+func (w *worker) worseMemory(rss int64, cfg Config) bool {
+	return w.freshRSS > 0 && rss > w.freshRSS+cfg.IdleMemorySlack
 }
 
 // retireReason says why a worker that cannot take calls is retired.

@@ -1,11 +1,15 @@
 package supervisor_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -189,4 +193,163 @@ func TestHostileTinyTimeout(t *testing.T) {
 	if n := restarts(p.Stats()); n != before {
 		t.Errorf("restarts %v; want none", p.Stats().Counts.Restarts)
 	}
+}
+
+// logBytes is a log output that counts what it is given; safe for
+// concurrent use.
+type logBytes struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBytes) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *logBytes) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// TestHostileStderrFlood: what workers write to their stderr reaches
+// pyrun's log bounded per call, also with a new worker per call, and per
+// second for the whole pool; control characters arrive escaped.
+func TestHostileStderrFlood(t *testing.T) {
+	const flood = `
+import js, os
+js.console.log("forged\r[INFO] pyrun: all is well\x1b[2J\x07\u202e")
+os.write(2, b"raw \x1b[31mred\x07 and \xff bytes\n")
+for i in range(3000):
+    js.console.log("x" * 1000)
+'flooded'`
+	t.Run("per call", func(t *testing.T) {
+		out := &logBytes{}
+		log := hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info})
+		p, err := supervisor.NewPool(testRuntime(t), supervisor.Config{Workers: 1, Isolation: supervisor.IsolationProcess}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(t.Context())
+		waitReady(t, p, 1)
+		const calls = 3
+		for range calls {
+			if res := hostileRun(t, p, flood, nil, 30*time.Second); res.Status != supervisor.StatusSuccess {
+				t.Fatalf("%s %s", res.Status, res.Error)
+			}
+		}
+		if err := p.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		text := out.String()
+		t.Logf("pyrun logged %d bytes for %d calls that each wrote 3 MB to stderr: %d a call", len(text), calls, len(text)/calls)
+		if max := calls * (supervisor.DefaultStderrLogPerCall + 4<<10); len(text) > max {
+			t.Errorf("pyrun logged %d bytes; want at most %d", len(text), max)
+		}
+		for _, c := range []string{"\r", "\x1b", "\x07", "\xff", "\u202e"} {
+			if strings.Contains(text, c) {
+				t.Errorf("the log holds %q raw", c)
+			}
+		}
+		if !strings.Contains(text, `forged\x0d[INFO]`) || !strings.Contains(text, `raw \x1b[31mred\x07 and`) {
+			t.Errorf("the escaped lines are not in the log:\n%s", clipString(text, 3000))
+		}
+		if !strings.Contains(text, "worker stderr not logged") {
+			t.Error("what was held back is not reported")
+		}
+	})
+	t.Run("per second for the pool", func(t *testing.T) {
+		out := &logBytes{}
+		log := hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info})
+		const rate = 8 << 10
+		p, err := supervisor.NewPool(testRuntime(t), supervisor.Config{Workers: 2, StderrLogPerCall: 64 << 20, StderrLogRate: rate}, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(t.Context())
+		waitReady(t, p, 2)
+		began := time.Now()
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() { hostileRun(t, p, flood, nil, 30*time.Second) })
+		}
+		wg.Wait()
+		if err := p.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(began)
+		n := len(out.String())
+		t.Logf("two workers wrote 6 MB to stderr in %s; pyrun logged %d bytes", took.Round(time.Millisecond), n)
+		if max := int(float64(rate)*took.Seconds()) + 2*rate + 4<<10; n > max {
+			t.Errorf("pyrun logged %d bytes in %s; want at most %d", n, took, max)
+		}
+	})
+}
+
+// TestHostileLeftBehind: what a call leaves a worker worse off with than a
+// fresh one is measured while the worker is idle and gets it replaced:
+// a CPU burner kept under the spin threshold, memory held after the
+// cleanup, and more threads than a worker may have.
+func TestHostileLeftBehind(t *testing.T) {
+	t.Run("a CPU burner under the spin threshold", func(t *testing.T) {
+		p := realPool(t, supervisor.Config{Workers: 1})
+		res := hostileRun(t, p, "1", nil, 30*time.Second)
+		// A fresh worker that ran a call is not taken for a burner.
+		quiet := restarts(p.Stats())
+		time.Sleep(3 * time.Second)
+		if n := restarts(p.Stats()); n != quiet {
+			t.Fatalf("an idle worker that ran print(1) was replaced: %v", p.Stats().Counts.Restarts)
+		}
+		// 44 ms of every 100 on a JavaScript thread: under the 50% of a CPU
+		// that marks a spinning worker.
+		res = hostileRun(t, p, `from pyodide.code import run_js
+run_js("new Worker('data:text/javascript,(function burn() { const t = Date.now(); while (Date.now() - t < 44) {} setTimeout(burn, 56) })()', {type: 'module'})")
+'armed'`, nil, 30*time.Second)
+		if res.Status != supervisor.StatusSuccess {
+			t.Fatalf("%s %s", res.Status, res.Error)
+		}
+		armed := time.Now()
+		before := p.Stats().Counts.Restarts[supervisor.RestartRecycle]
+		waitLong(t, "the burner's worker replaced", func() bool {
+			return p.Stats().Counts.Restarts[supervisor.RestartRecycle] > before
+		})
+		t.Logf("the burner's worker was replaced %s after the call", time.Since(armed).Round(100*time.Millisecond))
+		within(t, "the replacement", time.Since(armed), 0, 20*time.Second)
+	})
+	t.Run("memory held after the cleanup", func(t *testing.T) {
+		p := realPool(t, supervisor.Config{Workers: 1})
+		res := hostileRun(t, p, "open('big', 'wb').write(b'x' * (150 << 20))", nil, 30*time.Second)
+		if res.Status != supervisor.StatusSuccess {
+			t.Fatalf("%s %s", res.Status, res.Error)
+		}
+		// What a fresh worker can do, the next call can.
+		next := hostileRun(t, p, "len(bytearray(330 << 20))", nil, 30*time.Second)
+		if next.Status != supervisor.StatusSuccess || next.Worker == res.Worker {
+			t.Errorf("the next call: %s on %s (the file was written on %s): %s", next.Status, next.Worker, res.Worker, clipString(next.Error, 300))
+		}
+		// A call that leaves little behind keeps its worker.
+		small := hostileRun(t, p, "len(bytearray(8 << 20))", nil, 30*time.Second)
+		again := hostileRun(t, p, "1", nil, 30*time.Second)
+		if small.Worker == next.Worker || again.Worker != small.Worker {
+			t.Errorf("workers %s, %s, %s: want a fresh one after the 330 MiB call, then kept", next.Worker, small.Worker, again.Worker)
+		}
+	})
+	t.Run("threads past the limit", func(t *testing.T) {
+		p := realPool(t, supervisor.Config{Workers: 1, MaxWorkerThreads: 24})
+		res := hostileRun(t, p, `from pyodide.code import run_js
+run_js("for (let i = 0; i < 40; i++) new Worker('data:text/javascript,setInterval(() => {}, 1000)', {type: 'module'})")
+import time
+time.sleep(15)
+'survived'`, nil, 30*time.Second)
+		if res.Status != supervisor.StatusCrashed || !strings.Contains(res.Error, "more threads") {
+			t.Errorf("status %s: %s", res.Status, clipString(res.Error, 500))
+		}
+		within(t, "the thread bomb", res.Duration, 0, 14*time.Second)
+		next := hostileRun(t, p, "1 + 1", nil, 30*time.Second)
+		if next.Status != supervisor.StatusSuccess || next.Worker == res.Worker {
+			t.Errorf("the next call: %s on %s: %s", next.Status, next.Worker, next.Error)
+		}
+	})
 }

@@ -49,6 +49,7 @@ type Pool struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the filler, worker starts and worker stops
 	wake   chan struct{}  // tells the filler to look again
+	logs   *stderrBudget  // what of workers' stderr reaches the log
 
 	mu       sync.Mutex
 	cfg      Config
@@ -172,6 +173,7 @@ func newPool(newCmd func(Config, launch) (*exec.Cmd, error), snaps *snapshots,
 		cancel:  cancel,
 		wake:    make(chan struct{}, 1),
 		cfg:     cfg.withDefaults(),
+		logs:    newStderrBudget(cfg.withDefaults()),
 		running: map[*worker]bool{},
 		counts: Counts{
 			Calls: map[string]int64{}, Restarts: map[string]int64{}, Starts: map[string]int64{},
@@ -219,6 +221,13 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 		return Result{}, err
 	}
 	res.QueueWait = wait
+	if w.retire == "" {
+		// Retired now rather than at the health check's next look, which
+		// the next call may beat.
+		if rss, err := residentBytes(w.cmd.Process.Pid); err == nil && w.worseMemory(rss, p.Config()) {
+			w.retire = retireMemory
+		}
+	}
 	status := string(res.Status)
 	if ctx.Err() != nil {
 		status = "cancelled"
@@ -495,7 +504,7 @@ func (p *Pool) startLocked() {
 			cmd, err = p.newCmd(cfg, launch{snapshot: snap, preload: preload})
 		}
 		if err == nil {
-			w, err = startWorker(p.ctx, name, cmd, cfg, log, p.kick, verify)
+			w, err = startWorker(p.ctx, name, cmd, cfg, log, p.logs, p.kick, verify)
 		}
 		// A start killed from outside says nothing about the snapshot: it
 		// must not count towards giving the snapshot up.
@@ -537,6 +546,8 @@ func (p *Pool) startLocked() {
 		}
 		p.failures, p.startErr = 0, nil
 		w.gen, w.pkgs = gen, pkgs
+		w.freshRSS, _ = residentBytes(w.cmd.Process.Pid) // what a call may not leave it worse than
+		w.readyAt = time.Now()
 		from := "plain"
 		if w.ready.Snapshot {
 			from = "snapshot"
@@ -590,6 +601,7 @@ func (p *Pool) Reconfigure(cfg Config) error {
 		p.pkgs = pkgs
 	}
 	p.cfg = cfg
+	p.logs.set(cfg)
 	if old.MemoryLimit != cfg.MemoryLimit || old.Network != cfg.Network || old.MaxOutput != cfg.MaxOutput ||
 		!slices.Equal(old.Deps, cfg.Deps) {
 		p.gen++

@@ -30,26 +30,32 @@ func residentBytes(pid int) (int64, error) {
 // cpuTime is the CPU time a process has used, user and system, from
 // /proc/<pid>/stat (in clock ticks of 10ms, Linux's fixed USER_HZ).
 func cpuTime(pid int) (time.Duration, error) {
+	used, _, err := procStat(pid)
+	return used, err
+}
+
+// procStat is a process's CPU time (as cpuTime) and its number of threads,
+// from /proc/<pid>/stat.
+func procStat(pid int) (used time.Duration, threads int, err error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// The command name, in parentheses, may hold spaces: count fields
-	// after its closing parenthesis. utime and stime are fields 14 and 15.
+	// after its closing parenthesis. utime and stime are fields 14 and 15,
+	// num_threads field 20.
 	i := bytes.LastIndexByte(b, ')')
 	f := bytes.Fields(b[i+1:])
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	if i < 0 || len(f) < 18 {
+		return 0, 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
 	}
-	var ticks int64
-	for _, s := range f[11:13] {
-		n, err := strconv.ParseInt(string(s), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("unexpected /proc/%d/stat: %w", pid, err)
+	var n [3]int64
+	for k, s := range [][]byte{f[11], f[12], f[17]} {
+		if n[k], err = strconv.ParseInt(string(s), 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("unexpected /proc/%d/stat: %w", pid, err)
 		}
-		ticks += n
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond, nil
+	return time.Duration(n[0]+n[1]) * 10 * time.Millisecond, int(n[2]), nil
 }
 
 // unreadBytes is how many bytes written to a pipe its reader has not taken

@@ -19,3 +19,6 @@ func cpuTime(pid int) (time.Duration, error) { return 0, errors.ErrUnsupported }
 // unreadBytes is not known on this system: a worker that dies as a call
 // reaches it fails that call.
 func unreadBytes(f *os.File) (int, error) { return 0, errors.ErrUnsupported }
+
+// procStat is not measured on this system: no idle CPU or thread watch.
+func procStat(pid int) (time.Duration, int, error) { return 0, 0, errors.ErrUnsupported }

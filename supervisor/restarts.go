@@ -25,8 +25,10 @@ func restartKind(reason string) string {
 		return RestartInterrupt
 	case "it broke the protocol", "it did not accept a call", "it failed a call":
 		return RestartProtocol
-	case killSpin:
-		return RestartRecycle // a call left code running behind it
+	case killSpin, killIdleCPU, retireMemory:
+		return RestartRecycle // a call left code running or memory held behind it
+	case killThreads:
+		return RestartMemory // a resource limit, like memory
 	case "the configuration changed":
 		return RestartConfig
 	case "the pool shrank":

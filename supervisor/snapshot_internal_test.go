@@ -346,7 +346,7 @@ func TestWorkerStartsPlainlyFromABadSnapshot(t *testing.T) {
 				t.Fatal(err)
 			}
 			cmd := denoCmd(rt, args)
-			w, err := startWorker(t.Context(), "worker-1", cmd, cfg, logFor(t), nil, nil)
+			w, err := startWorker(t.Context(), "worker-1", cmd, cfg, logFor(t), nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,11 +70,15 @@ type worker struct {
 	pkgs *packages.Resolver
 
 	idleSince time.Time // when it last became idle; guarded by the pool's mu
+	freshRSS  int64     // resident bytes when it became ready; 0: unknown
+	readyAt   time.Time // when it became ready
 
 	mu         sync.Mutex
 	killReason string // why the supervisor killed it; guarded by mu
 
 	closeOnce sync.Once
+	// started counts the calls begun, for the stderr relogger's per-call limit.
+	started atomic.Int64
 
 	// Owned by the goroutine running a call (the pool hands a worker to one
 	// caller at a time).
@@ -91,7 +96,11 @@ type worker struct {
 // is: the pool replaces an idle worker that something outside killed.
 // check, if not nil, runs while the process starts; if it fails, so does
 // the start (the pool checks a snapshot's bytes this way).
-func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, log hclog.Logger, exited func(), check func() error) (*worker, error) {
+// logs bounds what of its stderr reaches pyrun's log; nil: a budget of its own.
+func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, log hclog.Logger, logs *stderrBudget, exited func(), check func() error) (*worker, error) {
+	if logs == nil {
+		logs = newStderrBudget(cfg.withDefaults())
+	}
 	w := &worker{
 		name:   name,
 		log:    log,
@@ -141,7 +150,7 @@ func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, lo
 	}()
 	go func() {
 		defer pipes.Done()
-		w.relogStderr(stderrR)
+		w.relogStderr(stderrR, logs)
 	}()
 	go func() {
 		// Every pipe is read to its end before Wait, so the child never
@@ -215,20 +224,24 @@ func (w *worker) readEvents(r io.ReadCloser, max int) {
 	}
 }
 
-func (w *worker) relogStderr(r io.ReadCloser) {
+func (w *worker) relogStderr(r io.ReadCloser, logs *stderrBudget) {
 	defer r.Close()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), 64<<10)
-	lim := newLineLimiter()
+	lim := &stderrLimiter{pool: logs}
 	for sc.Scan() {
-		line := sc.Text()
+		line := escapeLine(sc.Text(), stderrLineMax)
 		w.stderr.add(line)
-		if ok, held := lim.allow(time.Now()); ok {
-			if held > 0 {
-				w.log.Warn("worker stderr lines not logged: it wrote too fast", "lines", held)
-			}
+		ok, report := lim.allow(line, w.started.Load(), time.Now())
+		if report != "" {
+			w.log.Warn(report)
+		}
+		if ok {
 			w.log.Info(line)
 		}
+	}
+	if report := lim.flush(); report != "" {
+		w.log.Warn(report)
 	}
 	// A line too long for the scanner: keep draining so the child never blocks.
 	_, _ = io.Copy(io.Discard, r)
@@ -237,6 +250,7 @@ func (w *worker) relogStderr(r io.ReadCloser) {
 // run sends job to the worker and collects its result.
 func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (res Result) {
 	w.calls++
+	w.started.Add(1)
 	res = Result{ID: job.ID, Worker: w.name}
 	started := time.Now()
 	defer func() { res.Duration = time.Since(started) }()
@@ -512,6 +526,10 @@ func (w *worker) died(res Result, tr *transcript, stopped string, broken error) 
 		res.Status = StatusMemoryError
 		res.Error = "MemoryError: the worker exceeded its memory limit and was stopped"
 		tr.notice(true, "the worker exceeded its memory limit; it was killed and is replaced")
+	case w.killedFor() == killThreads:
+		res.Status = StatusCrashed
+		res.Error = "pyrun: the call made more threads than a worker may have (JavaScript Worker threads, --max-worker-threads); the worker was stopped and is replaced"
+		tr.notice(true, "the worker made more threads than its limit; it was killed and is replaced")
 	case stopped != "":
 		res.Status = StatusTimeout
 		res.Error = stoppedError(stopped, "")

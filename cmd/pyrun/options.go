@@ -40,6 +40,13 @@ type options struct {
 	liveBuffer       byteSize
 	progressInterval time.Duration
 
+	// What a call may leave a worker with, and what its stderr may log.
+	maxWorkerThreads int
+	idleCPU          float64
+	idleMemorySlack  byteSize
+	workerLogPerCall byteSize
+	workerLogRate    byteSize
+
 	logLevel  string
 	logFormat string
 
@@ -65,6 +72,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o.memoryLimit, o.maxOutput, o.maxCode, o.liveBuffer = 512<<20, 64<<10, 1<<20, 256<<10
+	o.workerLogPerCall, o.workerLogRate = supervisor.DefaultStderrLogPerCall, supervisor.DefaultStderrLogRate
 	fs.StringVar(&o.configFile, "config", "", "JSON config `file`; its keys are these flags' names in snake_case")
 	fs.IntVar(&o.workers, "workers", supervisor.DefaultWorkers(), "warm pool size")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
@@ -81,6 +89,11 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&o.isolation, "isolation", "call", "call (fresh globals, files and modules per call) or process (a new worker per call)")
 	fs.Var(&o.liveBuffer, "live-buffer", "output of one call waiting to be sent to a slow client as log messages; more is left out of the live stream, never out of the result (bytes or 256KiB)")
 	fs.DurationVar(&o.progressInterval, "progress-interval", time.Second, "gap between two progress notifications of a call that has a progress token")
+	fs.IntVar(&o.maxWorkerThreads, "max-worker-threads", supervisor.DefaultMaxWorkerThreads, "threads a worker process may have (JavaScript Worker threads made through import js count); past it the worker is killed and replaced")
+	fs.Float64Var(&o.idleCPU, "idle-cpu", supervisor.DefaultIdleCPU, "share of one CPU an idle worker may use over a second (code a call left running); past it the worker is replaced")
+	fs.Var(&o.idleMemorySlack, "idle-memory-slack", "resident memory a worker may hold after a call beyond what it held fresh; past it the worker is replaced (bytes or 128MiB; default a quarter of memory-limit, at least 64MiB)")
+	fs.Var(&o.workerLogPerCall, "worker-log-per-call", "bytes of worker stderr (js.console.log, os.write(2)) logged per call; the rest is counted (bytes or 16KiB)")
+	fs.Var(&o.workerLogRate, "worker-log-rate", "bytes of worker stderr logged a second, for all workers together (bytes or 64KiB)")
 	fs.StringVar(&o.runtimeDir, "runtime-dir", supervisor.DefaultRuntimeRoot(), "where pyrun installs Deno and Pyodide")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
@@ -217,6 +230,16 @@ func (o *options) check() error {
 		return fmt.Errorf("queue-timeout must be positive, not %s", o.queueTimeout)
 	case o.liveBuffer < 4<<10 || o.liveBuffer > 64<<20:
 		return fmt.Errorf("live-buffer must be between 4KiB and 64MiB, not %s", o.liveBuffer)
+	case o.maxWorkerThreads < 16 || o.maxWorkerThreads > 4096:
+		return fmt.Errorf("max-worker-threads must be between 16 and 4096, not %d", o.maxWorkerThreads)
+	case !(o.idleCPU >= 0.01 && o.idleCPU <= 1):
+		return fmt.Errorf("idle-cpu must be between 0.01 and 1 (a share of one CPU), not %g", o.idleCPU)
+	case o.idleMemorySlack < 0:
+		return fmt.Errorf("idle-memory-slack must not be negative, not %s", o.idleMemorySlack)
+	case o.workerLogPerCall < 1<<10 || o.workerLogPerCall > 64<<20:
+		return fmt.Errorf("worker-log-per-call must be between 1KiB and 64MiB, not %s", o.workerLogPerCall)
+	case o.workerLogRate < 1<<10 || o.workerLogRate > 64<<20:
+		return fmt.Errorf("worker-log-rate must be between 1KiB and 64MiB, not %s", o.workerLogRate)
 	case o.progressInterval < 100*time.Millisecond:
 		return fmt.Errorf("progress-interval must be at least 100ms, not %s", o.progressInterval)
 	case o.sessionTimeout <= 0:
@@ -276,6 +299,12 @@ func (o *options) poolConfig() supervisor.Config {
 		PackageIndex: o.packageIndex,
 		Wheelhouse:   o.wheelhouse,
 		PyPI:         o.pypi,
+
+		MaxWorkerThreads: o.maxWorkerThreads,
+		IdleCPU:          o.idleCPU,
+		IdleMemorySlack:  int64(o.idleMemorySlack),
+		StderrLogPerCall: int(o.workerLogPerCall),
+		StderrLogRate:    int(o.workerLogRate),
 	}
 }
 
