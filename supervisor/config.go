@@ -118,6 +118,16 @@ const (
 	DefaultIdleCPU          = 0.1
 )
 
+// TasksFor is how many tasks (processes and threads) pyrun may need with
+// workers workers of at most maxThreads threads each: twice the pool, as a
+// retired worker may still be stopping while its replacement starts, with
+// two threads of slack each, and 128 for pyrun itself and the process that
+// makes a memory snapshot. systemd's TasksMax for the service should be at
+// least this (configs/pyrun.service).
+func TasksFor(workers, maxThreads int) int {
+	return 2*workers*(maxThreads+2) + 128
+}
+
 // DefaultWorkers is the pool size when none is configured.
 func DefaultWorkers() int { return max(runtime.NumCPU(), 2) }
 

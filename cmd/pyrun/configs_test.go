@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/pyrun/pyrun/supervisor"
 )
 
 // The example config is the documentation of the config file: it must hold
@@ -71,6 +73,27 @@ func TestReadmeNamesEveryFlag(t *testing.T) {
 // The systemd unit must verify cleanly, score as hardened, and start pyrun
 // with flags and a config that load. systemd-analyze comes with Debian's
 // systemd package, which .ci/run installs when it is missing.
+// The unit's TasksMax leaves room for the example config's pool at its
+// thread limit, so that a call making threads meets pyrun's limit first.
+func TestSystemdTasksMax(t *testing.T) {
+	unit, err := os.ReadFile("../../configs/pyrun.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^TasksMax=(\d+)$`).FindSubmatch(unit)
+	if m == nil {
+		t.Fatal("pyrun.service sets no TasksMax")
+	}
+	tasks, _ := strconv.Atoi(string(m[1]))
+	o, _, err := loadOptions("serve", []string{"--config", "../../configs/pyrun.json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if need := supervisor.TasksFor(o.workers, o.maxWorkerThreads); tasks < need {
+		t.Errorf("TasksMax=%d; %d workers of at most %d threads need %d", tasks, o.workers, o.maxWorkerThreads, need)
+	}
+}
+
 func TestSystemdUnit(t *testing.T) {
 	analyze, err := exec.LookPath("systemd-analyze")
 	if err != nil {
