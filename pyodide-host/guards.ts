@@ -48,7 +48,11 @@ export function guardFiles(FS: EmscriptenFS): FileGuard {
     const name = String(path).replace(/\/+$/, "").split("/").pop() ?? "";
     return nodePath(parent).replace(/\/$/, "") + "/" + name;
   };
-  const wrap = (name: string, where: (...args: unknown[]) => (string | null)[], roots: string[]) => {
+  const wrap = (
+    name: string,
+    where: (...args: unknown[]) => (string | null)[],
+    roots: string[],
+  ) => {
     const orig = FS[name];
     if (typeof orig !== "function") throw new Error(`pyrun: Emscripten's FS has no ${name}`);
     FS[name] = function (this: unknown, ...args: unknown[]) {

@@ -28,7 +28,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the events sections of testdata/*.txtar from the real worker")
 
 // hostSources are the TypeScript files of the worker program.
-var hostSources = []string{"main.ts", "worker.ts", "protocol.ts"}
+var hostSources = []string{"main.ts", "worker.ts", "protocol.ts", "guards.ts"}
 
 // TestDenoTools keeps the worker program clean under Deno's own formatter,
 // linter and type checker, offline: DENO_DIR is empty and nothing may be
@@ -209,6 +209,8 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 			filepath.Join(rt.Dir, "worker.ts"),
 			filepath.Join(rt.Dir, "protocol.ts"),
 			filepath.Join(rt.Dir, "pyrun_helper.py"),
+			filepath.Join(rt.Dir, "pyrun_guard.py"),
+			filepath.Join(rt.Dir, "guards.ts"),
 			filepath.Join(rt.Dir, "node_modules", "pyodide"),
 		}, ","),
 		"--allow-net", "--deny-net=" + strings.Join(deniedNets, ","),
