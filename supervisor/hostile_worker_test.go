@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -319,14 +320,32 @@ run_js("new Worker('data:text/javascript,(function burn() { const t = Date.now()
 	})
 	t.Run("memory held after the cleanup", func(t *testing.T) {
 		p := realPool(t, supervisor.Config{Workers: 1})
-		res := hostileRun(t, p, "open('big', 'wb').write(b'x' * (150 << 20))", nil, 30*time.Second)
-		if res.Status != supervisor.StatusSuccess {
-			t.Fatalf("%s %s", res.Status, res.Error)
-		}
-		// What a fresh worker can do, the next call can.
-		next := hostileRun(t, p, "len(bytearray(330 << 20))", nil, 30*time.Second)
-		if next.Status != supervisor.StatusSuccess || next.Worker == res.Worker {
-			t.Errorf("the next call: %s on %s (the file was written on %s): %s", next.Status, next.Worker, res.Worker, clipString(next.Error, 300))
+		var next supervisor.Result
+		for _, leave := range []string{
+			// A big file, which the cleanup deletes.
+			"open('big', 'wb').write(b'x' * (150 << 20))",
+			// A heap grown by 200 MiB and pinned by a small object
+			// above the freed block (a module attribute outlives the call).
+			"import math\nx = bytearray(200 << 20)\nmath.pyrun_pin = [bytearray(1 << 10) for _ in range(1000)]\ndel x",
+		} {
+			res := hostileRun(t, p, leave, nil, 30*time.Second)
+			if res.Status != supervisor.StatusSuccess {
+				t.Fatalf("%s %s", res.Status, res.Error)
+			}
+			rss := "?"
+			if pids := p.WorkerPIDs(); len(pids) == 1 {
+				if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", pids[0])); err == nil {
+					var size, pages int64
+					fmt.Sscan(string(b), &size, &pages)
+					rss = fmt.Sprintf("%d MiB", pages*int64(os.Getpagesize())>>20)
+				}
+			}
+			// What a fresh worker can do, the next call can.
+			next = hostileRun(t, p, "len(bytearray(330 << 20))", nil, 30*time.Second)
+			t.Logf("after %q the idle worker's RSS: %s; the next call's 330 MiB: %s on %s", strings.SplitN(leave, "\n", 2)[0], rss, next.Status, next.Worker)
+			if next.Status != supervisor.StatusSuccess || next.Worker == res.Worker {
+				t.Errorf("the next call: %s on %s (the memory was left on %s): %s", next.Status, next.Worker, res.Worker, clipString(next.Error, 300))
+			}
 		}
 		// A call that leaves little behind keeps its worker.
 		small := hostileRun(t, p, "len(bytearray(8 << 20))", nil, 30*time.Second)
