@@ -65,6 +65,19 @@ func TestLimits(t *testing.T) {
 		}
 	})
 
+	t.Run("a tiny timeout_seconds is rounded up to 0.1", func(t *testing.T) {
+		// 1e-10 used to read as no limit of its own (the full --timeout),
+		// 1e-7 as one that passed before the worker read the call (crashed).
+		for _, tiny := range []float64{1e-10, 1e-7} {
+			r := s.mustCall(t, map[string]any{"python_code": "import time\ntime.sleep(1.5)", "timeout_seconds": tiny})
+			wantStatus(t, r, "timeout")
+			if !strings.Contains(*r.sc.Error, "time limit of 100ms") {
+				t.Errorf("timeout_seconds %g: error %q does not name the 100ms minimum", tiny, *r.sc.Error)
+			}
+		}
+		wantValue(t, s.mustCall(t, map[string]any{"python_code": "40 + 2", "timeout_seconds": 1e-7}), "42")
+	})
+
 	t.Run("output", func(t *testing.T) {
 		r := s.run(t, "print('x' * 5000)\nraise ValueError('e' * 5000)")
 		if len(r.sc.Stdout) > 1<<10+200 || !strings.Contains(r.sc.Stdout, "cut here") {
