@@ -477,6 +477,7 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	s.lastUsed = time.Now()
 	s.busy--
 	m.passLocked(s)
+	m.kick() // its idle time starts now
 	res.SessionID = s.id
 	switch {
 	case lost != "":
