@@ -124,3 +124,39 @@ func TestServeSessionsStateless(t *testing.T) {
 	wantValue(t, a.inSession(t, id, "y + 1"), "43")
 	wantStatus(t, a.run(t, "y"), "run-error")
 }
+
+// TestServeSessionsAccess: with access control a session belongs to the
+// client that started it; another client's id gets the error of an
+// unknown one, and --client-max-sessions bounds each client.
+func TestServeSessionsAccess(t *testing.T) {
+	const (
+		aliceToken = "alice-7Xv0rB9kGm1VtZcLwQ8s"
+		bobToken   = "bob-Vb9Zt1kQ0mWx7LcR4pNs2H"
+	)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	saveTokens(t, tokens, "alice:"+aliceToken+"\nbob:"+bobToken+"\n")
+	s := startServe(t, "--workers", "1", "--auth-token-file", tokens, "--client-max-sessions", "1", "--max-sessions", "3")
+	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
+	alice, _ := s.mustDial(t, "mcp", aliceToken)
+	bob, _ := s.mustDial(t, "sse", bobToken)
+
+	id := alice.inSession(t, "new", "secret = 'alice'").sc.SessionID
+	theirs := bob.sessionToolError(t, map[string]any{"python_code": "secret", "session_id": id}, "unknown", `session_id "new"`)
+	unknownID := id[:len(id)-4] + "0000"
+	if id[len(id)-4:] == "0000" {
+		unknownID = id[:len(id)-4] + "1111"
+	}
+	unknown := bob.sessionToolError(t, map[string]any{"python_code": "1", "session_id": unknownID}, "unknown")
+	if strings.ReplaceAll(theirs, id, "ID") != strings.ReplaceAll(unknown, unknownID, "ID") {
+		t.Errorf("another client's session and an unknown one get different errors:\n%s\n%s", theirs, unknown)
+	}
+	alice.sessionToolError(t, map[string]any{"python_code": "1", "session_id": "new"}, "too many", "client_max_sessions")
+	bobs := bob.inSession(t, "new", "secret = 'bob'").sc.SessionID
+	wantValue(t, alice.inSession(t, id, "secret"), `"alice"`)
+	wantValue(t, bob.inSession(t, bobs, "secret"), `"bob"`)
+	// Bob cannot end Alice's session either.
+	bob.sessionToolError(t, map[string]any{"python_code": "", "session_id": id, "end_session": true}, "unknown")
+	wantValue(t, alice.inSession(t, id, "secret", "end_session", true), `"alice"`)
+	// Her place is free again.
+	alice.inSession(t, "new", "1")
+}
