@@ -105,6 +105,8 @@ interface Helper {
     load: unknown,
   ): void;
   interrupt(): boolean;
+  /** Makes every later call share one interpreter state (a Python session). */
+  keep_state(): void;
   /** Called through callPromising, so that Python may switch stacks. */
   run: {
     callPromising(id: string, code: string, globals: string, maxOutput: number): Promise<string>;
@@ -257,6 +259,7 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
   // From here on Python can change the file system only in the scratch
   // folders (guards.ts).
   const fileGuard = guardFiles(py.FS);
+  if (cfg.session) helper.keep_state();
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
   // A notice for a signal the current call started after is stale.

@@ -55,7 +55,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory"}
+var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent"}
 
 func main() {
 	var o opts
@@ -240,6 +240,11 @@ func run(ctx context.Context, o *opts) error {
 			rep.Memory, err = benchMemory(ctx, o)
 			return err
 		}},
+		{"agent", fmt.Sprintf("agent run: %d blocks in one Python session against a stateless replay, %d runs", len(agentBlocks), o.runs),
+			func(ctx context.Context) (err error) {
+				rep.Agent, err = benchAgent(ctx, o)
+				return err
+			}},
 	}
 	for _, st := range steps {
 		if !o.only[st.name] {

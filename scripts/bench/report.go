@@ -30,6 +30,7 @@ type report struct {
 	Throughput *throughputReport `json:"cpu_throughput,omitempty"`
 	Process    *processReport    `json:"isolation_process,omitempty"`
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
+	Agent      *agentReport      `json:"agent_run,omitempty"`
 	Targets    []target          `json:"targets"`
 }
 
@@ -249,6 +250,10 @@ func (r *report) print(w io.Writer) {
 	if m := r.Memory; m != nil {
 		fmt.Fprintf(w, "idle memory: pyrun %.1f MB RSS; with %d workers %.1f MB RSS (workers %v), %.1f MB PSS\n",
 			m.PyrunRSSMB, m.Workers, m.TotalRSSMB, m.WorkerRSSMB, m.TotalPSSMB)
+	}
+	if a := r.Agent; a != nil {
+		fmt.Fprintf(w, "agent run, %d blocks over stdio (median of %d): one Python session %.1f ms (its start %.1f ms, the other %d calls %.1f ms); stateless replay %.1f ms; session / replay %.2fx, without the start %.2fx\n",
+			len(agentBlocks), a.Runs, a.SessionMS, a.StartMS, len(agentBlocks)-1, a.RestMS, a.StatelessMS, a.SessionOverStateless, a.RestOverStateless)
 	}
 	fmt.Fprintf(w, "\ntargets\n")
 	for _, t := range r.Targets {
