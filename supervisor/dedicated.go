@@ -63,7 +63,7 @@ func (p *Pool) StartDedicated(ctx context.Context) (*Dedicated, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start a dedicated worker: %w", err)
 	}
-	w, err := startWorker(ctx, name, cmd, cfg, log, nil, verify)
+	w, err := startWorker(ctx, name, cmd, cfg, log, p.logs, nil, verify)
 	if snap != nil && ctx.Err() == nil && !errors.Is(err, errKilledStarting) {
 		why := ""
 		if w != nil {
