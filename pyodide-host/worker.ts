@@ -13,6 +13,7 @@ import {
   PROTOCOL_VERSION,
   type Request,
 } from "./protocol.ts";
+import { mountHostFolders } from "./mounts.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -106,7 +107,13 @@ interface Helper {
   interrupt(): boolean;
   /** Called through callPromising, so that Python may switch stacks. */
   run: {
-    callPromising(id: string, code: string, globals: string, maxOutput: number): Promise<string>;
+    callPromising(
+      id: string,
+      code: string,
+      globals: string,
+      maxOutput: number,
+      rich: string,
+    ): Promise<string>;
   };
 }
 
@@ -254,6 +261,7 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
     return Atomics.exchange(shared.flag, 0, 0) !== 0 && live(shared);
   };
   helper.setup(writeLine, wait, () => live(shared), load);
+  mountHostFolders(py, cfg.mounts ?? []);
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
   // A notice for a signal the current call started after is stale.
@@ -312,6 +320,7 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
               req.code,
               req.globals ?? "",
               req.max_output || 65536,
+              richOptions(req),
             ),
           );
         } catch (e) {
@@ -335,6 +344,24 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
   self.postMessage({ type: "eof" });
 }
 
+/** A run's rich-result fields as pyrun_display takes them: JSON, or "" for none. */
+function richOptions(req: Extract<Request, { type: "run" }>): string {
+  const { keep_output, max_displays, max_display_bytes, max_files, max_file_bytes } = req;
+  const files = req.input_files;
+  if (
+    files === undefined && keep_output === undefined && max_displays === undefined &&
+    max_display_bytes === undefined && max_files === undefined && max_file_bytes === undefined
+  ) return "";
+  return JSON.stringify({
+    files,
+    keep_output,
+    max_displays,
+    max_display_bytes,
+    max_files,
+    max_file_bytes,
+  });
+}
+
 /**
  * Marks the start of a call: a signal numbered up to want was sent for an
  * earlier call and must not interrupt this one, however late it arrives.
@@ -346,9 +373,11 @@ function beginCall(s: Shared, want: number): void {
 
 /** Imports pyrun's helper from the runtime folder into Pyodide. */
 async function importHelper(py: PyodideInterface): Promise<Helper> {
-  const source = await Deno.readTextFile(new URL("./pyrun_helper.py", import.meta.url));
   py.FS.mkdirTree("/lib/pyrun");
-  py.FS.writeFile("/lib/pyrun/pyrun_helper.py", source);
+  for (const name of ["pyrun_helper.py", "pyrun_display.py"]) {
+    const source = await Deno.readTextFile(new URL(`./${name}`, import.meta.url));
+    py.FS.writeFile(`/lib/pyrun/${name}`, source);
+  }
   py.runPython("import sys; sys.path.insert(0, '/lib/pyrun')");
   const mod = py.pyimport("pyrun_helper") as unknown as Helper;
   py.runPython("import sys; sys.path.remove('/lib/pyrun')");

@@ -34,6 +34,12 @@ type Job struct {
 	// Session the MCP session it came in, for logs.
 	Client  string
 	Session string
+	// Files are written into the working directory before the code runs;
+	// the front end has checked their paths (CheckInputPath). nil: none.
+	Files []InputFile
+	// KeepOutput leaves /output/ as the worker's previous call left it,
+	// for a session; false empties it before and after the call.
+	KeepOutput bool
 }
 
 // Stop delays: a worker told to stop first sees its stdin close, then
@@ -46,7 +52,12 @@ const (
 // maxEventLine bounds a line from a worker: the largest legitimate line is a
 // result carrying a capped return value and traceback, each at most
 // MaxOutput characters, JSON-escaped.
-func maxEventLine(maxOutput int) int { return 16*maxOutput + 1<<20 }
+// A display or file event carries up to MaxDisplayBytes or MaxFileBytes in
+// base64 (4/3 of them).
+func maxEventLine(cfg Config) int {
+	rich := max(cfg.MaxDisplayBytes, cfg.MaxFileBytes)
+	return max(16*cfg.MaxOutput, rich/3*4+4<<10) + 1<<20
+}
 
 // worker owns one Deno child process: its command, pipes and goroutines.
 // It runs one call at a time (the pool sees to that); close may be called
@@ -134,7 +145,7 @@ func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, lo
 	pipes.Add(2)
 	go func() {
 		defer pipes.Done()
-		w.readEvents(stdoutR, maxEventLine(cfg.MaxOutput))
+		w.readEvents(stdoutR, maxEventLine(cfg))
 	}()
 	go func() {
 		defer pipes.Done()
@@ -242,6 +253,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	line, err := json.Marshal(request{
 		Type: "run", ID: job.ID, Code: job.Code, Globals: string(job.Globals),
 		MaxOutput: cfg.MaxOutput, Interrupts: w.interrupts,
+		richRequest: newRichRequest(job, cfg),
 	})
 	if err != nil {
 		res.Status, res.Error = StatusCrashed, fmt.Sprintf("pyrun could not encode the call: %v", err)
@@ -335,6 +347,8 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				go func() { answers <- w.resolve(resolveCtx, job.ID, ev) }()
 			case "error":
 				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), "it failed a call")
+			case "display", "file":
+				tr.rich.add(ev, cfg)
 			case "result":
 				if cutByStop && ev.Status == "install-error" {
 					ev.Status = "interrupted" // its packages were cut short by the stop
@@ -464,6 +478,7 @@ func (w *worker) finish(res Result, ev event, tr *transcript, stopped string, cf
 	for s := range ev.Dropped {
 		tr.dropped(Stream(s))
 	}
+	tr.rich.dropped(ev)
 	tr.fill(&res)
 	res.InWorker = time.Duration(ev.DurationMS * float64(time.Millisecond))
 	res.Dependencies = ev.Dependencies
