@@ -20,6 +20,10 @@ type Structured struct {
 	Dependencies []string           `json:"dependencies"`
 	ExitCode     int                `json:"exit_code"`
 	DurationMS   float64            `json:"duration_ms"`
+	// Displays and Files are what the call showed and wrote under
+	// /output/ (SPEC.md section 9); absent when there are none.
+	Displays []DisplayInfo `json:"displays,omitempty"`
+	Files    []FileInfo    `json:"files,omitempty"`
 }
 
 // structured builds the structuredContent of a result.
@@ -74,6 +78,7 @@ func FormatXML(r supervisor.Result) string {
 		b.WriteString(escapeTag("output", text))
 		b.WriteString("\n</output>\n")
 	}
+	formatRich(&b, r)
 	if r.Status == supervisor.StatusSuccess {
 		if r.Value != "" {
 			b.WriteString("<return_value>\n")
@@ -91,7 +96,7 @@ func FormatXML(r supervisor.Result) string {
 var tagPatterns = map[string]*regexp.Regexp{}
 
 func init() {
-	for _, tag := range []string{"dependencies", "output", "return_value", "error"} {
+	for _, tag := range []string{"dependencies", "output", "return_value", "error", "displays", "files"} {
 		tagPatterns[tag] = regexp.MustCompile(`(?i)</?\s*` + tag + `(?:[^>\n]*>)?`)
 	}
 }

@@ -213,32 +213,50 @@ def display(*objs, raw=False, **_kwargs):
         if raw and isinstance(obj, dict):
             mime, data = _pick(obj)
         else:
-            mime, data = _render(obj)
+            try:
+                mime, data = _render(obj)
+            except Exception as e:  # noqa: BLE001 - as IPython: say so, show the repr
+                _warn(call, f"pyrun: display() could not render {type(obj).__name__}: {e!r}\n")
+                mime = None
         if mime is None:
             mime, data = "text/plain", repr(obj)
         _send(call, mime, data)
 
 
 def _render(obj):
-    """The richest representation of obj: (mime type, data) or (None, None)."""
+    """The richest representation of obj: (mime type, data) or (None, None).
+
+    As in IPython, a formatter that raises (pygal's _repr_png_ without
+    cairosvg, say) does not stop the others; if all of those that exist
+    fail, the first failure is raised.
+    """
     kind = type(obj)
-    bundle_fn = getattr(kind, "_repr_mimebundle_", None)
-    if bundle_fn is not None:
-        bundle = obj._repr_mimebundle_(include=None, exclude=None)
-        if isinstance(bundle, tuple):
-            bundle = bundle[0]
-        if isinstance(bundle, dict) and bundle:
-            mime, data = _pick(bundle)
-            if mime is not None and mime != "text/plain":
-                return mime, data
+    failed = None
+    if getattr(kind, "_repr_mimebundle_", None) is not None:
+        try:
+            bundle = obj._repr_mimebundle_(include=None, exclude=None)
+            if isinstance(bundle, tuple):
+                bundle = bundle[0]
+            if isinstance(bundle, dict) and bundle:
+                mime, data = _pick(bundle)
+                if mime is not None and mime != "text/plain":
+                    return mime, data
+        except Exception as e:  # noqa: BLE001
+            failed = e
     for method, mime in _REPR_METHODS:
         if getattr(kind, method, None) is None:
             continue
-        data = getattr(obj, method)()
+        try:
+            data = getattr(obj, method)()
+        except Exception as e:  # noqa: BLE001
+            failed = failed or e
+            continue
         if isinstance(data, tuple):
             data = data[0]
         if data is not None:
             return mime, data
+    if failed is not None:
+        raise failed
     return None, None
 
 
