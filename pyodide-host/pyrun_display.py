@@ -92,7 +92,7 @@ class Rich:
     def __init__(self, opts):
         self.max_displays = int(opts.get("max_displays") or 16)
         self.max_display_bytes = int(opts.get("max_display_bytes") or 4 << 20)
-        self.max_files = int(opts.get("max_files") or 64)
+        self.max_files = int(opts.get("max_files") or 256)
         self.max_file_bytes = int(opts.get("max_file_bytes") or 64 << 20)
         self.displays = 0
         self.display_bytes = 0

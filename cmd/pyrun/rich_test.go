@@ -502,3 +502,31 @@ open("/output/notes.md", "w").write("# hi")
 		t.Errorf("stdout:\n%s", stdout)
 	}
 }
+
+// TestOutputFilesOverHTTP: over /mcp, a call's /output/ files read back
+// byte for byte for the client that ran it, in any of its sessions; under
+// access control another client's read is refused like a read of an
+// unknown URI.
+func TestOutputFilesOverHTTP(t *testing.T) {
+	const (
+		aliceToken = "alice-Qm4Lx8Vt2Rz9Kc1Wb7Ns"
+		bobToken   = "bob-Hy6Tp3Jd0Gv5Fs8Ae2Lk"
+	)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	saveTokens(t, tokens, "alice:"+aliceToken+"\nbob:"+bobToken+"\n")
+	s := startServe(t, "--workers", "1", "--auth-token-file", tokens)
+	alice, _ := s.mustDial(t, "mcp", aliceToken)
+	bob, _ := s.mustDial(t, "mcp", bobToken)
+	r := alice.run(t, outputsCode)
+	checkOutputs(t, alice, r)
+	for _, f := range r.sc.Files {
+		if _, err := readResource(t, bob, f.URI); err == nil || !strings.Contains(err.Error(), "no such output for this client") {
+			t.Errorf("bob read alice's %s: %v", f.Path, err)
+		}
+	}
+	// Alice's other session (a new connection) is still alice.
+	again, _ := s.mustDial(t, "sse", aliceToken)
+	if res, err := readResource(t, again, r.sc.Files[0].URI); err != nil || len(res.Contents) != 1 {
+		t.Errorf("alice over another session: %v", err)
+	}
+}
