@@ -297,16 +297,28 @@ def _send(call, mime, data):
     rich.displays += 1
     rich.display_bytes += len(raw)
     call.flush()  # output written before the display comes before it
-    _hooks.emit(
-        _encode_line(
-            {
-                "type": "display",
-                "id": call.id,
-                "mime_type": mime,
-                "data": _b64encode(raw).decode("ascii"),
-            }
-        )
-    )
+    _emit({"type": "display", "id": call.id, "mime_type": mime}, raw)
+
+
+# The most bytes one event carries: a larger display or file goes as events
+# of the same kind marked "more", so that a protocol line stays small
+# (PROTOCOL.md, Rich results).
+CHUNK = 1 << 20
+
+
+def _emit(event, raw):
+    off = 0
+    while True:
+        part = raw[off : off + CHUNK]
+        off += CHUNK
+        event["data"] = _b64encode(part).decode("ascii")
+        if off < len(raw):
+            event["more"] = True
+            _hooks.emit(_encode_line(event))
+            continue
+        event.pop("more", None)
+        _hooks.emit(_encode_line(event))
+        return
 
 
 def _warn(call, text):
@@ -439,17 +451,7 @@ def _send_files(call, rich):
         sent_bytes += len(data)
         mime = mimetypes.guess_type(rel, strict=False)[0] or "application/octet-stream"
         call.flush()
-        _hooks.emit(
-            _encode_line(
-                {
-                    "type": "file",
-                    "id": call.id,
-                    "path": rel,
-                    "mime_type": mime,
-                    "data": _b64encode(data).decode("ascii"),
-                }
-            )
-        )
+        _emit({"type": "file", "id": call.id, "path": rel, "mime_type": mime}, data)
 
 
 def _clear(path):

@@ -591,7 +591,7 @@ func (p *Pool) Reconfigure(cfg Config) error {
 	}
 	p.cfg = cfg
 	if old.MemoryLimit != cfg.MemoryLimit || old.Network != cfg.Network || old.MaxOutput != cfg.MaxOutput ||
-		!slices.Equal(old.Deps, cfg.Deps) || !richShapeEqual(old, cfg) {
+		!slices.Equal(old.Deps, cfg.Deps) || !slices.Equal(old.Mounts, cfg.Mounts) {
 		p.gen++
 	}
 	idle := p.idle

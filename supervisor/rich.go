@@ -141,6 +141,7 @@ type richEvent struct {
 	MIMEType        string `json:"mime_type"`
 	Data            []byte `json:"data"` // base64 in JSON
 	Path            string `json:"path"`
+	More            bool   `json:"more"` // the next event of the same kind continues this one
 	DisplaysDropped int    `json:"displays_dropped"`
 	FilesDropped    int    `json:"files_dropped"`
 }
@@ -159,48 +160,74 @@ func checkRichEvent(ev event) error {
 }
 
 // richResults collects a call's displays and files within the pool's
-// caps: a worker is untrusted, so its own caps are checked again.
+// caps: a worker is untrusted, so its own caps are checked again. An item
+// larger than one event's worth comes as events marked More, which must
+// follow each other.
 type richResults struct {
 	displays                []Display
 	files                   []OutputFile
-	displayBytes            int
-	fileBytes               int
+	displayBytes, fileBytes int
 	dropDisplays, dropFiles int
+	pending                 *richItem // an item whose last part has not come
 }
 
-func (r *richResults) add(ev event, cfg Config) {
-	switch ev.Type {
-	case "display":
-		if len(r.displays) >= cfg.MaxDisplays || r.displayBytes+len(ev.Data) > cfg.MaxDisplayBytes {
-			r.dropDisplays++
-			return
-		}
-		r.displayBytes += len(ev.Data)
-		r.displays = append(r.displays, Display{MIMEType: ev.MIMEType, Data: ev.Data})
-	case "file":
-		if len(r.files) >= cfg.MaxFiles || r.fileBytes+len(ev.Data) > cfg.MaxFileBytes ||
-			slices.ContainsFunc(r.files, func(f OutputFile) bool { return f.Path == ev.Path }) {
-			r.dropFiles++
-			return
-		}
-		r.fileBytes += len(ev.Data)
-		r.files = append(r.files, OutputFile{Path: ev.Path, MIMEType: ev.MIMEType, Data: ev.Data})
+type richItem struct {
+	typ, mime, path string
+	data            []byte
+	drop            bool // over a cap: the rest of its parts are read and dropped
+}
+
+func (r *richResults) add(ev event, cfg Config) error {
+	p := r.pending
+	if p == nil {
+		p = &richItem{typ: ev.Type, mime: ev.MIMEType, path: ev.Path}
+		r.pending = p
+	} else if ev.Type != p.typ || ev.MIMEType != p.mime || ev.Path != p.path {
+		return fmt.Errorf("%w: a %s event in the middle of a %s split over events", errGarbage, ev.Type, p.typ)
 	}
+	if !p.drop {
+		p.data = append(p.data, ev.Data...)
+		if p.typ == "display" && r.displayBytes+len(p.data) > cfg.MaxDisplayBytes ||
+			p.typ == "file" && r.fileBytes+len(p.data) > cfg.MaxFileBytes {
+			p.drop, p.data = true, nil
+		}
+	}
+	if ev.More {
+		return nil
+	}
+	r.pending = nil
+	switch {
+	case p.typ == "display" && (p.drop || len(r.displays) >= cfg.MaxDisplays):
+		r.dropDisplays++
+	case p.typ == "display":
+		r.displayBytes += len(p.data)
+		r.displays = append(r.displays, Display{MIMEType: p.mime, Data: p.data})
+	case p.drop || len(r.files) >= cfg.MaxFiles ||
+		slices.ContainsFunc(r.files, func(f OutputFile) bool { return f.Path == p.path }):
+		r.dropFiles++
+	default:
+		r.fileBytes += len(p.data)
+		r.files = append(r.files, OutputFile{Path: p.path, MIMEType: p.mime, Data: p.data})
+	}
+	return nil
 }
 
-// dropped adds the counts the worker's result reports.
+// dropped adds the counts the worker's result reports, and an item whose
+// last part never came.
 func (r *richResults) dropped(ev event) {
 	r.dropDisplays += max(ev.DisplaysDropped, 0)
 	r.dropFiles += max(ev.FilesDropped, 0)
+	if p := r.pending; p != nil {
+		r.pending = nil
+		if p.typ == "display" {
+			r.dropDisplays++
+		} else {
+			r.dropFiles++
+		}
+	}
 }
 
 func (r *richResults) fill(res *Result) {
 	res.Displays, res.Files = r.displays, r.files
 	res.DisplaysDropped, res.FilesDropped = r.dropDisplays, r.dropFiles
-}
-
-// richShapeEqual says whether two configs start workers alike as far as
-// rich results go: the event line bound and the mounts.
-func richShapeEqual(a, b Config) bool {
-	return maxEventLine(a) == maxEventLine(b) && slices.Equal(a.Mounts, b.Mounts)
 }

@@ -2,6 +2,8 @@ package supervisor_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,6 +78,21 @@ sorted(os.listdir("."))`})
 	res = run(t, p, supervisor.Job{Code: `import os; os.listdir("/output")`})
 	if res.Value != "[]" || len(res.Files) != 0 {
 		t.Errorf("the next stateless call sees /output/: %s %+v", res.Value, res.Files)
+	}
+	// Large items come split over several events (1 MiB each) and are
+	// put together again.
+	res = run(t, p, supervisor.Job{Code: `
+import hashlib, random
+data = random.Random(1).randbytes(2_500_000)
+open("/output/big.bin", "wb").write(data)
+display({"image/png": data[:2_100_000]}, raw=True)
+hashlib.sha256(data).hexdigest()`})
+	if len(res.Files) != 1 || len(res.Displays) != 1 || len(res.Files[0].Data) != 2_500_000 {
+		t.Fatalf("big file and display: %s %s", res.Status, res.Error)
+	}
+	sum := sha256.Sum256(res.Files[0].Data)
+	if res.Value != `"`+hex.EncodeToString(sum[:])+`"` || !bytes.Equal(res.Displays[0].Data, res.Files[0].Data[:2_100_000]) {
+		t.Errorf("big file or display differs: sha256 %s, worker says %s", hex.EncodeToString(sum[:]), res.Value)
 	}
 	run(t, p, supervisor.Job{Code: `open("/output/kept.txt", "w").write("1")`, KeepOutput: true})
 	res = run(t, p, supervisor.Job{Code: `open("/output/new.txt", "w").write("2"); open("/output/kept.txt").read()`, KeepOutput: true})

@@ -52,12 +52,9 @@ const (
 // maxEventLine bounds a line from a worker: the largest legitimate line is a
 // result carrying a capped return value and traceback, each at most
 // MaxOutput characters, JSON-escaped.
-// A display or file event carries up to MaxDisplayBytes or MaxFileBytes in
-// base64 (4/3 of them).
-func maxEventLine(cfg Config) int {
-	rich := max(cfg.MaxDisplayBytes, cfg.MaxFileBytes)
-	return max(16*cfg.MaxOutput, rich/3*4+4<<10) + 1<<20
-}
+// A display or file event carries at most 1 MiB in base64 (larger ones
+// are split over several events).
+func maxEventLine(cfg Config) int { return max(16*cfg.MaxOutput, 1<<20) + 1<<20 }
 
 // worker owns one Deno child process: its command, pipes and goroutines.
 // It runs one call at a time (the pool sees to that); close may be called
@@ -348,7 +345,9 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			case "error":
 				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), "it failed a call")
 			case "display", "file":
-				tr.rich.add(ev, cfg)
+				if err := tr.rich.add(ev, cfg); err != nil {
+					fail(err, "it broke the protocol")
+				}
 			case "result":
 				if cutByStop && ev.Status == "install-error" {
 					ev.Status = "interrupted" // its packages were cut short by the stop
