@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/pyrun/pyrun/supervisor"
 )
 
 // Tool arguments come from whoever talks to the model: parseArgs must turn
@@ -35,6 +37,14 @@ var argSeeds = []string{
 	`{"python_code":"1","global_variables":{"big":"` + strings.Repeat("y", fuzzMaxCode) + `"}}`,
 	`{"python_code":"\ud800"}`,
 	`{"python_code":"1","timeout_seconds":"` + strings.Repeat("9", 5000) + `"}`,
+	`{"python_code":"1","files":{"a.txt":"x","d/b.bin":{"base64":"AAE="}}}`,
+	`{"python_code":"1","files":{"../a":"x"}}`,
+	`{"python_code":"1","files":{"/etc/a":"x"}}`,
+	`{"python_code":"1","files":{"a":{"base64":"!!"}}}`,
+	`{"python_code":"1","files":{"a":7}}`,
+	`{"python_code":"1","files":{"a":"x","a/b":"y"}}`,
+	`{"python_code":"1","files":{"big":"` + strings.Repeat("z", fuzzMaxCode+1) + `"}}`,
+	`{"python_code":"1","files":null}`,
 	`{}`,
 	`[]`,
 	`null`,
@@ -71,6 +81,23 @@ func FuzzParseArgs(f *testing.F) {
 		}
 		if ts := args.TimeoutSeconds; ts != nil && (math.IsNaN(*ts) || math.IsInf(*ts, 0) || *ts <= 0) {
 			t.Errorf("accepted timeout_seconds %v", *ts)
+		}
+		files, err := decodeFiles(args.Files, fuzzMaxCode)
+		if err != nil {
+			if msg := err.Error(); !strings.HasPrefix(msg, "invalid arguments: files") || len(msg) > 2000 {
+				t.Errorf("files error %q", msg)
+			}
+			return
+		}
+		total := 0
+		for _, f := range files {
+			total += len(f.Data)
+			if err := supervisor.CheckInputPath(f.Path); err != nil {
+				t.Errorf("accepted input file %q: %v", f.Path, err)
+			}
+		}
+		if total > fuzzMaxCode {
+			t.Errorf("accepted %d bytes of files; the limit is %d", total, fuzzMaxCode)
 		}
 	})
 }

@@ -21,6 +21,10 @@ type Structured struct {
 	ExitCode     int                `json:"exit_code"`
 	DurationMS   float64            `json:"duration_ms"`
 	SessionID    string             `json:"session_id,omitempty"`
+	// Displays and Files are what the call showed and wrote under
+	// /output/ (SPEC.md section 9); absent when there are none.
+	Displays []DisplayInfo `json:"displays,omitempty"`
+	Files    []FileInfo    `json:"files,omitempty"`
 }
 
 // structured builds the structuredContent of a result.
@@ -81,6 +85,7 @@ func FormatXML(r supervisor.Result) string {
 		b.WriteString(escapeTag("output", text))
 		b.WriteString("\n</output>\n")
 	}
+	formatRich(&b, r)
 	if r.Status == supervisor.StatusSuccess {
 		if r.Value != "" {
 			b.WriteString("<return_value>\n")
@@ -98,7 +103,7 @@ func FormatXML(r supervisor.Result) string {
 var tagPatterns = map[string]*regexp.Regexp{}
 
 func init() {
-	for _, tag := range []string{"session_id", "dependencies", "output", "return_value", "error"} {
+	for _, tag := range []string{"session_id", "dependencies", "output", "return_value", "error", "displays", "files"} {
 		tagPatterns[tag] = regexp.MustCompile(`(?i)</?\s*` + tag + `(?:[^>\n]*>)?`)
 	}
 }

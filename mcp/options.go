@@ -1,5 +1,18 @@
 package mcp
 
+func (o Options) withDefaults() Options {
+	if o.MaxCode <= 0 {
+		o.MaxCode = 1 << 20
+	}
+	if o.MaxDisplays <= 0 {
+		o.MaxDisplays = 16
+	}
+	if o.MaxDisplayBytes <= 0 {
+		o.MaxDisplayBytes = 4 << 20
+	}
+	return o
+}
+
 // options returns the options in force.
 func (s *Server) options() Options {
 	s.mu.Lock()
@@ -11,9 +24,8 @@ func (s *Server) options() Options {
 // on use them, and when the tool's description changes (its time limit,
 // output cap or network) connected clients are told the tool list changed.
 func (s *Server) SetOptions(opts Options) {
-	if opts.MaxCode <= 0 {
-		opts.MaxCode = 1 << 20
-	}
+	opts = opts.withDefaults()
+	s.outputs.SetConfig(opts.Outputs)
 	s.mu.Lock()
 	old := s.opts
 	s.opts = opts

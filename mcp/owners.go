@@ -24,8 +24,17 @@ const Anonymous = "anonymous"
 
 // clientOf is the identity of the client that made req.
 func clientOf(ctx context.Context, req *sdk.CallToolRequest) string {
-	if req != nil && req.Extra != nil && req.Extra.TokenInfo != nil && req.Extra.TokenInfo.UserID != "" {
-		return req.Extra.TokenInfo.UserID
+	var extra *sdk.RequestExtra
+	if req != nil {
+		extra = req.Extra
+	}
+	return clientOfExtra(ctx, extra)
+}
+
+// clientOfExtra is the identity of the client of any request.
+func clientOfExtra(ctx context.Context, extra *sdk.RequestExtra) string {
+	if extra != nil && extra.TokenInfo != nil && extra.TokenInfo.UserID != "" {
+		return extra.TokenInfo.UserID
 	}
 	if ti := auth.TokenInfoFromContext(ctx); ti != nil && ti.UserID != "" {
 		return ti.UserID

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/mcp/outputs"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -36,6 +37,16 @@ type Options struct {
 	// Sessions are the Python sessions' lifetimes and bound, for the tool
 	// description; zero: no sessions (see UseSessions).
 	Sessions SessionOptions
+	// MaxDisplays and MaxDisplayBytes cap the image blocks of a call's
+	// /output/ files together with its displays (the pool caps displays).
+	// 0: 16 and 4 MiB.
+	MaxDisplays     int
+	MaxDisplayBytes int
+	// Outputs bounds the store of /output/ files (output_ttl, output_store,
+	// output_store_files).
+	Outputs outputs.Config
+	// Mounts are the sandbox paths of host folders, for the tool description.
+	Mounts []string
 }
 
 // Server is pyrun's MCP server. Its methods are safe for concurrent use.
@@ -46,6 +57,8 @@ type Server struct {
 	names sessionNames
 	live  liveStreams
 	posts posts // HTTP requests that carry calls, for CancelOnDisconnect
+	// outputs holds the /output/ files of calls for resources/read.
+	outputs *outputs.Store
 
 	mu       sync.Mutex
 	opts     Options       // guarded by mu; replaced, never changed, by SetOptions
@@ -54,10 +67,8 @@ type Server struct {
 
 // New builds the MCP server around pool.
 func New(pool Runner, opts Options, log hclog.Logger) *Server {
-	if opts.MaxCode <= 0 {
-		opts.MaxCode = 1 << 20
-	}
-	s := &Server{pool: pool, opts: opts, log: log}
+	opts = opts.withDefaults()
+	s := &Server{pool: pool, opts: opts, log: log, outputs: outputs.New(opts.Outputs)}
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: "pyrun", Title: "pyrun: Python in a sandbox", Version: opts.Version},
 		&sdk.ServerOptions{
 			Instructions: `Call the "run_python_code" tool with the Python code to run.`,
@@ -70,9 +81,13 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 			Capabilities: &sdk.ServerCapabilities{
 				Logging: &sdk.LoggingCapabilities{},
 				Tools:   &sdk.ToolCapabilities{},
+				// resources/read serves calls' /output/ files; the list
+				// stays empty, as every file belongs to one client.
+				Resources: &sdk.ResourceCapabilities{},
 			},
 		})
 	s.sdk.AddTool(tool(opts), s.handle)
+	s.sdk.AddResourceTemplate(outputTemplate, s.readOutput)
 	return s
 }
 

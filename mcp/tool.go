@@ -51,6 +51,19 @@ var inputSchema = &jsonschema.Schema{
 			Type:        "boolean",
 			Description: "End the session after this call's code has run (python_code may be empty)",
 		},
+		"files": {
+			Type:        "object",
+			Description: `Files to write into the working directory before the code runs: relative path -> content, a string for text or {"base64": "..."} for bytes`,
+			AdditionalProperties: &jsonschema.Schema{AnyOf: []*jsonschema.Schema{
+				{Type: "string"},
+				{
+					Type:                 "object",
+					Properties:           map[string]*jsonschema.Schema{"base64": {Type: "string"}},
+					Required:             []string{"base64"},
+					AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
+				},
+			}},
+		},
 	},
 	Required:             []string{"python_code"},
 	AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
@@ -79,6 +92,20 @@ var outputSchema = &jsonschema.Schema{
 		"exit_code":    {Type: "integer"},
 		"duration_ms":  {Type: "number"},
 		"session_id":   {Type: "string", Description: "the Python session the call ran in; absent for a stateless call"},
+		"displays": {Type: "array", Items: &jsonschema.Schema{
+			Type: "object",
+			Properties: map[string]*jsonschema.Schema{
+				"mime_type": {Type: "string"}, "uri": {Type: "string"}, "bytes": {Type: "integer"},
+			},
+			Required: []string{"mime_type", "uri", "bytes"},
+		}},
+		"files": {Type: "array", Items: &jsonschema.Schema{
+			Type: "object",
+			Properties: map[string]*jsonschema.Schema{
+				"path": {Type: "string"}, "uri": {Type: "string"}, "mime_type": {Type: "string"}, "bytes": {Type: "integer"},
+			},
+			Required: []string{"path", "uri", "mime_type", "bytes"},
+		}},
 	},
 	Required: []string{
 		"status", "stdout", "stderr", "output", "return_value", "error",
@@ -109,8 +136,17 @@ The code runs in Python %s (Pyodide %s: CPython compiled to WebAssembly) in a sa
 The value of the last expression is returned as JSON (omitted when it is None).
 stdout and stderr are captured, up to %s each.
 Imports of packages Pyodide knows (numpy, pandas, ...) are installed on demand; a PEP 723 "# /// script" block with "dependencies = [...]" names packages explicitly.
-The call is stopped after %s (timeout_seconds may set a shorter limit).`,
-		o.PythonVersion, o.PyodideVersion, net, sessionsDescription(o.Sessions), humanBytes(o.MaxOutput), o.Timeout)
+The call is stopped after %s (timeout_seconds may set a shorter limit).
+display(obj) shows rich values (images, SVG, HTML, markdown) in the result, as does a rich last expression; open matplotlib figures come back as PNG. Files the code writes under /output/ come back as resources; the "files" argument writes input files into the working directory.%s`,
+		o.PythonVersion, o.PyodideVersion, net, sessionsDescription(o.Sessions), humanBytes(o.MaxOutput), o.Timeout, mountText(o.Mounts))
+}
+
+// mountText tells the model about the host folders it can read.
+func mountText(paths []string) string {
+	if len(paths) == 0 {
+		return ""
+	}
+	return "\nHost folders are mounted read-only (unless marked writable) at: " + strings.Join(paths, ", ") + "."
 }
 
 // callSeq numbers calls for logs and the worker protocol.
@@ -123,6 +159,7 @@ type toolArgs struct {
 	TimeoutSeconds  *float64        `json:"timeout_seconds"`
 	SessionID       *string         `json:"session_id"`
 	EndSession      bool            `json:"end_session"`
+	Files           json.RawMessage `json:"files"`
 }
 
 // parseArgs checks a call's arguments. Its errors name the argument at fault
@@ -188,6 +225,12 @@ func parseValidArgs(raw json.RawMessage) (toolArgs, bool) {
 				return args, false
 			}
 			err = json.Unmarshal(v, &args.EndSession)
+		case "files":
+			// Checked entry by entry by decodeFiles.
+			if len(v) == 0 || v[0] != '{' {
+				return args, false
+			}
+			args.Files = v
 		default:
 			return args, false
 		}
@@ -272,12 +315,17 @@ func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 	if err != nil {
 		return toolError(err), nil
 	}
+	files, err := decodeFiles(args.Files, s.options().MaxCode)
+	if err != nil {
+		return toolError(err), nil
+	}
 	job := supervisor.Job{
 		ID:      strconv.FormatUint(callSeq.Add(1), 10),
 		Code:    args.PythonCode,
 		Globals: args.GlobalVariables,
 		Client:  clientOf(ctx, req),
 		Session: s.sessionName(req.Session),
+		Files:   files,
 	}
 	if t := args.TimeoutSeconds; t != nil {
 		job.Timeout = jobTimeout(*t)
@@ -305,9 +353,13 @@ func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 	if err != nil && res.Status == "" {
 		return toolError(err), nil
 	}
+	sc := structured(res)
+	rich, displays, outFiles := s.richContent(res, job.Client)
+	sc.Displays, sc.Files = displays, outFiles
 	return &sdk.CallToolResult{
-		Content:           []sdk.Content{&sdk.TextContent{Text: FormatXML(res)}},
-		StructuredContent: structured(res),
+		// The text block first and complete: some clients drop the rest.
+		Content:           append([]sdk.Content{&sdk.TextContent{Text: FormatXML(res)}}, rich...),
+		StructuredContent: sc,
 		IsError:           res.Status != supervisor.StatusSuccess,
 	}, nil
 }

@@ -34,7 +34,12 @@ export interface FileGuard {
  * and nothing but the scratch folders, which pyrun empties after every
  * call, outlives a call.
  */
-export function guardFiles(FS: EmscriptenFS): FileGuard {
+export function guardFiles(FS: EmscriptenFS, extra: string[] = []): FileGuard {
+  // extra: /output/ and the read-write host mounts (--mount ...:rw), which
+  // calls may change too; pyrun empties /output/ itself, and a writable
+  // mount is the operator's explicit choice.
+  const changeRoots = [...CHANGE_ROOTS, ...extra];
+  const writeRoots = [...WRITE_ROOTS, ...extra];
   let loads = 0; // package loads in progress
   const nodePath = (node: unknown): string => FS.getPath(node);
   // The place a name is made or removed at: its parent's real path.
@@ -65,22 +70,22 @@ export function guardFiles(FS: EmscriptenFS): FileGuard {
     };
   };
   const streamNode = (s: unknown) => [nodePath((s as { node: unknown }).node)];
-  wrap("mknod", (p) => [entryPath(p)], CHANGE_ROOTS); // files, folders, devices
-  wrap("symlink", (_target, p) => [entryPath(p)], CHANGE_ROOTS);
-  wrap("rename", (a, b) => [entryPath(a), entryPath(b)], CHANGE_ROOTS);
-  wrap("unlink", (p) => [entryPath(p)], CHANGE_ROOTS);
-  wrap("rmdir", (p) => [entryPath(p)], CHANGE_ROOTS);
+  wrap("mknod", (p) => [entryPath(p)], changeRoots); // files, folders, devices
+  wrap("symlink", (_target, p) => [entryPath(p)], changeRoots);
+  wrap("rename", (a, b) => [entryPath(a), entryPath(b)], changeRoots);
+  wrap("unlink", (p) => [entryPath(p)], changeRoots);
+  wrap("rmdir", (p) => [entryPath(p)], changeRoots);
   // chmod, chown, truncate and their f- and l- forms all end here.
-  wrap("doSetAttr", (_stream, node) => [nodePath(node)], WRITE_ROOTS);
+  wrap("doSetAttr", (_stream, node) => [nodePath(node)], writeRoots);
   wrap("utime", (p) => {
     try {
       return [nodePath(FS.lookupPath(p, { follow: true }).node)];
     } catch {
       return [null];
     }
-  }, WRITE_ROOTS);
-  wrap("write", streamNode, WRITE_ROOTS);
-  wrap("msync", streamNode, CHANGE_ROOTS); // a shared writable mmap
+  }, writeRoots);
+  wrap("write", streamNode, writeRoots);
+  wrap("msync", streamNode, changeRoots); // a shared writable mmap
   return {
     async loading<T>(fn: () => Promise<T>): Promise<T> {
       loads++;

@@ -28,7 +28,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the events sections of testdata/*.txtar from the real worker")
 
 // hostSources are the TypeScript files of the worker program.
-var hostSources = []string{"main.ts", "worker.ts", "protocol.ts", "guards.ts"}
+var hostSources = []string{"main.ts", "worker.ts", "protocol.ts", "guards.ts", "mounts.ts"}
 
 // TestDenoTools keeps the worker program clean under Deno's own formatter,
 // linter and type checker, offline: DENO_DIR is empty and nothing may be
@@ -208,9 +208,11 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 		"--allow-read=" + strings.Join([]string{
 			filepath.Join(rt.Dir, "worker.ts"),
 			filepath.Join(rt.Dir, "protocol.ts"),
+			filepath.Join(rt.Dir, "mounts.ts"),
 			filepath.Join(rt.Dir, "pyrun_helper.py"),
 			filepath.Join(rt.Dir, "pyrun_guard.py"),
 			filepath.Join(rt.Dir, "guards.ts"),
+			filepath.Join(rt.Dir, "pyrun_display.py"),
 			filepath.Join(rt.Dir, "node_modules", "pyodide"),
 		}, ","),
 		"--allow-net", "--deny-net=" + strings.Join(deniedNets, ","),
@@ -426,6 +428,7 @@ func readLine(r *bufio.Reader) (string, error) {
 // eventTypes are the events of PROTOCOL.md.
 var eventTypes = map[string]bool{
 	"ready": true, "output": true, "package": true, "pong": true, "error": true, "result": true, "need": true,
+	"display": true, "file": true,
 }
 
 // volatile are the fields that differ from run to run, each on its event.

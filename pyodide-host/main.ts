@@ -18,6 +18,7 @@ export function parseConfig(args: string[]): HostConfig {
     make_snapshot: raw.make_snapshot === true,
     preload: Array.isArray(raw.preload) ? raw.preload : [],
     session: raw.session === true,
+    mounts: Array.isArray(raw.mounts) ? raw.mounts : [],
   };
 }
 

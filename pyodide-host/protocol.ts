@@ -25,6 +25,22 @@ export interface HostConfig {
   preload: PackageFile[];
   /** A Python session's worker: calls share globals, modules and files (PROTOCOL.md, Sessions). */
   session: boolean;
+  /** Host folders to mount (--mount); absent: none. */
+  mounts?: Mount[];
+}
+
+/** A host folder visible to Python at path; writable only when rw. */
+export interface Mount {
+  path: string;
+  host: string;
+  rw?: boolean;
+}
+
+/** An input file of a call: a path relative to the working directory. */
+export interface InputFile {
+  path: string;
+  /** The file's bytes in base64. */
+  data: string;
 }
 
 /** A package file in the supervisor's cache, checked and read-only. */
@@ -47,6 +63,13 @@ export type Request =
     max_output: number;
     /** How many interrupt signals the supervisor has sent this worker so far. */
     interrupts: number;
+    // Rich results (PROTOCOL.md): handed to pyrun_display as one JSON text.
+    input_files?: InputFile[];
+    keep_output?: boolean;
+    max_displays?: number;
+    max_display_bytes?: number;
+    max_files?: number;
+    max_file_bytes?: number;
   }
   | { type: "ping"; id: string }
   | {
@@ -83,4 +106,5 @@ export type Event =
   }
   | { type: "pong"; id: string }
   | { type: "error"; id?: string; error: string };
-// The "result" event is built by pyrun_helper.py, which owns its fields.
+// The "result" event is built by pyrun_helper.py, which owns its fields;
+// the "display" and "file" events by pyrun_display.py.

@@ -39,6 +39,8 @@ from pyodide.code import find_imports, should_quiet
 from pyodide.ffi import run_sync as _run_sync
 from textwrap import dedent as _dedent
 
+import pyrun_display as _display  # rich results: display(), figures, files
+
 FILENAME = "main.py"
 WORKDIR = "/home/pyodide"
 SCRATCH = ("/tmp",)
@@ -46,6 +48,7 @@ SCRATCH = ("/tmp",)
 # Frames from these files are pyrun's or Pyodide's machinery, not the user's.
 _INTERNAL_PREFIXES = (
     __file__,
+    _display.__file__,
     "/lib/python314.zip/_pyodide/",
     "/lib/python3.14/site-packages/_pyodide/",
     "/lib/python314.zip/pyodide/",
@@ -163,6 +166,7 @@ class _Call:
         self.interrupted = False
         self.running = False  # the user's code (or its packages) may be running
         self.loading = False  # Pyodide's loader is installing the call's packages
+        self.rich = None  # pyrun_display's state for the call
 
     def write(self, stream, text):
         if not text:
@@ -220,7 +224,16 @@ def prepare():
     import zipfile  # noqa: F401
 
     sys.addaudithook(_audit)
+    _display.install(_showing)
     _guard.install(_stderr.write)  # last: no audit hook can be added after it
+
+
+def _showing():
+    """The call that may show things now (display()), if any."""
+    call = _active
+    if call is not None and _current.get() is call:
+        return call
+    return None
 
 
 _prepared = False
@@ -233,6 +246,7 @@ def setup(emit, wait, live, load_packages):
     _host.live = live
     signal.signal(signal.SIGINT, _on_interrupt)
     _host.load_packages = load_packages
+    _display.connect(emit)
     # Workers started from one snapshot share its random state: give each
     # its own, as a plain start would.
     rnd = sys.modules.get("random")
@@ -404,7 +418,7 @@ def _audit(event, args):
             p = os.path.abspath(os.fsdecode(p))
         except Exception:
             continue
-        if not _under(p, SCRATCH + (WORKDIR,)):
+        if not _under(p, SCRATCH + (WORKDIR,)) and not _under(p, _display.writable):
             call.recycle = f"the call changed {p}"
             return
 
@@ -444,7 +458,7 @@ def _all_tasks():
         return set()
 
 
-def run(cid, code, globals_json, max_output):
+def run(cid, code, globals_json, max_output, rich_json=""):
     """Run one call; returns the result protocol line (a JSON string).
 
     The host calls it through ``callPromising``, so that it may block on an
@@ -464,6 +478,7 @@ def run(cid, code, globals_json, max_output):
     try:
         call.running = True
         try:
+            _display.begin(call, rich_json)
             _execute(call, code, globals_json, result)
             call.running = False
         except BaseException as e:  # noqa: BLE001 - every exception is the user's result
@@ -479,11 +494,13 @@ def run(cid, code, globals_json, max_output):
                 call.recycle = "the call ran out of memory"
             else:
                 result.update(status="run-error", error=_format_exception(e))
+        _display.end(call, result)
         return _finish(call, result, started)
     finally:
         _guard.reset()  # first: a trace function must not see the cleanup
         _current.reset(token)
         _active = None
+        _display.finish(call)
         if _session.scope is not None:
             _session.after_call()  # a session keeps what the call left
         else:
@@ -555,6 +572,7 @@ def _execute(call, code, globals_json, result):
     call.flush()
     result["status"] = "success"
     if value is not None:
+        _display.last(call, value)
         result["value"] = dump_json(value)
 
 

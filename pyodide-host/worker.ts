@@ -14,6 +14,7 @@ import {
   type Request,
 } from "./protocol.ts";
 import { guardFiles } from "./guards.ts";
+import { mountHostFolders } from "./mounts.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -109,7 +110,13 @@ interface Helper {
   keep_state(): void;
   /** Called through callPromising, so that Python may switch stacks. */
   run: {
-    callPromising(id: string, code: string, globals: string, maxOutput: number): Promise<string>;
+    callPromising(
+      id: string,
+      code: string,
+      globals: string,
+      maxOutput: number,
+      rich: string,
+    ): Promise<string>;
   };
 }
 
@@ -256,9 +263,12 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
     return Atomics.exchange(shared.flag, 0, 0) !== 0 && live(shared);
   };
   helper.setup(writeLine, wait, () => live(shared), load);
+  // Mounts first: making their folders is a change the guard refuses.
+  const mounts = cfg.mounts ?? [];
+  mountHostFolders(py, mounts);
   // From here on Python can change the file system only in the scratch
-  // folders (guards.ts).
-  const fileGuard = guardFiles(py.FS);
+  // folders, /output/ and read-write mounts (guards.ts).
+  const fileGuard = guardFiles(py.FS, ["/output", ...mounts.filter((m) => m.rw).map((m) => m.path)]);
   if (cfg.session) helper.keep_state();
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
@@ -318,6 +328,7 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
               req.code,
               req.globals ?? "",
               req.max_output || 65536,
+              richOptions(req),
             ),
           );
         } catch (e) {
@@ -341,6 +352,24 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
   self.postMessage({ type: "eof" });
 }
 
+/** A run's rich-result fields as pyrun_display takes them: JSON, or "" for none. */
+function richOptions(req: Extract<Request, { type: "run" }>): string {
+  const { keep_output, max_displays, max_display_bytes, max_files, max_file_bytes } = req;
+  const files = req.input_files;
+  if (
+    files === undefined && keep_output === undefined && max_displays === undefined &&
+    max_display_bytes === undefined && max_files === undefined && max_file_bytes === undefined
+  ) return "";
+  return JSON.stringify({
+    files,
+    keep_output,
+    max_displays,
+    max_display_bytes,
+    max_files,
+    max_file_bytes,
+  });
+}
+
 /**
  * Marks the start of a call: a signal numbered up to want was sent for an
  * earlier call and must not interrupt this one, however late it arrives.
@@ -356,6 +385,9 @@ async function importHelper(py: PyodideInterface): Promise<Helper> {
   for (const name of ["pyrun_helper.py", "pyrun_guard.py"]) {
     const source = await Deno.readTextFile(new URL("./" + name, import.meta.url));
     py.FS.writeFile("/lib/pyrun/" + name, source);
+  for (const name of ["pyrun_helper.py", "pyrun_display.py"]) {
+    const source = await Deno.readTextFile(new URL(`./${name}`, import.meta.url));
+    py.FS.writeFile(`/lib/pyrun/${name}`, source);
   }
   py.runPython("import sys; sys.path.insert(0, '/lib/pyrun')");
   const mod = py.pyimport("pyrun_helper") as unknown as Helper;

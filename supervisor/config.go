@@ -68,6 +68,19 @@ type Config struct {
 	// PyPI is a JSON API like PyPI's, for requirements neither the index
 	// nor the wheelhouse meets. "": packages.DefaultPyPI; "none": never.
 	PyPI string
+
+	// MaxDisplays and MaxDisplayBytes cap what one call shows (display(),
+	// the last expression, figures); more is dropped and counted. 0: 16
+	// and 4 MiB.
+	MaxDisplays     int
+	MaxDisplayBytes int
+	// MaxFiles and MaxFileBytes cap the files under /output/ one call
+	// returns. 0: 256 and 64 MiB.
+	MaxFiles     int
+	MaxFileBytes int
+	// Mounts are host folders every worker sees (read-only unless RW).
+	// nil: none.
+	Mounts []Mount
 }
 
 // Network says what Python code may reach over the network.
@@ -178,6 +191,18 @@ func (c Config) withDefaults() Config {
 	if c.IdleMemorySlack <= 0 {
 		c.IdleMemorySlack = max(c.MemoryLimit/4, 64<<20)
 	}
+	if c.MaxDisplays <= 0 {
+		c.MaxDisplays = 16
+	}
+	if c.MaxDisplayBytes <= 0 {
+		c.MaxDisplayBytes = 4 << 20
+	}
+	if c.MaxFiles <= 0 {
+		c.MaxFiles = 256
+	}
+	if c.MaxFileBytes <= 0 {
+		c.MaxFileBytes = 64 << 20
+	}
 	return c
 }
 
@@ -219,6 +244,8 @@ type hostConfig struct {
 	Preload []packages.File `json:"preload,omitempty"`
 	// Session makes a worker whose calls share one interpreter state.
 	Session bool `json:"session,omitempty"`
+	// Mounts are the host folders to mount (--mount).
+	Mounts []Mount `json:"mounts,omitempty"`
 }
 
 // maxRequestLine bounds a request line to a worker; code and globals are
@@ -255,9 +282,11 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 	read := []string{
 		filepath.Join(rt.Dir, "worker.ts"),
 		filepath.Join(rt.Dir, "protocol.ts"),
+		filepath.Join(rt.Dir, "mounts.ts"),
 		filepath.Join(rt.Dir, "pyrun_helper.py"),
 		filepath.Join(rt.Dir, "pyrun_guard.py"),
 		filepath.Join(rt.Dir, "guards.ts"),
+		filepath.Join(rt.Dir, "pyrun_display.py"),
 		filepath.Join(rt.Dir, "node_modules", "pyodide"),
 	}
 	if !l.makeSnapshot && rt.PackageDir != "" {
@@ -276,8 +305,22 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 		read = append(read, l.snapshot.Path)
 		hc.Snapshot, hc.SnapshotSize = l.snapshot.Path, l.snapshot.Size
 	}
+	var write []string
 	if !l.makeSnapshot {
 		hc.Preload, hc.Session = l.preload, l.session
+		hc.Preload = l.preload
+		// Mounts (--mount): read for each host folder, so that Python sees
+		// it; write only for those mounted :rw. Nothing else is writable.
+		for _, m := range c.Mounts {
+			if strings.ContainsAny(m.Host, ",") {
+				return nil, fmt.Errorf("mount %q contains a comma, which Deno's permission lists cannot hold", m.Host)
+			}
+			read = append(read, m.Host)
+			if m.RW {
+				write = append(write, m.Host)
+			}
+		}
+		hc.Mounts = c.Mounts
 	}
 	args := []string{
 		"run",
@@ -287,10 +330,14 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 		"--quiet",
 		"--allow-read=" + strings.Join(read, ","),
 		// Not granted, so refused to Python as well: write (nothing pyrun
-		// or a later worker loads may change), env (the host's variables),
+		// or a later worker loads may change; only :rw mounts, below), env (the host's variables),
 		// run (subprocesses, and signals to any process but the worker
 		// itself), ffi (native code), sys (facts about the host), imports
 		// of remote code.
+	}
+	if len(write) > 0 {
+		// Write: the host folders mounted :rw, and nothing else.
+		args = append(args, "--allow-write="+strings.Join(write, ","))
 	}
 	switch {
 	case l.makeSnapshot:

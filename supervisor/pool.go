@@ -603,7 +603,7 @@ func (p *Pool) Reconfigure(cfg Config) error {
 	p.cfg = cfg
 	p.logs.set(cfg)
 	if old.MemoryLimit != cfg.MemoryLimit || old.Network != cfg.Network || old.MaxOutput != cfg.MaxOutput ||
-		!slices.Equal(old.Deps, cfg.Deps) {
+		!slices.Equal(old.Deps, cfg.Deps) || !slices.Equal(old.Mounts, cfg.Mounts) {
 		p.gen++
 	}
 	idle := p.idle

@@ -32,6 +32,8 @@ type request struct {
 	// packages: the answer to a need event; Files to load, or Error.
 	Files []packages.File `json:"files,omitempty"`
 	Error string          `json:"error,omitempty"`
+
+	richRequest // run: input files, /output/, caps on displays and files
 }
 
 // event is any line a worker writes to its stdout. Fields are filled per Type.
@@ -58,6 +60,9 @@ type event struct {
 	Requires       []string          `json:"requires"`
 	RequiresPython string            `json:"requires_python"`
 	Loaded         map[string]string `json:"loaded"`
+
+	// display, file (rich.go)
+	richEvent
 
 	// result
 	Status       string         `json:"status"`
@@ -123,6 +128,10 @@ func parseEvent(line []byte) (event, error) {
 			return event{}, fmt.Errorf("%w: output on unknown stream %q", errGarbage, clip([]byte(ev.Stream), 64))
 		}
 	case "package", "need":
+	case "display", "file":
+		if err := checkRichEvent(ev); err != nil {
+			return event{}, fmt.Errorf("%w: %v", errGarbage, err)
+		}
 	case "result":
 		if !knownWorkerStatus[ev.Status] {
 			return event{}, fmt.Errorf("%w: result with unknown status %q", errGarbage, clip([]byte(ev.Status), 64))

@@ -73,6 +73,15 @@ type Result struct {
 	// SessionID is the Python session the call ran in; empty for a
 	// stateless call.
 	SessionID string
+
+	// Displays are what the call showed (display(), the last expression's
+	// rich form, matplotlib figures), in order; Files what it wrote under
+	// /output/. DisplaysDropped and FilesDropped count those the caps held
+	// back (MaxDisplays, MaxDisplayBytes; MaxFiles, MaxFileBytes).
+	Displays        []Display
+	Files           []OutputFile
+	DisplaysDropped int
+	FilesDropped    int
 }
 
 // Events receives a call's output while it runs. Methods are called from the
@@ -93,6 +102,7 @@ type transcript struct {
 	tailStream Stream
 	size       map[Stream]int
 	cut        map[Stream]bool
+	rich       richResults
 }
 
 func newTranscript(max int, ev Events) *transcript {
@@ -172,6 +182,7 @@ func (t *transcript) fill(r *Result) {
 		}
 	}
 	r.Stdout, r.Stderr = string(out), string(errs)
+	t.rich.fill(r)
 }
 
 // cutUTF8 returns the longest prefix of s of at most n bytes that does not

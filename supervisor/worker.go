@@ -38,6 +38,12 @@ type Job struct {
 	// PythonSession is the id of the Python session the call runs in, for
 	// logs; empty for a stateless call.
 	PythonSession string
+	// Files are written into the working directory before the code runs;
+	// the front end has checked their paths (CheckInputPath). nil: none.
+	Files []InputFile
+	// KeepOutput leaves /output/ as the worker's previous call left it,
+	// for a session; false empties it before and after the call.
+	KeepOutput bool
 }
 
 // Stop delays: a worker told to stop first sees its stdin close, then
@@ -50,7 +56,9 @@ const (
 // maxEventLine bounds a line from a worker: the largest legitimate line is a
 // result carrying a capped return value and traceback, each at most
 // MaxOutput characters, JSON-escaped.
-func maxEventLine(maxOutput int) int { return 16*maxOutput + 1<<20 }
+// A display or file event carries at most 1 MiB in base64 (larger ones
+// are split over several events).
+func maxEventLine(cfg Config) int { return max(16*cfg.MaxOutput, 1<<20) + 1<<20 }
 
 // worker owns one Deno child process: its command, pipes and goroutines.
 // It runs one call at a time (the pool sees to that); close may be called
@@ -149,7 +157,7 @@ func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, lo
 	pipes.Add(2)
 	go func() {
 		defer pipes.Done()
-		w.readEvents(stdoutR, maxEventLine(cfg.MaxOutput))
+		w.readEvents(stdoutR, maxEventLine(cfg))
 	}()
 	go func() {
 		defer pipes.Done()
@@ -262,6 +270,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	line, err := json.Marshal(request{
 		Type: "run", ID: job.ID, Code: job.Code, Globals: string(job.Globals),
 		MaxOutput: cfg.MaxOutput, Interrupts: w.interrupts,
+		richRequest: newRichRequest(job, cfg),
 	})
 	if err != nil {
 		res.Status, res.Error = StatusCrashed, fmt.Sprintf("pyrun could not encode the call: %v", err)
@@ -356,6 +365,10 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				go func() { answers <- w.resolve(resolveCtx, job.ID, ev) }()
 			case "error":
 				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), "it failed a call")
+			case "display", "file":
+				if err := tr.rich.add(ev, cfg); err != nil {
+					fail(err, "it broke the protocol")
+				}
 			case "result":
 				if cutByStop && ev.Status == "install-error" {
 					ev.Status = "interrupted" // its packages were cut short by the stop
@@ -496,6 +509,7 @@ func (w *worker) finish(res Result, ev event, tr *transcript, stopped string, cf
 	for s := range ev.Dropped {
 		tr.dropped(Stream(s))
 	}
+	tr.rich.dropped(ev)
 	tr.fill(&res)
 	res.InWorker = time.Duration(ev.DurationMS * float64(time.Millisecond))
 	res.Dependencies = ev.Dependencies

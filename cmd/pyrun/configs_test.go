@@ -31,7 +31,7 @@ func TestExampleConfig(t *testing.T) {
 		if f.Name == "config" {
 			return
 		}
-		key := strings.ReplaceAll(f.Name, "-", "_")
+		key := configKey(f.Name)
 		if _, ok := keys[key]; !ok {
 			t.Errorf("%s has no key %q (flag --%s)", path, key, f.Name)
 		}

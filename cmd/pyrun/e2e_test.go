@@ -259,6 +259,21 @@ type structured struct {
 	ExitCode     int             `json:"exit_code"`
 	DurationMS   float64         `json:"duration_ms"`
 	SessionID    string          `json:"session_id"`
+	Displays     []displayInfo   `json:"displays"`
+	Files        []fileInfo      `json:"files"`
+}
+
+type displayInfo struct {
+	MIMEType string `json:"mime_type"`
+	URI      string `json:"uri"`
+	Bytes    int    `json:"bytes"`
+}
+
+type fileInfo struct {
+	Path     string `json:"path"`
+	URI      string `json:"uri"`
+	MIMEType string `json:"mime_type"`
+	Bytes    int    `json:"bytes"`
 }
 
 type chunk struct {
@@ -273,6 +288,8 @@ type result struct {
 	text     string
 	sections map[string]string
 	sc       structured
+	// rest are the content blocks after the text block (rich results).
+	rest []sdk.Content
 }
 
 var structuredKeys = []string{
@@ -318,14 +335,14 @@ func (s *server) run(t *testing.T, code string) result {
 
 func checkResult(res *sdk.CallToolResult) (result, error) {
 	var r result
-	if len(res.Content) != 1 {
-		return r, fmt.Errorf("want one content block, got %d", len(res.Content))
+	if len(res.Content) == 0 {
+		return r, errors.New("no content blocks")
 	}
 	tc, ok := res.Content[0].(*sdk.TextContent)
 	if !ok {
-		return r, fmt.Errorf("content is %T, want text", res.Content[0])
+		return r, fmt.Errorf("the first content block is %T, want text", res.Content[0])
 	}
-	r.text, r.isError = tc.Text, res.IsError
+	r.text, r.isError, r.rest = tc.Text, res.IsError, res.Content[1:]
 	if res.StructuredContent == nil {
 		return r, fmt.Errorf("no structuredContent; text: %s", r.text)
 	}
@@ -419,6 +436,16 @@ func checkResult(res *sdk.CallToolResult) (result, error) {
 			bad("status %s with a <return_value> section", sc.Status)
 		}
 	}
+	// The text block lists every display and file the result carries.
+	if n := len(sc.Displays); n != len(itemLines(r.sections["displays"])) {
+		bad("%d displays, but <displays> is %q", n, r.sections["displays"])
+	}
+	if n := len(sc.Files); n != len(itemLines(r.sections["files"])) {
+		bad("%d files, but <files> is %q", n, r.sections["files"])
+	}
+	if len(sc.Displays)+len(sc.Files) == 0 && len(r.rest) > 0 {
+		bad("%d content blocks after the text without displays or files", len(r.rest))
+	}
 	if len(problems) > 0 {
 		return r, fmt.Errorf("inconsistent result:\n  %s\ntext:\n%s", strings.Join(problems, "\n  "), r.text)
 	}
@@ -427,7 +454,19 @@ func checkResult(res *sdk.CallToolResult) (result, error) {
 
 // sectionOrder is the order of the text block's sections; return_value and
 // error share a place, as only one of them appears.
-var sectionOrder = map[string]int{"status": 0, "session_id": 1, "dependencies": 2, "output": 3, "return_value": 4, "error": 4}
+var sectionOrder = map[string]int{"status": 0, "session_id": 1, "dependencies": 2, "output": 3, "displays": 4, "files": 5, "return_value": 6, "error": 6}
+
+// itemLines are the lines of a <displays> or <files> section that name an
+// item, without pyrun's notes.
+func itemLines(section string) []string {
+	var items []string
+	for _, l := range strings.Split(section, "\n") {
+		if l != "" && !strings.HasPrefix(l, "[pyrun:") {
+			items = append(items, l)
+		}
+	}
+	return items
+}
 
 // parseBlock splits mcp-run-python's text block into its sections. It fails
 // on anything outside a section, an unknown or repeated section, or sections

@@ -107,7 +107,8 @@ func TestLimitFlags(t *testing.T) {
 	}
 	got := o.poolConfig()
 	want := supervisor.Config{Workers: got.Workers, Timeout: 7 * time.Second, MemoryLimit: 300 << 20, MaxOutput: 2 << 10,
-		MaxQueue: 5, QueueTimeout: 3 * time.Second, Network: supervisor.NetworkPublic, Isolation: supervisor.IsolationCall, PyPI: packages.DefaultPyPI}
+		MaxQueue: 5, QueueTimeout: 3 * time.Second, Network: supervisor.NetworkPublic, Isolation: supervisor.IsolationCall, PyPI: packages.DefaultPyPI,
+		MaxDisplays: 16, MaxDisplayBytes: 4 << 20, MaxFiles: 256, MaxFileBytes: 64 << 20}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("pool config %+v, want %+v", got, want)
 	}
@@ -117,6 +118,9 @@ func TestLimitFlags(t *testing.T) {
 	for _, bad := range [][]string{
 		{"--max-code", "100"}, {"--max-code", "1GiB"}, {"--timeout", "0s"}, {"--memory-limit", "64MiB"},
 		{"--max-output", "10"}, {"--max-queue", "-1"}, {"--queue-timeout", "0s"},
+		{"--max-displays", "0"}, {"--max-display-bytes", "10"}, {"--output-ttl", "0s"}, {"--output-store", "1"},
+		{"--output-store-files", "0"}, {"--mount", "/nonexistent-pyrun:/data"}, {"--mount", t.TempDir() + ":relative"},
+		{"--mount", t.TempDir() + ":/tmp"}, {"--mount", t.TempDir() + ":/data:rx"},
 	} {
 		if _, _, err := loadOptions("stdio", bad); err == nil {
 			t.Errorf("%v accepted", bad)

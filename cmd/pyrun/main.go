@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/mcp/outputs"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -145,6 +146,12 @@ func startPool(ctx context.Context, o *options, cfg supervisor.Config, progress 
 	if err != nil {
 		return nil, nil, err
 	}
+	for _, m := range cfg.Mounts {
+		if m.RW {
+			log.Warn("a host folder is mounted read-write: code run by any client can change, add and delete files in it",
+				"host", m.Host, "sandbox", m.Path)
+		}
+	}
 	pool, err := supervisor.NewPool(rt, cfg, log.Named("pool"))
 	if err != nil {
 		return nil, nil, err
@@ -173,6 +180,11 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		Network:        cfg.Network,
 		Live:           mcp.LiveOptions{Buffer: int(o.liveBuffer), ProgressInterval: o.progressInterval},
 		Sessions:       o.mcpSessionOptions(),
+
+		MaxDisplays:     cfg.MaxDisplays,
+		MaxDisplayBytes: cfg.MaxDisplayBytes,
+		Outputs:         outputs.Config{TTL: o.outputTTL, MaxBytes: int64(o.outputStore), MaxFiles: o.outputStoreFiles},
+		Mounts:          mountPaths(cfg.Mounts),
 	}
 }
 
@@ -224,6 +236,9 @@ func cmdRun(ctx context.Context, o *options, pos []string, stdin io.Reader, stdo
 		return exitFail, err
 	}
 	fmt.Fprintln(stdout, mcp.FormatXML(res))
+	if err := saveRich(res, o.out, stderr); err != nil {
+		return exitFail, err
+	}
 	return res.Status.ExitCode(), nil
 }
 

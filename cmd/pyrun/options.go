@@ -72,6 +72,14 @@ type options struct {
 	maxSessions       int
 	clientMaxSessions int
 	instanceID        string
+	// Rich results (README "Rich results").
+	maxDisplays      int
+	maxDisplayBytes  byteSize
+	outputTTL        time.Duration
+	outputStore      byteSize
+	outputStoreFiles int
+	mounts           mountList
+	out              string
 }
 
 // flagSet declares every flag on o, with its default.
@@ -119,6 +127,14 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.IntVar(&o.clientMaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker (default: the pool size)")
 	fs.IntVar(&o.clientMaxQueue, "client-max-queue", 16, "serve, with access control: more calls of one client that may wait for those places; more are refused")
 	o.sessionFlags(fs)
+	o.maxDisplayBytes, o.outputStore = 4<<20, 64<<20
+	fs.IntVar(&o.maxDisplays, "max-displays", 16, "displays (display(), rich last values, figures) one call returns; more are dropped with a note")
+	fs.Var(&o.maxDisplayBytes, "max-display-bytes", "bytes of displays one call returns (bytes or 4MiB)")
+	fs.DurationVar(&o.outputTTL, "output-ttl", 15*time.Minute, "how long a call's /output/ files stay readable with resources/read")
+	fs.Var(&o.outputStore, "output-store", "bytes of /output/ files pyrun holds for resources/read, and returns from one call; the oldest are dropped first (bytes or 64MiB)")
+	fs.IntVar(&o.outputStoreFiles, "output-store-files", 256, "/output/ files pyrun holds, and returns from one call; the oldest are dropped first")
+	fs.Var(&o.mounts, "mount", "host folder every call sees: `HOST_DIR:SANDBOX_DIR` read-only, or HOST_DIR:SANDBOX_DIR:rw writable; repeat or separate with commas")
+	fs.StringVar(&o.out, "out", "", "run: `directory` to save the call's displays (display-N.png, ...) and /output/ files in")
 	return fs
 }
 
@@ -163,7 +179,10 @@ func applyConfigFile(fs *flag.FlagSet, path string, skip map[string]bool) error 
 			continue // a comment
 		}
 		name := strings.ReplaceAll(key, "_", "-")
-		if name == "config" || fs.Lookup(name) == nil {
+		if alias, ok := configAliases[key]; ok {
+			name = alias
+		}
+		if name == "config" || fs.Lookup(name) == nil || configKey(name) != key {
 			return fmt.Errorf("config %s: unknown key %q", path, key)
 		}
 		if skip[name] {
@@ -178,6 +197,20 @@ func applyConfigFile(fs *flag.FlagSet, path string, skip map[string]bool) error 
 		}
 	}
 	return nil
+}
+
+// configAliases are config keys that are not their flag's name in
+// snake_case: a list reads better in the plural.
+var configAliases = map[string]string{"mounts": "mount"}
+
+// configKey is the config file's key for a flag.
+func configKey(flagName string) string {
+	for key, name := range configAliases {
+		if name == flagName {
+			return key
+		}
+	}
+	return strings.ReplaceAll(flagName, "-", "_")
 }
 
 // configValue turns a JSON value into the flag syntax: strings as they are,
@@ -260,10 +293,23 @@ func (o *options) check() error {
 		return fmt.Errorf("client-max-calls must be between 0 (the pool size) and 4096, not %d", o.clientMaxCalls)
 	case o.clientMaxQueue < 0 || o.clientMaxQueue > 4096:
 		return fmt.Errorf("client-max-queue must be between 0 and 4096, not %d", o.clientMaxQueue)
+	case o.maxDisplays < 1 || o.maxDisplays > 1024:
+		return fmt.Errorf("max-displays must be between 1 and 1024, not %d", o.maxDisplays)
+	case o.maxDisplayBytes < 1<<10 || o.maxDisplayBytes > 64<<20:
+		return fmt.Errorf("max-display-bytes must be between 1KiB and 64MiB, not %s", o.maxDisplayBytes)
+	case o.outputTTL < time.Second:
+		return fmt.Errorf("output-ttl must be at least 1s, not %s", o.outputTTL)
+	case o.outputStore < 1<<10 || o.outputStore > 1<<30:
+		return fmt.Errorf("output-store must be between 1KiB and 1GiB, not %s", o.outputStore)
+	case o.outputStoreFiles < 1 || o.outputStoreFiles > 65536:
+		return fmt.Errorf("output-store-files must be between 1 and 65536, not %d", o.outputStoreFiles)
 	case o.authIssuer == "" && (o.authJWKSURL != "" || len(o.authAudience) > 0):
 		return errors.New("auth-jwks-url and auth-audience need auth-issuer: the authorization server whose tokens to accept")
 	}
 	if err := o.checkSessions(); err != nil {
+		return err
+	}
+	if _, err := o.mounts.parse(); err != nil {
 		return err
 	}
 	for _, d := range o.deps {
@@ -295,6 +341,7 @@ func (o *options) check() error {
 
 // poolConfig is the supervisor's share of the options.
 func (o *options) poolConfig() supervisor.Config {
+	mounts, _ := o.mounts.parse() // checked by check
 	network, _ := supervisor.ParseNetwork(o.network)
 	isolation, _ := supervisor.ParseIsolation(o.isolation)
 	return supervisor.Config{
@@ -316,6 +363,12 @@ func (o *options) poolConfig() supervisor.Config {
 		IdleMemorySlack:  int64(o.idleMemorySlack),
 		StderrLogPerCall: int(o.workerLogPerCall),
 		StderrLogRate:    int(o.workerLogRate),
+		MaxDisplays:     o.maxDisplays,
+		MaxDisplayBytes: int(o.maxDisplayBytes),
+		// A call returns no more than the store can hold.
+		MaxFiles:     o.outputStoreFiles,
+		MaxFileBytes: int(o.outputStore),
+		Mounts:       mounts,
 	}
 }
 
@@ -388,6 +441,42 @@ func (l *stringList) Set(s string) error {
 }
 
 func (l stringList) String() string { return strings.Join(l, ",") }
+
+// mountList is the --mount flag: HOST_DIR:SANDBOX_DIR[:rw], repeated or
+// separated by commas. A repeated flag adds to the list.
+type mountList []string
+
+func (l *mountList) Set(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			if _, err := supervisor.ParseMount(part); err != nil {
+				return err
+			}
+			*l = append(*l, part)
+		}
+	}
+	return nil
+}
+
+func (l mountList) String() string { return strings.Join(l, ",") }
+
+// parse reads every mount; two mounts may not share a sandbox path.
+func (l mountList) parse() ([]supervisor.Mount, error) {
+	var ms []supervisor.Mount
+	seen := map[string]bool{}
+	for _, s := range l {
+		m, err := supervisor.ParseMount(s)
+		if err != nil {
+			return nil, err
+		}
+		if seen[m.Path] {
+			return nil, fmt.Errorf("mount %q: %s is mounted twice", s, m.Path)
+		}
+		seen[m.Path] = true
+		ms = append(ms, m)
+	}
+	return ms, nil
+}
 
 // settings are o's values in flag syntax, by flag name.
 func (o *options) settings() map[string]string {

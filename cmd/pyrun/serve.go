@@ -225,7 +225,7 @@ func (s *service) options() *options {
 var restartOnly = []string{
 	"config", "listen", "stateless", "session-timeout", "keep-alive", "runtime-dir", "log-format",
 	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
-	"insecure-no-auth", "instance-id",
+	"insecure-no-auth", "instance-id", "mount",
 }
 
 // reload re-reads the command line and the config file (a flag still wins

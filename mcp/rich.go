@@ -1,0 +1,246 @@
+package mcp
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/mcp/outputs"
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// Rich results (SPEC.md section 9): what a call showed becomes content
+// blocks after the text block, files it wrote under /output/ become
+// resource links the calling client can read for a while, and the text
+// block lists both, so that a client that drops images still tells the
+// model what was shown.
+
+// URI prefixes of what a call shows and writes.
+const (
+	displayURIPrefix = "pyrun://display/"
+	outputURIPrefix  = "pyrun://output/"
+)
+
+// DisplayInfo describes one display in structuredContent.displays.
+type DisplayInfo struct {
+	MIMEType string `json:"mime_type"`
+	URI      string `json:"uri"`
+	Bytes    int    `json:"bytes"`
+}
+
+// FileInfo describes one /output/ file in structuredContent.files.
+type FileInfo struct {
+	Path     string `json:"path"`
+	URI      string `json:"uri"`
+	MIMEType string `json:"mime_type"`
+	Bytes    int    `json:"bytes"`
+}
+
+// rasterImage says whether a mime type becomes an image block.
+func rasterImage(mime string) bool {
+	switch mime {
+	case "image/png", "image/jpeg", "image/gif", "image/webp":
+		return true
+	}
+	return false
+}
+
+// textual says whether content of a mime type goes in a resource's text.
+func textual(mime string) bool {
+	return strings.HasPrefix(mime, "text/") || strings.HasSuffix(mime, "+xml") ||
+		strings.HasSuffix(mime, "+json") || mime == "application/json" || mime == "application/xml" ||
+		mime == "application/javascript"
+}
+
+// richContent turns a result's displays and files into content blocks (to
+// follow the text block) and structuredContent entries. Files are kept in
+// the output store for owner.
+func (s *Server) richContent(res supervisor.Result, owner string) ([]sdk.Content, []DisplayInfo, []FileInfo) {
+	if len(res.Displays) == 0 && len(res.Files) == 0 {
+		return nil, nil, nil
+	}
+	opts := s.options()
+	token := outputs.Token()
+	var content []sdk.Content
+	var displays []DisplayInfo
+	shown, shownBytes := 0, 0
+	for i, d := range res.Displays {
+		uri := displayURIPrefix + token + "/" + strconv.Itoa(i+1)
+		displays = append(displays, DisplayInfo{MIMEType: d.MIMEType, URI: uri, Bytes: len(d.Data)})
+		shown++
+		shownBytes += len(d.Data)
+		content = append(content, displayBlock(uri, d.MIMEType, d.Data))
+	}
+	var files []FileInfo
+	for _, f := range res.Files {
+		uri := outputURIPrefix + token + "/" + f.Path
+		if !s.outputs.Put(owner, uri, f.MIMEType, f.Data) {
+			s.log.Warn("an output file is larger than the output store", "path", f.Path, "bytes", len(f.Data))
+			continue
+		}
+		files = append(files, FileInfo{Path: f.Path, URI: uri, MIMEType: f.MIMEType, Bytes: len(f.Data)})
+		// Image files are also shown, under the display caps.
+		if rasterImage(f.MIMEType) && shown < opts.MaxDisplays && shownBytes+len(f.Data) <= opts.MaxDisplayBytes {
+			shown++
+			shownBytes += len(f.Data)
+			content = append(content, &sdk.ImageContent{Data: f.Data, MIMEType: f.MIMEType})
+		}
+		size := int64(len(f.Data))
+		content = append(content, &sdk.ResourceLink{
+			URI: uri, Name: f.Path, MIMEType: f.MIMEType, Size: &size,
+			Description: "a file the call wrote to /output/" + f.Path + "; readable with resources/read for " + s.outputs.TTL().String(),
+		})
+	}
+	return content, displays, files
+}
+
+// displayBlock is the content block of one display.
+func displayBlock(uri, mime string, data []byte) sdk.Content {
+	switch {
+	case rasterImage(mime):
+		return &sdk.ImageContent{Data: data, MIMEType: mime}
+	case mime == "text/markdown":
+		return &sdk.TextContent{Text: string(data)}
+	case textual(mime):
+		return &sdk.EmbeddedResource{Resource: &sdk.ResourceContents{URI: uri, MIMEType: mime, Text: string(data)}}
+	}
+	return &sdk.EmbeddedResource{Resource: &sdk.ResourceContents{URI: uri, MIMEType: mime, Blob: data}}
+}
+
+// formatRich writes the <displays> and <files> sections of the text block:
+// one line per item, and a note when the caps dropped some.
+func formatRich(b *strings.Builder, r supervisor.Result) {
+	if len(r.Displays) > 0 || r.DisplaysDropped > 0 {
+		b.WriteString("<displays>\n")
+		for _, d := range r.Displays {
+			fmt.Fprintf(b, "%s %s\n", escapeTag("displays", d.MIMEType), sizeText(len(d.Data)))
+		}
+		if n := r.DisplaysDropped; n > 0 {
+			fmt.Fprintf(b, "[pyrun: %d more %s dropped: over the limit of displays a call (max_displays, max_display_bytes)]\n", n, plural(n, "display was", "displays were"))
+		}
+		b.WriteString("</displays>\n")
+	}
+	if len(r.Files) > 0 || r.FilesDropped > 0 {
+		b.WriteString("<files>\n")
+		for _, f := range r.Files {
+			fmt.Fprintf(b, "/output/%s %s %s\n", escapeTag("files", f.Path), escapeTag("files", f.MIMEType), sizeText(len(f.Data)))
+		}
+		if n := r.FilesDropped; n > 0 {
+			fmt.Fprintf(b, "[pyrun: %d more %s not returned: over the limit of output files a call (output_store, output_store_files)]\n", n, plural(n, "file was", "files were"))
+		}
+		b.WriteString("</files>\n")
+	}
+}
+
+func sizeText(n int) string {
+	if n == 1 {
+		return "1 byte"
+	}
+	return strconv.Itoa(n) + " bytes"
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// --- files in ----------------------------------------------------------------
+
+// decodeFiles checks and decodes the files argument: an object of relative
+// path to content, a string for text or {"base64": "..."} for bytes, at most
+// maxBytes in total.
+func decodeFiles(raw json.RawMessage, maxBytes int) ([]supervisor.InputFile, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
+		return nil, errors.New("invalid arguments: files must be an object of relative path to content")
+	}
+	paths := make([]string, 0, len(m))
+	for p := range m {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var files []supervisor.InputFile
+	total := 0
+	for _, p := range paths {
+		if err := supervisor.CheckInputPath(p); err != nil {
+			return nil, fmt.Errorf("invalid arguments: files: %w", err)
+		}
+		v := m[p]
+		var data []byte
+		var text string
+		var bin struct {
+			Base64 *string `json:"base64"`
+		}
+		switch {
+		case json.Unmarshal(v, &text) == nil:
+			data = []byte(text)
+		case json.Unmarshal(v, &bin) == nil && bin.Base64 != nil:
+			var err error
+			if data, err = base64.StdEncoding.DecodeString(*bin.Base64); err != nil {
+				return nil, fmt.Errorf("invalid arguments: files: %q: base64 does not decode: %v", p, err)
+			}
+		default:
+			return nil, fmt.Errorf(`invalid arguments: files: %q: content must be a string or {"base64": "..."}`, p)
+		}
+		total += len(data)
+		if total > maxBytes {
+			return nil, fmt.Errorf("invalid arguments: files hold more than the limit of %d bytes (max_code)", maxBytes)
+		}
+		files = append(files, supervisor.InputFile{Path: p, Data: data})
+	}
+	for i := range files {
+		for j := range files {
+			if strings.HasPrefix(files[j].Path, files[i].Path+"/") {
+				return nil, fmt.Errorf("invalid arguments: files: %q is a file and a folder of %q", files[i].Path, files[j].Path)
+			}
+		}
+	}
+	return files, nil
+}
+
+// --- resources/read ------------------------------------------------------------
+
+// outputTemplate is the resource template of /output/ files.
+var outputTemplate = &sdk.ResourceTemplate{
+	Name:        "output",
+	Title:       "Files a call wrote under /output/",
+	URITemplate: outputURIPrefix + "{token}/{+path}",
+	Description: "A file a run_python_code call wrote under /output/, readable by the client that ran the call until it expires (output_ttl).",
+}
+
+// readOutput answers resources/read for an /output/ file.
+func (s *Server) readOutput(ctx context.Context, req *sdk.ReadResourceRequest) (*sdk.ReadResourceResult, error) {
+	uri := req.Params.URI
+	mime, data, err := s.outputs.Get(clientOfExtra(ctx, req.Extra), uri)
+	if err != nil {
+		msg := fmt.Sprintf("%s: no such output for this client (unknown, or written by another client's call)", uri)
+		switch {
+		case errors.Is(err, outputs.ErrExpired):
+			msg = fmt.Sprintf("%s expired: outputs are kept for %s (output_ttl)", uri, s.outputs.TTL())
+		case errors.Is(err, outputs.ErrDropped):
+			msg = fmt.Sprintf("%s was dropped: the output store keeps a bounded number of files and bytes (output_store, output_store_files), oldest dropped first", uri)
+		}
+		return nil, &jsonrpc.Error{Code: sdk.CodeResourceNotFound, Message: msg, Data: json.RawMessage(fmt.Sprintf(`{"uri":%q}`, uri))}
+	}
+	c := &sdk.ResourceContents{URI: uri, MIMEType: mime}
+	if textual(mime) && utf8.Valid(data) {
+		c.Text = string(data)
+	} else {
+		c.Blob = data
+	}
+	return &sdk.ReadResourceResult{Contents: []*sdk.ResourceContents{c}}, nil
+}

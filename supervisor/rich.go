@@ -1,0 +1,233 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Rich results (SPEC.md section 9): what a call shows, the files it writes
+// under /output/, the files it is given, and host folders mounted into every
+// worker. The supervisor carries mime types and bytes; what a client makes
+// of them is the front end's business.
+
+// Display is one thing a call showed, in its richest representation.
+type Display struct {
+	MIMEType string
+	Data     []byte
+}
+
+// OutputFile is a file a call wrote under /output/.
+type OutputFile struct {
+	Path     string // relative to /output/, with forward slashes
+	MIMEType string // guessed from the name; application/octet-stream if unknown
+	Data     []byte
+}
+
+// InputFile is a file written into a call's working directory before its
+// code runs.
+type InputFile struct {
+	Path string // relative, inside the working directory (CheckInputPath)
+	Data []byte
+}
+
+// Mount is a host folder every worker sees at Path.
+type Mount struct {
+	Host string `json:"host"` // absolute path on the host
+	Path string `json:"path"` // absolute path in the sandbox
+	RW   bool   `json:"rw,omitempty"`
+}
+
+// ErrBadPath marks an input file path that would leave the working directory.
+var ErrBadPath = errors.New("not a relative path inside the working directory")
+
+// CheckInputPath checks the path of an input file: relative, no "..", no
+// empty or "." component, no NUL. The worker checks again.
+func CheckInputPath(p string) error {
+	switch {
+	case p == "":
+		return fmt.Errorf("an empty path is %w", ErrBadPath)
+	case strings.HasPrefix(p, "/") || strings.HasPrefix(p, `\`):
+		return fmt.Errorf("%q is absolute, %w", p, ErrBadPath)
+	case strings.ContainsRune(p, 0):
+		return fmt.Errorf("%q holds a NUL byte, %w", p, ErrBadPath)
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return fmt.Errorf("%q climbs out with '..', %w", p, ErrBadPath)
+		}
+		if part == "" || part == "." {
+			return fmt.Errorf("%q has an empty or '.' part, %w", p, ErrBadPath)
+		}
+	}
+	return nil
+}
+
+// ParseMount reads HOST_DIR:SANDBOX_DIR[:rw]. The host folder must exist;
+// it is made absolute with symbolic links resolved, since Deno checks its
+// permissions against the real path. The sandbox path must be absolute and
+// not one of pyrun's own folders.
+func ParseMount(s string) (Mount, error) {
+	parts := strings.Split(s, ":")
+	var m Mount
+	switch {
+	case len(parts) == 3 && parts[2] == "rw":
+		m.RW = true
+	case len(parts) == 3 && parts[2] == "ro":
+	case len(parts) == 2:
+	default:
+		return m, fmt.Errorf("mount %q: want HOST_DIR:SANDBOX_DIR or HOST_DIR:SANDBOX_DIR:rw", s)
+	}
+	host, err := filepath.Abs(parts[0])
+	if err == nil {
+		host, err = filepath.EvalSymlinks(host)
+	}
+	if err != nil {
+		return m, fmt.Errorf("mount %q: host folder: %w", s, err)
+	}
+	if st, err := os.Stat(host); err != nil || !st.IsDir() {
+		return m, fmt.Errorf("mount %q: %s is not a folder", s, host)
+	}
+	m.Host = host
+	sb := parts[1]
+	if !strings.HasPrefix(sb, "/") || path.Clean(sb) != sb || sb == "/" {
+		return m, fmt.Errorf("mount %q: the sandbox path must be absolute and clean, like /data", s)
+	}
+	for _, own := range []string{"/home/pyodide", "/tmp", "/output", "/lib", "/dev", "/proc"} {
+		if sb == own || strings.HasPrefix(sb, own+"/") || strings.HasPrefix(own, sb+"/") {
+			return m, fmt.Errorf("mount %q: %s is pyrun's or Pyodide's own folder", s, own)
+		}
+	}
+	m.Path = sb
+	return m, nil
+}
+
+// richRequest is the part of a run request for rich results.
+type richRequest struct {
+	InputFiles      []inputFileLine `json:"input_files,omitempty"`
+	KeepOutput      bool            `json:"keep_output,omitempty"`
+	MaxDisplays     int             `json:"max_displays,omitempty"`
+	MaxDisplayBytes int             `json:"max_display_bytes,omitempty"`
+	MaxFiles        int             `json:"max_files,omitempty"`
+	MaxFileBytes    int             `json:"max_file_bytes,omitempty"`
+}
+
+type inputFileLine struct {
+	Path string `json:"path"`
+	Data []byte `json:"data"` // base64 in JSON
+}
+
+func newRichRequest(job Job, cfg Config) richRequest {
+	r := richRequest{
+		KeepOutput:      job.KeepOutput,
+		MaxDisplays:     cfg.MaxDisplays,
+		MaxDisplayBytes: cfg.MaxDisplayBytes,
+		MaxFiles:        cfg.MaxFiles,
+		MaxFileBytes:    cfg.MaxFileBytes,
+	}
+	for _, f := range job.Files {
+		r.InputFiles = append(r.InputFiles, inputFileLine(f))
+	}
+	return r
+}
+
+// richEvent holds the fields of display and file events, and the result's
+// counts of what the worker's caps held back.
+type richEvent struct {
+	MIMEType        string `json:"mime_type"`
+	Data            []byte `json:"data"` // base64 in JSON
+	Path            string `json:"path"`
+	More            bool   `json:"more"` // the next event of the same kind continues this one
+	DisplaysDropped int    `json:"displays_dropped"`
+	FilesDropped    int    `json:"files_dropped"`
+}
+
+// checkRichEvent checks a display or file event from an untrusted worker.
+func checkRichEvent(ev event) error {
+	if ev.MIMEType == "" || len(ev.MIMEType) > 255 || strings.ContainsAny(ev.MIMEType, " \r\n\"") {
+		return fmt.Errorf("%s event with a bad mime type %q", ev.Type, clip([]byte(ev.MIMEType), 64))
+	}
+	if ev.Type == "file" {
+		if err := CheckInputPath(ev.Path); err != nil || len(ev.Path) > 4096 {
+			return fmt.Errorf("file event with a bad path %q", clip([]byte(ev.Path), 200))
+		}
+	}
+	return nil
+}
+
+// richResults collects a call's displays and files within the pool's
+// caps: a worker is untrusted, so its own caps are checked again. An item
+// larger than one event's worth comes as events marked More, which must
+// follow each other.
+type richResults struct {
+	displays                []Display
+	files                   []OutputFile
+	displayBytes, fileBytes int
+	dropDisplays, dropFiles int
+	pending                 *richItem // an item whose last part has not come
+}
+
+type richItem struct {
+	typ, mime, path string
+	data            []byte
+	drop            bool // over a cap: the rest of its parts are read and dropped
+}
+
+func (r *richResults) add(ev event, cfg Config) error {
+	p := r.pending
+	if p == nil {
+		p = &richItem{typ: ev.Type, mime: ev.MIMEType, path: ev.Path}
+		r.pending = p
+	} else if ev.Type != p.typ || ev.MIMEType != p.mime || ev.Path != p.path {
+		return fmt.Errorf("%w: a %s event in the middle of a %s split over events", errGarbage, ev.Type, p.typ)
+	}
+	if !p.drop {
+		p.data = append(p.data, ev.Data...)
+		if p.typ == "display" && r.displayBytes+len(p.data) > cfg.MaxDisplayBytes ||
+			p.typ == "file" && r.fileBytes+len(p.data) > cfg.MaxFileBytes {
+			p.drop, p.data = true, nil
+		}
+	}
+	if ev.More {
+		return nil
+	}
+	r.pending = nil
+	switch {
+	case p.typ == "display" && (p.drop || len(r.displays) >= cfg.MaxDisplays):
+		r.dropDisplays++
+	case p.typ == "display":
+		r.displayBytes += len(p.data)
+		r.displays = append(r.displays, Display{MIMEType: p.mime, Data: p.data})
+	case p.drop || len(r.files) >= cfg.MaxFiles ||
+		slices.ContainsFunc(r.files, func(f OutputFile) bool { return f.Path == p.path }):
+		r.dropFiles++
+	default:
+		r.fileBytes += len(p.data)
+		r.files = append(r.files, OutputFile{Path: p.path, MIMEType: p.mime, Data: p.data})
+	}
+	return nil
+}
+
+// dropped adds the counts the worker's result reports, and an item whose
+// last part never came.
+func (r *richResults) dropped(ev event) {
+	r.dropDisplays += max(ev.DisplaysDropped, 0)
+	r.dropFiles += max(ev.FilesDropped, 0)
+	if p := r.pending; p != nil {
+		r.pending = nil
+		if p.typ == "display" {
+			r.dropDisplays++
+		} else {
+			r.dropFiles++
+		}
+	}
+}
+
+func (r *richResults) fill(res *Result) {
+	res.Displays, res.Files = r.displays, r.files
+	res.DisplaysDropped, res.FilesDropped = r.dropDisplays, r.dropFiles
+}
