@@ -268,7 +268,10 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
   mountHostFolders(py, mounts);
   // From here on Python can change the file system only in the scratch
   // folders, /output/ and read-write mounts (guards.ts).
-  const fileGuard = guardFiles(py.FS, ["/output", ...mounts.filter((m) => m.rw).map((m) => m.path)]);
+  const fileGuard = guardFiles(py.FS, [
+    "/output",
+    ...mounts.filter((m) => m.rw).map((m) => m.path),
+  ]);
   if (cfg.session) helper.keep_state();
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
@@ -382,10 +385,7 @@ function beginCall(s: Shared, want: number): void {
 /** Imports pyrun's helper from the runtime folder into Pyodide. */
 async function importHelper(py: PyodideInterface): Promise<Helper> {
   py.FS.mkdirTree("/lib/pyrun");
-  for (const name of ["pyrun_helper.py", "pyrun_guard.py"]) {
-    const source = await Deno.readTextFile(new URL("./" + name, import.meta.url));
-    py.FS.writeFile("/lib/pyrun/" + name, source);
-  for (const name of ["pyrun_helper.py", "pyrun_display.py"]) {
+  for (const name of ["pyrun_helper.py", "pyrun_guard.py", "pyrun_display.py"]) {
     const source = await Deno.readTextFile(new URL(`./${name}`, import.meta.url));
     py.FS.writeFile(`/lib/pyrun/${name}`, source);
   }
