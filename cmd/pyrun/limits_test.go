@@ -98,17 +98,19 @@ func TestLimits(t *testing.T) {
 // pool and the front end.
 func TestLimitFlags(t *testing.T) {
 	cfgFile := t.TempDir() + "/pyrun.json"
-	if err := writeFile(cfgFile, `{"max_queue": 5, "queue_timeout": "3s", "memory_limit": "300MiB"}`); err != nil {
+	if err := writeFile(cfgFile, `{"max_queue": 5, "queue_timeout": "3s", "memory_limit": "300MiB", "worker_log_rate": "32KiB", "idle_cpu": 0.2}`); err != nil {
 		t.Fatal(err)
 	}
-	o, _, err := loadOptions("stdio", []string{"--config", cfgFile, "--timeout", "7s", "--max-output", "2KiB", "--max-code", "4KiB"})
+	o, _, err := loadOptions("stdio", []string{"--config", cfgFile, "--timeout", "7s", "--max-output", "2KiB", "--max-code", "4KiB",
+		"--max-worker-threads", "32", "--idle-memory-slack", "100MiB", "--worker-log-per-call", "8KiB"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := o.poolConfig()
 	want := supervisor.Config{Workers: got.Workers, Timeout: 7 * time.Second, MemoryLimit: 300 << 20, MaxOutput: 2 << 10,
 		MaxQueue: 5, QueueTimeout: 3 * time.Second, Network: supervisor.NetworkPublic, Isolation: supervisor.IsolationCall, PyPI: packages.DefaultPyPI,
-		MaxDisplays: 16, MaxDisplayBytes: 4 << 20, MaxFiles: 256, MaxFileBytes: 64 << 20}
+		MaxDisplays: 16, MaxDisplayBytes: 4 << 20, MaxFiles: 256, MaxFileBytes: 64 << 20,
+		MaxWorkerThreads: 32, IdleCPU: 0.2, IdleMemorySlack: 100 << 20, StderrLogPerCall: 8 << 10, StderrLogRate: 32 << 10}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("pool config %+v, want %+v", got, want)
 	}
@@ -121,6 +123,8 @@ func TestLimitFlags(t *testing.T) {
 		{"--max-displays", "0"}, {"--max-display-bytes", "10"}, {"--output-ttl", "0s"}, {"--output-store", "1"},
 		{"--output-store-files", "0"}, {"--mount", "/nonexistent-pyrun:/data"}, {"--mount", t.TempDir() + ":relative"},
 		{"--mount", t.TempDir() + ":/tmp"}, {"--mount", t.TempDir() + ":/data:rx"},
+		{"--max-worker-threads", "4"}, {"--idle-cpu", "0"}, {"--idle-cpu", "2"}, {"--idle-memory-slack", "-1"},
+		{"--worker-log-per-call", "10"}, {"--worker-log-rate", "1GiB"},
 	} {
 		if _, _, err := loadOptions("stdio", bad); err == nil {
 			t.Errorf("%v accepted", bad)
