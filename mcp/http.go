@@ -85,17 +85,27 @@ func (s *Server) HTTPHandler(o HTTPOptions) *HTTPHandler {
 	// A request body carries the code and its globals, JSON-escaped.
 	maxBody := max(int64(4<<20), 2*int64(s.options().MaxCode)+1<<20)
 	streamable := sdk.NewStreamableHTTPHandler(getServer, &sdk.StreamableHTTPOptions{
-		Stateless:           o.Stateless,
-		SessionTimeout:      o.SessionTimeout,
-		Logger:              slogFor(s.log.Named("http")),
-		MaxRequestBodyBytes: maxBody,
+		Stateless:                    o.Stateless,
+		PropagateRequestCancellation: o.Stateless,
+		SessionTimeout:               o.SessionTimeout,
+		Logger:                       slogFor(s.log.Named("http")),
+		MaxRequestBodyBytes:          maxBody,
 		// DNS-rebinding protection (DisableLocalhostProtection false) stays
 		// on: a request that arrives on a loopback address must name a
 		// loopback host.
 	})
+	// 2026-07-28 requests need a stateless handler (revisions.go). Over
+	// it a client cancels a call by dropping its POST, which reaches the
+	// handler only with PropagateRequestCancellation.
+	var mcpHandler http.Handler = byRevision(streamable, sdk.NewStreamableHTTPHandler(getServer, &sdk.StreamableHTTPOptions{
+		Stateless:                    true,
+		PropagateRequestCancellation: true,
+		Logger:                       slogFor(s.log.Named("http")),
+		MaxRequestBodyBytes:          maxBody,
+	}))
 	sse := sdk.NewSSEHandler(getServer, &sdk.SSEOptions{MaxRequestBodyBytes: maxBody})
 
-	h.mux.Handle("/mcp", protect(h.transport(s.CancelOnDisconnect(streamable))))
+	h.mux.Handle("/mcp", protect(h.transport(s.CancelOnDisconnect(mcpHandler))))
 	h.mux.Handle("/sse", protect(h.transport(h.bindSSE(withForwardedPrefix(sse)))))
 	if o.Stats != nil {
 		h.mux.Handle("GET /healthz", http.HandlerFunc(h.health))
