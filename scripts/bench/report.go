@@ -30,6 +30,7 @@ type report struct {
 	Throughput *throughputReport `json:"cpu_throughput,omitempty"`
 	Process    *processReport    `json:"isolation_process,omitempty"`
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
+	LB         *lbReport         `json:"load_balanced,omitempty"`
 	Targets    []target          `json:"targets"`
 }
 
@@ -156,6 +157,9 @@ func (r *report) checkTargets() []target {
 		atMost("idle RSS, pyrun + 2 workers", m.TotalRSSMB, 420, "MB")
 		atMost("idle RSS, pyrun alone", m.PyrunRSSMB, 40, "MB")
 	}
+	if l := r.LB; l != nil {
+		atLeast("2 instances on 2 cores over 1 on 1, behind nginx", l.Speedup, 1.8, "x")
+	}
 	if p := r.Process; p != nil {
 		atLeast("--isolation process", p.CallsPerS, 3, "calls/s")
 		ts = append(ts, target{"--isolation process with a spare, p50", p.SpareP50MS, "< 60 ms", p.SpareP50MS < 60})
@@ -249,6 +253,17 @@ func (r *report) print(w io.Writer) {
 	if m := r.Memory; m != nil {
 		fmt.Fprintf(w, "idle memory: pyrun %.1f MB RSS; with %d workers %.1f MB RSS (workers %v), %.1f MB PSS\n",
 			m.PyrunRSSMB, m.Workers, m.TotalRSSMB, m.WorkerRSSMB, m.TotalPSSMB)
+	}
+	if l := r.LB; l != nil {
+		fmt.Fprintf(w, "\nbehind nginx, %d clients, %d calls of %s each (load average %s / %s / %s):\n", l.Concurrency, l.Calls, l.Code, l.Load[0], l.Load[1], l.Load[2])
+		for _, x := range []struct {
+			name string
+			r    lbRun
+		}{{"1 instance, 1 core ", l.One}, {"2 instances, 2 cores", l.Two}} {
+			fmt.Fprintf(w, "  %s: %.1f calls/s, p50 %.1f ms, p99 %.1f ms; calls per instance %v; CPU s/s per instance %v\n",
+				x.name, x.r.CallsPerS, x.r.P50MS, x.r.P99MS, x.r.PerInst, x.r.CPUPerS)
+		}
+		fmt.Fprintf(w, "  speedup %.2fx\n", l.Speedup)
 	}
 	fmt.Fprintf(w, "\ntargets\n")
 	for _, t := range r.Targets {
