@@ -20,6 +20,7 @@ type Structured struct {
 	Dependencies []string           `json:"dependencies"`
 	ExitCode     int                `json:"exit_code"`
 	DurationMS   float64            `json:"duration_ms"`
+	SessionID    string             `json:"session_id,omitempty"`
 }
 
 // structured builds the structuredContent of a result.
@@ -33,6 +34,7 @@ func structured(r supervisor.Result) Structured {
 		Dependencies: r.Dependencies,
 		ExitCode:     r.Status.ExitCode(),
 		DurationMS:   float64(r.Duration.Microseconds()) / 1000,
+		SessionID:    r.SessionID,
 	}
 	if s.Output == nil {
 		s.Output = []supervisor.Chunk{}
@@ -59,6 +61,11 @@ func FormatXML(r supervisor.Result) string {
 	b.WriteString("<status>")
 	b.WriteString(string(r.Status))
 	b.WriteString("</status>\n")
+	if r.SessionID != "" {
+		b.WriteString("<session_id>")
+		b.WriteString(escapeTag("session_id", r.SessionID))
+		b.WriteString("</session_id>\n")
+	}
 	if len(r.Dependencies) > 0 {
 		deps, _ := json.Marshal(r.Dependencies)
 		b.WriteString("<dependencies>")
@@ -91,7 +98,7 @@ func FormatXML(r supervisor.Result) string {
 var tagPatterns = map[string]*regexp.Regexp{}
 
 func init() {
-	for _, tag := range []string{"dependencies", "output", "return_value", "error"} {
+	for _, tag := range []string{"session_id", "dependencies", "output", "return_value", "error"} {
 		tagPatterns[tag] = regexp.MustCompile(`(?i)</?\s*` + tag + `(?:[^>\n]*>)?`)
 	}
 }

@@ -41,6 +41,8 @@ type HTTPOptions struct {
 	Stats func() supervisor.Stats
 	// Metrics is served at /metrics. nil: /metrics is not served.
 	Metrics *Metrics
+	// SessionsOpen counts open Python sessions for /healthz. nil: 0.
+	SessionsOpen func() int
 }
 
 // HTTPHandler serves MCP over HTTP: Streamable HTTP at /mcp, the legacy
@@ -216,6 +218,7 @@ func (h *HTTPHandler) health(w http.ResponseWriter, _ *http.Request) {
 		WorkersStarting int    `json:"workers_starting"`
 		WorkersTotal    int    `json:"workers_total"`
 		Queued          int    `json:"queued"`
+		SessionsOpen    int    `json:"sessions_open"`
 		StartError      string `json:"start_error,omitempty"`
 	}{
 		Status:          "ok",
@@ -226,6 +229,9 @@ func (h *HTTPHandler) health(w http.ResponseWriter, _ *http.Request) {
 		WorkersTotal:    s.Workers,
 		Queued:          s.Queued,
 		StartError:      s.StartError,
+	}
+	if h.opts.SessionsOpen != nil {
+		body.SessionsOpen = h.opts.SessionsOpen()
 	}
 	code := http.StatusOK
 	switch {

@@ -99,6 +99,12 @@ type instrumented struct {
 func (i *instrumented) Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
 	began := time.Now()
 	res, err := i.r.Run(ctx, job, ev)
+	i.m.observe(ctx, began, res, err)
+	return res, err
+}
+
+// observe counts and times one call that began at began.
+func (m *Metrics) observe(ctx context.Context, began time.Time, res supervisor.Result, err error) {
 	status := string(res.Status)
 	switch {
 	case res.Status == "":
@@ -106,16 +112,15 @@ func (i *instrumented) Run(ctx context.Context, job supervisor.Job, ev superviso
 		if ctx.Err() != nil {
 			status = "cancelled"
 		}
-		i.m.queueWait.Observe(time.Since(began).Seconds())
+		m.queueWait.Observe(time.Since(began).Seconds())
 	case err != nil:
 		status = "cancelled"
 		fallthrough
 	default:
-		i.m.queueWait.Observe(res.QueueWait.Seconds())
-		i.m.duration.Observe(res.Duration.Seconds())
+		m.queueWait.Observe(res.QueueWait.Seconds())
+		m.duration.Observe(res.Duration.Seconds())
 	}
-	i.m.calls.WithLabelValues(status).Inc()
-	return res, err
+	m.calls.WithLabelValues(status).Inc()
 }
 
 // poolCollector reads the pool's state at scrape time.

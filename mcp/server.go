@@ -33,6 +33,9 @@ type Options struct {
 	MaxCode        int           // largest python_code accepted, in bytes
 	Network        supervisor.Network
 	Live           LiveOptions // what a call sends its client while it runs
+	// Sessions are the Python sessions' lifetimes and bound, for the tool
+	// description; zero: no sessions (see UseSessions).
+	Sessions SessionOptions
 }
 
 // Server is pyrun's MCP server. Its methods are safe for concurrent use.
@@ -44,8 +47,9 @@ type Server struct {
 	live  liveStreams
 	posts posts // HTTP requests that carry calls, for CancelOnDisconnect
 
-	mu   sync.Mutex
-	opts Options // guarded by mu; replaced, never changed, by SetOptions
+	mu       sync.Mutex
+	opts     Options       // guarded by mu; replaced, never changed, by SetOptions
+	sessions SessionRunner // guarded by mu; nil: no Python sessions
 }
 
 // New builds the MCP server around pool.

@@ -37,6 +37,20 @@ var inputSchema = &jsonschema.Schema{
 			ExclusiveMinimum: jsonschema.Ptr(0.0),
 			Description:      "Time limit for this call in seconds; capped by the server's limit",
 		},
+		// Python sessions (sessions.go). The annotation has clients mirror
+		// the id into the Mcp-Param-Session-Id header, where a load
+		// balancer can route on it.
+		"session_id": {
+			Type:        "string",
+			MinLength:   jsonschema.Ptr(1),
+			MaxLength:   jsonschema.Ptr(maxSessionID),
+			Description: `"new" to start a Python session whose state lasts across calls, or the session_id of a previous result to continue it; absent: a stateless call`,
+			Extra:       map[string]any{"x-mcp-header": "Session-Id"},
+		},
+		"end_session": {
+			Type:        "boolean",
+			Description: "End the session after this call's code has run (python_code may be empty)",
+		},
 	},
 	Required:             []string{"python_code"},
 	AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
@@ -64,6 +78,7 @@ var outputSchema = &jsonschema.Schema{
 		"dependencies": {Type: "array", Items: &jsonschema.Schema{Type: "string"}},
 		"exit_code":    {Type: "integer"},
 		"duration_ms":  {Type: "number"},
+		"session_id":   {Type: "string", Description: "the Python session the call ran in; absent for a stateless call"},
 	},
 	Required: []string{
 		"status", "stdout", "stderr", "output", "return_value", "error",
@@ -90,13 +105,12 @@ func description(o Options) string {
 	return fmt.Sprintf(`Run Python code and return its output and the value of its last expression.
 
 The code runs in Python %s (Pyodide %s: CPython compiled to WebAssembly) in a sandbox with no access to the host's files, environment or processes. %s
-Each call starts from fresh globals and an empty working directory; nothing is kept between calls, so each call must be self-contained.
-The code may be async: top-level "await" works.
+%sThe code may be async: top-level "await" works.
 The value of the last expression is returned as JSON (omitted when it is None).
 stdout and stderr are captured, up to %s each.
 Imports of packages Pyodide knows (numpy, pandas, ...) are installed on demand; a PEP 723 "# /// script" block with "dependencies = [...]" names packages explicitly.
 The call is stopped after %s (timeout_seconds may set a shorter limit).`,
-		o.PythonVersion, o.PyodideVersion, net, humanBytes(o.MaxOutput), o.Timeout)
+		o.PythonVersion, o.PyodideVersion, net, sessionsDescription(o.Sessions), humanBytes(o.MaxOutput), o.Timeout)
 }
 
 // callSeq numbers calls for logs and the worker protocol.
@@ -107,6 +121,8 @@ type toolArgs struct {
 	PythonCode      string          `json:"python_code"`
 	GlobalVariables json.RawMessage `json:"global_variables"`
 	TimeoutSeconds  *float64        `json:"timeout_seconds"`
+	SessionID       *string         `json:"session_id"`
+	EndSession      bool            `json:"end_session"`
 }
 
 // parseArgs checks a call's arguments. Its errors name the argument at fault
@@ -126,6 +142,9 @@ func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
 	if len(args.GlobalVariables) > maxCode {
 		return args, fmt.Errorf("invalid arguments: global_variables is %d bytes of JSON, more than the limit of %d bytes (max_code)",
 			len(args.GlobalVariables), maxCode)
+	}
+	if err := checkSessionArgs(args); err != nil {
+		return args, err
 	}
 	if bytes.Equal(bytes.TrimSpace(args.GlobalVariables), []byte("{}")) {
 		args.GlobalVariables = nil
@@ -159,6 +178,16 @@ func parseValidArgs(raw json.RawMessage) (toolArgs, bool) {
 			if t := args.TimeoutSeconds; t == nil || !(*t > 0) {
 				return args, false
 			}
+		case "session_id":
+			err = json.Unmarshal(v, &args.SessionID)
+			if id := args.SessionID; id == nil || *id == "" || len(*id) > maxSessionID {
+				return args, false
+			}
+		case "end_session":
+			if len(v) == 0 || (v[0] != 't' && v[0] != 'f') {
+				return args, false
+			}
+			err = json.Unmarshal(v, &args.EndSession)
 		default:
 			return args, false
 		}
@@ -261,7 +290,15 @@ func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 		defer lv.close() // before the SDK sends the result: every notification comes first
 		ev = lv
 	}
-	res, err := s.pool.Run(ctx, job, ev)
+	var res supervisor.Result
+	if args.SessionID != nil {
+		res, err = s.runInSession(ctx, args, job, ev)
+		if err != nil && res.Status == "" {
+			return toolError(sessionError(err)), nil
+		}
+	} else {
+		res, err = s.pool.Run(ctx, job, ev)
+	}
 	if ctx.Err() != nil {
 		s.log.Info("call cancelled", "id", job.ID, "why", cancelCause(ctx), "started", res.Status != "")
 	}

@@ -17,6 +17,7 @@ export function parseConfig(args: string[]): HostConfig {
     snapshot_size: Number(raw.snapshot_size ?? 0),
     make_snapshot: raw.make_snapshot === true,
     preload: Array.isArray(raw.preload) ? raw.preload : [],
+    session: raw.session === true,
   };
 }
 

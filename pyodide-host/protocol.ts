@@ -23,6 +23,8 @@ export interface HostConfig {
   make_snapshot: boolean;
   /** Packages to load before ready (--deps), from the supervisor's cache. */
   preload: PackageFile[];
+  /** A Python session's worker: calls share globals, modules and files (PROTOCOL.md, Sessions). */
+  session: boolean;
 }
 
 /** A package file in the supervisor's cache, checked and read-only. */

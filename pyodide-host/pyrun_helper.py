@@ -111,7 +111,7 @@ class _Stream:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         call = _active
-        if call is not None and _current.get() is call:
+        if call is not None and (_current.get() is call or _session.scope is not None):
             call.write(self.name, text)
         return len(text)
 
@@ -381,7 +381,7 @@ def _under(path, roots):
 
 def _audit(event, args):
     call = _active
-    if call is None or call.recycle or call.loading:
+    if call is None or call.recycle or call.loading or _session.scope is not None:
         return
     if event == "open":
         path, mode, flags = args
@@ -481,17 +481,25 @@ def run(cid, code, globals_json, max_output):
     finally:
         _current.reset(token)
         _active = None
-        _cancel_leftover_tasks(tasks_before)
-        # Functions and classes a call defines hold its globals in reference
-        # cycles, which only the collector frees: until then a later call
-        # could find them with gc.get_objects(). A young collection
-        # (microseconds; a full one costs milliseconds) frees those of a
-        # call that was not long.
-        gc.collect(0)
-        _clear_dir(WORKDIR)
-        for d in SCRATCH:
-            _clear_dir(d)
-        _baseline.restore()
+        if _session.scope is not None:
+            _session.after_call()  # a session keeps what the call left
+        else:
+            _cleanup(tasks_before)
+
+
+def _cleanup(tasks_before):
+    """Clears what a stateless call left behind."""
+    _cancel_leftover_tasks(tasks_before)
+    # Functions and classes a call defines hold its globals in reference
+    # cycles, which only the collector frees: until then a later call
+    # could find them with gc.get_objects(). A young collection
+    # (microseconds; a full one costs milliseconds) frees those of a
+    # call that was not long.
+    gc.collect(0)
+    _clear_dir(WORKDIR)
+    for d in SCRATCH:
+        _clear_dir(d)
+    _baseline.restore()
 
 
 def _execute(call, code, globals_json, result):
@@ -531,7 +539,9 @@ def _execute(call, code, globals_json, result):
             import importlib
 
             importlib.invalidate_caches()
-    scope = {"__name__": "__main__", "__builtins__": builtins}
+    scope = _session.scope
+    if scope is None:
+        scope = {"__name__": "__main__", "__builtins__": builtins}
     if globals_json:
         scope.update(_loads(globals_json))
         scope["__builtins__"] = builtins
@@ -608,6 +618,38 @@ def _on_interrupt(signum, frame):
     if call is not None and call.running and _current.get() is call and _host.live():
         call.interrupted = True
         raise KeyboardInterrupt
+
+
+# --- Python sessions ------------------------------------------------------
+# A worker started for a session (HostConfig.session) keeps what an
+# interactive interpreter keeps: one globals dict for all its calls, the
+# modules they import, the files they write (working directory, /output/,
+# /tmp), the asyncio tasks they leave running, and the process state the
+# stateless path restores (sys.path, os.environ, the current directory).
+# Output of a task a previous call left running goes to the running call.
+# The worker serves no one else, so a write outside the scratch folders
+# needs no replacement of the worker either.
+
+
+class _Session:
+    scope = None  # the session's globals; None: a stateless worker
+
+    def start(self):
+        self.scope = {"__name__": "__main__", "__builtins__": builtins}
+
+    def after_call(self):
+        sys.stdout = _stdout
+        sys.stderr = _stderr
+        # Reference cycles of what the call dropped, as after a stateless call.
+        gc.collect(0)
+
+
+_session = _Session()
+
+
+def keep_state():
+    """Called once by the host of a session's worker, after ``setup``."""
+    _session.start()
 
 
 def _finish(call, result, started):

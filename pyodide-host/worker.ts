@@ -104,6 +104,8 @@ interface Helper {
     load: unknown,
   ): void;
   interrupt(): boolean;
+  /** Makes every later call share one interpreter state (a Python session). */
+  keep_state(): void;
   /** Called through callPromising, so that Python may switch stacks. */
   run: {
     callPromising(id: string, code: string, globals: string, maxOutput: number): Promise<string>;
@@ -254,6 +256,7 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
     return Atomics.exchange(shared.flag, 0, 0) !== 0 && live(shared);
   };
   helper.setup(writeLine, wait, () => live(shared), load);
+  if (cfg.session) helper.keep_state();
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
   // A notice for a signal the current call started after is stale.

@@ -165,6 +165,8 @@ type hostConfig struct {
 	MakeSnapshot bool   `json:"make_snapshot,omitempty"`
 	// Preload are packages (in the package cache) to load before ready.
 	Preload []packages.File `json:"preload,omitempty"`
+	// Session makes a worker whose calls share one interpreter state.
+	Session bool `json:"session,omitempty"`
 }
 
 // maxRequestLine bounds a request line to a worker; code and globals are
@@ -180,6 +182,8 @@ type launch struct {
 	makeSnapshot bool
 	// preload are the packages a worker loads before it is ready.
 	preload []packages.File
+	// session makes a Python session's worker (Pool.StartDedicated).
+	session bool
 }
 
 // denoArgs is the one place that decides what a worker process, or the
@@ -219,7 +223,7 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 		hc.Snapshot, hc.SnapshotSize = l.snapshot.Path, l.snapshot.Size
 	}
 	if !l.makeSnapshot {
-		hc.Preload = l.preload
+		hc.Preload, hc.Session = l.preload, l.session
 	}
 	args := []string{
 		"run",

@@ -70,6 +70,9 @@ type Result struct {
 	InWorker  time.Duration
 	QueueWait time.Duration
 	Worker    string
+	// SessionID is the Python session the call ran in; empty for a
+	// stateless call.
+	SessionID string
 }
 
 // Events receives a call's output while it runs. Methods are called from the

@@ -34,6 +34,9 @@ type Job struct {
 	// Session the MCP session it came in, for logs.
 	Client  string
 	Session string
+	// PythonSession is the id of the Python session the call runs in, for
+	// logs; empty for a stateless call.
+	PythonSession string
 }
 
 // Stop delays: a worker told to stop first sees its stdin close, then
@@ -380,6 +383,10 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	}
 }
 
+// retireVersionConflict is why a worker is retired after a call that
+// needed another version of a package it has loaded.
+const retireVersionConflict = "a call needed another version of a package it has loaded"
+
 // answerWriteLimit bounds the write of a packages answer to a worker that
 // is waiting to read it.
 const answerWriteLimit = 5 * time.Second
@@ -408,7 +415,7 @@ func (w *worker) resolve(ctx context.Context, id string, need event) answer {
 	})
 	switch {
 	case errors.Is(err, packages.ErrLoadedConflict):
-		retire = "a call needed another version of a package it has loaded"
+		retire = retireVersionConflict
 		fallthrough
 	case err != nil:
 		if ctx.Err() != nil {

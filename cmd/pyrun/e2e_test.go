@@ -264,6 +264,7 @@ type structured struct {
 	Dependencies []string        `json:"dependencies"`
 	ExitCode     int             `json:"exit_code"`
 	DurationMS   float64         `json:"duration_ms"`
+	SessionID    string          `json:"session_id"`
 }
 
 type chunk struct {
@@ -356,6 +357,9 @@ func checkResult(res *sdk.CallToolResult) (result, error) {
 	}
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if r.sections["session_id"] != sc.SessionID {
+		bad("text says session_id %q, structuredContent %q", r.sections["session_id"], sc.SessionID)
+	}
 	if r.sections["status"] != sc.Status {
 		bad("text says status %q, structuredContent %q", r.sections["status"], sc.Status)
 	}
@@ -429,7 +433,7 @@ func checkResult(res *sdk.CallToolResult) (result, error) {
 
 // sectionOrder is the order of the text block's sections; return_value and
 // error share a place, as only one of them appears.
-var sectionOrder = map[string]int{"status": 0, "dependencies": 1, "output": 2, "return_value": 3, "error": 3}
+var sectionOrder = map[string]int{"status": 0, "session_id": 1, "dependencies": 2, "output": 3, "return_value": 4, "error": 4}
 
 // parseBlock splits mcp-run-python's text block into its sections. It fails
 // on anything outside a section, an unknown or repeated section, or sections
@@ -463,7 +467,7 @@ func parseBlock(text string) (map[string]string, error) {
 		}
 		rest = strings.TrimPrefix(body[i+len(closing):], "\n")
 		body = body[:i]
-		if tag != "status" && tag != "dependencies" {
+		if tag != "status" && tag != "dependencies" && tag != "session_id" {
 			if !strings.HasPrefix(body, "\n") || !strings.HasSuffix(body, "\n") {
 				return nil, fmt.Errorf("section <%s> does not hold its text on lines of its own", tag)
 			}

@@ -172,6 +172,7 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		MaxCode:        int(o.maxCode),
 		Network:        cfg.Network,
 		Live:           mcp.LiveOptions{Buffer: int(o.liveBuffer), ProgressInterval: o.progressInterval},
+		Sessions:       o.mcpSessionOptions(),
 	}
 }
 
@@ -182,6 +183,9 @@ func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stderr io.Writer
 	}
 	defer closePool(pool, log)
 	srv := mcp.New(pool, mcpOptions(o, rt), log)
+	py := startSessions(o, pool, log)
+	defer closeSessions(py, pool, log) // before closePool: sessions end first
+	srv.UseSessions(py)
 	log.Info("serving MCP on stdio", "workers", pool.Config().Workers, "python", rt.Python)
 	if err := srv.RunStdio(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("stdio: %w", err)

@@ -58,6 +58,13 @@ type options struct {
 	insecureNoAuth bool
 	clientMaxCalls int
 	clientMaxQueue int
+
+	// Python sessions (pysessions.go)
+	sessionIdle       time.Duration
+	sessionMaxAge     time.Duration
+	maxSessions       int
+	clientMaxSessions int
+	instanceID        string
 }
 
 // flagSet declares every flag on o, with its default.
@@ -98,6 +105,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.BoolVar(&o.insecureNoAuth, "insecure-no-auth", false, "serve: listen beyond loopback without access control: anyone who reaches pyrun runs code")
 	fs.IntVar(&o.clientMaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker (default: the pool size)")
 	fs.IntVar(&o.clientMaxQueue, "client-max-queue", 16, "serve, with access control: more calls of one client that may wait for those places; more are refused")
+	o.sessionFlags(fs)
 	return fs
 }
 
@@ -231,6 +239,9 @@ func (o *options) check() error {
 		return fmt.Errorf("client-max-queue must be between 0 and 4096, not %d", o.clientMaxQueue)
 	case o.authIssuer == "" && (o.authJWKSURL != "" || len(o.authAudience) > 0):
 		return errors.New("auth-jwks-url and auth-audience need auth-issuer: the authorization server whose tokens to accept")
+	}
+	if err := o.checkSessions(); err != nil {
+		return err
 	}
 	for _, d := range o.deps {
 		if _, err := packages.ParseRequirement(d); err != nil {

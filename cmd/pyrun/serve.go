@@ -18,6 +18,7 @@ import (
 
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
 // errForced is the error of a shutdown cut short by a second signal.
@@ -30,6 +31,7 @@ type service struct {
 	log     hclog.Logger
 	rt      *supervisor.Runtime
 	pool    *supervisor.Pool
+	py      *sessions.Manager // Python sessions
 	srv     *mcp.Server
 	handler *mcp.HTTPHandler
 	http    *http.Server
@@ -72,6 +74,9 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		runner = mcp.LimitClients(pool, s.clientLimits, log.Named("pool"))
 	}
 	s.srv = mcp.New(metrics.Instrument(runner), mcpOptions(o, rt), log)
+	s.py = startSessions(o, pool, log)
+	s.srv.UseSessions(metrics.InstrumentSessions(s.py))
+	metrics.CountPythonSessions(s.py.Stats)
 	keepAlive := o.keepAlive
 	if keepAlive == 0 {
 		keepAlive = -1 // never
@@ -82,6 +87,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		KeepAlive:      keepAlive,
 		Stats:          pool.Stats,
 		Metrics:        metrics,
+		SessionsOpen:   func() int { return s.py.Stats().Open },
 	}
 	if guard != nil {
 		httpOpts.Protect, httpOpts.ProtectMetrics = guard.Protect, o.metricsAuth
@@ -121,6 +127,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		select {
 		case err := <-served:
 			// The listener failed; nothing more can come in.
+			closeSessions(s.py, pool, log)
 			closePool(pool, log)
 			return fmt.Errorf("serve: %w", err)
 		case sig := <-sigs:
@@ -181,6 +188,11 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 	// Calls already waiting for a worker were accepted: they run too, for
 	// a load balancer's client would see a refusal after the fact.
 	waitForLine(drainCtx, s.pool)
+	// Calls in Python sessions finish, then the sessions end, before the
+	// pool closes.
+	if err := s.py.Close(drainCtx); err != nil {
+		s.log.Warn("drain time is over: running session calls were stopped", "error", err)
+	}
 	if err := s.pool.Close(drainCtx); err != nil {
 		s.log.Warn("drain time is over: running calls were stopped", "error", err)
 	}
@@ -228,7 +240,7 @@ func (s *service) options() *options {
 var restartOnly = []string{
 	"config", "listen", "stateless", "session-timeout", "keep-alive", "runtime-dir", "log-format",
 	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
-	"insecure-no-auth",
+	"insecure-no-auth", "instance-id",
 }
 
 // reload re-reads the command line and the config file (a flag still wins
@@ -269,6 +281,7 @@ func (s *service) reload() {
 		s.log.Error("config rejected; the settings in force stay", "file", o.configFile, "error", err)
 		return
 	}
+	s.py.SetLimits(o.sessionLimits())
 	s.log.SetLevel(hclogLevel(o.logLevel))
 	s.srv.SetOptions(mcpOptions(o, s.rt))
 	s.opts = o

@@ -164,6 +164,7 @@ type health struct {
 	WorkersStarting int    `json:"workers_starting"`
 	WorkersTotal    int    `json:"workers_total"`
 	Queued          int    `json:"queued"`
+	SessionsOpen    int    `json:"sessions_open"`
 }
 
 func (s *httpServer) health(t *testing.T) health {

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/sessions"
+)
+
+// Python sessions: their flags, and the Manager that keeps them for the
+// stdio and HTTP front ends.
+
+// sessionFlags declares the sessions' flags on fs.
+func (o *options) sessionFlags(fs *flag.FlagSet) {
+	fs.DurationVar(&o.sessionIdle, "session-idle", sessions.DefaultIdle, "a Python session (session_id) ends after this long without a call")
+	fs.DurationVar(&o.sessionMaxAge, "session-max-age", sessions.DefaultMaxAge, "a Python session ends this long after it started")
+	fs.IntVar(&o.maxSessions, "max-sessions", sessions.DefaultMax, "Python sessions open at once, each with a worker of its own besides the pool's")
+	fs.IntVar(&o.clientMaxSessions, "client-max-sessions", sessions.DefaultClientMax, "serve, with access control: Python sessions one client may have open")
+	fs.StringVar(&o.instanceID, "instance-id", sessions.DefaultInstance(), "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name)")
+}
+
+func (o *options) checkSessions() error {
+	switch {
+	case o.sessionIdle <= 0:
+		return fmt.Errorf("session-idle must be positive, not %s", o.sessionIdle)
+	case o.sessionMaxAge <= 0:
+		return fmt.Errorf("session-max-age must be positive, not %s", o.sessionMaxAge)
+	case o.maxSessions < 1 || o.maxSessions > 256:
+		return fmt.Errorf("max-sessions must be between 1 and 256, not %d", o.maxSessions)
+	case o.clientMaxSessions < 1 || o.clientMaxSessions > 256:
+		return fmt.Errorf("client-max-sessions must be between 1 and 256, not %d", o.clientMaxSessions)
+	}
+	if err := sessions.ValidInstance(o.instanceID); err != nil {
+		return fmt.Errorf("instance-id: %w", err)
+	}
+	return nil
+}
+
+func (o *options) sessionLimits() sessions.Limits {
+	return sessions.Limits{
+		Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, ClientMax: o.clientMaxSessions,
+	}
+}
+
+func (o *options) mcpSessionOptions() mcp.SessionOptions {
+	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions}
+}
+
+// startSessions keeps Python sessions on workers pool starts for them.
+func startSessions(o *options, pool *supervisor.Pool, log hclog.Logger) *sessions.Manager {
+	return sessions.New(sessions.Options{
+		Instance: o.instanceID,
+		Start: func(ctx context.Context) (sessions.Worker, error) {
+			return pool.StartDedicated(ctx)
+		},
+		Limits:    o.sessionLimits(),
+		Anonymous: mcp.Anonymous,
+		Log:       log.Named("sessions"),
+	})
+}
+
+// closeSessions lets running session calls finish, within the bound the
+// pool's calls get, and ends every session.
+func closeSessions(m *sessions.Manager, pool *supervisor.Pool, log hclog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), pool.Config().Timeout+5*time.Second)
+	defer cancel()
+	if err := m.Close(ctx); err != nil {
+		log.Warn("ending Python sessions", "error", err)
+	}
+}

@@ -1,0 +1,162 @@
+package main
+
+// Python sessions over HTTP: /mcp stateful and stateless, /sse, /healthz,
+// /metrics, config reload, access control and shutdown.
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestServeSessions: a session lives beyond the MCP session that started
+// it (another client, another transport continues it); /healthz and
+// /metrics count it; a config reload changes the limits and ends no
+// session; on SIGTERM its running call finishes, then it ends, logged.
+func TestServeSessions(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "pyrun.json")
+	if err := os.WriteFile(cfg, []byte(`{"max_sessions": 3}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, "--config", cfg, "--workers", "1", "--instance-id", "web-1", "--drain-timeout", "60s")
+	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
+	viaMCP, viaSSE := s.connect(t, "mcp", "", nil), s.connect(t, "sse", "", nil)
+
+	// The schema asks clients to mirror session_id into Mcp-Param-Session-Id.
+	tools, err := viaMCP.session.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	schema, _ := json.Marshal(tools.Tools[0].InputSchema)
+	if !strings.Contains(string(schema), `"x-mcp-header":"Session-Id"`) {
+		t.Errorf("the input schema does not annotate session_id with x-mcp-header: %s", schema)
+	}
+	for _, w := range []string{`session_id "new"`, "10m without a call", "8h after it started", "3 sessions"} {
+		if !strings.Contains(tools.Tools[0].Description, w) {
+			t.Errorf("the tool description does not say %q:\n%s", w, tools.Tools[0].Description)
+		}
+	}
+
+	r := viaMCP.inSession(t, "new", "x = 1")
+	id := r.sc.SessionID
+	if !strings.HasPrefix(id, "web-1.") {
+		t.Errorf("session id %s does not start with the instance id web-1", id)
+	}
+	wantValue(t, viaSSE.inSession(t, id, "x += 1\nx"), "2")
+	if h := s.health(t); h.SessionsOpen != 1 {
+		t.Errorf("/healthz sessions_open %d, want 1", h.SessionsOpen)
+	}
+	m := s.metrics(t)
+	if m["pyrun_python_sessions"] != 1 || m["pyrun_python_session_starts_total"] != 1 || m[`pyrun_calls_total{status="success"}`] != 2 {
+		t.Errorf("metrics: %v sessions, %v starts, %v successful calls; want 1, 1, 2",
+			m["pyrun_python_sessions"], m["pyrun_python_session_starts_total"], m[`pyrun_calls_total{status="success"}`])
+	}
+
+	// A reload lowers the bound: the open session stays, a new one is refused.
+	mark := s.log.mark()
+	if err := os.WriteFile(cfg, []byte(`{"max_sessions": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.log.waitMsg(t, mark, "config reloaded")
+	wantValue(t, viaMCP.inSession(t, id, "x"), "2")
+	viaMCP.sessionToolError(t, map[string]any{"python_code": "1", "session_id": "new"}, "too many", "max_sessions")
+	// The session id in the call log line.
+	found := false
+	for _, rec := range s.log.since(0) {
+		if rec.msg() == "call" && rec.str("python_session") == id && rec.str("status") == "success" {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no call log line names the Python session %s", id)
+	}
+
+	// SIGTERM while a session call runs: it finishes, then the session ends.
+	// The call tells the worker's stderr, which pyrun logs, that it runs.
+	mark = s.log.mark()
+	done := make(chan result, 1)
+	go func() {
+		r, err := viaMCP.call(context.Background(), map[string]any{
+			"python_code": "import asyncio, js\njs.console.error('session call running')\nawait asyncio.sleep(2)\nx * 21",
+			"session_id":  id})
+		if err != nil {
+			t.Errorf("the session call running at SIGTERM: %v", err)
+		}
+		done <- r
+	}()
+	s.log.waitMsg(t, mark, "session call running")
+	s.signal(syscall.SIGTERM)
+	r = <-done
+	wantValue(t, r, "42")
+	if code := s.wait(30 * time.Second); code != 0 {
+		t.Errorf("exit status %d after SIGTERM, want 0", code)
+	}
+	ended, stopped := -1, -1
+	for i, rec := range s.log.since(mark) {
+		switch {
+		case rec.msg() == "python session ended" && rec.str("python_session") == id:
+			ended = i
+			if rec.str("reason") != "shutdown" {
+				t.Errorf("the session ended for %q, want shutdown", rec.str("reason"))
+			}
+		case rec.msg() == "stopped":
+			stopped = i
+		}
+	}
+	if ended < 0 || stopped < ended {
+		t.Errorf("the log does not say the session ended before pyrun stopped (lines %d, %d):\n%s", ended, stopped, s.log.tail(20))
+	}
+}
+
+// TestServeSessionsStateless: over --stateless /mcp every POST stands alone,
+// and a session still carries state, also from a second client.
+func TestServeSessionsStateless(t *testing.T) {
+	s := startServe(t, "--stateless", "--workers", "1")
+	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
+	a, b := s.connect(t, "mcp", "", nil), s.connect(t, "mcp", "", nil)
+	id := a.inSession(t, "new", "def f(n):\n    return n * 2").sc.SessionID
+	wantValue(t, b.inSession(t, id, "y = f(21)\ny"), "42")
+	wantValue(t, a.inSession(t, id, "y + 1"), "43")
+	wantStatus(t, a.run(t, "y"), "run-error")
+}
+
+// TestServeSessionsAccess: with access control a session belongs to the
+// client that started it; another client's id gets the error of an
+// unknown one, and --client-max-sessions bounds each client.
+func TestServeSessionsAccess(t *testing.T) {
+	const (
+		aliceToken = "alice-7Xv0rB9kGm1VtZcLwQ8s"
+		bobToken   = "bob-Vb9Zt1kQ0mWx7LcR4pNs2H"
+	)
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	saveTokens(t, tokens, "alice:"+aliceToken+"\nbob:"+bobToken+"\n")
+	s := startServe(t, "--workers", "1", "--auth-token-file", tokens, "--client-max-sessions", "1", "--max-sessions", "3")
+	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
+	alice, _ := s.mustDial(t, "mcp", aliceToken)
+	bob, _ := s.mustDial(t, "sse", bobToken)
+
+	id := alice.inSession(t, "new", "secret = 'alice'").sc.SessionID
+	theirs := bob.sessionToolError(t, map[string]any{"python_code": "secret", "session_id": id}, "unknown", `session_id "new"`)
+	unknownID := id[:len(id)-4] + "0000"
+	if id[len(id)-4:] == "0000" {
+		unknownID = id[:len(id)-4] + "1111"
+	}
+	unknown := bob.sessionToolError(t, map[string]any{"python_code": "1", "session_id": unknownID}, "unknown")
+	if strings.ReplaceAll(theirs, id, "ID") != strings.ReplaceAll(unknown, unknownID, "ID") {
+		t.Errorf("another client's session and an unknown one get different errors:\n%s\n%s", theirs, unknown)
+	}
+	alice.sessionToolError(t, map[string]any{"python_code": "1", "session_id": "new"}, "too many", "client_max_sessions")
+	bobs := bob.inSession(t, "new", "secret = 'bob'").sc.SessionID
+	wantValue(t, alice.inSession(t, id, "secret"), `"alice"`)
+	wantValue(t, bob.inSession(t, bobs, "secret"), `"bob"`)
+	// Bob cannot end Alice's session either.
+	bob.sessionToolError(t, map[string]any{"python_code": "", "session_id": id, "end_session": true}, "unknown")
+	wantValue(t, alice.inSession(t, id, "secret", "end_session", true), `"alice"`)
+	// Her place is free again.
+	alice.inSession(t, "new", "1")
+}

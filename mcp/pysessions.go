@@ -1,0 +1,160 @@
+package mcp
+
+// Python sessions on the tool: the session_id and end_session arguments,
+// the tool description's word on lifetimes, and the errors of calls that
+// name a session. They are not MCP sessions (sessions.go): a Python session
+// is a handle the server mints and the client passes back as an argument,
+// so it works the same over stdio, stateful and stateless HTTP (SPEC.md
+// section 8). The sessions themselves are supervisor/sessions'.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/sessions"
+)
+
+// SessionRunner runs calls in Python sessions; *sessions.Manager is one.
+type SessionRunner interface {
+	Run(ctx context.Context, c sessions.Call, ev supervisor.Events) (supervisor.Result, error)
+}
+
+// SessionOptions describe Python sessions to clients.
+type SessionOptions struct {
+	Idle   time.Duration // a session ends after this long without a call
+	MaxAge time.Duration // and this long after it started
+	Max    int           // open sessions at once
+}
+
+// maxSessionID bounds a session_id argument; ids pyrun mints are an
+// instance name of at most 63 characters, a dot and 32 hex digits.
+const maxSessionID = 128
+
+// UseSessions serves session_id and end_session with r. Without it, a
+// call that names a session gets a tool error.
+func (s *Server) UseSessions(r SessionRunner) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sessions = r
+}
+
+func (s *Server) sessionRunner() SessionRunner {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sessions
+}
+
+// checkSessionArgs checks what parseArgs cannot: end_session needs a
+// session to end.
+func checkSessionArgs(a toolArgs) error {
+	if a.EndSession && a.SessionID == nil {
+		return errors.New(`invalid arguments: end_session needs the session_id of the session to end`)
+	}
+	return nil
+}
+
+// runInSession runs a call that names a Python session.
+func (s *Server) runInSession(ctx context.Context, a toolArgs, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
+	r := s.sessionRunner()
+	if r == nil {
+		return supervisor.Result{}, errors.New("this pyrun does not keep Python sessions; call without session_id")
+	}
+	return r.Run(ctx, sessions.Call{Session: *a.SessionID, End: a.EndSession, Job: job}, ev)
+}
+
+// sessionError is the tool error of a session call that did not run. Each
+// says what happened and how to go on.
+func sessionError(err error) error {
+	switch {
+	case errors.Is(err, sessions.ErrUnknown), errors.Is(err, sessions.ErrEnded),
+		errors.Is(err, sessions.ErrExpired), errors.Is(err, sessions.ErrLost):
+		return fmt.Errorf(`%w; its state is gone: start a new session with session_id "new"`, err)
+	}
+	return err
+}
+
+// sessionsDescription is the tool description's paragraph on sessions.
+func sessionsDescription(o SessionOptions) string {
+	if o.Max <= 0 {
+		return "Each call starts from fresh globals and an empty working directory; nothing is kept between calls, so each call must be self-contained.\n"
+	}
+	return fmt.Sprintf(`Without session_id, each call starts from fresh globals and an empty working directory, and nothing is kept between calls.
+With session_id "new", the call starts a Python session: globals, imports, loaded packages, files in the working directory and running asyncio tasks last across its calls, as in a notebook. The result gives the session_id (in <session_id> and structuredContent.session_id); pass it in the next calls to continue, and end_session: true when done. A session's calls run one at a time, in order.
+A session ends after %s without a call, %s after it started, when it is ended, when pyrun restarts, or when a call kills its worker (a time limit the interrupt cannot stop, memory, a crash): its state is then gone, and a call with its id is an error; start a new session then. At most %d sessions can be open at once.
+`, shortDuration(o.Idle), shortDuration(o.MaxAge), o.Max)
+}
+
+// InstrumentSessions returns a SessionRunner that runs calls on r and
+// counts and times them with the stateless calls (pyrun_calls_total, ...).
+func (m *Metrics) InstrumentSessions(r SessionRunner) SessionRunner {
+	return &instrumentedSessions{r: r, m: m}
+}
+
+type instrumentedSessions struct {
+	r SessionRunner
+	m *Metrics
+}
+
+func (i *instrumentedSessions) Run(ctx context.Context, c sessions.Call, ev supervisor.Events) (supervisor.Result, error) {
+	began := time.Now()
+	res, err := i.r.Run(ctx, c, ev)
+	i.m.observe(ctx, began, res, err)
+	return res, err
+}
+
+// CountPythonSessions adds the Python sessions' figures, read from stats
+// at each scrape: pyrun_python_sessions (open now), and the sessions
+// started, failed to start and ended (by reason) since pyrun started.
+func (m *Metrics) CountPythonSessions(stats func() sessions.Stats) {
+	_ = m.reg.Register(&sessionCollector{stats: stats})
+}
+
+type sessionCollector struct {
+	stats func() sessions.Stats
+}
+
+var (
+	pySessionsDesc = prometheus.NewDesc("pyrun_python_sessions",
+		"Open Python sessions (state kept across calls), each with a worker of its own.", nil, nil)
+	pySessionStartsDesc = prometheus.NewDesc("pyrun_python_session_starts_total",
+		"Python sessions started.", nil, nil)
+	pySessionStartFailuresDesc = prometheus.NewDesc("pyrun_python_session_start_failures_total",
+		"New Python sessions whose worker did not start.", nil, nil)
+	pySessionEndsDesc = prometheus.NewDesc("pyrun_python_session_ends_total",
+		"Python sessions ended, by reason: ended (by the client), idle, max-age, lost (the worker was killed or died), shutdown.",
+		[]string{"reason"}, nil)
+)
+
+func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{pySessionsDesc, pySessionStartsDesc, pySessionStartFailuresDesc, pySessionEndsDesc} {
+		ch <- d
+	}
+}
+
+func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.stats()
+	ch <- prometheus.MustNewConstMetric(pySessionsDesc, prometheus.GaugeValue, float64(s.Open))
+	ch <- prometheus.MustNewConstMetric(pySessionStartsDesc, prometheus.CounterValue, float64(s.Starts))
+	ch <- prometheus.MustNewConstMetric(pySessionStartFailuresDesc, prometheus.CounterValue, float64(s.StartFailures))
+	for _, r := range sessions.EndReasons {
+		ch <- prometheus.MustNewConstMetric(pySessionEndsDesc, prometheus.CounterValue, float64(s.Ends[r]), r)
+	}
+}
+
+// shortDuration writes d without its zero tails: 10m, 8h, 1h30m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}

@@ -1,0 +1,197 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrWorkerLost is wrapped by the error of a call to a Dedicated worker
+// that is gone: killed, crashed, or closed.
+var ErrWorkerLost = errors.New("the worker is gone")
+
+// Dedicated is a worker of its own, outside the pool: started on demand
+// for one owner (a Python session) that keeps it for many calls, and never
+// handed to anyone else. It starts like the pool's workers (from the memory
+// snapshot, with the configured packages preloaded) in a mode where calls
+// share one interpreter state, and it is never replaced: once its process
+// is gone, so is that state, and every later call says so.
+//
+// Its methods are safe for concurrent use; calls run one at a time, and a
+// caller that cares about their order orders them itself.
+type Dedicated struct {
+	pool *Pool
+	w    *worker
+	cfg  Config // as it started: MaxOutput bounds its protocol lines
+
+	mu   sync.Mutex // held for a whole call
+	lost string     // why it can take no more calls; guarded by mu
+}
+
+// StartDedicated starts a dedicated worker under the pool's configuration
+// in force. It returns once the worker is ready, or fails.
+func (p *Pool) StartDedicated(ctx context.Context) (*Dedicated, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, ErrClosed
+	}
+	p.seq++
+	name := fmt.Sprintf("session-worker-%d", p.seq)
+	cfg, pkgs := p.cfg, p.pkgs
+	p.mu.Unlock()
+	// The pool's Close aborts a start as it aborts its own.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(p.ctx, cancel)
+	defer stop()
+
+	log := p.log.Named(name)
+	began := time.Now()
+	var snap *Snapshot
+	var verify func() error
+	if p.snaps != nil {
+		snap, verify = p.snaps.get(ctx, cfg)
+	}
+	preload, err := preloadFiles(ctx, pkgs, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start a dedicated worker: %w", err)
+	}
+	cmd, err := p.newCmd(cfg, launch{snapshot: snap, preload: preload, session: true})
+	if err != nil {
+		return nil, fmt.Errorf("start a dedicated worker: %w", err)
+	}
+	w, err := startWorker(ctx, name, cmd, cfg, log, nil, verify)
+	if snap != nil && ctx.Err() == nil && !errors.Is(err, errKilledStarting) {
+		why := ""
+		if w != nil {
+			why = w.ready.SnapshotError
+		}
+		p.snaps.started(snap, err, why)
+	}
+	if err != nil {
+		if p.ctx.Err() != nil {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("start a dedicated worker: %w", err)
+	}
+	w.pkgs = pkgs
+	from := "plain"
+	if w.ready.Snapshot {
+		from = "snapshot"
+	}
+	log.Debug("dedicated worker ready", "startup", time.Since(began).Round(time.Millisecond),
+		"in_worker_ms", w.ready.StartupMS, "from", from)
+	return &Dedicated{pool: p, w: w, cfg: cfg}, nil
+}
+
+// Name is the worker's name in logs.
+func (d *Dedicated) Name() string { return d.w.name }
+
+// Run runs job on the worker, as Pool.Run does on a pool's worker, with
+// the time limits of the pool's configuration in force. A call whose
+// worker is killed (a time limit past the interrupt, memory, a crash)
+// returns its Result, and the worker is lost: see Lost. A call to a lost
+// worker returns an error wrapping ErrWorkerLost and does not run.
+func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lost != "" {
+		return Result{}, fmt.Errorf("%w: %s", ErrWorkerLost, d.lost)
+	}
+	if why := d.w.stale(); why != "" {
+		d.loseLocked(why)
+		return Result{}, fmt.Errorf("%w: %s", ErrWorkerLost, why)
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("call %s: %w", job.ID, err)
+	}
+	cfg := d.pool.Config()
+	// Limits of the call come from the configuration in force; how the
+	// worker reads and caps its lines, from the one it started with.
+	cfg.MaxOutput, cfg.MemoryLimit = d.cfg.MaxOutput, d.cfg.MemoryLimit
+	if watch, ok := ev.(Watcher); ok {
+		watch.Started(d.w.name)
+	}
+	res := d.w.run(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
+	if why := d.lostFor(res); why != "" {
+		d.loseLocked(why)
+	}
+	status := string(res.Status)
+	if ctx.Err() != nil {
+		status = "cancelled"
+	}
+	d.pool.mu.Lock()
+	d.pool.counts.Calls[status]++
+	d.pool.mu.Unlock()
+	d.pool.log.Info("call", "id", job.ID, "status", status, "duration", res.Duration.Round(time.Microsecond),
+		"worker", d.w.name, "session", job.Session, "python_session", job.PythonSession, "client", job.Client)
+	if ctx.Err() != nil {
+		return res, fmt.Errorf("call %s: %w", job.ID, ctx.Err())
+	}
+	return res, nil
+}
+
+// lostFor says why the worker can take no more calls after res, or "".
+// Unlike the pool, which replaces a worker at the first doubt, a dedicated
+// worker is kept whenever its state is intact: a write outside the scratch
+// folders harms no one else, and a package version conflict only failed
+// the call. The caller holds d.mu.
+func (d *Dedicated) lostFor(res Result) string {
+	w := d.w
+	if k := w.killedFor(); k != "" {
+		return k
+	}
+	select {
+	case <-w.exited:
+		return "it exited"
+	default:
+	}
+	switch {
+	case res.Status == StatusMemoryError:
+		// A MemoryError inside Python may have left any object half made.
+		return "it ran out of memory"
+	case w.retire == "" || w.retire == retireVersionConflict:
+		w.retire = ""
+		return ""
+	}
+	return w.retire
+}
+
+// loseLocked marks the worker lost and stops its process in the
+// background; Close, which the owner calls, waits for that. The caller
+// holds d.mu.
+func (d *Dedicated) loseLocked(why string) {
+	d.lost = why
+	d.w.log.Debug("dedicated worker lost", "why", why)
+	go d.w.close()
+}
+
+// Lost says why the worker can take no more calls; "" while it can.
+// It waits for a running call.
+func (d *Dedicated) Lost() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.lost == "" {
+		if why := d.w.stale(); why != "" {
+			d.loseLocked(why)
+		}
+	}
+	return d.lost
+}
+
+// Close stops the worker, after the call that is running, if one is. It
+// returns once the process has exited.
+func (d *Dedicated) Close() {
+	d.mu.Lock()
+	if d.lost == "" {
+		d.lost = "it was closed"
+	}
+	d.mu.Unlock()
+	d.w.close()
+}
+
+// Kill stops the worker at once, a running call with it.
+func (d *Dedicated) Kill(why string) { d.w.kill(why) }

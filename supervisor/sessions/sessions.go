@@ -1,0 +1,689 @@
+// Package sessions keeps Python sessions: interpreter state that lasts
+// across calls. Each session owns one worker of its own (started on demand,
+// never taken from the stateless pool), has a server-minted id, belongs to
+// the client that started it, runs its calls one at a time in the order
+// they arrive, and ends when its client ends it, when it has been idle or
+// alive too long, when its worker is lost, or when pyrun stops.
+//
+//	m := sessions.New(sessions.Options{Instance: "box-1", Start: start, Log: log})
+//	defer m.Close(ctx)
+//	res, err := m.Run(ctx, sessions.Call{Session: sessions.New, Job: job}, ev)
+//	res, err = m.Run(ctx, sessions.Call{Session: res.SessionID, Job: next}, ev)
+//
+// The package knows workers through the small Worker interface
+// (*supervisor.Dedicated is one) and nothing of MCP.
+package sessions
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// NewSession is the session id that asks for a new session.
+const NewSession = "new"
+
+// The conditions a call to a session can fail on, before or instead of
+// running. Each error wraps one and says what happened to that session.
+var (
+	// ErrUnknown: no session of that id is known here, or it belongs to
+	// another client (who cannot tell the two apart).
+	ErrUnknown = errors.New("unknown Python session")
+	// ErrEnded: the session was ended by its client.
+	ErrEnded = errors.New("the Python session has ended")
+	// ErrExpired: the session was idle too long or reached its maximum age.
+	ErrExpired = errors.New("the Python session has expired")
+	// ErrLost: the session's worker was killed or died, and its state with it.
+	ErrLost = errors.New("the Python session was lost")
+	// ErrTooMany: a new session would pass --max-sessions or
+	// --client-max-sessions.
+	ErrTooMany = errors.New("too many Python sessions")
+	// ErrOtherInstance: the id names a session of another pyrun instance.
+	ErrOtherInstance = errors.New("the Python session belongs to another pyrun instance")
+	// ErrClosed: pyrun is shutting down.
+	ErrClosed = errors.New("pyrun is shutting down; its Python sessions have ended")
+	// ErrStart: no worker could be started for the new session.
+	ErrStart = errors.New("no worker could be started for the Python session")
+)
+
+// Reasons a session ends, as Stats.Ends counts them and logs say.
+const (
+	EndClient   = "ended"    // end_session
+	EndIdle     = "idle"     // no call for Limits.Idle
+	EndMaxAge   = "max-age"  // older than Limits.MaxAge
+	EndLost     = "lost"     // its worker was killed or died
+	EndShutdown = "shutdown" // pyrun stopped
+)
+
+// EndReasons lists every end reason, for metrics.
+var EndReasons = []string{EndClient, EndIdle, EndMaxAge, EndLost, EndShutdown}
+
+// Worker is what a session runs its calls on, one at a time.
+type Worker interface {
+	Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error)
+	// Lost says why the worker can take no more calls; "" while it can.
+	Lost() string
+	// Close stops the worker and returns once it has.
+	Close()
+	// Kill stops the worker at once, with a running call.
+	Kill(why string)
+}
+
+// Limits bound sessions. Zero fields mean their defaults.
+type Limits struct {
+	Idle      time.Duration // a session ends after this long without a call; 0: 10m
+	MaxAge    time.Duration // and this long after it started; 0: 8h
+	Max       int           // open sessions at once; 0: 4
+	ClientMax int           // open sessions of one client (not Options.Anonymous); 0: 2
+}
+
+// Default limits.
+const (
+	DefaultIdle      = 10 * time.Minute
+	DefaultMaxAge    = 8 * time.Hour
+	DefaultMax       = 4
+	DefaultClientMax = 2
+)
+
+func (l Limits) withDefaults() Limits {
+	if l.Idle <= 0 {
+		l.Idle = DefaultIdle
+	}
+	if l.MaxAge <= 0 {
+		l.MaxAge = DefaultMaxAge
+	}
+	if l.Max <= 0 {
+		l.Max = DefaultMax
+	}
+	if l.ClientMax <= 0 {
+		l.ClientMax = DefaultClientMax
+	}
+	return l
+}
+
+// Options configure a Manager. They are copied.
+type Options struct {
+	// Instance names this pyrun; ids start with it (CheckInstance).
+	Instance string
+	// Start starts a worker for a new session.
+	Start  func(ctx context.Context) (Worker, error)
+	Limits Limits
+	// Anonymous is the client of calls without credentials: its sessions
+	// are not bounded by ClientMax, and any anonymous call may use them
+	// (their ids are the secret). "": every client is bounded and owns
+	// its sessions.
+	Anonymous string
+	Log       hclog.Logger
+}
+
+// Call is one call to a session.
+type Call struct {
+	// Session is NewSession or the id of an open session.
+	Session string
+	// End ends the session after the code, if any, has run.
+	End bool
+	// Job is the code to run; Job.Client is who calls, and owns what it
+	// starts. An empty Job.Code with End only ends the session.
+	Job supervisor.Job
+}
+
+// Stats is a snapshot of the sessions.
+type Stats struct {
+	Open     int // sessions with a worker
+	Starting int // new sessions whose worker is starting
+	Starts   int64
+	// StartFailures counts new sessions whose worker did not start.
+	StartFailures int64
+	Ends          map[string]int64 // by reason (EndClient, ...)
+	Limits        Limits
+}
+
+// Manager keeps the sessions of one pyrun. Its methods are safe for
+// concurrent use.
+type Manager struct {
+	opts Options
+	log  hclog.Logger
+
+	wake chan struct{} // tells the expiry loop to look again
+	stop chan struct{} // closed by Close: the expiry loop ends
+	wg   sync.WaitGroup
+
+	mu         sync.Mutex
+	limits     Limits
+	open       map[string]*session
+	starting   map[string]int // new sessions being started, by client
+	gone       map[string]tomb
+	goneOrder  []string // ids in gone, oldest first
+	running    int      // calls on a worker now
+	closed     bool
+	idleSignal chan struct{} // closed when running reaches 0 after Close
+	counts     Stats
+}
+
+// session is one open session. Its fields are guarded by Manager.mu.
+type session struct {
+	id, owner string
+	w         Worker
+	started   time.Time
+	lastUsed  time.Time
+	calls     int
+	busy      int  // calls running or waiting their turn
+	held      bool // a call has the turn
+	line      []chan struct{}
+}
+
+// tomb remembers an ended session, to say why a later call fails.
+type tomb struct {
+	owner string
+	err   error
+}
+
+// maxTombs bounds the ended sessions remembered; an id older than that is
+// reported as unknown.
+const maxTombs = 4096
+
+// New starts a Manager and its expiry loop.
+func New(o Options) *Manager {
+	if o.Log == nil {
+		o.Log = hclog.NewNullLogger()
+	}
+	m := &Manager{
+		opts:     o,
+		log:      o.Log,
+		wake:     make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+		limits:   o.Limits.withDefaults(),
+		open:     map[string]*session{},
+		starting: map[string]int{},
+		gone:     map[string]tomb{},
+		counts:   Stats{Ends: map[string]int64{}},
+	}
+	m.wg.Add(1)
+	go m.expire()
+	return m
+}
+
+// SetLimits applies new limits, as after a config reload. Open sessions
+// stay; they end by the new idle and age limits, and new sessions are
+// refused while more are open than the new bounds allow.
+func (m *Manager) SetLimits(l Limits) {
+	m.mu.Lock()
+	m.limits = l.withDefaults()
+	m.mu.Unlock()
+	m.kick()
+}
+
+// Limits returns the limits in force, defaults filled in.
+func (m *Manager) Limits() Limits {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.limits
+}
+
+// Stats describes the sessions now.
+func (m *Manager) Stats() Stats {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.counts
+	s.Open = len(m.open)
+	s.Starting = 0
+	for _, n := range m.starting {
+		s.Starting += n
+	}
+	s.Ends = maps.Clone(m.counts.Ends)
+	s.Limits = m.limits
+	return s
+}
+
+// Run runs a call in a session, starting the session first for
+// NewSession. The result carries the session's id (Result.SessionID). A
+// Python error, timeout or crash is a Result, as with the pool; a call
+// that did not run gets an error wrapping one of the ErrXxx above. A call
+// whose worker was lost returns its Result, which says so, and the session
+// has ended.
+func (m *Manager) Run(ctx context.Context, c Call, ev supervisor.Events) (supervisor.Result, error) {
+	var s *session
+	var err error
+	if c.Session == NewSession {
+		s, err = m.start(ctx, c.Job.Client)
+	} else {
+		s, err = m.enter(ctx, c.Session, c.Job)
+	}
+	if err != nil {
+		status := "rejected"
+		if ctx.Err() != nil {
+			status = "cancelled"
+		}
+		m.log.Info("call", "id", c.Job.ID, "status", status, "worker", "", "session", c.Job.Session,
+			"python_session", c.Session, "client", c.Job.Client, "error", err.Error())
+		return supervisor.Result{}, err
+	}
+	return m.runIn(ctx, s, c, ev)
+}
+
+// start makes a new session with a worker of its own, holding its turn.
+func (m *Manager) start(ctx context.Context, client string) (*session, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	l := m.limits
+	total, mine := len(m.open), 0
+	for _, s := range m.open {
+		if s.owner == client {
+			mine++
+		}
+	}
+	for who, n := range m.starting {
+		total += n
+		if who == client {
+			mine += n
+		}
+	}
+	switch {
+	case total >= l.Max:
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d are open, the most pyrun allows (max_sessions); end one with end_session, or wait for one to expire", ErrTooMany, total)
+	case client != m.opts.Anonymous && mine >= l.ClientMax:
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%w: this client has %d open, the most one client may have (client_max_sessions); end one with end_session, or wait for one to expire", ErrTooMany, mine)
+	}
+	m.starting[client]++
+	m.running++ // Close waits for the start, then for the call
+	m.mu.Unlock()
+
+	began := time.Now()
+	w, err := m.opts.Start(ctx)
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.starting[client]--; m.starting[client] == 0 {
+		delete(m.starting, client)
+	}
+	if err != nil {
+		m.doneLocked()
+		m.counts.StartFailures++
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("start a Python session: %w", ctx.Err())
+		}
+		if errors.Is(err, supervisor.ErrClosed) {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("%w: %v", ErrStart, err)
+	}
+	if m.closed {
+		m.doneLocked()
+		m.closeWorker(w)
+		return nil, ErrClosed
+	}
+	now := time.Now()
+	s := &session{id: m.mint(), owner: client, w: w, started: now, lastUsed: now, busy: 1, held: true}
+	m.open[s.id] = s
+	m.counts.Starts++
+	m.log.Info("python session started", "python_session", s.id, "client", client,
+		"startup", now.Sub(began).Round(time.Millisecond), "open", len(m.open))
+	m.kick()
+	return s, nil
+}
+
+// mint makes a new session id: the instance, a dot, 128 random bits.
+func (m *Manager) mint() string {
+	for {
+		var b [16]byte
+		_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+		id := m.opts.Instance + "." + hex.EncodeToString(b[:])
+		if _, taken := m.open[id]; !taken {
+			return id
+		}
+	}
+}
+
+// enter finds a client's open session and waits for its turn.
+func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*session, error) {
+	client := job.Client
+	if err := m.checkInstance(id); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	s := m.open[id]
+	if s == nil || !m.owns(s.owner, client) {
+		err := m.goneErrLocked(id, client)
+		if s != nil {
+			m.log.Warn("refused a call to another client's Python session", "python_session", id,
+				"client", client, "owner", s.owner)
+		}
+		m.mu.Unlock()
+		return nil, err
+	}
+	if m.closed {
+		m.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.busy++
+	if !s.held {
+		s.held = true
+		m.running++
+		m.mu.Unlock()
+		return s, nil
+	}
+	turn := make(chan struct{})
+	s.line = append(s.line, turn)
+	m.log.Debug("python session call waits its turn", "python_session", id, "id", job.ID, "position", len(s.line))
+	m.mu.Unlock()
+
+	select {
+	case <-turn:
+	case <-ctx.Done():
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if i := slices.Index(s.line, turn); i >= 0 {
+			s.line = slices.Delete(s.line, i, i+1)
+		} else {
+			m.passLocked(s) // the turn came as the call gave up: pass it on
+		}
+		s.busy--
+		return nil, fmt.Errorf("waiting for the Python session's previous call: %w", ctx.Err())
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.open[id] != s || m.closed {
+		// The session ended while this call waited in line.
+		err := m.goneErrLocked(id, client)
+		if m.closed && m.open[id] == s {
+			err = ErrClosed
+		}
+		m.passLocked(s)
+		s.busy--
+		return nil, err
+	}
+	m.running++
+	return s, nil
+}
+
+// owns says whether client may use a session of owner.
+func (m *Manager) owns(owner, client string) bool { return owner == client }
+
+// checkInstance refuses ids of other instances by name, so that a call a
+// load balancer sent to the wrong instance says where it should have gone.
+func (m *Manager) checkInstance(id string) error {
+	inst, rest, ok := strings.Cut(id, ".")
+	if !ok || inst == m.opts.Instance {
+		return nil
+	}
+	if ValidInstance(inst) == nil && len(rest) == 32 && isHex(rest) {
+		return fmt.Errorf("%w: session %q was started by pyrun instance %q, and this is instance %q; the call must reach %q (a load balancer routes on the Mcp-Param-Session-Id header)",
+			ErrOtherInstance, id, inst, m.opts.Instance, inst)
+	}
+	return nil
+}
+
+func isHex(s string) bool {
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// goneErrLocked is the error of a call to an id that has no open session
+// of client's. m.mu is held.
+func (m *Manager) goneErrLocked(id, client string) error {
+	if t, ok := m.gone[id]; ok && m.owns(t.owner, client) {
+		return t.err
+	}
+	return fmt.Errorf("%w: no Python session %q is open here", ErrUnknown, clip(id, 80))
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// runIn runs c in s, whose turn the caller holds, and passes the turn on.
+func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.Events) (supervisor.Result, error) {
+	job := c.Job
+	job.PythonSession = s.id
+	var res supervisor.Result
+	var err error
+	ran := job.Code != "" || !c.End
+	if ran {
+		res, err = s.w.Run(ctx, job, ev)
+	}
+	lost := ""
+	if errors.Is(err, supervisor.ErrWorkerLost) || res.Status != "" {
+		lost = s.w.Lost()
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.doneLocked()
+	s.calls++
+	s.lastUsed = time.Now()
+	s.busy--
+	m.passLocked(s)
+	m.kick() // its idle time starts now
+	res.SessionID = s.id
+	switch {
+	case lost != "":
+		e := fmt.Errorf("%w: session %q ended because its worker was lost (%s), and its state with it", ErrLost, s.id, lost)
+		m.endLocked(s, EndLost, e)
+		if res.Status == "" {
+			return res, e
+		}
+		res.Error = strings.TrimSuffix(res.Error, "\n") + "\n\npyrun: " + e.Error() +
+			`; the next call with this session_id gets an error: start a new session with session_id "new"`
+		return res, err
+	case c.End:
+		m.endLocked(s, EndClient, fmt.Errorf("%w: session %q was ended by its client (end_session)", ErrEnded, s.id))
+	case time.Since(s.started) >= m.limits.MaxAge:
+		m.endLocked(s, EndMaxAge, m.ageErr(s))
+	}
+	if !ran {
+		res.Status = supervisor.StatusSuccess
+	}
+	return res, err
+}
+
+func (m *Manager) ageErr(s *session) error {
+	return fmt.Errorf("%w: session %q reached its maximum age of %s (session_max_age)", ErrExpired, s.id, m.limits.MaxAge)
+}
+
+// doneLocked counts a call (or start) off, telling a waiting Close when it
+// was the last. m.mu is held.
+func (m *Manager) doneLocked() {
+	m.running--
+	if m.closed && m.running == 0 && m.idleSignal != nil {
+		close(m.idleSignal)
+		m.idleSignal = nil
+	}
+}
+
+// passLocked hands s's turn to the next call in line, or frees it. m.mu
+// is held.
+func (m *Manager) passLocked(s *session) {
+	if len(s.line) > 0 {
+		next := s.line[0]
+		s.line = s.line[1:]
+		close(next)
+		return
+	}
+	s.held = false
+}
+
+// endLocked ends s: it is forgotten but for why, and its worker stops in
+// the background. m.mu is held.
+func (m *Manager) endLocked(s *session, reason string, why error) {
+	if m.open[s.id] != s {
+		return
+	}
+	delete(m.open, s.id)
+	m.gone[s.id] = tomb{owner: s.owner, err: why}
+	m.goneOrder = append(m.goneOrder, s.id)
+	if len(m.goneOrder) > maxTombs {
+		delete(m.gone, m.goneOrder[0])
+		m.goneOrder = m.goneOrder[1:]
+	}
+	m.counts.Ends[reason]++
+	m.log.Info("python session ended", "python_session", s.id, "reason", reason, "client", s.owner,
+		"calls", s.calls, "age", time.Since(s.started).Round(time.Millisecond), "open", len(m.open))
+	m.closeWorker(s.w)
+}
+
+// closeWorker stops w in the background. m.mu is held.
+func (m *Manager) closeWorker(w Worker) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		w.Close()
+	}()
+}
+
+func (m *Manager) kick() {
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// expire ends sessions idle or old past their limits. A session with a
+// call running or waiting is never idle; one past its age ends when its
+// running call does.
+func (m *Manager) expire() {
+	defer m.wg.Done()
+	for {
+		m.mu.Lock()
+		now := time.Now()
+		next := time.Duration(-1)
+		for _, s := range m.open {
+			if s.busy > 0 {
+				continue
+			}
+			idleAt := s.lastUsed.Add(m.limits.Idle)
+			ageAt := s.started.Add(m.limits.MaxAge)
+			switch {
+			case !now.Before(ageAt):
+				m.endLocked(s, EndMaxAge, m.ageErr(s))
+				continue
+			case !now.Before(idleAt):
+				m.endLocked(s, EndIdle, fmt.Errorf("%w: session %q had no call for %s (session_idle)", ErrExpired, s.id, m.limits.Idle))
+				continue
+			}
+			if d := min(idleAt.Sub(now), ageAt.Sub(now)); next < 0 || d < next {
+				next = d
+			}
+		}
+		m.mu.Unlock()
+		var timer <-chan time.Time
+		var t *time.Timer
+		if next >= 0 {
+			t = time.NewTimer(next + time.Millisecond)
+			timer = t.C
+		}
+		select {
+		case <-m.stop:
+		case <-m.wake:
+		case <-timer:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		select {
+		case <-m.stop:
+			return
+		default:
+		}
+	}
+}
+
+// Close refuses new calls and sessions, lets running calls finish until
+// ctx is done (then kills their workers), ends every session and returns
+// once their workers have stopped.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.wg.Wait()
+		return nil
+	}
+	m.closed = true
+	var idle chan struct{}
+	if m.running > 0 {
+		idle = make(chan struct{})
+		m.idleSignal = idle
+	}
+	m.mu.Unlock()
+	close(m.stop)
+
+	var err error
+	if idle != nil {
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			err = fmt.Errorf("close Python sessions: calls still running: %w", ctx.Err())
+			m.mu.Lock()
+			for _, s := range m.open {
+				if s.held {
+					s.w.Kill("pyrun is shutting down")
+				}
+			}
+			m.mu.Unlock()
+			<-idle
+		}
+	}
+	m.mu.Lock()
+	for _, s := range m.open {
+		m.endLocked(s, EndShutdown, ErrClosed)
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+	return err
+}
+
+// ValidInstance checks an instance name: 1 to 63 letters, digits and '-'.
+func ValidInstance(name string) error {
+	if name == "" || len(name) > 63 {
+		return fmt.Errorf("instance id must have 1 to 63 characters, not %d", len(name))
+	}
+	for _, c := range name {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
+			return fmt.Errorf("instance id %q may hold only letters, digits and '-'", name)
+		}
+	}
+	return nil
+}
+
+// DefaultInstance is the host name reduced to letters, digits and '-'
+// (at most 63 of them), or "pyrun" when nothing is left.
+func DefaultInstance() string {
+	host, _ := os.Hostname()
+	var b strings.Builder
+	for _, c := range host {
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' {
+			b.WriteRune(c)
+		}
+	}
+	name := b.String()
+	if len(name) > 63 {
+		name = name[:63]
+	}
+	if name == "" {
+		return "pyrun"
+	}
+	return name
+}
