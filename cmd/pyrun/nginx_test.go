@@ -3,7 +3,8 @@ package main
 // TestNginx runs the shipped configs/nginx/pyrun.conf, as it is but for its
 // addresses, with Debian's nginx on loopback in front of three `pyrun serve
 // --stateless` instances (SPEC.md section 12): calls spread over every
-// instance, MCP clients of both revision families work through it, and a
+// instance, MCP clients of both revision families work through it, a
+// Python session's calls all reach the instance that holds it, and a
 // rolling restart of every instance with SIGTERM loses no call.
 
 import (
@@ -17,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -94,7 +96,7 @@ pid %[1]s/nginx.pid;
 error_log %[1]s/error.log info;
 events { worker_connections 1024; }
 http {
-    log_format lb '$status $upstream_addr $upstream_status $request_method $request_uri';
+    log_format lb '$status $upstream_addr $upstream_status $request_method $request_uri sid=$http_mcp_param_session_id ';
     access_log %[1]s/access.log lb;
     client_body_temp_path %[1]s/body;
     proxy_temp_path %[1]s/proxy;
@@ -216,10 +218,12 @@ func callsServed(t *testing.T, s *httpServer) float64 {
 func TestNginx(t *testing.T) {
 	needBinary(t)
 	args := []string{"--stateless", "--workers", "1", "--timeout", "2m"}
+	// The instance names the shipped map routes on: pyrun-1, pyrun-2, ...
+	argsOf := func(i int) []string { return append(slices.Clone(args), "--instance-id", fmt.Sprintf("pyrun-%d", i+1)) }
 	instances := make([]*httpServer, len(shippedUpstreams))
 	addrs := make([]string, len(instances))
 	for i := range instances {
-		instances[i] = startServe(t, args...)
+		instances[i] = startServe(t, argsOf(i)...)
 		addrs[i] = instances[i].addr
 	}
 	for _, s := range instances {
@@ -277,6 +281,53 @@ func TestNginx(t *testing.T) {
 			}
 			wantStatus(t, r, "success")
 		}
+	})
+
+	t.Run("a session's calls reach its instance", func(t *testing.T) {
+		// The go-sdk client mirrors session_id into Mcp-Param-Session-Id
+		// (the schema's x-mcp-header) once it has listed the tools.
+		s := lbSession(t, l.base, "", rt)
+		if _, err := s.session.ListTools(t.Context(), nil); err != nil {
+			t.Fatal(err)
+		}
+		r := s.inSession(t, "new", "x = 0")
+		id := r.sc.SessionID
+		home := -1
+		for i := range instances {
+			if strings.HasPrefix(id, fmt.Sprintf("pyrun-%d.", i+1)) {
+				home = i
+			}
+		}
+		if home < 0 {
+			t.Fatalf("session id %s names none of the instances", id)
+		}
+		before := make([]float64, len(instances))
+		for i, inst := range instances {
+			before[i] = callsServed(t, inst)
+		}
+		for n := 1; n <= 10; n++ {
+			wantValue(t, s.inSession(t, id, "x += 1\nx"), fmt.Sprint(n))
+		}
+		for i, inst := range instances {
+			got := callsServed(t, inst) - before[i]
+			if want := map[bool]float64{true: 10, false: 0}[i == home]; got != want {
+				t.Errorf("instance pyrun-%d answered %v of the session's ten calls, want %v", i+1, got, want)
+			}
+		}
+		// The header reached nginx: its log shows it, with the instance.
+		var routed int
+		for _, line := range strings.Split(l.tail("access.log", 200), "\n") {
+			if strings.Contains(line, " sid="+id+" ") && strings.Contains(line, " "+addrs[home]+" ") {
+				routed++
+			}
+		}
+		if routed < 10 {
+			t.Errorf("nginx logged %d requests with Mcp-Param-Session-Id %s sent to %s, want 10:\n%s", routed, id, addrs[home], l.tail("access.log", 15))
+		}
+		// Another instance, asked directly, names the one that holds it.
+		other := (home + 1) % len(instances)
+		direct := (&httpServer{t: t, base: instances[other].base}).connect(t, "mcp", "", nil)
+		direct.sessionToolError(t, map[string]any{"python_code": "x", "session_id": id}, fmt.Sprintf("pyrun-%d", home+1))
 	})
 
 	t.Run("health through nginx", func(t *testing.T) {
@@ -360,7 +411,7 @@ func TestNginx(t *testing.T) {
 				t.Fatalf("instance %d exited %d after SIGTERM, want 0", i, code)
 			}
 			// Its successor, on the same address.
-			instances[i] = startServe(t, append(args, "--listen", old.addr)...)
+			instances[i] = startServe(t, append(argsOf(i), "--listen", old.addr)...)
 			instances[i].waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
 		}
 		stop()
