@@ -145,9 +145,18 @@ func TestKubernetesManifests(t *testing.T) {
 		if len(c.Args) == 0 || c.Args[0] != "serve" {
 			t.Fatalf("args %v, want serve and its flags", c.Args)
 		}
-		opts, rest, err := loadOptions("serve", c.Args[1:])
+		// Kubernetes expands $(VAR) from the container's environment; the
+		// pod name is the one variable used.
+		var args []string
+		for _, a := range c.Args[1:] {
+			args = append(args, strings.ReplaceAll(a, "$(POD_NAME)", sts.Name+"-0"))
+		}
+		opts, rest, err := loadOptions("serve", args)
 		if err != nil || len(rest) > 0 {
-			t.Fatalf("pyrun serve %v: %v (left over: %v)", c.Args[1:], err, rest)
+			t.Fatalf("pyrun serve %v: %v (left over: %v)", args, err, rest)
+		}
+		if opts.instanceID != sts.Name+"-0" {
+			t.Errorf("--instance-id %q: want the pod's name, which the router routes on", opts.instanceID)
 		}
 		if !opts.stateless {
 			t.Error("instances behind the Service need --stateless: any of them may take any call")
