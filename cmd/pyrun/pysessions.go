@@ -22,7 +22,7 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.sessionMaxAge, "session-max-age", sessions.DefaultMaxAge, "a Python session ends this long after it started")
 	fs.IntVar(&o.maxSessions, "max-sessions", sessions.DefaultMax, "Python sessions open at once, each with a worker of its own besides the pool's")
 	fs.IntVar(&o.clientMaxSessions, "client-max-sessions", sessions.DefaultClientMax, "serve, with access control: Python sessions one client may have open")
-	fs.StringVar(&o.instanceID, "instance-id", sessions.DefaultInstance(), "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name)")
+	fs.StringVar(&o.instanceID, "instance-id", "", "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name so reduced)")
 }
 
 func (o *options) checkSessions() error {
@@ -36,10 +36,21 @@ func (o *options) checkSessions() error {
 	case o.clientMaxSessions < 1 || o.clientMaxSessions > 256:
 		return fmt.Errorf("client-max-sessions must be between 1 and 256, not %d", o.clientMaxSessions)
 	}
+	if o.instanceID == "" {
+		return nil
+	}
 	if err := sessions.ValidInstance(o.instanceID); err != nil {
 		return fmt.Errorf("instance-id: %w", err)
 	}
 	return nil
+}
+
+// instance is the instance id in force: the flag's, or the host's name.
+func (o *options) instance() string {
+	if o.instanceID == "" {
+		return sessions.DefaultInstance()
+	}
+	return o.instanceID
 }
 
 func (o *options) sessionLimits() sessions.Limits {
@@ -55,7 +66,7 @@ func (o *options) mcpSessionOptions() mcp.SessionOptions {
 // startSessions keeps Python sessions on workers pool starts for them.
 func startSessions(o *options, pool *supervisor.Pool, log hclog.Logger) *sessions.Manager {
 	return sessions.New(sessions.Options{
-		Instance: o.instanceID,
+		Instance: o.instance(),
 		Start: func(ctx context.Context) (sessions.Worker, error) {
 			return pool.StartDedicated(ctx)
 		},

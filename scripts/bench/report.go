@@ -30,6 +30,7 @@ type report struct {
 	Throughput *throughputReport `json:"cpu_throughput,omitempty"`
 	Process    *processReport    `json:"isolation_process,omitempty"`
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
+	Agent      *agentReport      `json:"agent_run,omitempty"`
 	LB         *lbReport         `json:"load_balanced,omitempty"`
 	Targets    []target          `json:"targets"`
 }
@@ -253,6 +254,10 @@ func (r *report) print(w io.Writer) {
 	if m := r.Memory; m != nil {
 		fmt.Fprintf(w, "idle memory: pyrun %.1f MB RSS; with %d workers %.1f MB RSS (workers %v), %.1f MB PSS\n",
 			m.PyrunRSSMB, m.Workers, m.TotalRSSMB, m.WorkerRSSMB, m.TotalPSSMB)
+	}
+	if a := r.Agent; a != nil {
+		fmt.Fprintf(w, "agent run, %d blocks over stdio (median of %d): one Python session %.1f ms (its start %.1f ms, the other %d calls %.1f ms); stateless replay %.1f ms; session / replay %.2fx, without the start %.2fx\n",
+			len(agentBlocks), a.Runs, a.SessionMS, a.StartMS, len(agentBlocks)-1, a.RestMS, a.StatelessMS, a.SessionOverStateless, a.RestOverStateless)
 	}
 	if l := r.LB; l != nil {
 		fmt.Fprintf(w, "\nbehind nginx, %d clients, %d calls of %s each (load average %s / %s / %s):\n", l.Concurrency, l.Calls, l.Code, l.Load[0], l.Load[1], l.Load[2])

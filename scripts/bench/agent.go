@@ -1,0 +1,131 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// agentBlocks is what a simple code-mode agent sends in one turn: ten
+// blocks against one interpreter, each building on the last, after the
+// agent run Monty's project publishes (scripts/startup_performance.py,
+// AGENT_BLOCKS, in pydantic/monty), written here in blocks of our own
+// that do the same steps on the same data and print the same line.
+var agentBlocks = []string{
+	`orders = [dict(sku="A1", qty=2, price=3.5), dict(sku="B2", qty=1, price=12.0), dict(sku="C3", qty=5, price=1.0)]`,
+	"def cost(order):\n    return order[\"qty\"] * order[\"price\"]",
+	`costs = [cost(o) for o in orders]`,
+	`total = sum(costs)`,
+	`top = max(orders, key=cost)["sku"]`,
+	"import json\nblob = json.dumps({\"total\": total, \"top\": top})",
+	`rate = 0.1 if total > 10 else 0`,
+	`after = round(total * (1 - rate), 2)`,
+	`line = f"{len(orders)} orders, total {after}, biggest {top}"`,
+	`print(line)`,
+}
+
+// agentExpected is the agent run's last output.
+const agentExpected = "3 orders, total 21.6, biggest B2"
+
+// agentReport times the agent run over pyrun stdio: the ten blocks as ten
+// calls in one Python session (the first starts it), against the same
+// blocks replayed statelessly (call i runs blocks 1..i, the cheapest
+// correct way without a session), each the median of runs.
+type agentReport struct {
+	Runs int `json:"runs"`
+	// SessionMS is the ten calls in one session, its start included;
+	// StartMS, the first of them ("new": a worker of its own starts).
+	SessionMS float64 `json:"session_ms"`
+	StartMS   float64 `json:"session_start_ms"`
+	// RestMS is the nine calls after the start.
+	RestMS      float64 `json:"session_rest_ms"`
+	StatelessMS float64 `json:"stateless_replay_ms"`
+	// SessionOverStateless compares the session's nine warm calls with
+	// the replay's ten, and the whole session run with the replay.
+	RestOverStateless    float64 `json:"session_rest_over_stateless"`
+	SessionOverStateless float64 `json:"session_over_stateless"`
+}
+
+func benchAgent(ctx context.Context, o *opts) (*agentReport, error) {
+	p, err := startPyrun(ctx, o, "debug", "--workers", "2")
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	if err := p.log.waitAlive(ctx, 2); err != nil {
+		return nil, err
+	}
+	var sess, start, rest, stateless []time.Duration
+	for range o.runs {
+		// Stateless replay on the warm pool.
+		began := time.Now()
+		var out string
+		for i := range agentBlocks {
+			res, err := p.call(ctx, strings.Join(agentBlocks[:i+1], "\n"), nil)
+			if err != nil {
+				return nil, fmt.Errorf("stateless replay of block %d: %w", i+1, err)
+			}
+			out = stdoutOf(res)
+		}
+		stateless = append(stateless, time.Since(began))
+		if strings.TrimSpace(out) != agentExpected {
+			return nil, fmt.Errorf("stateless replay printed %q, want %q", out, agentExpected)
+		}
+
+		// One session.
+		began = time.Now()
+		id := "new"
+		var first time.Duration
+		for i, block := range agentBlocks {
+			args := map[string]any{"python_code": block, "session_id": id}
+			if i == len(agentBlocks)-1 {
+				args["end_session"] = true
+			}
+			res, err := p.session.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code", Arguments: args})
+			if err == nil && res.IsError {
+				err = fmt.Errorf("tool error: %s", contentText(res))
+			}
+			if err != nil {
+				return nil, fmt.Errorf("session block %d: %w", i+1, err)
+			}
+			if i == 0 {
+				first = time.Since(began)
+				id = sessionIDOf(res)
+			}
+			out = stdoutOf(res)
+		}
+		total := time.Since(began)
+		sess, start, rest = append(sess, total), append(start, first), append(rest, total-first)
+		if strings.TrimSpace(out) != agentExpected {
+			return nil, fmt.Errorf("the session printed %q, want %q", out, agentExpected)
+		}
+	}
+	med := func(ds []time.Duration) float64 { return newSeries(ds).P50MS }
+	r := &agentReport{Runs: o.runs, SessionMS: med(sess), StartMS: med(start), RestMS: med(rest), StatelessMS: med(stateless)}
+	r.RestOverStateless = round2(r.RestMS / r.StatelessMS)
+	r.SessionOverStateless = round2(r.SessionMS / r.StatelessMS)
+	return r, nil
+}
+
+// stdoutOf and sessionIDOf read a result's structured content.
+func stdoutOf(res *sdk.CallToolResult) string {
+	var sc struct {
+		Stdout string `json:"stdout"`
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(b, &sc)
+	return sc.Stdout
+}
+
+func sessionIDOf(res *sdk.CallToolResult) string {
+	var sc struct {
+		SessionID string `json:"session_id"`
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(b, &sc)
+	return sc.SessionID
+}
