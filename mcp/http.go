@@ -159,8 +159,8 @@ func (h *HTTPHandler) transport(next http.Handler) http.Handler {
 }
 
 // opensSomething reports whether r would start a session or a stream:
-// every GET, a POST without a session on /mcp (initialize, or any POST in
-// stateless mode). POSTs to existing sessions go through, so that their
+// every GET, a POST without a session on /mcp (initialize, any POST in
+// stateless mode, any 2026-07-28 request). POSTs to existing sessions go through, so that their
 // clients get answers rather than broken connections.
 func (h *HTTPHandler) opensSomething(r *http.Request) bool {
 	switch {

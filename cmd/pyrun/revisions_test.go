@@ -175,6 +175,21 @@ func TestRevisionsServe(t *testing.T) {
 		n.waitLogs(t, "legacy", "stdout at the session's level", hasStream("stdout", "legacy line"))
 	})
 
+	t.Run("/sse with the go-sdk client's defaults", func(t *testing.T) {
+		// HTTP+SSE has no 2026-07-28: the client falls back to initialize.
+		tr := &sdk.SSEClientTransport{Endpoint: srv.base + "/sse"}
+		client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-revisions-e2e", Version: "test"}, nil)
+		cs, err := client.Connect(t.Context(), tr, nil)
+		if err != nil {
+			t.Fatalf("connect to /sse: %v", err)
+		}
+		t.Cleanup(func() { _ = cs.Close() })
+		if v := cs.InitializeResult().ProtocolVersion; v != "2025-11-25" {
+			t.Errorf("over /sse the client negotiated %q, want 2025-11-25", v)
+		}
+		wantValue(t, (&server{session: cs}).run(t, "6 * 7"), "42")
+	})
+
 	t.Run("TypeScript SDK client", func(t *testing.T) {
 		rep := runTSClient(t, srv.base+"/mcp")
 		if rep.ProtocolVersion != "2025-11-25" {
