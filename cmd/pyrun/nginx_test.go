@@ -376,15 +376,19 @@ func TestNginx(t *testing.T) {
 			// A call of its own is running on the instance when it gets
 			// SIGTERM: it must finish, while the instance is out.
 			long := make(chan error, 1)
-			direct := (&httpServer{t: t, base: old.base}).connect(t, "mcp", "", nil)
+			n := newNotes()
+			direct := (&httpServer{t: t, base: old.base}).connectWith(t, "mcp", "", nil, n.clientOptions())
+			tok := fmt.Sprintf("drain-%d", i)
 			go func() {
-				r, err := direct.call(t.Context(), map[string]any{"python_code": "import time\ntime.sleep(2)\nprint('drained')"})
+				r, err := direct.callWith(t.Context(), tok, map[string]any{"python_code": "import time\ntime.sleep(2)\nprint('drained')"})
 				if err == nil && r.sc.Stdout != "drained\n" {
 					err = fmt.Errorf("the draining call printed %q", r.sc.Stdout)
 				}
 				long <- err
 			}()
-			old.waitHealth(t, "the long call to run", func(h health) bool { return h.WorkersBusy == 1 })
+			// Its progress says when it has a worker (it may wait behind a
+			// call from the load).
+			n.waitProgress(t, tok, "running for")
 			old.signal(syscall.SIGTERM)
 			// Draining: the instance takes no new connection, so /healthz
 			// (readiness) fails and nginx sends calls elsewhere.
