@@ -184,7 +184,7 @@ func run(ctx context.Context, o *opts) error {
 		if rep.Warm == nil {
 			return errors.New("http: the warm measurement is the floor these figures are ratios to: add warm to -only")
 		}
-		for _, tr := range []string{"stateful", "stateless", "sse"} {
+		for _, tr := range []string{"stateful", "stateless", "2026-07-28", "sse"} {
 			progress("warm print(1): pyrun serve, %s, %d calls", tr, o.n)
 			s, err := benchHTTP(ctx, o, tr)
 			if err != nil {

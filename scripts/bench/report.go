@@ -70,7 +70,7 @@ type warmReport struct {
 
 // httpReport is warm calls over one of pyrun serve's transports.
 type httpReport struct {
-	Transport string `json:"transport"` // stateful, stateless (Streamable HTTP), sse
+	Transport string `json:"transport"` // stateful, stateless (Streamable HTTP at 2025-11-25), 2026-07-28, sse
 	stats
 	OverFloor ratio `json:"over_floor"`
 }
@@ -200,7 +200,7 @@ func (r *report) print(w io.Writer) {
 				s    stats
 				r    *ratio
 			}{"pyrun serve: " + map[string]string{
-				"stateful": "Streamable HTTP", "stateless": "stateless HTTP", "sse": "HTTP+SSE",
+				"stateful": "Streamable HTTP", "stateless": "stateless HTTP", "2026-07-28": "MCP 2026-07-28", "sse": "HTTP+SSE",
 			}[h.Transport], h.stats, &h.OverFloor})
 		}
 		for _, t := range rows {
