@@ -74,7 +74,7 @@ func sessionError(err error) error {
 	switch {
 	case errors.Is(err, sessions.ErrUnknown), errors.Is(err, sessions.ErrEnded),
 		errors.Is(err, sessions.ErrExpired), errors.Is(err, sessions.ErrLost):
-		return fmt.Errorf(`%w; its state is gone: start a new session with session_id "new"`, err)
+		return fmt.Errorf(`%w; start a new session with session_id "new"`, err)
 	}
 	return err
 }

@@ -139,14 +139,18 @@ func TestSessionOrder(t *testing.T) {
 	errs := make([]error, calls)
 	for i := range calls {
 		code := fmt.Sprintf("import asyncio\nm = n\nawait asyncio.sleep(%s)\nn = m + 1\norder.append(%d)", map[bool]string{true: "1", false: "0.05"}[i == 0], i)
+		if i == 0 {
+			// It tells the worker's stderr, which pyrun logs, that it runs.
+			code = "import js\njs.console.error('first call running')\n" + code
+		}
 		wg.Go(func() {
 			results[i], errs[i] = s.call(t.Context(), map[string]any{"python_code": code, "session_id": id})
 		})
-		if i == 0 {
-			continue
-		}
 		ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
-		err := s.log.waitFor(ctx, fmt.Sprintf("call %d in line", i), func(c map[string]int) bool {
+		err := s.log.waitFor(ctx, fmt.Sprintf("call %d running or in line", i), func(c map[string]int) bool {
+			if i == 0 {
+				return c["first call running"] >= 1
+			}
 			return c["python session call waits its turn"] >= i
 		})
 		cancel()
@@ -239,4 +243,46 @@ func TestSessionIsolationProcess(t *testing.T) {
 	wantValue(t, s.inSession(t, id, "x[1:]"), "[1]")
 	// Stateless calls still get a fresh worker each.
 	wantStatus(t, s.run(t, "x"), "run-error")
+}
+
+// TestSessionMaxAge: a session ends --session-max-age after it started,
+// however busy it is.
+func TestSessionMaxAge(t *testing.T) {
+	s := newServer(t, "--workers", "1", "--session-max-age", "2s", "--session-idle", "1h")
+	id := s.inSession(t, "new", "x = 1").sc.SessionID
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	if err := s.log.waitFor(ctx, "the session to reach its maximum age", func(c map[string]int) bool {
+		return c["python session ended"] >= 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.sessionToolError(t, map[string]any{"python_code": "x", "session_id": id}, id, "maximum age", "session_max_age", `session_id "new"`)
+}
+
+// TestSessionOptions: the sessions' flags refuse what they cannot mean.
+func TestSessionOptions(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--session-idle", "0s"}, "session-idle must be positive"},
+		{[]string{"--session-max-age", "-1s"}, "session-max-age must be positive"},
+		{[]string{"--max-sessions", "0"}, "max-sessions must be between 1 and 256"},
+		{[]string{"--client-max-sessions", "1000"}, "client-max-sessions must be between 1 and 256"},
+		{[]string{"--instance-id", "box.1"}, "only letters, digits and '-'"},
+		{[]string{"--instance-id", strings.Repeat("x", 64)}, "1 to 63 characters"},
+	} {
+		_, _, err := loadOptions("serve", tc.args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error saying %q", tc.args, err, tc.want)
+		}
+	}
+	o, _, err := loadOptions("serve", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.instance() == "" || o.sessionLimits().Max != 4 || o.sessionLimits().ClientMax != 2 {
+		t.Errorf("defaults: instance %q, limits %+v", o.instance(), o.sessionLimits())
+	}
 }

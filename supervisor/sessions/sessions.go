@@ -16,12 +16,9 @@ package sessions
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -339,18 +336,6 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 	return s, nil
 }
 
-// mint makes a new session id: the instance, a dot, 128 random bits.
-func (m *Manager) mint() string {
-	for {
-		var b [16]byte
-		_, _ = rand.Read(b[:]) // never fails (crypto/rand)
-		id := m.opts.Instance + "." + hex.EncodeToString(b[:])
-		if _, taken := m.open[id]; !taken {
-			return id
-		}
-	}
-}
-
 // enter finds a client's open session and waits for its turn.
 func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*session, error) {
 	client := job.Client
@@ -415,29 +400,6 @@ func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*se
 
 // owns says whether client may use a session of owner.
 func (m *Manager) owns(owner, client string) bool { return owner == client }
-
-// checkInstance refuses ids of other instances by name, so that a call a
-// load balancer sent to the wrong instance says where it should have gone.
-func (m *Manager) checkInstance(id string) error {
-	inst, rest, ok := strings.Cut(id, ".")
-	if !ok || inst == m.opts.Instance {
-		return nil
-	}
-	if ValidInstance(inst) == nil && len(rest) == 32 && isHex(rest) {
-		return fmt.Errorf("%w: session %q was started by pyrun instance %q, and this is instance %q; the call must reach %q (a load balancer routes on the Mcp-Param-Session-Id header)",
-			ErrOtherInstance, id, inst, m.opts.Instance, inst)
-	}
-	return nil
-}
-
-func isHex(s string) bool {
-	for _, c := range s {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
 
 // goneErrLocked is the error of a call to an id that has no open session
 // of client's. m.mu is held.
@@ -559,131 +521,4 @@ func (m *Manager) kick() {
 	case m.wake <- struct{}{}:
 	default:
 	}
-}
-
-// expire ends sessions idle or old past their limits. A session with a
-// call running or waiting is never idle; one past its age ends when its
-// running call does.
-func (m *Manager) expire() {
-	defer m.wg.Done()
-	for {
-		m.mu.Lock()
-		now := time.Now()
-		next := time.Duration(-1)
-		for _, s := range m.open {
-			if s.busy > 0 {
-				continue
-			}
-			idleAt := s.lastUsed.Add(m.limits.Idle)
-			ageAt := s.started.Add(m.limits.MaxAge)
-			switch {
-			case !now.Before(ageAt):
-				m.endLocked(s, EndMaxAge, m.ageErr(s))
-				continue
-			case !now.Before(idleAt):
-				m.endLocked(s, EndIdle, fmt.Errorf("%w: session %q had no call for %s (session_idle)", ErrExpired, s.id, m.limits.Idle))
-				continue
-			}
-			if d := min(idleAt.Sub(now), ageAt.Sub(now)); next < 0 || d < next {
-				next = d
-			}
-		}
-		m.mu.Unlock()
-		var timer <-chan time.Time
-		var t *time.Timer
-		if next >= 0 {
-			t = time.NewTimer(next + time.Millisecond)
-			timer = t.C
-		}
-		select {
-		case <-m.stop:
-		case <-m.wake:
-		case <-timer:
-		}
-		if t != nil {
-			t.Stop()
-		}
-		select {
-		case <-m.stop:
-			return
-		default:
-		}
-	}
-}
-
-// Close refuses new calls and sessions, lets running calls finish until
-// ctx is done (then kills their workers), ends every session and returns
-// once their workers have stopped.
-func (m *Manager) Close(ctx context.Context) error {
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		m.wg.Wait()
-		return nil
-	}
-	m.closed = true
-	var idle chan struct{}
-	if m.running > 0 {
-		idle = make(chan struct{})
-		m.idleSignal = idle
-	}
-	m.mu.Unlock()
-	close(m.stop)
-
-	var err error
-	if idle != nil {
-		select {
-		case <-idle:
-		case <-ctx.Done():
-			err = fmt.Errorf("close Python sessions: calls still running: %w", ctx.Err())
-			m.mu.Lock()
-			for _, s := range m.open {
-				if s.held {
-					s.w.Kill("pyrun is shutting down")
-				}
-			}
-			m.mu.Unlock()
-			<-idle
-		}
-	}
-	m.mu.Lock()
-	for _, s := range m.open {
-		m.endLocked(s, EndShutdown, ErrClosed)
-	}
-	m.mu.Unlock()
-	m.wg.Wait()
-	return err
-}
-
-// ValidInstance checks an instance name: 1 to 63 letters, digits and '-'.
-func ValidInstance(name string) error {
-	if name == "" || len(name) > 63 {
-		return fmt.Errorf("instance id must have 1 to 63 characters, not %d", len(name))
-	}
-	for _, c := range name {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
-			return fmt.Errorf("instance id %q may hold only letters, digits and '-'", name)
-		}
-	}
-	return nil
-}
-
-// DefaultInstance is the host name reduced to letters, digits and '-'
-// (at most 63 of them), or "pyrun" when nothing is left.
-func DefaultInstance() string {
-	host, _ := os.Hostname()
-	var b strings.Builder
-	for _, c := range host {
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' {
-			b.WriteRune(c)
-		}
-	}
-	name := b.String()
-	if len(name) > 63 {
-		name = name[:63]
-	}
-	if name == "" {
-		return "pyrun"
-	}
-	return name
 }

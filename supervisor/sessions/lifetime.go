@@ -1,0 +1,103 @@
+package sessions
+
+// How sessions end on their own: expiry, and pyrun stopping.
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// expire ends sessions idle or old past their limits. A session with a
+// call running or waiting is never idle; one past its age ends when its
+// running call does.
+func (m *Manager) expire() {
+	defer m.wg.Done()
+	for {
+		m.mu.Lock()
+		now := time.Now()
+		next := time.Duration(-1)
+		for _, s := range m.open {
+			if s.busy > 0 {
+				continue
+			}
+			idleAt := s.lastUsed.Add(m.limits.Idle)
+			ageAt := s.started.Add(m.limits.MaxAge)
+			switch {
+			case !now.Before(ageAt):
+				m.endLocked(s, EndMaxAge, m.ageErr(s))
+				continue
+			case !now.Before(idleAt):
+				m.endLocked(s, EndIdle, fmt.Errorf("%w: session %q had no call for %s (session_idle)", ErrExpired, s.id, m.limits.Idle))
+				continue
+			}
+			if d := min(idleAt.Sub(now), ageAt.Sub(now)); next < 0 || d < next {
+				next = d
+			}
+		}
+		m.mu.Unlock()
+		var timer <-chan time.Time
+		var t *time.Timer
+		if next >= 0 {
+			t = time.NewTimer(next + time.Millisecond)
+			timer = t.C
+		}
+		select {
+		case <-m.stop:
+		case <-m.wake:
+		case <-timer:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		select {
+		case <-m.stop:
+			return
+		default:
+		}
+	}
+}
+
+// Close refuses new calls and sessions, lets running calls finish until
+// ctx is done (then kills their workers), ends every session and returns
+// once their workers have stopped.
+func (m *Manager) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.wg.Wait()
+		return nil
+	}
+	m.closed = true
+	var idle chan struct{}
+	if m.running > 0 {
+		idle = make(chan struct{})
+		m.idleSignal = idle
+	}
+	m.mu.Unlock()
+	close(m.stop)
+
+	var err error
+	if idle != nil {
+		select {
+		case <-idle:
+		case <-ctx.Done():
+			err = fmt.Errorf("close Python sessions: calls still running: %w", ctx.Err())
+			m.mu.Lock()
+			for _, s := range m.open {
+				if s.held {
+					s.w.Kill("pyrun is shutting down")
+				}
+			}
+			m.mu.Unlock()
+			<-idle
+		}
+	}
+	m.mu.Lock()
+	for _, s := range m.open {
+		m.endLocked(s, EndShutdown, ErrClosed)
+	}
+	m.mu.Unlock()
+	m.wg.Wait()
+	return err
+}
