@@ -87,17 +87,27 @@ func (s *Server) HTTPHandler(o HTTPOptions) *HTTPHandler {
 	// A request body carries the code and its globals, JSON-escaped.
 	maxBody := max(int64(4<<20), 2*int64(s.options().MaxCode)+1<<20)
 	streamable := sdk.NewStreamableHTTPHandler(getServer, &sdk.StreamableHTTPOptions{
-		Stateless:           o.Stateless,
-		SessionTimeout:      o.SessionTimeout,
-		Logger:              slogFor(s.log.Named("http")),
-		MaxRequestBodyBytes: maxBody,
+		Stateless:                    o.Stateless,
+		PropagateRequestCancellation: o.Stateless,
+		SessionTimeout:               o.SessionTimeout,
+		Logger:                       slogFor(s.log.Named("http")),
+		MaxRequestBodyBytes:          maxBody,
 		// DNS-rebinding protection (DisableLocalhostProtection false) stays
 		// on: a request that arrives on a loopback address must name a
 		// loopback host.
 	})
+	// 2026-07-28 requests need a stateless handler (revisions.go). Over
+	// it a client cancels a call by dropping its POST, which reaches the
+	// handler only with PropagateRequestCancellation.
+	var mcpHandler http.Handler = byRevision(streamable, sdk.NewStreamableHTTPHandler(getServer, &sdk.StreamableHTTPOptions{
+		Stateless:                    true,
+		PropagateRequestCancellation: true,
+		Logger:                       slogFor(s.log.Named("http")),
+		MaxRequestBodyBytes:          maxBody,
+	}))
 	sse := sdk.NewSSEHandler(getServer, &sdk.SSEOptions{MaxRequestBodyBytes: maxBody})
 
-	h.mux.Handle("/mcp", protect(h.transport(s.CancelOnDisconnect(streamable))))
+	h.mux.Handle("/mcp", protect(h.transport(s.CancelOnDisconnect(mcpHandler))))
 	h.mux.Handle("/sse", protect(h.transport(h.bindSSE(withForwardedPrefix(sse)))))
 	if o.Stats != nil {
 		h.mux.Handle("GET /healthz", http.HandlerFunc(h.health))
@@ -149,8 +159,8 @@ func (h *HTTPHandler) transport(next http.Handler) http.Handler {
 }
 
 // opensSomething reports whether r would start a session or a stream:
-// every GET, a POST without a session on /mcp (initialize, or any POST in
-// stateless mode). POSTs to existing sessions go through, so that their
+// every GET, a POST without a session on /mcp (initialize, any POST in
+// stateless mode, any 2026-07-28 request). POSTs to existing sessions go through, so that their
 // clients get answers rather than broken connections.
 func (h *HTTPHandler) opensSomething(r *http.Request) bool {
 	switch {

@@ -184,7 +184,9 @@ func connect(t *testing.T, transport sdk.Transport) *session {
 		},
 	})
 	// The SSE client's stream lives as long as the context it connected with.
-	cs, err := c.Connect(t.Context(), transport, nil)
+	// These tests set the session's level (logging/setLevel), which
+	// 2026-07-28 replaced by a level per request: they speak 2025-11-25.
+	cs, err := c.Connect(t.Context(), transport, &sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,11 +72,11 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: "pyrun", Title: "pyrun: Python in a sandbox", Version: opts.Version},
 		&sdk.ServerOptions{
 			Instructions: `Call the "run_python_code" tool with the Python code to run.`,
-			// The handshake-era versions that clients in use speak. The SDK's
-			// draft 2026-07-28 protocol changes how a session's log level is
-			// set (per request, not logging/setLevel), which pyrun's live
-			// output relies on; it joins this list once clients adopt it.
-			SupportedProtocolVersions: []string{"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"},
+			// 2026-07-28 (stateless, per-request _meta) and the
+			// handshake-era versions that most clients in use still speak.
+			// Over HTTP, revisions.go routes each request to the handler that
+			// serves its revision.
+			SupportedProtocolVersions: ProtocolVersions,
 			Logger:                    slogFor(log.Named("mcp")),
 			Capabilities: &sdk.ServerCapabilities{
 				Logging: &sdk.LoggingCapabilities{},

@@ -80,7 +80,7 @@ func (s *httpServer) dial(t *testing.T, transport, token string) (*server, *bear
 		tr = &sdk.SSEClientTransport{Endpoint: s.base + "/sse", HTTPClient: hc}
 	}
 	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-access-e2e", Version: "test"}, nil)
-	cs, err := client.Connect(t.Context(), tr, nil)
+	cs, err := client.Connect(t.Context(), tr, &sdk.ClientSessionOptions{ProtocolVersion: sessionRevision})
 	if err != nil {
 		return nil, b, err
 	}

@@ -93,12 +93,18 @@ func startServer(ctx context.Context, args ...string) (*server, error) {
 
 // startServerWith is startServer with a client made with copts.
 func startServerWith(ctx context.Context, copts *sdk.ClientOptions, args ...string) (*server, error) {
+	return startServerAt(ctx, "", copts, args...)
+}
+
+// startServerAt is startServerWith with the client asking for MCP revision
+// (the go-sdk's latest, 2026-07-28, when empty).
+func startServerAt(ctx context.Context, revision string, copts *sdk.ClientOptions, args ...string) (*server, error) {
 	lw := newLogWatcher()
 	argv := append([]string{"stdio", "--log-format", "json", "--log-level", "debug"}, args...)
 	cmd := exec.Command(pyrunBin, argv...)
 	cmd.Stderr = lw
 	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-e2e", Version: "test"}, copts)
-	cs, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	cs, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd}, &sdk.ClientSessionOptions{ProtocolVersion: revision})
 	if err != nil {
 		return nil, fmt.Errorf("connect to pyrun %s: %w\n%s", strings.Join(argv, " "), err, lw.tail())
 	}

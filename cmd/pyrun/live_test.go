@@ -210,7 +210,9 @@ func TestLive(t *testing.T) {
 	n := newNotes()
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
-	s, err := startServerWith(ctx, n.clientOptions(),
+	// These tests set the session's log level (logging/setLevel): they
+	// speak 2025-11-25. revisions_test.go tests 2026-07-28's level per request.
+	s, err := startServerAt(ctx, sessionRevision, n.clientOptions(),
 		"--workers", "1", "--network", "all", "--progress-interval", "250ms", "--max-output", "4KiB")
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +227,7 @@ func TestLive(t *testing.T) {
 	})
 
 	t.Run("no level set: no log messages", func(t *testing.T) {
-		// With the 2025 protocol versions pyrun speaks, a session gets log
+		// In the 2025 revisions this test speaks, a session gets log
 		// messages only once it has set a level (logging/setLevel).
 		r, err := s.callWith(t.Context(), "quiet", map[string]any{
 			"python_code": "import sys\nprint('out')\nprint('err', file=sys.stderr)\nprint('x' * 5000)",

@@ -184,7 +184,10 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 	shut := make(chan error, 1)
 	go func() { shut <- s.http.Shutdown(context.Background()) }()
 
-	s.log.Info("waiting for running calls", "busy", s.pool.Stats().Busy, "drain_timeout", drain)
+	s.log.Info("waiting for running calls", "busy", s.pool.Stats().Busy, "queued", s.pool.Stats().Queued, "drain_timeout", drain)
+	// Calls already waiting for a worker were accepted: they run too, for
+	// a load balancer's client would see a refusal after the fact.
+	waitForLine(drainCtx, s.pool)
 	// Calls in Python sessions finish, then the sessions end, before the
 	// pool closes.
 	if err := s.py.Close(drainCtx); err != nil {
@@ -212,6 +215,18 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 	}
 	s.log.Info("stopped")
 	return nil
+}
+
+// waitForLine returns once no call waits for a worker, or when ctx ends.
+// The pool has no event for that; shutdown polls, briefly.
+func waitForLine(ctx context.Context, pool *supervisor.Pool) {
+	for pool.Stats().Queued > 0 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 func (s *service) options() *options {

@@ -117,6 +117,11 @@ func (s *httpServer) signal(sig os.Signal) {
 	}
 }
 
+// sessionRevision is the MCP revision of the sessions the serve and access
+// tests open: they test sessions (Mcp-Session-Id, logging/setLevel, drain),
+// which 2026-07-28 does without. revisions_test.go tests 2026-07-28.
+const sessionRevision = "2025-11-25"
+
 // connect opens an MCP session over Streamable HTTP ("mcp") or HTTP+SSE
 // ("sse") at endpoint (the server's own when empty), closed with the test.
 func (s *httpServer) connect(t *testing.T, transport, endpoint string, hc *http.Client) *server {
@@ -141,7 +146,7 @@ func (s *httpServer) connectWith(t *testing.T, transport, endpoint string, hc *h
 	}
 	// The SSE transport's stream lives in the context Connect is given.
 	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-serve-e2e", Version: "test"}, opts)
-	cs, err := client.Connect(t.Context(), tr, nil)
+	cs, err := client.Connect(t.Context(), tr, &sdk.ClientSessionOptions{ProtocolVersion: sessionRevision})
 	if err != nil {
 		t.Fatalf("connect to %s: %v", endpoint, err)
 	}

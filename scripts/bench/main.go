@@ -52,10 +52,15 @@ type opts struct {
 	only       map[string]bool
 	jsonFile   string
 	profileDir string
+	nginxConf  string
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent"}
+var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "lb"}
+
+// byDefault are the measurements a plain run makes: lb needs nginx and two
+// cores to itself, so it runs only when asked for (-only lb).
+var byDefault = measurements[:len(measurements)-1]
 
 func main() {
 	var o opts
@@ -67,7 +72,8 @@ func main() {
 	flag.IntVar(&o.runs, "runs", 5, "repetitions of each start-up measurement")
 	flag.IntVar(&o.cpuCalls, "cpu-calls", 200, "calls in the 8-way CPU throughput run")
 	flag.IntVar(&o.procCalls, "process-calls", 40, "calls in the --isolation process run")
-	flag.StringVar(&only, "only", strings.Join(measurements, ","), "measurements to run: "+strings.Join(measurements, ", "))
+	flag.StringVar(&only, "only", strings.Join(byDefault, ","), "measurements to run: "+strings.Join(measurements, ", "))
+	flag.StringVar(&o.nginxConf, "nginx-conf", filepath.Join("configs", "nginx", "pyrun.conf"), "lb: the nginx config to run (its instance addresses are replaced)")
 	pools := flag.String("pool", "2", "pool sizes to time from start to all ready, comma-separated")
 	flag.StringVar(&o.jsonFile, "json", "", "also write the JSON report to this file")
 	flag.StringVar(&o.profileDir, "profile", "", "write a Go CPU profile of pyrun during the warm stdio calls into this folder (pyrun-stdio.pprof)")
@@ -178,7 +184,7 @@ func run(ctx context.Context, o *opts) error {
 		if rep.Warm == nil {
 			return errors.New("http: the warm measurement is the floor these figures are ratios to: add warm to -only")
 		}
-		for _, tr := range []string{"stateful", "stateless", "sse"} {
+		for _, tr := range []string{"stateful", "stateless", "2026-07-28", "sse"} {
 			progress("warm print(1): pyrun serve, %s, %d calls", tr, o.n)
 			s, err := benchHTTP(ctx, o, tr)
 			if err != nil {
@@ -245,6 +251,10 @@ func run(ctx context.Context, o *opts) error {
 				rep.Agent, err = benchAgent(ctx, o)
 				return err
 			}},
+		{"lb", fmt.Sprintf("behind nginx: 1 instance on 1 core, then 2 on 2 cores, %d 50 ms CPU calls each", o.cpuCalls), func(ctx context.Context) (err error) {
+			rep.LB, err = benchLB(ctx, o)
+			return err
+		}},
 	}
 	for _, st := range steps {
 		if !o.only[st.name] {

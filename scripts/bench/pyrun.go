@@ -26,6 +26,11 @@ type pyrunProc struct {
 	started time.Time // just before the process was started
 }
 
+// sessionRevision is the MCP revision of the benchmark's sessions, the one
+// its figures were first measured at; the HTTP tier "2026-07-28" measures
+// the newest (the go-sdk client's default).
+const sessionRevision = "2025-11-25"
+
 // startPyrun starts `pyrun stdio` with args and connects to it. Its
 // stderr, JSON logs at logLevel, goes to a logWatcher, which sees workers
 // start and retire at the debug level.
@@ -36,7 +41,7 @@ func startPyrun(ctx context.Context, o *opts, logLevel string, args ...string) (
 	cmd.Stderr = lw
 	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-bench", Version: "1"}, nil)
 	started := time.Now()
-	session, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	session, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd}, &sdk.ClientSessionOptions{ProtocolVersion: sessionRevision})
 	if err != nil {
 		return nil, fmt.Errorf("start pyrun %s: %w\n%s", strings.Join(argv, " "), err, lw.tail())
 	}
@@ -167,8 +172,9 @@ func (w *logWatcher) waitAlive(ctx context.Context, n int) error {
 
 // startServe starts `pyrun serve` on a loopback port of its choosing with
 // args and connects to it over transport: "stateful" and "stateless" are
-// Streamable HTTP at /mcp (the latter with --stateless), "sse" is HTTP+SSE
-// at /sse.
+// Streamable HTTP at /mcp at 2025-11-25 (the latter with --stateless),
+// "2026-07-28" is /mcp at that revision (no session), "sse" is HTTP+SSE at
+// /sse.
 func startServe(ctx context.Context, o *opts, transport string, args ...string) (*pyrunProc, func(), error) {
 	argv := append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--runtime-dir", o.runtimeDir}, args...)
 	if transport == "stateless" {
@@ -196,7 +202,7 @@ func startServe(ctx context.Context, o *opts, transport string, args ...string) 
 	var tr sdk.Transport
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 	switch transport {
-	case "stateful", "stateless":
+	case "stateful", "stateless", "2026-07-28":
 		tr = &sdk.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: hc, MaxRetries: -1}
 	case "sse":
 		tr = &sdk.SSEClientTransport{Endpoint: "http://" + addr + "/sse", HTTPClient: hc}
@@ -205,7 +211,11 @@ func startServe(ctx context.Context, o *opts, transport string, args ...string) 
 		return nil, nil, fmt.Errorf("unknown transport %q", transport)
 	}
 	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-bench", Version: "1"}, nil)
-	session, err := client.Connect(ctx, tr, nil)
+	revision := sessionRevision
+	if transport == "2026-07-28" {
+		revision = ""
+	}
+	session, err := client.Connect(ctx, tr, &sdk.ClientSessionOptions{ProtocolVersion: revision})
 	if err != nil {
 		stop()
 		return nil, nil, fmt.Errorf("connect over %s: %w\n%s", transport, err, lw.tail())

@@ -31,6 +31,7 @@ type report struct {
 	Process    *processReport    `json:"isolation_process,omitempty"`
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
 	Agent      *agentReport      `json:"agent_run,omitempty"`
+	LB         *lbReport         `json:"load_balanced,omitempty"`
 	Targets    []target          `json:"targets"`
 }
 
@@ -69,7 +70,7 @@ type warmReport struct {
 
 // httpReport is warm calls over one of pyrun serve's transports.
 type httpReport struct {
-	Transport string `json:"transport"` // stateful, stateless (Streamable HTTP), sse
+	Transport string `json:"transport"` // stateful, stateless (Streamable HTTP at 2025-11-25), 2026-07-28, sse
 	stats
 	OverFloor ratio `json:"over_floor"`
 }
@@ -157,6 +158,9 @@ func (r *report) checkTargets() []target {
 		atMost("idle RSS, pyrun + 2 workers", m.TotalRSSMB, 420, "MB")
 		atMost("idle RSS, pyrun alone", m.PyrunRSSMB, 40, "MB")
 	}
+	if l := r.LB; l != nil {
+		atLeast("2 instances on 2 cores over 1 on 1, behind nginx", l.Speedup, 1.8, "x")
+	}
 	if p := r.Process; p != nil {
 		atLeast("--isolation process", p.CallsPerS, 3, "calls/s")
 		ts = append(ts, target{"--isolation process with a spare, p50", p.SpareP50MS, "< 60 ms", p.SpareP50MS < 60})
@@ -196,7 +200,7 @@ func (r *report) print(w io.Writer) {
 				s    stats
 				r    *ratio
 			}{"pyrun serve: " + map[string]string{
-				"stateful": "Streamable HTTP", "stateless": "stateless HTTP", "sse": "HTTP+SSE",
+				"stateful": "Streamable HTTP", "stateless": "stateless HTTP", "2026-07-28": "MCP 2026-07-28", "sse": "HTTP+SSE",
 			}[h.Transport], h.stats, &h.OverFloor})
 		}
 		for _, t := range rows {
@@ -254,6 +258,17 @@ func (r *report) print(w io.Writer) {
 	if a := r.Agent; a != nil {
 		fmt.Fprintf(w, "agent run, %d blocks over stdio (median of %d): one Python session %.1f ms (its start %.1f ms, the other %d calls %.1f ms); stateless replay %.1f ms; session / replay %.2fx, without the start %.2fx\n",
 			len(agentBlocks), a.Runs, a.SessionMS, a.StartMS, len(agentBlocks)-1, a.RestMS, a.StatelessMS, a.SessionOverStateless, a.RestOverStateless)
+	}
+	if l := r.LB; l != nil {
+		fmt.Fprintf(w, "\nbehind nginx, %d clients, %d calls of %s each (load average %s / %s / %s):\n", l.Concurrency, l.Calls, l.Code, l.Load[0], l.Load[1], l.Load[2])
+		for _, x := range []struct {
+			name string
+			r    lbRun
+		}{{"1 instance, 1 core ", l.One}, {"2 instances, 2 cores", l.Two}} {
+			fmt.Fprintf(w, "  %s: %.1f calls/s, p50 %.1f ms, p99 %.1f ms; calls per instance %v; CPU s/s per instance %v\n",
+				x.name, x.r.CallsPerS, x.r.P50MS, x.r.P99MS, x.r.PerInst, x.r.CPUPerS)
+		}
+		fmt.Fprintf(w, "  speedup %.2fx\n", l.Speedup)
 	}
 	fmt.Fprintf(w, "\ntargets\n")
 	for _, t := range r.Targets {
