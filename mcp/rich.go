@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,7 +83,7 @@ func (s *Server) richContent(res supervisor.Result, owner string) ([]sdk.Content
 	}
 	var files []FileInfo
 	for _, f := range res.Files {
-		uri := outputURIPrefix + token + "/" + f.Path
+		uri := outputURIPrefix + token + "/" + escapePath(f.Path)
 		if !s.outputs.Put(owner, uri, f.MIMEType, f.Data) {
 			s.log.Warn("an output file is larger than the output store", "path", f.Path, "bytes", len(f.Data))
 			continue
@@ -101,6 +102,23 @@ func (s *Server) richContent(res supervisor.Result, owner string) ([]sdk.Content
 		})
 	}
 	return content, displays, files
+}
+
+// escapePath percent-encodes each segment of a relative path for a URI.
+func escapePath(p string) string {
+	parts := strings.Split(p, "/")
+	for i, s := range parts {
+		parts[i] = url.PathEscape(s)
+	}
+	return strings.Join(parts, "/")
+}
+
+// lineText is s for one line of the text block: quoted if it holds a line break.
+func lineText(s string) string {
+	if strings.ContainsAny(s, "\r\n") {
+		return strconv.Quote(s)
+	}
+	return s
 }
 
 // displayBlock is the content block of one display.
@@ -132,7 +150,7 @@ func formatRich(b *strings.Builder, r supervisor.Result) {
 	if len(r.Files) > 0 || r.FilesDropped > 0 {
 		b.WriteString("<files>\n")
 		for _, f := range r.Files {
-			fmt.Fprintf(b, "/output/%s %s %s\n", escapeTag("files", f.Path), escapeTag("files", f.MIMEType), sizeText(len(f.Data)))
+			fmt.Fprintf(b, "/output/%s %s %s\n", escapeTag("files", lineText(f.Path)), escapeTag("files", f.MIMEType), sizeText(len(f.Data)))
 		}
 		if n := r.FilesDropped; n > 0 {
 			fmt.Fprintf(b, "[pyrun: %d more %s not returned: over the limit of output files a call (output_store, output_store_files)]\n", n, plural(n, "file was", "files were"))

@@ -130,6 +130,21 @@ print("done")`)
 	if !strings.Contains(r.sections["displays"], "[pyrun: 2 more displays were dropped") || r.sc.Stdout != "done\n" {
 		t.Errorf("no note of the dropped displays:\n%s", r.text)
 	}
+	// Image files under /output/ are shown under the same caps; every file
+	// still gets its link.
+	r = s.run(t, pngPy+"for i in range(4):\n    open(f'/output/p{i}.png', 'wb').write(png(1, 1))")
+	var images, links int
+	for _, c := range r.rest {
+		switch c.(type) {
+		case *sdk.ImageContent:
+			images++
+		case *sdk.ResourceLink:
+			links++
+		}
+	}
+	if images != 3 || links != 4 || len(r.sc.Files) != 4 {
+		t.Errorf("4 PNG files with --max-displays 3: %d images, %d links", images, links)
+	}
 	r = s.run(t, `display({"text/html": "x" * 1500}, raw=True); display({"text/html": "y" * 1500}, raw=True); display({"text/markdown": "small"}, raw=True)`)
 	if len(r.sc.Displays) != 2 || r.sc.Displays[0].Bytes != 1500 || r.sc.Displays[1].MIMEType != "text/markdown" ||
 		!strings.Contains(r.sections["displays"], "1 more display was dropped") {
@@ -369,6 +384,14 @@ func TestOutputFilesOverStdio(t *testing.T) {
 	checkOutputs(t, s, s.run(t, outputsCode))
 	r := s.run(t, "import os; os.listdir('/output')")
 	wantValue(t, r, "[]")
+	// Names that are not URI-safe are escaped in the URI and read back.
+	r = s.run(t, `open("/output/my report #1?.txt", "w").write("odd")`)
+	if len(r.sc.Files) != 1 || !strings.HasSuffix(r.sc.Files[0].URI, "/my%20report%20%231%3F.txt") {
+		t.Fatalf("files %+v", r.sc.Files)
+	}
+	if res, err := readResource(t, s, r.sc.Files[0].URI); err != nil || res.Contents[0].Text != "odd" {
+		t.Errorf("read %s: %v", r.sc.Files[0].URI, err)
+	}
 	if _, err := readResource(t, s, "pyrun://output/0123456789abcdef0123456789abcdef/x.txt"); err == nil ||
 		!strings.Contains(err.Error(), "no such output") {
 		t.Errorf("an unknown output: %v", err)
