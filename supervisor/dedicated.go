@@ -31,8 +31,10 @@ type Dedicated struct {
 }
 
 // StartDedicated starts a dedicated worker under the pool's configuration
-// in force. It returns once the worker is ready, or fails.
-func (p *Pool) StartDedicated(ctx context.Context) (*Dedicated, error) {
+// in force. It returns once the worker is ready, or fails. exited, if not
+// nil, is called once the process has ended, whenever and however that is:
+// its owner learns of a worker killed from outside while it was idle.
+func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -63,7 +65,7 @@ func (p *Pool) StartDedicated(ctx context.Context) (*Dedicated, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start a dedicated worker: %w", err)
 	}
-	w, err := startWorker(ctx, name, cmd, cfg, log, nil, verify)
+	w, err := startWorker(ctx, name, cmd, cfg, log, exited, verify)
 	if snap != nil && ctx.Err() == nil && !errors.Is(err, errKilledStarting) {
 		why := ""
 		if w != nil {
@@ -82,7 +84,7 @@ func (p *Pool) StartDedicated(ctx context.Context) (*Dedicated, error) {
 	if w.ready.Snapshot {
 		from = "snapshot"
 	}
-	log.Debug("dedicated worker ready", "startup", time.Since(began).Round(time.Millisecond),
+	w.log.Debug("dedicated worker ready", "startup", time.Since(began).Round(time.Millisecond),
 		"in_worker_ms", w.ready.StartupMS, "from", from)
 	return &Dedicated{pool: p, w: w, cfg: cfg}, nil
 }

@@ -67,8 +67,8 @@ func (o *options) mcpSessionOptions() mcp.SessionOptions {
 func startSessions(o *options, pool *supervisor.Pool, log hclog.Logger) *sessions.Manager {
 	return sessions.New(sessions.Options{
 		Instance: o.instance(),
-		Start: func(ctx context.Context) (sessions.Worker, error) {
-			return pool.StartDedicated(ctx)
+		Start: func(ctx context.Context, exited func()) (sessions.Worker, error) {
+			return pool.StartDedicated(ctx, exited)
 		},
 		Limits:    o.sessionLimits(),
 		Anonymous: mcp.Anonymous,

@@ -5,10 +5,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/pyrun/pyrun/supervisor/packages/packagestest"
@@ -285,4 +287,37 @@ func TestSessionOptions(t *testing.T) {
 	if o.instance() == "" || o.sessionLimits().Max != 4 || o.sessionLimits().ClientMax != 2 {
 		t.Errorf("defaults: instance %q, limits %+v", o.instance(), o.sessionLimits())
 	}
+}
+
+// TestSessionWorkerKilledWhileIdle: a session whose worker is killed from
+// outside (an administrator, the kernel's OOM killer) while no call runs
+// ends at once, and its next call says the state is lost.
+func TestSessionWorkerKilledWhileIdle(t *testing.T) {
+	s := newServer(t, "--workers", "1")
+	id := s.inSession(t, "new", "x = 1").sc.SessionID
+	pid := 0
+	for _, line := range strings.Split(s.log.tail(), "\n") {
+		var rec struct {
+			Message string `json:"@message"`
+			PID     int    `json:"pid"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Message == "dedicated worker ready" {
+			pid = rec.PID
+		}
+	}
+	if pid == 0 {
+		t.Fatal("no pid in the log's 'dedicated worker ready' line")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	if err := s.log.waitFor(ctx, "the session to end", func(c map[string]int) bool {
+		return c["python session ended"] >= 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.sessionToolError(t, map[string]any{"python_code": "x", "session_id": id}, id, "lost", `session_id "new"`)
+	wantValue(t, s.inSession(t, "new", "2"), "2")
 }

@@ -21,6 +21,11 @@ func (m *Manager) expire() {
 			if s.busy > 0 {
 				continue
 			}
+			// No call runs, so Lost does not wait.
+			if why := s.w.Lost(); why != "" {
+				m.endLocked(s, EndLost, fmt.Errorf("%w: session %q ended because its worker was lost while idle (%s), and its state with it", ErrLost, s.id, why))
+				continue
+			}
 			idleAt := s.lastUsed.Add(m.limits.Idle)
 			ageAt := s.started.Add(m.limits.MaxAge)
 			switch {

@@ -114,8 +114,9 @@ func (l Limits) withDefaults() Limits {
 type Options struct {
 	// Instance names this pyrun; ids start with it (CheckInstance).
 	Instance string
-	// Start starts a worker for a new session.
-	Start  func(ctx context.Context) (Worker, error)
+	// Start starts a worker for a new session; it calls exited once the
+	// worker's process has ended, however that happened.
+	Start  func(ctx context.Context, exited func()) (Worker, error)
 	Limits Limits
 	// Anonymous is the client of calls without credentials: its sessions
 	// are not bounded by ClientMax, and any anonymous call may use them
@@ -303,7 +304,9 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 	m.mu.Unlock()
 
 	began := time.Now()
-	w, err := m.opts.Start(ctx)
+	// A worker that dies while its session is idle ends the session at
+	// once (the expiry loop looks), rather than at the next call.
+	w, err := m.opts.Start(ctx, m.kick)
 
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -56,8 +56,10 @@ func manager(t *testing.T, limits sessions.Limits) (*sessions.Manager, *supervis
 		t.Fatal(err)
 	}
 	m := sessions.New(sessions.Options{
-		Instance:  "test-1",
-		Start:     func(ctx context.Context) (sessions.Worker, error) { return pool.StartDedicated(ctx) },
+		Instance: "test-1",
+		Start: func(ctx context.Context, exited func()) (sessions.Worker, error) {
+			return pool.StartDedicated(ctx, exited)
+		},
 		Limits:    limits,
 		Anonymous: "anonymous",
 		Log:       log,
