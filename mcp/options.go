@@ -14,6 +14,7 @@ func (s *Server) SetOptions(opts Options) {
 	if opts.MaxCode <= 0 {
 		opts.MaxCode = 1 << 20
 	}
+	s.front.out.setLimits(opts.Delivery)
 	s.mu.Lock()
 	old := s.opts
 	s.opts = opts

@@ -9,6 +9,7 @@ package mcp
 
 import (
 	"context"
+	"os"
 	"sync"
 	"time"
 
@@ -32,7 +33,8 @@ type Options struct {
 	MaxOutput      int           // bytes per stream, for the tool description
 	MaxCode        int           // largest python_code accepted, in bytes
 	Network        supervisor.Network
-	Live           LiveOptions // what a call sends its client while it runs
+	Live           LiveOptions    // what a call sends its client while it runs
+	Delivery       DeliveryLimits // results waiting to be written (delivery.go)
 }
 
 // Server is pyrun's MCP server. Its methods are safe for concurrent use.
@@ -43,6 +45,7 @@ type Server struct {
 	names sessionNames
 	live  liveStreams
 	posts posts // HTTP requests that carry calls, for CancelOnDisconnect
+	front frontState
 
 	mu   sync.Mutex
 	opts Options // guarded by mu; replaced, never changed, by SetOptions
@@ -54,6 +57,8 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 		opts.MaxCode = 1 << 20
 	}
 	s := &Server{pool: pool, opts: opts, log: log}
+	s.front.init()
+	s.front.out.setLimits(opts.Delivery)
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: "pyrun", Title: "pyrun: Python in a sandbox", Version: opts.Version},
 		&sdk.ServerOptions{
 			Instructions: `Call the "run_python_code" tool with the Python code to run.`,
@@ -92,5 +97,5 @@ func tool(opts Options) *sdk.Tool {
 
 // RunStdio serves one client on stdin/stdout until it disconnects or ctx ends.
 func (s *Server) RunStdio(ctx context.Context) error {
-	return s.sdk.Run(ctx, &sdk.StdioTransport{})
+	return s.runIO(ctx, os.Stdin, os.Stdout) // stdio.go
 }

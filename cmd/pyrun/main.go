@@ -172,6 +172,8 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		MaxCode:        int(o.maxCode),
 		Network:        cfg.Network,
 		Live:           mcp.LiveOptions{Buffer: int(o.liveBuffer), ProgressInterval: o.progressInterval},
+		Delivery: mcp.DeliveryLimits{WriteTimeout: o.writeTimeout, SessionResults: o.sessionPendingResults,
+			SessionBytes: int64(o.sessionPendingBytes), ClientBytes: int64(o.clientPendingBytes)},
 	}
 }
 

@@ -82,6 +82,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		KeepAlive:      keepAlive,
 		Stats:          pool.Stats,
 		Metrics:        metrics,
+		Sessions:       mcp.SessionLimits{Max: o.maxMCPSessions, ClientMax: o.clientMaxMCPSessions},
 	}
 	if guard != nil {
 		httpOpts.Protect, httpOpts.ProtectMetrics = guard.Protect, o.metricsAuth
@@ -89,7 +90,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	s.handler = s.srv.HTTPHandler(httpOpts)
 	s.http = &http.Server{
 		Handler:           withMetadata(guard, s.handler),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: o.headerTimeout,
 		IdleTimeout:       2 * time.Minute,
 		// No WriteTimeout: event streams and long calls stay open.
 		ErrorLog: log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
@@ -214,6 +215,7 @@ var restartOnly = []string{
 	"config", "listen", "stateless", "session-timeout", "keep-alive", "runtime-dir", "log-format",
 	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
 	"insecure-no-auth",
+	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
 }
 
 // reload re-reads the command line and the config file (a flag still wins
