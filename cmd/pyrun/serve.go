@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/mcp/netguard"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -56,6 +57,12 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer ln.Close()
+	maxConns := o.maxConns
+	if maxConns == 0 {
+		// Room for each worker's pipes and files, and pyrun's own.
+		maxConns = netguard.TotalFor(64 + 32*o.workers)
+	}
+	conns := netguard.Listen(ln, netguard.Limits{Total: maxConns, PerAddr: o.maxConnsPerAddr})
 	guard, err := newGuard(o, ln.Addr().String(), log.Named("access"))
 	if err != nil {
 		return err
@@ -67,6 +74,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	}
 	s := &service{args: args, log: log, rt: rt, pool: pool, opts: o}
 	metrics := mcp.NewMetrics(version, pool.Stats)
+	metrics.CountConnections(conns.Stats)
 	var runner mcp.Runner = pool
 	if guard != nil {
 		runner = mcp.LimitClients(pool, s.clientLimits, log.Named("pool"))
@@ -89,14 +97,14 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	}
 	s.handler = s.srv.HTTPHandler(httpOpts)
 	s.http = &http.Server{
-		Handler:           withMetadata(guard, s.handler),
+		Handler:           netguard.Bodies(withMetadata(guard, s.handler), o.bodyTimeout),
 		ReadHeaderTimeout: o.headerTimeout,
 		IdleTimeout:       2 * time.Minute,
 		// No WriteTimeout: event streams and long calls stay open.
 		ErrorLog: log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	served := make(chan error, 1)
-	go func() { served <- s.http.Serve(ln) }()
+	go func() { served <- s.http.Serve(conns) }()
 
 	if o.configFile != "" {
 		s.watcher, err = watchConfig(o.configFile, log.Named("config"), s.reload)
