@@ -43,6 +43,8 @@ type HTTPOptions struct {
 	Metrics *Metrics
 	// SessionsOpen counts open Python sessions for /healthz. nil: 0.
 	SessionsOpen func() int
+	// Sessions caps the MCP sessions open (sessioncap.go).
+	Sessions SessionLimits
 }
 
 // HTTPHandler serves MCP over HTTP: Streamable HTTP at /mcp, the legacy
@@ -57,8 +59,10 @@ type HTTPHandler struct {
 	opts HTTPOptions
 	mux  *http.ServeMux
 
-	draining atomic.Bool
-	owners   sseOwners
+	draining   atomic.Bool
+	owners     sseOwners
+	caps       *sessionCap
+	sseStreams sync.Map // HTTP+SSE session id -> *outStream
 
 	mu      sync.Mutex
 	streams map[*http.Request]context.CancelFunc // open GET streams
@@ -83,6 +87,8 @@ func (s *Server) HTTPHandler(o HTTPOptions) *HTTPHandler {
 		protect = func(h http.Handler) http.Handler { return h }
 	}
 	h := &HTTPHandler{srv: s, opts: o, mux: http.NewServeMux(), streams: map[*http.Request]context.CancelFunc{}}
+	h.caps = newSessionCap(s.front.counters, s.liveSessions)
+	h.caps.setLimits(o.Sessions)
 	getServer := func(*http.Request) *sdk.Server { return s.sdk }
 	// A request body carries the code and its globals, JSON-escaped.
 	maxBody := max(int64(4<<20), 2*int64(s.options().MaxCode)+1<<20)
@@ -107,13 +113,14 @@ func (s *Server) HTTPHandler(o HTTPOptions) *HTTPHandler {
 	}))
 	sse := sdk.NewSSEHandler(getServer, &sdk.SSEOptions{MaxRequestBodyBytes: maxBody})
 
-	h.mux.Handle("/mcp", protect(h.transport(s.CancelOnDisconnect(mcpHandler))))
-	h.mux.Handle("/sse", protect(h.transport(h.bindSSE(withForwardedPrefix(sse)))))
+	h.mux.Handle("/mcp", protect(h.front("streamable", h.transport(s.CancelOnDisconnect(mcpHandler)))))
+	h.mux.Handle("/sse", protect(h.front("sse", h.transport(h.bindSSE(withForwardedPrefix(sse))))))
 	if o.Stats != nil {
 		h.mux.Handle("GET /healthz", http.HandlerFunc(h.health))
 	}
 	if o.Metrics != nil {
 		o.Metrics.countSessions(s.sessionCount)
+		o.Metrics.countFront(s.front.counters, s.front.out.waitingBytes, h.caps.counts)
 		metrics := o.Metrics.handler()
 		if o.ProtectMetrics {
 			metrics = protect(metrics)
@@ -220,6 +227,9 @@ func (h *HTTPHandler) health(w http.ResponseWriter, _ *http.Request) {
 		Queued          int    `json:"queued"`
 		SessionsOpen    int    `json:"sessions_open"`
 		StartError      string `json:"start_error,omitempty"`
+		MCPSessions     int    `json:"mcp_sessions"`
+		MCPSessionsMax  int    `json:"mcp_sessions_max"`
+		ResultsWaiting  int64  `json:"results_waiting_bytes"`
 	}{
 		Status:          "ok",
 		WorkersReady:    s.Ready + s.Busy,
@@ -229,10 +239,12 @@ func (h *HTTPHandler) health(w http.ResponseWriter, _ *http.Request) {
 		WorkersTotal:    s.Workers,
 		Queued:          s.Queued,
 		StartError:      s.StartError,
+		ResultsWaiting:  h.srv.front.out.waitingBytes(),
 	}
 	if h.opts.SessionsOpen != nil {
 		body.SessionsOpen = h.opts.SessionsOpen()
 	}
+	body.MCPSessions, body.MCPSessionsMax = h.caps.counts()
 	code := http.StatusOK
 	switch {
 	case h.draining.Load():

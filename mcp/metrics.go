@@ -84,6 +84,21 @@ func (m *Metrics) countSessions(n func() int) {
 	}, func() float64 { return float64(n()) }))
 }
 
+// countFront adds the front end's limit counters and gauges.
+func (m *Metrics) countFront(c *frontCounters, waiting func() int64, sessions func() (int, int)) {
+	for _, col := range c.collectors() {
+		_ = m.reg.Register(col)
+	}
+	_ = m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pyrun_results_waiting_bytes",
+		Help: "Bytes of results waiting to be written to clients.",
+	}, func() float64 { return float64(waiting()) }))
+	_ = m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pyrun_mcp_sessions_max",
+		Help: "The cap on open MCP sessions (max_mcp_sessions).",
+	}, func() float64 { _, n := sessions(); return float64(n) }))
+}
+
 func (m *Metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }

@@ -26,6 +26,7 @@ func (s *Server) options() Options {
 func (s *Server) SetOptions(opts Options) {
 	opts = opts.withDefaults()
 	s.outputs.SetConfig(opts.Outputs)
+	s.front.out.setLimits(opts.Delivery)
 	s.mu.Lock()
 	old := s.opts
 	s.opts = opts

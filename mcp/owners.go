@@ -1,10 +1,8 @@
 package mcp
 
 import (
-	"bytes"
 	"context"
 	"net/http"
-	"net/url"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -103,17 +101,9 @@ func (e *endpointWriter) Write(b []byte) (int, error) {
 	e.mu.Lock()
 	if e.id == "" && e.looked < 4 {
 		e.looked++
-		if i := bytes.Index(b, endpointEvent); i >= 0 {
-			data := b[i+len(endpointEvent):]
-			if j := bytes.IndexByte(data, '\n'); j >= 0 {
-				data = data[:j]
-			}
-			if u, err := url.Parse(string(data)); err == nil {
-				if id := u.Query().Get("sessionid"); id != "" {
-					e.id = id
-					e.owners.m.Store(id, e.owner)
-				}
-			}
+		if id := endpointSessionID(b); id != "" {
+			e.id = id
+			e.owners.m.Store(id, e.owner)
 		}
 	}
 	e.mu.Unlock()

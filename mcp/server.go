@@ -9,6 +9,7 @@ package mcp
 
 import (
 	"context"
+	"os"
 	"sync"
 	"time"
 
@@ -33,7 +34,8 @@ type Options struct {
 	MaxOutput      int           // bytes per stream, for the tool description
 	MaxCode        int           // largest python_code accepted, in bytes
 	Network        supervisor.Network
-	Live           LiveOptions // what a call sends its client while it runs
+	Live           LiveOptions    // what a call sends its client while it runs
+	Delivery       DeliveryLimits // results waiting to be written (delivery.go)
 	// Sessions are the Python sessions' lifetimes and bound, for the tool
 	// description; zero: no sessions (see UseSessions).
 	Sessions SessionOptions
@@ -59,6 +61,7 @@ type Server struct {
 	posts posts // HTTP requests that carry calls, for CancelOnDisconnect
 	// outputs holds the /output/ files of calls for resources/read.
 	outputs *outputs.Store
+	front   frontState
 
 	mu       sync.Mutex
 	opts     Options       // guarded by mu; replaced, never changed, by SetOptions
@@ -69,6 +72,8 @@ type Server struct {
 func New(pool Runner, opts Options, log hclog.Logger) *Server {
 	opts = opts.withDefaults()
 	s := &Server{pool: pool, opts: opts, log: log, outputs: outputs.New(opts.Outputs)}
+	s.front.init()
+	s.front.out.setLimits(opts.Delivery)
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: "pyrun", Title: "pyrun: Python in a sandbox", Version: opts.Version},
 		&sdk.ServerOptions{
 			Instructions: `Call the "run_python_code" tool with the Python code to run.`,
@@ -111,5 +116,5 @@ func tool(opts Options) *sdk.Tool {
 
 // RunStdio serves one client on stdin/stdout until it disconnects or ctx ends.
 func (s *Server) RunStdio(ctx context.Context) error {
-	return s.sdk.Run(ctx, &sdk.StdioTransport{})
+	return s.runIO(ctx, os.Stdin, os.Stdout) // stdio.go
 }

@@ -309,7 +309,8 @@ func argError(err error) error {
 // result with isError; so is bad input. Only a call the pool could not take
 // (busy, over its client's limits, shutting down) is a tool error with a
 // message and no result.
-func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+// runCall runs one call of run_python_code (handle puts limits around it).
+func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 	s.live.opened(req)
 	args, err := parseArgs(req.Params.Arguments, s.options().MaxCode)
 	if err != nil {

@@ -185,6 +185,8 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		MaxDisplayBytes: cfg.MaxDisplayBytes,
 		Outputs:         outputs.Config{TTL: o.outputTTL, MaxBytes: int64(o.outputStore), MaxFiles: o.outputStoreFiles},
 		Mounts:          mountPaths(cfg.Mounts),
+		Delivery: mcp.DeliveryLimits{WriteTimeout: o.writeTimeout, SessionResults: o.sessionPendingResults,
+			SessionBytes: int64(o.sessionPendingBytes), ClientBytes: int64(o.clientPendingBytes)},
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/packages"
 )
@@ -80,6 +81,18 @@ type options struct {
 	outputStoreFiles int
 	mounts           mountList
 	out              string
+	// What one client may hold of pyrun (mcp's delivery.go, sessioncap.go;
+	// mcp/netguard).
+	writeTimeout          time.Duration
+	sessionPendingResults int
+	sessionPendingBytes   byteSize
+	clientPendingBytes    byteSize
+	maxMCPSessions        int
+	clientMaxMCPSessions  int
+	headerTimeout         time.Duration
+	bodyTimeout           time.Duration
+	maxConns              int
+	maxConnsPerAddr       int
 }
 
 // flagSet declares every flag on o, with its default.
@@ -135,7 +148,51 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.IntVar(&o.outputStoreFiles, "output-store-files", 256, "/output/ files pyrun holds, and returns from one call; the oldest are dropped first")
 	fs.Var(&o.mounts, "mount", "host folder every call sees: `HOST_DIR:SANDBOX_DIR` read-only, or HOST_DIR:SANDBOX_DIR:rw writable; repeat or separate with commas")
 	fs.StringVar(&o.out, "out", "", "run: `directory` to save the call's displays (display-N.png, ...) and /output/ files in")
+	o.flagLimits(fs)
 	return fs
+}
+
+// flagLimits declares the flags that bound what one client can hold of
+// pyrun: connections, sessions, results waiting to be written.
+func (o *options) flagLimits(fs *flag.FlagSet) {
+	o.sessionPendingBytes, o.clientPendingBytes = mcp.DefaultSessionBytes, mcp.DefaultClientBytes
+	fs.DurationVar(&o.writeTimeout, "write-timeout", mcp.DefaultWriteTimeout, "longest one write to an HTTP client may take (an event stream, a response); a stream that does not drain is closed")
+	fs.IntVar(&o.sessionPendingResults, "session-pending-results", mcp.DefaultSessionResults, "results that may wait to be written to one session; past it, calls are refused (on stdio, no more requests are read)")
+	fs.Var(&o.sessionPendingBytes, "session-pending-bytes", "bytes of results that may wait to be written to one session (bytes or 8MiB)")
+	fs.Var(&o.clientPendingBytes, "client-pending-bytes", "bytes of results that may wait to be written to one client's sessions (bytes or 32MiB)")
+	fs.IntVar(&o.maxMCPSessions, "max-mcp-sessions", mcp.DefaultMaxSessions, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
+	fs.IntVar(&o.clientMaxMCPSessions, "client-max-mcp-sessions", mcp.DefaultClientMaxSessions, "serve: MCP sessions one client (token, or remote address) may have open; a new one closes its session idle the longest")
+	fs.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "serve: longest a request's headers may take to arrive")
+	fs.DurationVar(&o.bodyTimeout, "body-timeout", 30*time.Second, "serve: longest a request's body may take to arrive, after its headers")
+	fs.IntVar(&o.maxConns, "max-conns", 0, "serve: HTTP connections open at once (default: 1024, fewer when the open-files limit is low, to leave room for workers)")
+	fs.IntVar(&o.maxConnsPerAddr, "max-conns-per-addr", 128, "serve: HTTP connections open at once from one IP address")
+}
+
+// checkLimits checks the values flagLimits declares.
+func (o *options) checkLimits() error {
+	switch {
+	case o.writeTimeout < time.Second:
+		return fmt.Errorf("write-timeout must be at least 1s, not %s", o.writeTimeout)
+	case o.sessionPendingResults < 1 || o.sessionPendingResults > 4096:
+		return fmt.Errorf("session-pending-results must be between 1 and 4096, not %d", o.sessionPendingResults)
+	case o.sessionPendingBytes < 64<<10:
+		return fmt.Errorf("session-pending-bytes must be at least 64KiB, not %s", o.sessionPendingBytes)
+	case o.clientPendingBytes < o.sessionPendingBytes:
+		return fmt.Errorf("client-pending-bytes (%s) must be at least session-pending-bytes (%s)", o.clientPendingBytes, o.sessionPendingBytes)
+	case o.maxMCPSessions < 1:
+		return fmt.Errorf("max-mcp-sessions must be at least 1, not %d", o.maxMCPSessions)
+	case o.clientMaxMCPSessions < 1 || o.clientMaxMCPSessions > o.maxMCPSessions:
+		return fmt.Errorf("client-max-mcp-sessions must be between 1 and max-mcp-sessions (%d), not %d", o.maxMCPSessions, o.clientMaxMCPSessions)
+	case o.headerTimeout < 100*time.Millisecond:
+		return fmt.Errorf("header-timeout must be at least 100ms, not %s", o.headerTimeout)
+	case o.bodyTimeout < 100*time.Millisecond:
+		return fmt.Errorf("body-timeout must be at least 100ms, not %s", o.bodyTimeout)
+	case o.maxConns < 0:
+		return fmt.Errorf("max-conns must not be negative, not %d", o.maxConns)
+	case o.maxConnsPerAddr < 1:
+		return fmt.Errorf("max-conns-per-addr must be at least 1, not %d", o.maxConnsPerAddr)
+	}
+	return nil
 }
 
 // loadOptions parses args (flags, then positional arguments) and the config
@@ -330,6 +387,9 @@ func (o *options) check() error {
 			return fmt.Errorf("package-index %s: not a URL, and not a directory with a pyodide-lock.json", ix)
 		}
 	}
+	if err := o.checkLimits(); err != nil {
+		return err
+	}
 	if hclogLevel(o.logLevel) == 0 {
 		return fmt.Errorf("log-level must be trace, debug, info, warn or error, not %q", o.logLevel)
 	}
@@ -363,8 +423,8 @@ func (o *options) poolConfig() supervisor.Config {
 		IdleMemorySlack:  int64(o.idleMemorySlack),
 		StderrLogPerCall: int(o.workerLogPerCall),
 		StderrLogRate:    int(o.workerLogRate),
-		MaxDisplays:     o.maxDisplays,
-		MaxDisplayBytes: int(o.maxDisplayBytes),
+		MaxDisplays:      o.maxDisplays,
+		MaxDisplayBytes:  int(o.maxDisplayBytes),
 		// A call returns no more than the store can hold.
 		MaxFiles:     o.outputStoreFiles,
 		MaxFileBytes: int(o.outputStore),

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/mcp/netguard"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
@@ -58,6 +59,12 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		return fmt.Errorf("listen: %w", err)
 	}
 	defer ln.Close()
+	maxConns := o.maxConns
+	if maxConns == 0 {
+		// Room for each worker's pipes and files, and pyrun's own.
+		maxConns = netguard.TotalFor(64 + 32*o.workers)
+	}
+	conns := netguard.Listen(ln, netguard.Limits{Total: maxConns, PerAddr: o.maxConnsPerAddr})
 	guard, err := newGuard(o, ln.Addr().String(), log.Named("access"))
 	if err != nil {
 		return err
@@ -69,6 +76,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	}
 	s := &service{args: args, log: log, rt: rt, pool: pool, opts: o}
 	metrics := mcp.NewMetrics(version, pool.Stats)
+	metrics.CountConnections(conns.Stats)
 	var runner mcp.Runner = pool
 	if guard != nil {
 		runner = mcp.LimitClients(pool, s.clientLimits, log.Named("pool"))
@@ -88,20 +96,21 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		Stats:          pool.Stats,
 		Metrics:        metrics,
 		SessionsOpen:   func() int { return s.py.Stats().Open },
+		Sessions:       mcp.SessionLimits{Max: o.maxMCPSessions, ClientMax: o.clientMaxMCPSessions},
 	}
 	if guard != nil {
 		httpOpts.Protect, httpOpts.ProtectMetrics = guard.Protect, o.metricsAuth
 	}
 	s.handler = s.srv.HTTPHandler(httpOpts)
 	s.http = &http.Server{
-		Handler:           withMetadata(guard, s.handler),
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           netguard.Bodies(withMetadata(guard, s.handler), o.bodyTimeout),
+		ReadHeaderTimeout: o.headerTimeout,
 		IdleTimeout:       2 * time.Minute,
 		// No WriteTimeout: event streams and long calls stay open.
 		ErrorLog: log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	served := make(chan error, 1)
-	go func() { served <- s.http.Serve(ln) }()
+	go func() { served <- s.http.Serve(conns) }()
 
 	if o.configFile != "" {
 		s.watcher, err = watchConfig(o.configFile, log.Named("config"), s.reload)
@@ -241,6 +250,7 @@ var restartOnly = []string{
 	"config", "listen", "stateless", "session-timeout", "keep-alive", "runtime-dir", "log-format",
 	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
 	"insecure-no-auth", "instance-id", "mount",
+	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
 }
 
 // reload re-reads the command line and the config file (a flag still wins

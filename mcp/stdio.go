@@ -1,0 +1,189 @@
+package mcp
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// stdio: the SDK's transport ends the session at the first line that is not
+// a JSON-RPC message, losing the calls in flight, and writes results to
+// stdout for as long as the parent lets it. pyrun puts a line filter in
+// front of it, which answers a bad line with the JSON-RPC error (-32700 for
+// what is not JSON, -32600 for JSON that is no JSON-RPC message) and goes on,
+// and which reads no new line while the results already written wait for
+// the parent to read them (backpressure: the parent's pipe fills, not
+// pyrun's memory).
+
+// runIO serves one client on r and w until it hangs up or ctx ends.
+func (s *Server) runIO(ctx context.Context, r io.ReadCloser, w io.Writer) error {
+	st := s.front.out.open("stdio", Anonymous, "stdio", nil)
+	defer st.close()
+	out := &stdioWriter{w: w, st: st}
+	in := &stdioReader{r: r, br: bufio.NewReaderSize(r, 64<<10), out: out, st: st, ctx: ctx, log: s.log.Named("stdio"),
+		max: max(4<<20, 2*s.options().MaxCode+1<<20)}
+	ctx = context.WithValue(ctx, outStreamKey{}, st)
+	return s.sdk.Run(ctx, &sdk.IOTransport{Reader: in, Writer: out, MaxLineLength: -1})
+}
+
+// stdioWriter serialises the SDK's writes with the filter's error answers;
+// each Write is one whole line.
+type stdioWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+	st *outStream
+}
+
+func (o *stdioWriter) Write(b []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n, err := o.w.Write(b)
+	if err == nil {
+		o.st.wrote(n)
+	}
+	return n, err
+}
+
+func (o *stdioWriter) Close() error { return nil }
+
+// stdioReader passes on the lines that are JSON-RPC messages (or batches of
+// them) and answers the others.
+type stdioReader struct {
+	r   io.ReadCloser
+	br  *bufio.Reader
+	out *stdioWriter
+	st  *outStream
+	ctx context.Context
+	log hclog.Logger
+	max int // longest line, in bytes
+
+	buf []byte // the rest of the line being passed on
+}
+
+func (in *stdioReader) Read(p []byte) (int, error) {
+	for len(in.buf) == 0 {
+		line, err := in.next()
+		if err != nil {
+			return 0, err
+		}
+		in.buf = line
+	}
+	n := copy(p, in.buf)
+	in.buf = in.buf[n:]
+	return n, nil
+}
+
+func (in *stdioReader) Close() error { return in.r.Close() }
+
+// next returns the next good line, with its newline.
+func (in *stdioReader) next() ([]byte, error) {
+	for {
+		// Backpressure: nothing more is read while the parent does not read
+		// the results already written.
+		for waited := false; ; waited = true {
+			err := in.st.backedUp()
+			if err == nil {
+				if waited {
+					in.log.Info("the client reads its results again: reading its requests again")
+				}
+				break
+			}
+			if !waited {
+				in.log.Warn("not reading requests until the client reads the results written to it", "why", err.Error())
+			}
+			select {
+			case <-in.st.changed:
+			case <-in.ctx.Done():
+				return nil, in.ctx.Err()
+			}
+		}
+		line, tooLong, err := in.readLine()
+		if tooLong {
+			in.answer(jsonrpc.ID{}, jsonrpc.CodeInvalidRequest,
+				fmt.Sprintf("invalid request: a message is longer than %d bytes, the most pyrun reads", in.max))
+		} else if t := bytes.TrimSpace(line); len(t) > 0 {
+			if id, code, msg := checkLine(t); code == 0 {
+				return append(t, '\n'), nil
+			} else {
+				in.answer(id, code, msg)
+			}
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// readLine reads one line, without its newline; a line longer than in.max
+// is skipped and reported as tooLong.
+func (in *stdioReader) readLine() (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := in.br.ReadSlice('\n')
+		if !tooLong {
+			if len(line)+len(chunk) > in.max+1 {
+				tooLong, line = true, nil
+			} else {
+				line = append(line, chunk...)
+			}
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		return bytes.TrimSuffix(line, []byte("\n")), tooLong, err
+	}
+}
+
+// checkLine says whether t is a JSON-RPC message or a batch of them; when
+// it is not, the error to answer with.
+func checkLine(t []byte) (jsonrpc.ID, int64, string) {
+	if !json.Valid(t) {
+		return jsonrpc.ID{}, jsonrpc.CodeParseError, "parse error: the line is not JSON"
+	}
+	if t[0] == '[' {
+		var batch []json.RawMessage
+		if err := json.Unmarshal(t, &batch); err != nil || len(batch) == 0 {
+			return jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "invalid request: an empty batch"
+		}
+		for _, m := range batch {
+			if _, err := jsonrpc.DecodeMessage(m); err != nil {
+				return jsonrpc.ID{}, jsonrpc.CodeInvalidRequest, "invalid request: a batch holds what is not a JSON-RPC message: " + err.Error()
+			}
+		}
+		return jsonrpc.ID{}, 0, ""
+	}
+	if _, err := jsonrpc.DecodeMessage(t); err != nil {
+		var probe struct {
+			ID any `json:"id"`
+		}
+		var id jsonrpc.ID
+		if json.Unmarshal(t, &probe) == nil && probe.ID != nil {
+			id, _ = jsonrpc.MakeID(probe.ID)
+		}
+		return id, jsonrpc.CodeInvalidRequest, "invalid request: not a JSON-RPC 2.0 message: " + err.Error()
+	}
+	return jsonrpc.ID{}, 0, ""
+}
+
+// answer writes a JSON-RPC error response for a line that was refused; its
+// id is null when the line's could not be read, as JSON-RPC 2.0 says.
+func (in *stdioReader) answer(id jsonrpc.ID, code int64, msg string) {
+	resp := struct {
+		JSONRPC string         `json:"jsonrpc"`
+		ID      any            `json:"id"`
+		Error   *jsonrpc.Error `json:"error"`
+	}{"2.0", id.Raw(), &jsonrpc.Error{Code: code, Message: msg}}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		return
+	}
+	_, _ = in.out.Write(append(b, '\n'))
+}
