@@ -73,33 +73,45 @@ class _Hooks:
 _hooks = _Hooks()
 
 
-class Rich:
-    """A call's rich-results state; pyrun_helper keeps one on its _Call."""
+class Caps:
+    """What a run's options allow; one per distinct options text."""
 
-    __slots__ = (
-        "max_displays",
-        "max_display_bytes",
-        "max_files",
-        "max_file_bytes",
-        "displays",
-        "display_bytes",
-        "displays_dropped",
-        "files_dropped",
-        "before",
-        "keep",
-    )
+    __slots__ = ("max_displays", "max_display_bytes", "max_files", "max_file_bytes", "keep")
 
     def __init__(self, opts):
         self.max_displays = int(opts.get("max_displays") or 16)
         self.max_display_bytes = int(opts.get("max_display_bytes") or 4 << 20)
         self.max_files = int(opts.get("max_files") or 256)
         self.max_file_bytes = int(opts.get("max_file_bytes") or 64 << 20)
+        self.keep = bool(opts.get("keep_output"))
+
+
+class Rich:
+    """A call's rich-results state; pyrun_helper keeps one on its _Call."""
+
+    __slots__ = (
+        "caps",
+        "displays",
+        "display_bytes",
+        "displays_dropped",
+        "files_dropped",
+        "before",
+        "seen",
+    )
+
+    def __init__(self, caps):
+        self.caps = caps
         self.displays = 0
         self.display_bytes = 0
         self.displays_dropped = 0
         self.files_dropped = 0
         self.before = {}
-        self.keep = bool(opts.get("keep_output"))
+        self.seen = False  # /output/ held files at the end of the call
+
+
+# The options of calls without input files are the same text call after
+# call: parsed once.
+_cached = ["", Caps({})]
 
 
 # Folders besides pyrun's scratch ones that calls may write: /output/ and
@@ -134,19 +146,31 @@ def mounted(paths_json):
 
 
 def begin(call, options_json):
-    """Before a call's code: /output/, input files, caps."""
-    opts = _loads(options_json) if options_json else {}
-    rich = call.rich = Rich(opts)
-    if not opts.get("keep_output"):
-        _clear(OUTPUT)
+    """Before a call's code: /output/, input files, caps.
+
+    This runs for every call: it costs one listing of /output/ when the
+    options are those of the call before and /output/ is empty.
+    """
+    files = None
+    if options_json == _cached[0]:
+        caps = _cached[1]
+    else:
+        opts = _loads(options_json) if options_json else {}
+        caps = Caps(opts)
+        files = opts.get("files")
+        if not files:
+            _cached[0], _cached[1] = options_json, caps
+    rich = call.rich = Rich(caps)
     try:
-        os.makedirs(OUTPUT, exist_ok=True)
-    except OSError:
-        pass
-    files = opts.get("files")
+        present = os.listdir(OUTPUT)
+    except FileNotFoundError:
+        os.mkdir(OUTPUT)
+        present = ()
+    if present and not caps.keep:
+        _clear(OUTPUT)
     if files:
         _write_inputs(files)
-    if opts.get("keep_output"):
+    if caps.keep and present:
         rich.before = _scan(OUTPUT)
     mpl = sys.modules.get("matplotlib.pyplot")
     if mpl is not None:
@@ -189,7 +213,7 @@ def end(call, result):
 def finish(call):
     """After a call: a stateless call's /output/ goes with it."""
     rich = call.rich
-    if rich is None or not rich.keep:
+    if rich is not None and rich.seen and not rich.caps.keep:
         _clear(OUTPUT)
 
 
@@ -291,7 +315,8 @@ def _to_bytes(mime, data):
 def _send(call, mime, data):
     rich = call.rich
     raw = _to_bytes(mime, data)
-    if rich.displays >= rich.max_displays or rich.display_bytes + len(raw) > rich.max_display_bytes:
+    caps = rich.caps
+    if rich.displays >= caps.max_displays or rich.display_bytes + len(raw) > caps.max_display_bytes:
         rich.displays_dropped += 1
         return
     rich.displays += 1
@@ -425,9 +450,14 @@ def _scan(root):
 
 
 def _send_files(call, rich):
+    try:
+        if not os.listdir(OUTPUT):  # the common case, cheaper than a scan
+            return
+    except OSError:
+        return  # the call removed /output/ itself
+    rich.seen = True
     now = _scan(OUTPUT)
-    if not now:
-        return
+    caps = rich.caps
     import mimetypes
 
     sent = 0
@@ -436,15 +466,15 @@ def _send_files(call, rich):
         size, mtime = now[rel]
         if rich.before.get(rel) == (size, mtime):
             continue  # a session's file this call did not change
-        if sent >= rich.max_files or sent_bytes + size > rich.max_file_bytes:
+        if sent >= caps.max_files or sent_bytes + size > caps.max_file_bytes:
             rich.files_dropped += 1
             continue
         try:
             with open(OUTPUT + "/" + rel, "rb") as f:
-                data = f.read(rich.max_file_bytes - sent_bytes + 1)
+                data = f.read(caps.max_file_bytes - sent_bytes + 1)
         except OSError:
             continue
-        if sent_bytes + len(data) > rich.max_file_bytes:
+        if sent_bytes + len(data) > caps.max_file_bytes:
             rich.files_dropped += 1
             continue
         sent += 1
