@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -33,6 +34,10 @@ type Options struct {
 	MaxCode        int           // largest python_code accepted, in bytes
 	Network        supervisor.Network
 	Live           LiveOptions // what a call sends its client while it runs
+	// CodeMode gives calls the tools of other MCP servers (mcp_tools in
+	// Python); nil: none. Its changes reach clients as a changed tool
+	// description (see New).
+	CodeMode *codemode.Hub
 }
 
 // Server is pyrun's MCP server. Its methods are safe for concurrent use.
@@ -44,8 +49,9 @@ type Server struct {
 	live  liveStreams
 	posts posts // HTTP requests that carry calls, for CancelOnDisconnect
 
-	mu   sync.Mutex
-	opts Options // guarded by mu; replaced, never changed, by SetOptions
+	mu        sync.Mutex
+	opts      Options // guarded by mu; replaced, never changed, by SetOptions
+	published string  // the tool description clients were given; guarded by mu
 }
 
 // New builds the MCP server around pool.
@@ -68,7 +74,11 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 				Tools:   &sdk.ToolCapabilities{},
 			},
 		})
+	s.published = description(opts)
 	s.sdk.AddTool(tool(opts), s.handle)
+	if opts.CodeMode != nil {
+		opts.CodeMode.OnChange(s.republish)
+	}
 	return s
 }
 

@@ -96,7 +96,7 @@ The value of the last expression is returned as JSON (omitted when it is None).
 stdout and stderr are captured, up to %s each.
 Imports of packages Pyodide knows (numpy, pandas, ...) are installed on demand; a PEP 723 "# /// script" block with "dependencies = [...]" names packages explicitly.
 The call is stopped after %s (timeout_seconds may set a shorter limit).`,
-		o.PythonVersion, o.PyodideVersion, net, humanBytes(o.MaxOutput), o.Timeout)
+		o.PythonVersion, o.PyodideVersion, net, humanBytes(o.MaxOutput), o.Timeout) + o.CodeMode.Describe()
 }
 
 // callSeq numbers calls for logs and the worker protocol.
@@ -249,6 +249,11 @@ func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 		Globals: args.GlobalVariables,
 		Client:  clientOf(ctx, req),
 		Session: s.sessionName(req.Session),
+	}
+	if cm := s.options().CodeMode; cm != nil {
+		if caller, catalog := cm.ForRun(ctx, job.ID); caller != nil {
+			job.Tools, job.Catalog = caller, catalog
+		}
 	}
 	if t := args.TimeoutSeconds; t != nil {
 		job.Timeout = time.Duration(min(*t, 1e6) * float64(time.Second))

@@ -8,5 +8,5 @@ import "embed"
 
 // Files is the worker program, as the runtime folder receives it.
 //
-//go:embed main.ts worker.ts protocol.ts pyrun_helper.py package.json package-lock.json
+//go:embed main.ts worker.ts protocol.ts toolcalls.ts pyrun_helper.py mcp_tools.py package.json package-lock.json
 var Files embed.FS

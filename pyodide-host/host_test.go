@@ -28,7 +28,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the events sections of testdata/*.txtar from the real worker")
 
 // hostSources are the TypeScript files of the worker program.
-var hostSources = []string{"main.ts", "worker.ts", "protocol.ts"}
+var hostSources = []string{"main.ts", "worker.ts", "protocol.ts", "toolcalls.ts"}
 
 // TestDenoTools keeps the worker program clean under Deno's own formatter,
 // linter and type checker, offline: DENO_DIR is empty and nothing may be
@@ -208,7 +208,9 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 		"--allow-read=" + strings.Join([]string{
 			filepath.Join(rt.Dir, "worker.ts"),
 			filepath.Join(rt.Dir, "protocol.ts"),
+			filepath.Join(rt.Dir, "toolcalls.ts"),
 			filepath.Join(rt.Dir, "pyrun_helper.py"),
+			filepath.Join(rt.Dir, "mcp_tools.py"),
 			filepath.Join(rt.Dir, "node_modules", "pyodide"),
 		}, ","),
 		"--allow-net", "--deny-net=" + strings.Join(deniedNets, ","),
@@ -363,7 +365,7 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 				repeat.Reset(100 * time.Millisecond)
 				tick = repeat.C
 			}
-			if typ == "result" || typ == "pong" || typ == "error" || typ == "need" {
+			if typ == "result" || typ == "pong" || typ == "error" || typ == "need" || typ == "tool_call" {
 				break
 			}
 		}
@@ -424,6 +426,7 @@ func readLine(r *bufio.Reader) (string, error) {
 // eventTypes are the events of PROTOCOL.md.
 var eventTypes = map[string]bool{
 	"ready": true, "output": true, "package": true, "pong": true, "error": true, "result": true, "need": true,
+	"tool_call": true,
 }
 
 // volatile are the fields that differ from run to run, each on its event.

@@ -13,6 +13,7 @@ import {
   PROTOCOL_VERSION,
   type Request,
 } from "./protocol.ts";
+import { toolChannel } from "./toolcalls.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -108,6 +109,12 @@ interface Helper {
   run: {
     callPromising(id: string, code: string, globals: string, maxOutput: number): Promise<string>;
   };
+}
+
+/** pyodide-host/mcp_tools.py: the tools a call may call, as Python functions. */
+interface McpTools {
+  _setup(call: (server: string, tool: string, args: string) => Promise<string>): void;
+  _begin(catalog: string): void;
 }
 
 interface Shared {
@@ -254,6 +261,9 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
     return Atomics.exchange(shared.flag, 0, 0) !== 0 && live(shared);
   };
   helper.setup(writeLine, wait, () => live(shared), load);
+  // Code mode: mcp_tools calls tools through the supervisor (toolcalls.ts).
+  const mcpTools = py.pyimport("mcp_tools") as unknown as McpTools;
+  mcpTools._setup(toolChannel(lines, () => current, send));
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
   // A notice for a signal the current call started after is stale.
@@ -305,6 +315,7 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
         }
         beginCall(shared, req.interrupts ?? 0);
         current = req.id;
+        mcpTools._begin(typeof req.tools === "string" ? req.tools : "");
         try {
           writeLine(
             await helper.run.callPromising(
@@ -344,12 +355,18 @@ function beginCall(s: Shared, want: number): void {
   Atomics.store(s.flag, 0, 0);
 }
 
-/** Imports pyrun's helper from the runtime folder into Pyodide. */
+/**
+ * Imports pyrun's helper, and mcp_tools (which calls import themselves and
+ * find in sys.modules), from the runtime folder into Pyodide.
+ */
 async function importHelper(py: PyodideInterface): Promise<Helper> {
-  const source = await Deno.readTextFile(new URL("./pyrun_helper.py", import.meta.url));
   py.FS.mkdirTree("/lib/pyrun");
-  py.FS.writeFile("/lib/pyrun/pyrun_helper.py", source);
+  for (const name of ["pyrun_helper.py", "mcp_tools.py"]) {
+    const source = await Deno.readTextFile(new URL(`./${name}`, import.meta.url));
+    py.FS.writeFile(`/lib/pyrun/${name}`, source);
+  }
   py.runPython("import sys; sys.path.insert(0, '/lib/pyrun')");
+  py.pyimport("mcp_tools");
   const mod = py.pyimport("pyrun_helper") as unknown as Helper;
   py.runPython("import sys; sys.path.remove('/lib/pyrun')");
   return mod;

@@ -199,7 +199,9 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 	read := []string{
 		filepath.Join(rt.Dir, "worker.ts"),
 		filepath.Join(rt.Dir, "protocol.ts"),
+		filepath.Join(rt.Dir, "toolcalls.ts"),
 		filepath.Join(rt.Dir, "pyrun_helper.py"),
+		filepath.Join(rt.Dir, "mcp_tools.py"),
 		filepath.Join(rt.Dir, "node_modules", "pyodide"),
 	}
 	if !l.makeSnapshot && rt.PackageDir != "" {

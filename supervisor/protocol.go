@@ -29,9 +29,18 @@ type request struct {
 	// for this call.
 	Interrupts int `json:"interrupts"`
 
+	// Tools is the catalog of the host calls the call's code may make
+	// (Job.Catalog), as JSON text; empty for none.
+	Tools string `json:"tools,omitempty"`
+
 	// packages: the answer to a need event; Files to load, or Error.
 	Files []packages.File `json:"files,omitempty"`
 	Error string          `json:"error,omitempty"`
+
+	// tool_result: the answer to the tool_call event Call; Result (JSON
+	// text) or Error.
+	Call   string          `json:"call,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // event is any line a worker writes to its stdout. Fields are filled per Type.
@@ -58,6 +67,13 @@ type event struct {
 	Requires       []string          `json:"requires"`
 	RequiresPython string            `json:"requires_python"`
 	Loaded         map[string]string `json:"loaded"`
+
+	// tool_call: a host call of the running call's code (Job.Tools);
+	// Args is the JSON text of its arguments.
+	Call   string `json:"call"`
+	Server string `json:"server"`
+	Tool   string `json:"tool"`
+	Args   string `json:"args"`
 
 	// result
 	Status       string         `json:"status"`
@@ -123,6 +139,10 @@ func parseEvent(line []byte) (event, error) {
 			return event{}, fmt.Errorf("%w: output on unknown stream %q", errGarbage, clip([]byte(ev.Stream), 64))
 		}
 	case "package", "need":
+	case "tool_call":
+		if ev.Call == "" || len(ev.Call) > 64 || ev.Server == "" || ev.Tool == "" {
+			return event{}, fmt.Errorf("%w: tool_call without call, server or tool", errGarbage)
+		}
 	case "result":
 		if !knownWorkerStatus[ev.Status] {
 			return event{}, fmt.Errorf("%w: result with unknown status %q", errGarbage, clip([]byte(ev.Status), 64))

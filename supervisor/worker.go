@@ -34,6 +34,11 @@ type Job struct {
 	// Session the MCP session it came in, for logs.
 	Client  string
 	Session string
+	// Tools runs the host calls the code makes (tool_call events); nil:
+	// it can make none. Catalog describes them to the code, as JSON the
+	// supervisor passes on unread; empty: none.
+	Tools   ToolCaller
+	Catalog json.RawMessage
 }
 
 // Stop delays: a worker told to stop first sees its stdin close, then
@@ -241,7 +246,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	limit := callLimit(cfg, job)
 	line, err := json.Marshal(request{
 		Type: "run", ID: job.ID, Code: job.Code, Globals: string(job.Globals),
-		MaxOutput: cfg.MaxOutput, Interrupts: w.interrupts,
+		MaxOutput: cfg.MaxOutput, Interrupts: w.interrupts, Tools: string(job.Catalog),
 	})
 	if err != nil {
 		res.Status, res.Error = StatusCrashed, fmt.Sprintf("pyrun could not encode the call: %v", err)
@@ -273,6 +278,14 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			w.retire = "it was stopped while its packages were being fetched"
 		}
 	}()
+	// Host calls run on goroutines of their own; the worker waits for an
+	// answer to each, also when the call ends first.
+	tools := newToolCalls(ctx, job, limit)
+	defer func() {
+		if err := tools.finish(w.writeAnswer); err != nil && w.retire == "" {
+			w.retire = "it did not take the answer to a tool call"
+		}
+	}()
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	var grace, repeat <-chan time.Time // while stopping: kill at grace, interrupt again at repeat
@@ -289,6 +302,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 		}
 		stopped = why
 		cancelResolve() // a fetch in progress is for nothing now
+		tools.stop()
 		w.interrupt()
 		grace = time.After(cfg.InterruptGrace)
 		ticker = time.NewTicker(interruptRepeat)
@@ -333,6 +347,8 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 					tr.events.Package(needText(ev))
 				}
 				go func() { answers <- w.resolve(resolveCtx, job.ID, ev) }()
+			case "tool_call":
+				tools.start(job.ID, ev)
 			case "error":
 				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), "it failed a call")
 			case "result":
@@ -362,6 +378,11 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			if err != nil {
 				fail(fmt.Errorf("the worker did not take its packages: %w", err), "it did not take its packages")
 			}
+		case ans := <-tools.answers:
+			tools.took()
+			if err := w.writeAnswer(ans); err != nil {
+				fail(fmt.Errorf("the worker did not take the answer to a tool call: %w", err), "it did not take a tool call's answer")
+			}
 		case <-deadline.C:
 			if stopped == "" {
 				tr.notice(false, "the call reached its time limit of %s; interrupting it", limit)
@@ -378,6 +399,20 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			w.kill("it did not stop after an interrupt")
 		}
 	}
+}
+
+// writeAnswer writes an answer the worker is waiting for (tool_result).
+func (w *worker) writeAnswer(ans request) error {
+	if w.killedFor() != "" {
+		return errors.New("the worker was killed")
+	}
+	b, err := json.Marshal(ans)
+	if err != nil {
+		return err
+	}
+	_ = w.stdin.SetWriteDeadline(time.Now().Add(answerWriteLimit))
+	_, err = w.stdin.Write(append(b, '\n'))
+	return err
 }
 
 // answerWriteLimit bounds the write of a packages answer to a worker that

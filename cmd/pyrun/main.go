@@ -181,7 +181,11 @@ func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stderr io.Writer
 		return err
 	}
 	defer closePool(pool, log)
-	srv := mcp.New(pool, mcpOptions(o, rt), log)
+	hub := startHub(o, log)
+	defer hub.Close()
+	mopts := mcpOptions(o, rt)
+	mopts.CodeMode = hub
+	srv := mcp.New(pool, mopts, log)
 	log.Info("serving MCP on stdio", "workers", pool.Config().Workers, "python", rt.Python)
 	if err := srv.RunStdio(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("stdio: %w", err)
@@ -215,7 +219,15 @@ func cmdRun(ctx context.Context, o *options, pos []string, stdin io.Reader, stdo
 		return exitFail, err
 	}
 	defer closePool(pool, log)
-	res, err := pool.Run(ctx, supervisor.Job{ID: "1", Code: string(code), Client: "cli"}, nil)
+	job := supervisor.Job{ID: "1", Code: string(code), Client: "cli"}
+	if len(o.mcpServers.servers) > 0 {
+		hub := startHub(o, log)
+		defer hub.Close()
+		if caller, catalog := hub.ForRun(ctx, job.ID); caller != nil {
+			job.Tools, job.Catalog = caller, catalog
+		}
+	}
+	res, err := pool.Run(ctx, job, nil)
 	if err != nil && res.Status == "" {
 		return exitFail, err
 	}

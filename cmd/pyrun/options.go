@@ -58,6 +58,11 @@ type options struct {
 	insecureNoAuth bool
 	clientMaxCalls int
 	clientMaxQueue int
+
+	mcpServers      serversFlag
+	maxToolCalls    int
+	toolConcurrency int
+	maxToolListing  byteSize
 }
 
 // flagSet declares every flag on o, with its default.
@@ -65,6 +70,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	o.memoryLimit, o.maxOutput, o.maxCode, o.liveBuffer = 512<<20, 64<<10, 1<<20, 256<<10
+	o.maxToolListing = 8 << 10
 	fs.StringVar(&o.configFile, "config", "", "JSON config `file`; its keys are these flags' names in snake_case")
 	fs.IntVar(&o.workers, "workers", supervisor.DefaultWorkers(), "warm pool size")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
@@ -98,6 +104,10 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.BoolVar(&o.insecureNoAuth, "insecure-no-auth", false, "serve: listen beyond loopback without access control: anyone who reaches pyrun runs code")
 	fs.IntVar(&o.clientMaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker (default: the pool size)")
 	fs.IntVar(&o.clientMaxQueue, "client-max-queue", 16, "serve, with access control: more calls of one client that may wait for those places; more are refused")
+	fs.Var(&o.mcpServers, "mcp-servers", "code mode: `JSON` object of MCP servers whose tools Python may call, as in Claude Desktop's mcpServers, each with \"allow\": [tool names] and \"timeout\"")
+	fs.IntVar(&o.maxToolCalls, "max-tool-calls", 50, "code mode: tool calls one run may make")
+	fs.IntVar(&o.toolConcurrency, "tool-concurrency", 4, "code mode: tool calls of one run in progress at once")
+	fs.Var(&o.maxToolListing, "max-tool-listing", "code mode: size of the function list in the tool description; a longer one is summarised (bytes or 8KiB)")
 	return fs
 }
 
@@ -183,6 +193,8 @@ func configValue(raw json.RawMessage) (string, error) {
 			parts[i] = s
 		}
 		return strings.Join(parts, ","), nil
+	case map[string]any:
+		return string(raw), nil // JSON-valued settings (mcp_servers) take it as it is
 	case nil:
 		return "", errors.New("null is not a value; leave the key out for the default")
 	}
@@ -229,6 +241,12 @@ func (o *options) check() error {
 		return fmt.Errorf("client-max-calls must be between 0 (the pool size) and 4096, not %d", o.clientMaxCalls)
 	case o.clientMaxQueue < 0 || o.clientMaxQueue > 4096:
 		return fmt.Errorf("client-max-queue must be between 0 and 4096, not %d", o.clientMaxQueue)
+	case o.maxToolCalls < 1 || o.maxToolCalls > 10000:
+		return fmt.Errorf("max-tool-calls must be between 1 and 10000, not %d", o.maxToolCalls)
+	case o.toolConcurrency < 1 || o.toolConcurrency > 64:
+		return fmt.Errorf("tool-concurrency must be between 1 and 64, not %d", o.toolConcurrency)
+	case o.maxToolListing < 1<<10 || o.maxToolListing > 1<<20:
+		return fmt.Errorf("max-tool-listing must be between 1KiB and 1MiB, not %s", o.maxToolListing)
 	case o.authIssuer == "" && (o.authJWKSURL != "" || len(o.authAudience) > 0):
 		return errors.New("auth-jwks-url and auth-audience need auth-issuer: the authorization server whose tokens to accept")
 	}

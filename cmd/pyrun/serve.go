@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -34,6 +35,7 @@ type service struct {
 	handler *mcp.HTTPHandler
 	http    *http.Server
 	watcher *configWatcher // nil without a config file
+	hub     *codemode.Hub  // code mode's MCP servers
 
 	mu   sync.Mutex
 	opts *options // in force; replaced by reload
@@ -65,13 +67,17 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	if err != nil {
 		return err
 	}
-	s := &service{args: args, log: log, rt: rt, pool: pool, opts: o}
+	s := &service{args: args, log: log, rt: rt, pool: pool, opts: o, hub: startHub(o, log)}
+	defer s.hub.Close()
 	metrics := mcp.NewMetrics(version, pool.Stats)
+	metrics.CodeMode(s.hub)
 	var runner mcp.Runner = pool
 	if guard != nil {
 		runner = mcp.LimitClients(pool, s.clientLimits, log.Named("pool"))
 	}
-	s.srv = mcp.New(metrics.Instrument(runner), mcpOptions(o, rt), log)
+	mopts := mcpOptions(o, rt)
+	mopts.CodeMode = s.hub
+	s.srv = mcp.New(metrics.Instrument(runner), mopts, log)
 	keepAlive := o.keepAlive
 	if keepAlive == 0 {
 		keepAlive = -1 // never
@@ -255,7 +261,11 @@ func (s *service) reload() {
 		return
 	}
 	s.log.SetLevel(hclogLevel(o.logLevel))
-	s.srv.SetOptions(mcpOptions(o, s.rt))
+	s.hub.SetOptions(o.hubOptions())
+	s.hub.Configure(o.mcpServers.servers)
+	mopts := mcpOptions(o, s.rt)
+	mopts.CodeMode = s.hub
+	s.srv.SetOptions(mopts)
 	s.opts = o
 	s.log.Info("config reloaded", "file", o.configFile, "changed", changed)
 }
