@@ -81,7 +81,7 @@ func (c *Caller) call(ctx context.Context, server, toolName string, args json.Ra
 	if u == nil {
 		return nil, StatusNotAllowed, fmt.Errorf("pyrun: there is no MCP server %q (servers: %s)", server, c.hub.names())
 	}
-	defer u.calls.Done()
+	defer u.release()
 	if !u.cfg.allowed(toolName) {
 		return nil, StatusNotAllowed, fmt.Errorf("pyrun: the tool %q of the MCP server %q is not allowed (its allow list in mcp_servers)", toolName, server)
 	}

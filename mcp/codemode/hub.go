@@ -198,15 +198,26 @@ func (h *Hub) sorted() []*upstream {
 }
 
 // acquire returns the server of that name with a call counted on it, so
-// that a reload stops it only after the call; release with u.calls.Done.
+// that a reload stops it only after the call; u.release ends it.
 func (h *Hub) acquire(name string) *upstream {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	u := h.servers[name]
 	if u != nil {
 		u.calls.Add(1)
+		u.busy.Add(1)
 	}
 	return u
+}
+
+// Busy is the number of calls in progress on a server.
+func (h *Hub) Busy(server string) int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if u := h.servers[server]; u != nil {
+		return int(u.busy.Load())
+	}
+	return 0
 }
 
 func (h *Hub) options() Options {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -42,6 +43,7 @@ type upstream struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run has returned
 	calls  sync.WaitGroup
+	busy   atomic.Int32 // calls in progress
 	tasks  sync.WaitGroup // tool-list refreshes
 
 	mu      sync.Mutex
@@ -371,6 +373,12 @@ func (u *upstream) broken(cs *sdk.ClientSession) {
 	if current {
 		_ = cs.Close()
 	}
+}
+
+// release ends a call counted by Hub.acquire.
+func (u *upstream) release() {
+	u.busy.Add(-1)
+	u.calls.Done()
 }
 
 // close stops the upstream once the calls it is running have ended; it
