@@ -43,7 +43,7 @@ type upstream struct {
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run has returned
 	calls  sync.WaitGroup
-	busy   atomic.Int32 // calls in progress
+	busy   atomic.Int32   // calls in progress
 	tasks  sync.WaitGroup // tool-list refreshes
 
 	mu      sync.Mutex
