@@ -71,7 +71,8 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 			Logger:                    slogFor(log.Named("mcp")),
 			Capabilities: &sdk.ServerCapabilities{
 				Logging: &sdk.LoggingCapabilities{},
-				Tools:   &sdk.ToolCapabilities{},
+				// listChanged: a reload or code mode changes the tool description.
+				Tools: &sdk.ToolCapabilities{ListChanged: true},
 			},
 		})
 	s.published = description(opts)

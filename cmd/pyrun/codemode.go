@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -41,6 +42,12 @@ func (o *options) hubOptions() codemode.Options {
 		MaxListing:  int(o.maxToolListing),
 	}
 }
+
+// hubSettle bounds how long pyrun, once its workers are up, waits for MCP
+// servers still connecting before it serves, so that the first tool list a
+// client gets describes their tools; later ones reach clients as a changed
+// tool list.
+const hubSettle = 3 * time.Second
 
 // startHub connects to the configured MCP servers in the background: a
 // server that cannot start is logged and left out, and never holds up

@@ -176,13 +176,14 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 }
 
 func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stderr io.Writer, log hclog.Logger) error {
+	hub := startHub(o, log) // connects while the pool starts
+	defer hub.Close()
 	rt, pool, err := startPool(ctx, o, o.poolConfig(), stderr, log)
 	if err != nil {
 		return err
 	}
 	defer closePool(pool, log)
-	hub := startHub(o, log)
-	defer hub.Close()
+	hub.Settle(ctx, hubSettle)
 	mopts := mcpOptions(o, rt)
 	mopts.CodeMode = hub
 	srv := mcp.New(pool, mopts, log)

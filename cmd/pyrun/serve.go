@@ -63,12 +63,14 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		return err
 	}
 
+	hub := startHub(o, log) // connects while the pool starts
+	defer hub.Close()
 	rt, pool, err := startPool(ctx, o, o.poolConfig(), stderr, log)
 	if err != nil {
 		return err
 	}
-	s := &service{args: args, log: log, rt: rt, pool: pool, opts: o, hub: startHub(o, log)}
-	defer s.hub.Close()
+	hub.Settle(ctx, hubSettle)
+	s := &service{args: args, log: log, rt: rt, pool: pool, opts: o, hub: hub}
 	metrics := mcp.NewMetrics(version, pool.Stats)
 	metrics.CodeMode(s.hub)
 	var runner mcp.Runner = pool

@@ -110,6 +110,7 @@ func (c *Caller) call(ctx context.Context, server, toolName string, args json.Ra
 		}
 		return nil, StatusUnavailable, fmt.Errorf("pyrun: %s: %w", server, err)
 	}
+	c.hub.log.Debug("tool call started", "run", c.run, "server", server, "tool", toolName)
 	res, err := cs.CallTool(callCtx, &sdk.CallToolParams{Name: toolName, Arguments: args})
 	switch {
 	case err == nil:
@@ -122,7 +123,7 @@ func (c *Caller) call(ctx context.Context, server, toolName string, args json.Ra
 		if !errors.As(err, &wire) {
 			// Not an answer from the server: the connection failed (a
 			// crash, say). A new one is made for the next call.
-			u.broken(cs)
+			u.broken(cs, err)
 			return nil, StatusFailed, fmt.Errorf("pyrun: the MCP server %q failed during the call (%v); pyrun reconnects it", server, err)
 		}
 		return nil, StatusFailed, fmt.Errorf("the MCP server %q refused the call: %v", server, err)

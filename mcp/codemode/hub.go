@@ -253,10 +253,16 @@ func (h *Hub) ForRun(ctx context.Context, run string) (*Caller, json.RawMessage)
 		return nil, nil
 	}
 	opts := h.options()
-	settle, cancel := context.WithTimeout(ctx, opts.Settle)
-	defer cancel()
-	for _, u := range servers {
-		u.waitSettled(settle)
-	}
+	h.Settle(ctx, opts.Settle)
 	return newCaller(h, run, opts), h.Catalog()
+}
+
+// Settle waits until no server is connecting (each is connected or down),
+// at most d.
+func (h *Hub) Settle(ctx context.Context, d time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for _, u := range h.sorted() {
+		u.waitSettled(ctx)
+	}
 }

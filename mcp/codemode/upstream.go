@@ -365,12 +365,14 @@ func (u *upstream) waitSettled(ctx context.Context) {
 	}
 }
 
-// broken closes a connection that failed a call, so that run makes a new one.
-func (u *upstream) broken(cs *sdk.ClientSession) {
+// broken closes a connection that failed a call, so that run makes a new
+// one. Calls from now on wait for it rather than try the broken one.
+func (u *upstream) broken(cs *sdk.ClientSession, err error) {
 	u.mu.Lock()
-	current := u.session == cs
+	current := u.session == cs && u.state == connected
 	u.mu.Unlock()
 	if current {
+		u.setState(connecting, nil, err)
 		_ = cs.Close()
 	}
 }
