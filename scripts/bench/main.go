@@ -55,7 +55,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory"}
+var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "toolcall"}
 
 func main() {
 	var o opts
@@ -238,6 +238,10 @@ func run(ctx context.Context, o *opts) error {
 		}},
 		{"memory", "idle memory of pyrun and 2 workers", func(ctx context.Context) (err error) {
 			rep.Memory, err = benchMemory(ctx, o)
+			return err
+		}},
+		{"toolcall", "code mode: tool calls from Python to server-memory", func(ctx context.Context) (err error) {
+			rep.ToolCall, err = benchToolCall(ctx, o)
 			return err
 		}},
 	}

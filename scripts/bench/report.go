@@ -30,6 +30,7 @@ type report struct {
 	Throughput *throughputReport `json:"cpu_throughput,omitempty"`
 	Process    *processReport    `json:"isolation_process,omitempty"`
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
+	ToolCall   *toolCallReport   `json:"tool_call,omitempty"`
 	Targets    []target          `json:"targets"`
 }
 
@@ -249,6 +250,10 @@ func (r *report) print(w io.Writer) {
 	if m := r.Memory; m != nil {
 		fmt.Fprintf(w, "idle memory: pyrun %.1f MB RSS; with %d workers %.1f MB RSS (workers %v), %.1f MB PSS\n",
 			m.PyrunRSSMB, m.Workers, m.TotalRSSMB, m.WorkerRSSMB, m.TotalPSSMB)
+	}
+	if c := r.ToolCall; c != nil {
+		fmt.Fprintf(w, "code mode, %s %s from Python (median of %d runs of %d calls): %.3f ms a call in sequence, %.3f ms with asyncio.gather; a go-sdk client calling it directly: %.3f ms\n",
+			c.Server, c.Tool, c.Runs, c.Calls, c.SequentialMS, c.GatherMS, c.DirectMS)
 	}
 	fmt.Fprintf(w, "\ntargets\n")
 	for _, t := range r.Targets {
