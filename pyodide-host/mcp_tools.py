@@ -207,6 +207,17 @@ def _namespace(server):
         lines += ["", "No tools of this server are allowed."]
     ns.__doc__ = "\n".join(lines)
     ns.__all__ = names
+
+    def __getattr__(attr, _name=name, _names=tuple(names), _note=server.get("note")):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        why = f" {_note}" if _note else ""
+        have = ", ".join(_names) or "none"
+        raise AttributeError(
+            f'the MCP server "{_name}" has no tool {attr!r} that pyrun allows (functions: {have}).{why}'
+        )
+
+    ns.__getattr__ = __getattr__
     return ns
 
 
@@ -272,6 +283,10 @@ def _type_text(annotation):
 def _function(server, tool, module):
     """An async function calling ``tool``, with a signature from its schema."""
     schema = tool.get("inputSchema") or {}
+    if tool.get("pending"):
+        # Its server has not listed its tools yet: pyrun checks the
+        # arguments once it has.
+        schema = {"type": "object", "properties": {"*": {}}}
     props = schema.get("properties") or {}
     required = set(schema.get("required") or ())
     params, by_py, docs = [], {}, []
@@ -297,6 +312,8 @@ def _function(server, tool, module):
                 _inspect.Parameter(prop, _inspect.Parameter.KEYWORD_ONLY, default=default, annotation=ann)
             )
         docs.append(_arg_doc(prop, ann, ps, prop in required, ""))
+    if tool.get("pending"):
+        docs = []
     if extra:
         params.append(_inspect.Parameter("arguments", _inspect.Parameter.VAR_KEYWORD))
     sig = _inspect.Signature(params)
@@ -322,6 +339,8 @@ def _function(server, tool, module):
     tool_function.__signature__ = sig
     tool_function.__module__ = module
     summary = (tool.get("description") or "").strip() or f'The tool "{name}".'
+    if tool.get("pending"):
+        summary += " Its server is connecting: pyrun has not listed this tool yet."
     doc = [summary]
     if docs:
         doc += ["", "Arguments:"] + docs

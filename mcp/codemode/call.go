@@ -85,14 +85,6 @@ func (c *Caller) call(ctx context.Context, server, toolName string, args json.Ra
 	if !u.cfg.allowed(toolName) {
 		return nil, StatusNotAllowed, fmt.Errorf("pyrun: the tool %q of the MCP server %q is not allowed (its allow list in mcp_servers)", toolName, server)
 	}
-	t := u.lookup(toolName)
-	if t == nil {
-		return nil, StatusNotAllowed, fmt.Errorf("pyrun: the MCP server %q does not offer the tool %q now", server, toolName)
-	}
-	if err := checkArgs(t, args); err != nil {
-		return nil, StatusInvalid, fmt.Errorf("invalid arguments for %s.%s: %w", server, toolName, err)
-	}
-
 	select {
 	case c.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -109,6 +101,14 @@ func (c *Caller) call(ctx context.Context, server, toolName string, args json.Ra
 			return nil, StatusCancelled, runEnded(ctx)
 		}
 		return nil, StatusUnavailable, fmt.Errorf("pyrun: %s: %w", server, err)
+	}
+	// Connected: the server has listed its tools.
+	t := u.lookup(toolName)
+	if t == nil {
+		return nil, StatusNotAllowed, fmt.Errorf("pyrun: the MCP server %q does not offer the tool %q now", server, toolName)
+	}
+	if err := checkArgs(t, args); err != nil {
+		return nil, StatusInvalid, fmt.Errorf("invalid arguments for %s.%s: %w", server, toolName, err)
 	}
 	c.hub.log.Debug("tool call started", "run", c.run, "server", server, "tool", toolName)
 	res, err := cs.CallTool(callCtx, &sdk.CallToolParams{Name: toolName, Arguments: args})

@@ -21,7 +21,10 @@ type catalogServer struct {
 type catalogTool struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description,omitempty"`
-	InputSchema json.RawMessage `json:"inputSchema"`
+	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	// Pending marks a tool its server has not listed yet (it is
+	// connecting): its function takes any keyword arguments.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // Catalog is the JSON the code's mcp_tools module is built from. A server
@@ -41,7 +44,7 @@ func (h *Hub) Catalog() json.RawMessage {
 			cs.Note = "This server is " + st + "."
 		}
 		for _, t := range u.toolList() {
-			cs.Tools = append(cs.Tools, catalogTool{Name: t.sdk.Name, Description: t.sdk.Description, InputSchema: t.schema})
+			cs.Tools = append(cs.Tools, catalogTool{Name: t.sdk.Name, Description: t.sdk.Description, InputSchema: t.schema, Pending: t.pending})
 		}
 		servers = append(servers, cs)
 	}
@@ -103,6 +106,10 @@ func listServer(b *strings.Builder, u *upstream, level int) {
 			b.WriteString(" no tools allowed or offered")
 		}
 		for _, t := range tools {
+			if t.pending {
+				fmt.Fprintf(b, "\n  async def %s(**arguments)", pyName(t.sdk.Name))
+				continue
+			}
 			fmt.Fprintf(b, "\n  async def %s(%s)", pyName(t.sdk.Name), signature(t.schema))
 			if s := summary(t.sdk.Description); s != "" {
 				b.WriteString(": " + s)

@@ -321,7 +321,7 @@ func TestUnavailable(t *testing.T) {
 	if _, err := call(t, c, t.Context(), "memory", "read_graph", map[string]any{}); err != nil {
 		t.Error(err)
 	}
-	if _, err := call(t, c, t.Context(), "broken", "x", map[string]any{}); err == nil || !strings.Contains(err.Error(), "does not offer") {
+	if _, err := call(t, c, t.Context(), "broken", "x", map[string]any{}); err == nil || !strings.Contains(err.Error(), "not available") {
 		t.Errorf("call to a server that never started: %v", err)
 	}
 	if d := hub.Describe(); !strings.Contains(d, "mcp_tools.broken (not available") || !strings.Contains(d, "async def read_graph()") {

@@ -52,6 +52,7 @@ type upstream struct {
 	ready   chan struct{}      // closed when the state leaves connecting
 	lastErr error              // why the last connection failed or ended
 	tools   []*tool            // the allowed tools it offered last, by name
+	listed  bool               // tools holds a list the server gave
 }
 
 type state int
@@ -73,6 +74,7 @@ type tool struct {
 	sdk      *sdk.Tool
 	schema   json.RawMessage
 	resolved *jsonschema.Resolved // nil: the schema could not be resolved; arguments are only checked to be an object
+	pending  bool                 // an allowed tool of a server that has not listed its tools yet
 }
 
 func startUpstream(name string, cfg Server, version string, log hclog.Logger, changed func()) *upstream {
@@ -196,7 +198,7 @@ func (u *upstream) connect() (*sdk.ClientSession, error) {
 		return nil, err
 	}
 	u.mu.Lock()
-	u.tools = tools
+	u.tools, u.listed = tools, true
 	u.mu.Unlock()
 	u.setState(connected, cs, nil)
 	return cs, nil
@@ -299,11 +301,20 @@ func (u *upstream) setState(s state, cs *sdk.ClientSession, err error) {
 	}
 }
 
-// toolList is the allowed tools offered last.
+// toolList is the allowed tools offered last. Until the server has
+// listed its tools, it is the allow list, each tool marked pending (no
+// schema yet): code can call them, and the calls wait for the server.
 func (u *upstream) toolList() []*tool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	return u.tools
+	if u.listed {
+		return u.tools
+	}
+	var out []*tool
+	for _, name := range u.cfg.Allow {
+		out = append(out, &tool{sdk: &sdk.Tool{Name: name}, pending: true})
+	}
+	return out
 }
 
 func (u *upstream) lookup(name string) *tool {
