@@ -471,3 +471,43 @@ func (l *lockedLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestCodeModeFlags: code mode's settings reach the hub from the config
+// file and flags, with their defaults; bad ones are refused with the key.
+func TestCodeModeFlags(t *testing.T) {
+	o, _, err := loadOptions("stdio", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := o.hubOptions(); h.MaxCalls != 50 || h.Concurrency != 4 || h.MaxListing != 8<<10 || h.MaxResult != 64<<10 {
+		t.Errorf("defaults: %+v", h)
+	}
+	cfg := filepath.Join(t.TempDir(), "pyrun.json")
+	if err := writeFile(cfg, `{"mcp_servers": {"m": {"command": "node", "args": ["x.js"], "allow": ["a"], "timeout": "5s"}},
+		"max_tool_calls": 7, "tool_concurrency": 2, "max_tool_listing": "2KiB", "max_output": "4KiB"}`); err != nil {
+		t.Fatal(err)
+	}
+	o, _, err = loadOptions("stdio", []string{"--config", cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := o.hubOptions(); h.MaxCalls != 7 || h.Concurrency != 2 || h.MaxListing != 2<<10 || h.MaxResult != 4<<10 {
+		t.Errorf("from the file: %+v", h)
+	}
+	if m := o.mcpServers.servers["m"]; m.Command != "node" || len(m.Allow) != 1 || time.Duration(m.Timeout) != 5*time.Second {
+		t.Errorf("mcp_servers: %+v", o.mcpServers.servers)
+	}
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-tool-calls", "0"}, "max-tool-calls"},
+		{[]string{"--tool-concurrency", "100"}, "tool-concurrency"},
+		{[]string{"--max-tool-listing", "10"}, "max-tool-listing"},
+		{[]string{"--mcp-servers", `{"m": {"command": "x", "alow": []}}`}, "mcp_servers.m"},
+	} {
+		if _, _, err := loadOptions("stdio", bad.args); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%v: %v, want an error naming %s", bad.args, err, bad.want)
+		}
+	}
+}
