@@ -511,3 +511,43 @@ func TestCodeModeFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestCodeModeReload: pyrun serve applies a changed mcp_servers without
+// dropping the tool call running on a server it removes.
+func TestCodeModeReload(t *testing.T) {
+	needBinary(t)
+	ev := stdioServer(t, "everything", nil, []string{"trigger-long-running-operation", "echo"}, "stdio")
+	mem := stdioServer(t, "memory", map[string]string{"MEMORY_FILE_PATH": filepath.Join(t.TempDir(), "m.jsonl")}, []string{"read_graph"})
+	cfg := codeModeConfig(t, map[string]any{"everything": ev}, nil)
+	s := startServe(t, "--config", cfg, "--workers", "2", "--log-level", "debug")
+	c := s.connect(t, "mcp", "", nil)
+
+	mark := s.log.mark()
+	done := make(chan result, 1)
+	go func() {
+		r, err := c.call(t.Context(), map[string]any{"python_code": `import mcp_tools
+await mcp_tools.everything.trigger_long_running_operation(duration=3, steps=1)`})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	s.log.waitMsg(t, mark, "tool call started")
+
+	b, err := json.Marshal(map[string]any{"mcp_servers": map[string]any{"memory": mem}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark = s.log.mark()
+	if err := os.WriteFile(cfg, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := s.log.waitMsg(t, mark, "config reloaded"); !strings.Contains(fmt.Sprint(r["changed"]), "mcp-servers") {
+		t.Errorf("reload changed %v", r["changed"])
+	}
+	r := <-done
+	wantValue(t, r, `"Long running operation completed. Duration: 3 seconds, Steps: 1."`)
+	wantValue(t, c.run(t, `import mcp_tools
+[sorted(n for n in dir(mcp_tools) if not n.startswith("_")), (await mcp_tools.memory.read_graph())["entities"]]`),
+		`[["Image", "ToolError", "call", "memory"], []]`)
+}
