@@ -550,4 +550,20 @@ await mcp_tools.everything.trigger_long_running_operation(duration=3, steps=1)`}
 	wantValue(t, c.run(t, `import mcp_tools
 [sorted(n for n in dir(mcp_tools) if not n.startswith("_")), (await mcp_tools.memory.read_graph())["entities"]]`),
 		`[["Image", "ToolError", "call", "memory"], []]`)
+
+	// Tool calls are counted per server and status; servers' states show.
+	m := s.metrics(t)
+	for key, want := range map[string]float64{
+		`pyrun_tool_calls_total{server="everything",status="ok"}`: 1,
+		`pyrun_tool_calls_total{server="memory",status="ok"}`:     1,
+		`pyrun_tool_call_duration_seconds_count{server="memory"}`: 1,
+		`pyrun_mcp_server_up{server="memory"}`:                    1,
+	} {
+		if m[key] != want {
+			t.Errorf("/metrics: %s = %v, want %v", key, m[key], want)
+		}
+	}
+	if _, ok := m[`pyrun_mcp_server_up{server="everything"}`]; ok {
+		t.Error("/metrics still has the removed server's state")
+	}
 }
