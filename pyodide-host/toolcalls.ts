@@ -7,21 +7,27 @@ import type { Event } from "./protocol.ts";
 /** The answer Python receives: the tool_result line as the supervisor wrote it, or a local failure. */
 type Settle = (line: string) => void;
 
+/** A run's host calls: call is what Python calls; idle resolves once every call has its answer. */
+export interface ToolChannel {
+  call(server: string, tool: string, args: string): Promise<string>;
+  idle(): Promise<void>;
+}
+
 /**
- * Returns the function Python calls to make a host call. Answers come on
+ * Returns the channel Python makes host calls through. Answers come on
  * stdin while the call runs, so the channel reads lines itself, and only
  * while answers are outstanding: the supervisor answers every tool_call
- * exactly once, before its next request, so the reader never takes a line
- * meant for the request loop.
+ * exactly once, before its next request. The request loop must await idle
+ * before it reads again, or the two readers would take each other's lines.
  */
 export function toolChannel(
   lines: AsyncGenerator<string | null>,
   current: () => string,
   write: (ev: Event) => void,
-): (server: string, tool: string, args: string) => Promise<string> {
+): ToolChannel {
   const pending = new Map<string, Settle>();
   let seq = 0;
-  let reading = false;
+  let reading: Promise<void> | null = null;
 
   const failAll = (why: string) => {
     for (const settle of pending.values()) settle(JSON.stringify({ error: why }));
@@ -29,8 +35,6 @@ export function toolChannel(
   };
 
   const read = async () => {
-    if (reading) return;
-    reading = true;
     try {
       while (pending.size) {
         const next = await lines.next();
@@ -56,11 +60,11 @@ export function toolChannel(
         settle(next.value as string);
       }
     } finally {
-      reading = false;
+      reading = null;
     }
   };
 
-  return (server: string, tool: string, args: string): Promise<string> => {
+  const call = (server: string, tool: string, args: string): Promise<string> => {
     const id = current();
     if (!id) {
       return Promise.resolve(
@@ -77,7 +81,13 @@ export function toolChannel(
       tool: String(tool),
       args: String(args),
     });
-    read();
+    reading ??= read();
     return answer;
+  };
+  return {
+    call,
+    idle: async () => {
+      await reading;
+    },
   };
 }

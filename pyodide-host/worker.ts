@@ -263,7 +263,8 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
   helper.setup(writeLine, wait, () => live(shared), load);
   // Code mode: mcp_tools calls tools through the supervisor (toolcalls.ts).
   const mcpTools = py.pyimport("mcp_tools") as unknown as McpTools;
-  mcpTools._setup(toolChannel(lines, () => current, send));
+  const tools = toolChannel(lines, () => current, send);
+  mcpTools._setup(tools.call);
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
   // A notice for a signal the current call started after is stale.
@@ -333,6 +334,8 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
           });
         }
         current = "";
+        // Answers to host calls the run left outstanding come first.
+        await tools.idle();
         break;
       }
       default:

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 )
 
 // ToolCaller runs the host calls a job's code makes while it runs (code
@@ -36,21 +35,24 @@ type toolCalls struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	answers chan request
-	pending int // calls started whose answer has not been taken from answers
+	pending int       // calls started whose answer has not been taken from answers
+	held    []request // answers kept from the worker until the call ends
 	wg      sync.WaitGroup
 }
 
-// newToolCalls prepares a job's host calls: they end with the job's time
-// limit at the latest.
-func newToolCalls(ctx context.Context, job Job, limit time.Duration) *toolCalls {
+// newToolCalls prepares a job's host calls. They end when the call is
+// stopped (stop: its time limit, a cancellation) or ends.
+func newToolCalls(ctx context.Context, job Job) *toolCalls {
 	tc := &toolCalls{caller: job.Tools, answers: make(chan request, maxPendingToolCalls)}
-	tc.ctx, tc.cancel = context.WithTimeout(ctx, limit)
+	tc.ctx, tc.cancel = context.WithCancel(ctx)
 	return tc
 }
 
 // start runs the host call a tool_call event asks for. A call that cannot
-// start is answered at once.
-func (tc *toolCalls) start(id string, ev event) {
+// start is not started: start returns its answer, for the caller to write
+// at once (not through answers, which only the calls started fill, so that
+// a worker asking for calls without end cannot fill it).
+func (tc *toolCalls) start(id string, ev event) (refused *request) {
 	ans := request{Type: "tool_result", ID: id, Call: ev.Call}
 	switch {
 	case tc.caller == nil:
@@ -60,11 +62,10 @@ func (tc *toolCalls) start(id string, ev event) {
 	case tc.ctx.Err() != nil:
 		ans.Error = "pyrun: the call is ending: " + ctxWhy(tc.ctx)
 	}
-	tc.pending++
 	if ans.Error != "" {
-		tc.answers <- ans
-		return
+		return &ans
 	}
+	tc.pending++
 	tc.wg.Add(1)
 	go func() {
 		defer tc.wg.Done()
@@ -79,10 +80,16 @@ func (tc *toolCalls) start(id string, ev event) {
 		}
 		tc.answers <- ans
 	}()
+	return nil
 }
 
 // took records that an answer was taken from answers.
 func (tc *toolCalls) took() { tc.pending-- }
+
+// hold keeps an answer from the worker until the call ends: a call being
+// stopped must end as stopped (the interrupt), not with the failure of the
+// tool call the stop cut short.
+func (tc *toolCalls) hold(ans request) { tc.held = append(tc.held, ans) }
 
 // stop cancels the calls still running: their answers come soon after.
 func (tc *toolCalls) stop() { tc.cancel() }
@@ -93,6 +100,11 @@ func (tc *toolCalls) stop() { tc.cancel() }
 func (tc *toolCalls) finish(write func(request) error) error {
 	tc.cancel()
 	var err error
+	for _, ans := range tc.held {
+		if err == nil {
+			err = write(ans)
+		}
+	}
 	for ; tc.pending > 0; tc.pending-- {
 		ans := <-tc.answers
 		if err == nil {

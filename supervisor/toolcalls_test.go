@@ -75,6 +75,25 @@ r`})
 		t.Errorf("the next run on the same worker: %+v (first worker %s)", res, first)
 	}
 
+	// A worker asking for more calls at once than the supervisor runs gets
+	// the rest refused at once, and stays in step.
+	res = run(t, p, supervisor.Job{Tools: blocking, Catalog: json.RawMessage(catalog), Code: `import asyncio, mcp_tools
+async def one(i):
+    try:
+        await mcp_tools.s.t(x=i)
+    except mcp_tools.ToolError as e:
+        return str(e)
+tasks = [asyncio.ensure_future(one(i)) for i in range(200)]
+done, _ = await asyncio.wait(tasks, timeout=1)
+print(len(done), sorted(set(t.result() for t in done)))`})
+	if res.Status != supervisor.StatusSuccess || res.Stdout != "136 ['pyrun: more than 64 tool calls at once']\n" {
+		t.Errorf("a flood of calls: %+v", res)
+	}
+	res = run(t, p, supervisor.Job{Tools: echo, Catalog: json.RawMessage(catalog), Code: "import mcp_tools\nawait mcp_tools.s.t(x=6)"})
+	if res.Value != `"s.t {\"x\": 6}"` || res.Worker != first {
+		t.Errorf("after a flood of calls: %+v", res)
+	}
+
 	// Without tools, a call (made by hand) is refused, and mcp_tools is empty.
 	res = run(t, p, supervisor.Job{Code: `import mcp_tools
 try:

@@ -280,7 +280,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	}()
 	// Host calls run on goroutines of their own; the worker waits for an
 	// answer to each, also when the call ends first.
-	tools := newToolCalls(ctx, job, limit)
+	tools := newToolCalls(ctx, job)
 	defer func() {
 		if err := tools.finish(w.writeAnswer); err != nil && w.retire == "" {
 			w.retire = "it did not take the answer to a tool call"
@@ -348,7 +348,11 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				}
 				go func() { answers <- w.resolve(resolveCtx, job.ID, ev) }()
 			case "tool_call":
-				tools.start(job.ID, ev)
+				if refused := tools.start(job.ID, ev); refused != nil {
+					if err := w.writeAnswer(*refused); err != nil {
+						fail(fmt.Errorf("the worker did not take the answer to a tool call: %w", err), "it did not take a tool call's answer")
+					}
+				}
 			case "error":
 				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), "it failed a call")
 			case "result":
@@ -380,6 +384,10 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			}
 		case ans := <-tools.answers:
 			tools.took()
+			if stopped != "" {
+				tools.hold(ans)
+				continue
+			}
 			if err := w.writeAnswer(ans); err != nil {
 				fail(fmt.Errorf("the worker did not take the answer to a tool call: %w", err), "it did not take a tool call's answer")
 			}
