@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -175,5 +176,44 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, k := range []string{"snapshot", "plain"} {
 		ch <- prometheus.MustNewConstMetric(startsDesc, prometheus.CounterValue, float64(s.Counts.Starts[k]), k)
+	}
+}
+
+// CodeMode adds the metrics of code mode's tool calls, counted and timed
+// per server and status (pyrun_tool_calls_total,
+// pyrun_tool_call_duration_seconds), and each server's connection state
+// (pyrun_mcp_server_up).
+func (m *Metrics) CodeMode(hub *codemode.Hub) {
+	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pyrun_tool_calls_total",
+		Help: "Code mode: tool calls from Python to other MCP servers, by server and status.",
+	}, []string{"server", "status"})
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "pyrun_tool_call_duration_seconds",
+		Help:    "Code mode: time tool calls took, checks included, by server.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+	}, []string{"server"})
+	m.reg.MustRegister(calls, duration, &hubCollector{hub: hub})
+	hub.Observe(func(server, status string, d time.Duration) {
+		calls.WithLabelValues(server, status).Inc()
+		duration.WithLabelValues(server).Observe(d.Seconds())
+	})
+}
+
+var serverUpDesc = prometheus.NewDesc("pyrun_mcp_server_up",
+	"Code mode: 1 when pyrun is connected to the MCP server, 0 while it connects or is down.",
+	[]string{"server"}, nil)
+
+type hubCollector struct{ hub *codemode.Hub }
+
+func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) { ch <- serverUpDesc }
+
+func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.hub.Stats() {
+		up := 0.0
+		if s.State == "connected" {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(serverUpDesc, prometheus.GaugeValue, up, s.Server)
 	}
 }

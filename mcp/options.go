@@ -31,7 +31,26 @@ func (s *Server) SetOptions(opts Options) {
 	old := s.opts
 	s.opts = opts
 	s.mu.Unlock()
-	if description(old) != description(opts) || old.Network != opts.Network {
-		s.sdk.AddTool(tool(opts), s.handle)
+	if old.Network != opts.Network {
+		s.mu.Lock()
+		s.published = ""
+		s.mu.Unlock()
 	}
+	s.republish()
+}
+
+// republish gives clients the tool again when its description changed
+// (options, or the tools of code mode): the SDK tells connected clients
+// that the tool list changed.
+func (s *Server) republish() {
+	s.mu.Lock()
+	opts := s.opts
+	desc := description(opts)
+	if desc == s.published {
+		s.mu.Unlock()
+		return
+	}
+	s.published = desc
+	s.mu.Unlock()
+	s.sdk.AddTool(tool(opts), s.handle)
 }

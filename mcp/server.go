@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/outputs"
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -49,6 +50,10 @@ type Options struct {
 	Outputs outputs.Config
 	// Mounts are the sandbox paths of host folders, for the tool description.
 	Mounts []string
+	// CodeMode gives calls the tools of other MCP servers (mcp_tools in
+	// Python); nil: none. Its changes reach clients as a changed tool
+	// description (see New).
+	CodeMode *codemode.Hub
 }
 
 // Server is pyrun's MCP server. Its methods are safe for concurrent use.
@@ -63,9 +68,10 @@ type Server struct {
 	outputs *outputs.Store
 	front   frontState
 
-	mu       sync.Mutex
-	opts     Options       // guarded by mu; replaced, never changed, by SetOptions
-	sessions SessionRunner // guarded by mu; nil: no Python sessions
+	mu        sync.Mutex
+	opts      Options       // guarded by mu; replaced, never changed, by SetOptions
+	sessions  SessionRunner // guarded by mu; nil: no Python sessions
+	published string        // the tool description clients were given; guarded by mu
 }
 
 // New builds the MCP server around pool.
@@ -85,14 +91,19 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 			Logger:                    slogFor(log.Named("mcp")),
 			Capabilities: &sdk.ServerCapabilities{
 				Logging: &sdk.LoggingCapabilities{},
-				Tools:   &sdk.ToolCapabilities{},
+				// listChanged: a reload or code mode changes the tool description.
+				Tools: &sdk.ToolCapabilities{ListChanged: true},
 				// resources/read serves calls' /output/ files; the list
 				// stays empty, as every file belongs to one client.
 				Resources: &sdk.ResourceCapabilities{},
 			},
 		})
+	s.published = description(opts)
 	s.sdk.AddTool(tool(opts), s.handle)
 	s.sdk.AddResourceTemplate(outputTemplate, s.readOutput)
+	if opts.CodeMode != nil {
+		opts.CodeMode.OnChange(s.republish)
+	}
 	return s
 }
 

@@ -138,7 +138,7 @@ stdout and stderr are captured, up to %s each.
 Imports of packages Pyodide knows (numpy, pandas, ...) are installed on demand; a PEP 723 "# /// script" block with "dependencies = [...]" names packages explicitly.
 The call is stopped after %s (timeout_seconds may set a shorter limit).
 display(obj) shows rich values (images, SVG, HTML, markdown) in the result, as does a rich last expression; open matplotlib figures come back as PNG. Files the code writes under /output/ come back as resources; the "files" argument writes input files into the working directory.%s`,
-		o.PythonVersion, o.PyodideVersion, net, sessionsDescription(o.Sessions), humanBytes(o.MaxOutput), o.Timeout, mountText(o.Mounts))
+		o.PythonVersion, o.PyodideVersion, net, sessionsDescription(o.Sessions), humanBytes(o.MaxOutput), o.Timeout, mountText(o.Mounts)) + o.CodeMode.Describe()
 }
 
 // mountText tells the model about the host folders it can read.
@@ -327,6 +327,11 @@ func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Ca
 		Client:  clientOf(ctx, req),
 		Session: s.sessionName(req.Session),
 		Files:   files,
+	}
+	if cm := s.options().CodeMode; cm != nil {
+		if caller, catalog := cm.ForRun(ctx, job.ID); caller != nil {
+			job.Tools, job.Catalog = caller, catalog
+		}
 	}
 	if t := args.TimeoutSeconds; t != nil {
 		job.Timeout = jobTimeout(*t)

@@ -28,7 +28,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the events sections of testdata/*.txtar from the real worker")
 
 // hostSources are the TypeScript files of the worker program.
-var hostSources = []string{"main.ts", "worker.ts", "protocol.ts", "guards.ts", "mounts.ts"}
+var hostSources = []string{"main.ts", "worker.ts", "protocol.ts", "guards.ts", "mounts.ts", "toolcalls.ts"}
 
 // TestDenoTools keeps the worker program clean under Deno's own formatter,
 // linter and type checker, offline: DENO_DIR is empty and nothing may be
@@ -213,6 +213,8 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 			filepath.Join(rt.Dir, "pyrun_guard.py"),
 			filepath.Join(rt.Dir, "guards.ts"),
 			filepath.Join(rt.Dir, "pyrun_display.py"),
+			filepath.Join(rt.Dir, "toolcalls.ts"),
+			filepath.Join(rt.Dir, "mcp_tools.py"),
 			filepath.Join(rt.Dir, "node_modules", "pyodide"),
 		}, ","),
 		"--allow-net", "--deny-net=" + strings.Join(deniedNets, ","),
@@ -367,7 +369,7 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 				repeat.Reset(100 * time.Millisecond)
 				tick = repeat.C
 			}
-			if typ == "result" || typ == "pong" || typ == "error" || typ == "need" {
+			if typ == "result" || typ == "pong" || typ == "error" || typ == "need" || typ == "tool_call" {
 				break
 			}
 		}
@@ -429,6 +431,7 @@ func readLine(r *bufio.Reader) (string, error) {
 var eventTypes = map[string]bool{
 	"ready": true, "output": true, "package": true, "pong": true, "error": true, "result": true, "need": true,
 	"display": true, "file": true,
+	"tool_call": true,
 }
 
 // volatile are the fields that differ from run to run, each on its event.

@@ -70,6 +70,8 @@ export type Request =
     max_display_bytes?: number;
     max_files?: number;
     max_file_bytes?: number;
+    /** The catalog of tools the call's code may call (mcp_tools), as JSON text; absent for none. */
+    tools?: string;
   }
   | { type: "ping"; id: string }
   | {
@@ -77,6 +79,14 @@ export type Request =
     type: "packages";
     id: string;
     files?: PackageFile[];
+    error?: string;
+  }
+  | {
+    /** The answer to a tool_call event: the tool's result, or why there is none. */
+    type: "tool_result";
+    id: string;
+    call: string;
+    result?: unknown;
     error?: string;
   };
 
@@ -103,6 +113,16 @@ export type Event =
     requires?: string[];
     requires_python?: string;
     loaded: Record<string, string>;
+  }
+  | {
+    /** A host call of the running call's code; the supervisor answers with "tool_result". */
+    type: "tool_call";
+    id: string;
+    call: string;
+    server: string;
+    tool: string;
+    /** The arguments object, as JSON text. */
+    args: string;
   }
   | { type: "pong"; id: string }
   | { type: "error"; id?: string; error: string };

@@ -49,6 +49,7 @@ SCRATCH = ("/tmp",)
 _INTERNAL_PREFIXES = (
     __file__,
     _display.__file__,
+    os.path.join(os.path.dirname(__file__), "mcp_tools.py"),  # code mode's functions
     "/lib/python314.zip/_pyodide/",
     "/lib/python3.14/site-packages/_pyodide/",
     "/lib/python314.zip/pyodide/",

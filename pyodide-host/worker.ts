@@ -15,6 +15,7 @@ import {
 } from "./protocol.ts";
 import { guardFiles } from "./guards.ts";
 import { mountHostFolders } from "./mounts.ts";
+import { toolChannel } from "./toolcalls.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -118,6 +119,12 @@ interface Helper {
       rich: string,
     ): Promise<string>;
   };
+}
+
+/** pyodide-host/mcp_tools.py: the tools a call may call, as Python functions. */
+interface McpTools {
+  _setup(call: (server: string, tool: string, args: string) => Promise<string>): void;
+  _begin(catalog: string): void;
 }
 
 interface Shared {
@@ -273,6 +280,10 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
     ...mounts.filter((m) => m.rw).map((m) => m.path),
   ]);
   if (cfg.session) helper.keep_state();
+  // Code mode: mcp_tools calls tools through the supervisor (toolcalls.ts).
+  const mcpTools = py.pyimport("mcp_tools") as unknown as McpTools;
+  const tools = toolChannel(lines, () => current, send);
+  mcpTools._setup(tools.call);
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
   // A notice for a signal the current call started after is stale.
@@ -324,6 +335,7 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
         }
         beginCall(shared, req.interrupts ?? 0);
         current = req.id;
+        mcpTools._begin(typeof req.tools === "string" ? req.tools : "");
         try {
           writeLine(
             await helper.run.callPromising(
@@ -342,6 +354,8 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
           });
         }
         current = "";
+        // Answers to host calls the run left outstanding come first.
+        await tools.idle();
         break;
       }
       default:
@@ -382,14 +396,18 @@ function beginCall(s: Shared, want: number): void {
   Atomics.store(s.flag, 0, 0);
 }
 
-/** Imports pyrun's helper from the runtime folder into Pyodide. */
+/**
+ * Imports pyrun's helper, and mcp_tools (which calls import themselves and
+ * find in sys.modules), from the runtime folder into Pyodide.
+ */
 async function importHelper(py: PyodideInterface): Promise<Helper> {
   py.FS.mkdirTree("/lib/pyrun");
-  for (const name of ["pyrun_helper.py", "pyrun_guard.py", "pyrun_display.py"]) {
+  for (const name of ["pyrun_helper.py", "pyrun_guard.py", "pyrun_display.py", "mcp_tools.py"]) {
     const source = await Deno.readTextFile(new URL(`./${name}`, import.meta.url));
     py.FS.writeFile(`/lib/pyrun/${name}`, source);
   }
   py.runPython("import sys; sys.path.insert(0, '/lib/pyrun')");
+  py.pyimport("mcp_tools");
   const mod = py.pyimport("pyrun_helper") as unknown as Helper;
   py.runPython("import sys; sys.path.remove('/lib/pyrun')");
   return mod;

@@ -287,6 +287,8 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 		filepath.Join(rt.Dir, "pyrun_guard.py"),
 		filepath.Join(rt.Dir, "guards.ts"),
 		filepath.Join(rt.Dir, "pyrun_display.py"),
+		filepath.Join(rt.Dir, "toolcalls.ts"),
+		filepath.Join(rt.Dir, "mcp_tools.py"),
 		filepath.Join(rt.Dir, "node_modules", "pyodide"),
 	}
 	if !l.makeSnapshot && rt.PackageDir != "" {

@@ -29,11 +29,19 @@ type request struct {
 	// for this call.
 	Interrupts int `json:"interrupts"`
 
+	// Tools is the catalog of the host calls the call's code may make
+	// (Job.Catalog), as JSON text; empty for none.
+	Tools string `json:"tools,omitempty"`
+
 	// packages: the answer to a need event; Files to load, or Error.
 	Files []packages.File `json:"files,omitempty"`
 	Error string          `json:"error,omitempty"`
 
 	richRequest // run: input files, /output/, caps on displays and files
+	// tool_result: the answer to the tool_call event Call; Result (JSON
+	// text) or Error.
+	Call   string          `json:"call,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
 }
 
 // event is any line a worker writes to its stdout. Fields are filled per Type.
@@ -63,6 +71,12 @@ type event struct {
 
 	// display, file (rich.go)
 	richEvent
+	// tool_call: a host call of the running call's code (Job.Tools);
+	// Args is the JSON text of its arguments.
+	Call   string `json:"call"`
+	Server string `json:"server"`
+	Tool   string `json:"tool"`
+	Args   string `json:"args"`
 
 	// result
 	Status       string         `json:"status"`
@@ -131,6 +145,10 @@ func parseEvent(line []byte) (event, error) {
 	case "display", "file":
 		if err := checkRichEvent(ev); err != nil {
 			return event{}, fmt.Errorf("%w: %v", errGarbage, err)
+		}
+	case "tool_call":
+		if ev.Call == "" || len(ev.Call) > 64 || ev.Server == "" || ev.Tool == "" {
+			return event{}, fmt.Errorf("%w: tool_call without call, server or tool", errGarbage)
 		}
 	case "result":
 		if !knownWorkerStatus[ev.Status] {

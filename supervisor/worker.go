@@ -44,6 +44,11 @@ type Job struct {
 	// KeepOutput leaves /output/ as the worker's previous call left it,
 	// for a session; false empties it before and after the call.
 	KeepOutput bool
+	// Tools runs the host calls the code makes (tool_call events); nil:
+	// it can make none. Catalog describes them to the code, as JSON the
+	// supervisor passes on unread; empty: none.
+	Tools   ToolCaller
+	Catalog json.RawMessage
 }
 
 // Stop delays: a worker told to stop first sees its stdin close, then
@@ -269,7 +274,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	limit := callLimit(cfg, job)
 	line, err := json.Marshal(request{
 		Type: "run", ID: job.ID, Code: job.Code, Globals: string(job.Globals),
-		MaxOutput: cfg.MaxOutput, Interrupts: w.interrupts,
+		MaxOutput: cfg.MaxOutput, Interrupts: w.interrupts, Tools: string(job.Catalog),
 		richRequest: newRichRequest(job, cfg),
 	})
 	if err != nil {
@@ -303,6 +308,14 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			w.retire = "it was stopped while its packages were being fetched"
 		}
 	}()
+	// Host calls run on goroutines of their own; the worker waits for an
+	// answer to each, also when the call ends first.
+	tools := newToolCalls(ctx, job)
+	defer func() {
+		if err := tools.finish(w.writeAnswer); err != nil && w.retire == "" {
+			w.retire = "it did not take the answer to a tool call"
+		}
+	}()
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 	var grace, repeat <-chan time.Time // while stopping: kill at grace, interrupt again at repeat
@@ -319,6 +332,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 		}
 		stopped = why
 		cancelResolve() // a fetch in progress is for nothing now
+		tools.stop()
 		w.interrupt()
 		grace = time.After(cfg.InterruptGrace)
 		ticker = time.NewTicker(interruptRepeat)
@@ -363,6 +377,12 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 					tr.events.Package(needText(ev))
 				}
 				go func() { answers <- w.resolve(resolveCtx, job.ID, ev) }()
+			case "tool_call":
+				if refused := tools.start(job.ID, ev); refused != nil {
+					if err := w.writeAnswer(*refused); err != nil {
+						fail(fmt.Errorf("the worker did not take the answer to a tool call: %w", err), "it did not take a tool call's answer")
+					}
+				}
 			case "error":
 				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), "it failed a call")
 			case "display", "file":
@@ -401,6 +421,15 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			if err != nil {
 				fail(fmt.Errorf("the worker did not take its packages: %w", err), "it did not take its packages")
 			}
+		case ans := <-tools.answers:
+			tools.took()
+			if stopped != "" {
+				tools.hold(ans)
+				continue
+			}
+			if err := w.writeAnswer(ans); err != nil {
+				fail(fmt.Errorf("the worker did not take the answer to a tool call: %w", err), "it did not take a tool call's answer")
+			}
 		case <-deadline.C:
 			if stopped == "" {
 				tr.notice(false, "the call reached its time limit of %s; interrupting it", limit)
@@ -422,6 +451,20 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 // retireVersionConflict is why a worker is retired after a call that
 // needed another version of a package it has loaded.
 const retireVersionConflict = "a call needed another version of a package it has loaded"
+
+// writeAnswer writes an answer the worker is waiting for (tool_result).
+func (w *worker) writeAnswer(ans request) error {
+	if w.killedFor() != "" {
+		return errors.New("the worker was killed")
+	}
+	b, err := json.Marshal(ans)
+	if err != nil {
+		return err
+	}
+	_ = w.stdin.SetWriteDeadline(time.Now().Add(answerWriteLimit))
+	_, err = w.stdin.Write(append(b, '\n'))
+	return err
+}
 
 // answerWriteLimit bounds the write of a packages answer to a worker that
 // is waiting to read it.

@@ -191,12 +191,17 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 }
 
 func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stderr io.Writer, log hclog.Logger) error {
+	hub := startHub(o, log) // connects while the pool starts
+	defer hub.Close()
 	rt, pool, err := startPool(ctx, o, o.poolConfig(), stderr, log)
 	if err != nil {
 		return err
 	}
 	defer closePool(pool, log)
-	srv := mcp.New(pool, mcpOptions(o, rt), log)
+	hub.Settle(ctx, hubSettle)
+	mopts := mcpOptions(o, rt)
+	mopts.CodeMode = hub
+	srv := mcp.New(pool, mopts, log)
 	py := startSessions(o, pool, log)
 	defer closeSessions(py, pool, log) // before closePool: sessions end first
 	srv.UseSessions(py)
@@ -233,7 +238,15 @@ func cmdRun(ctx context.Context, o *options, pos []string, stdin io.Reader, stdo
 		return exitFail, err
 	}
 	defer closePool(pool, log)
-	res, err := pool.Run(ctx, supervisor.Job{ID: "1", Code: string(code), Client: "cli"}, nil)
+	job := supervisor.Job{ID: "1", Code: string(code), Client: "cli"}
+	if len(o.mcpServers.servers) > 0 {
+		hub := startHub(o, log)
+		defer hub.Close()
+		if caller, catalog := hub.ForRun(ctx, job.ID); caller != nil {
+			job.Tools, job.Catalog = caller, catalog
+		}
+	}
+	res, err := pool.Run(ctx, job, nil)
 	if err != nil && res.Status == "" {
 		return exitFail, err
 	}

@@ -93,6 +93,10 @@ type options struct {
 	bodyTimeout           time.Duration
 	maxConns              int
 	maxConnsPerAddr       int
+	mcpServers            serversFlag
+	maxToolCalls          int
+	toolConcurrency       int
+	maxToolListing        byteSize
 }
 
 // flagSet declares every flag on o, with its default.
@@ -101,6 +105,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	o.memoryLimit, o.maxOutput, o.maxCode, o.liveBuffer = 512<<20, 64<<10, 1<<20, 256<<10
 	o.workerLogPerCall, o.workerLogRate = supervisor.DefaultStderrLogPerCall, supervisor.DefaultStderrLogRate
+	o.maxToolListing = 8 << 10
 	fs.StringVar(&o.configFile, "config", "", "JSON config `file`; its keys are these flags' names in snake_case")
 	fs.IntVar(&o.workers, "workers", supervisor.DefaultWorkers(), "warm pool size")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
@@ -149,6 +154,10 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.Var(&o.mounts, "mount", "host folder every call sees: `HOST_DIR:SANDBOX_DIR` read-only, or HOST_DIR:SANDBOX_DIR:rw writable; repeat or separate with commas")
 	fs.StringVar(&o.out, "out", "", "run: `directory` to save the call's displays (display-N.png, ...) and /output/ files in")
 	o.flagLimits(fs)
+	fs.Var(&o.mcpServers, "mcp-servers", "code mode: `JSON` object of MCP servers whose tools Python may call, as in Claude Desktop's mcpServers, each with \"allow\": [tool names] and \"timeout\"")
+	fs.IntVar(&o.maxToolCalls, "max-tool-calls", 50, "code mode: tool calls one run may make")
+	fs.IntVar(&o.toolConcurrency, "tool-concurrency", 4, "code mode: tool calls of one run in progress at once")
+	fs.Var(&o.maxToolListing, "max-tool-listing", "code mode: size of the function list in the tool description; a longer one is summarised (bytes or 8KiB)")
 	return fs
 }
 
@@ -294,6 +303,8 @@ func configValue(raw json.RawMessage) (string, error) {
 			parts[i] = s
 		}
 		return strings.Join(parts, ","), nil
+	case map[string]any:
+		return string(raw), nil // JSON-valued settings (mcp_servers) take it as it is
 	case nil:
 		return "", errors.New("null is not a value; leave the key out for the default")
 	}
@@ -360,6 +371,12 @@ func (o *options) check() error {
 		return fmt.Errorf("output-store must be between 1KiB and 1GiB, not %s", o.outputStore)
 	case o.outputStoreFiles < 1 || o.outputStoreFiles > 65536:
 		return fmt.Errorf("output-store-files must be between 1 and 65536, not %d", o.outputStoreFiles)
+	case o.maxToolCalls < 1 || o.maxToolCalls > 10000:
+		return fmt.Errorf("max-tool-calls must be between 1 and 10000, not %d", o.maxToolCalls)
+	case o.toolConcurrency < 1 || o.toolConcurrency > 64:
+		return fmt.Errorf("tool-concurrency must be between 1 and 64, not %d", o.toolConcurrency)
+	case o.maxToolListing < 1<<10 || o.maxToolListing > 1<<20:
+		return fmt.Errorf("max-tool-listing must be between 1KiB and 1MiB, not %s", o.maxToolListing)
 	case o.authIssuer == "" && (o.authJWKSURL != "" || len(o.authAudience) > 0):
 		return errors.New("auth-jwks-url and auth-audience need auth-issuer: the authorization server whose tokens to accept")
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/netguard"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/sessions"
@@ -37,6 +38,7 @@ type service struct {
 	handler *mcp.HTTPHandler
 	http    *http.Server
 	watcher *configWatcher // nil without a config file
+	hub     *codemode.Hub  // code mode's MCP servers
 
 	mu   sync.Mutex
 	opts *options // in force; replaced by reload
@@ -70,18 +72,24 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		return err
 	}
 
+	hub := startHub(o, log) // connects while the pool starts
+	defer hub.Close()
 	rt, pool, err := startPool(ctx, o, o.poolConfig(), stderr, log)
 	if err != nil {
 		return err
 	}
-	s := &service{args: args, log: log, rt: rt, pool: pool, opts: o}
+	hub.Settle(ctx, hubSettle)
+	s := &service{args: args, log: log, rt: rt, pool: pool, opts: o, hub: hub}
 	metrics := mcp.NewMetrics(version, pool.Stats)
 	metrics.CountConnections(conns.Stats)
+	metrics.CodeMode(s.hub)
 	var runner mcp.Runner = pool
 	if guard != nil {
 		runner = mcp.LimitClients(pool, s.clientLimits, log.Named("pool"))
 	}
-	s.srv = mcp.New(metrics.Instrument(runner), mcpOptions(o, rt), log)
+	mopts := mcpOptions(o, rt)
+	mopts.CodeMode = s.hub
+	s.srv = mcp.New(metrics.Instrument(runner), mopts, log)
 	s.py = startSessions(o, pool, log)
 	s.srv.UseSessions(metrics.InstrumentSessions(s.py))
 	metrics.CountPythonSessions(s.py.Stats)
@@ -293,7 +301,11 @@ func (s *service) reload() {
 	}
 	s.py.SetLimits(o.sessionLimits())
 	s.log.SetLevel(hclogLevel(o.logLevel))
-	s.srv.SetOptions(mcpOptions(o, s.rt))
+	s.hub.SetOptions(o.hubOptions())
+	s.hub.Configure(o.mcpServers.servers)
+	mopts := mcpOptions(o, s.rt)
+	mopts.CodeMode = s.hub
+	s.srv.SetOptions(mopts)
 	s.opts = o
 	s.log.Info("config reloaded", "file", o.configFile, "changed", changed)
 }

@@ -56,7 +56,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "lb"}
+var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "lb"}
 
 // byDefault are the measurements a plain run makes: lb needs nginx and two
 // cores to itself, so it runs only when asked for (-only lb).
@@ -251,6 +251,10 @@ func run(ctx context.Context, o *opts) error {
 				rep.Agent, err = benchAgent(ctx, o)
 				return err
 			}},
+		{"toolcall", "code mode: tool calls from Python to server-memory", func(ctx context.Context) (err error) {
+			rep.ToolCall, err = benchToolCall(ctx, o)
+			return err
+		}},
 		{"lb", fmt.Sprintf("behind nginx: 1 instance on 1 core, then 2 on 2 cores, %d 50 ms CPU calls each", o.cpuCalls), func(ctx context.Context) (err error) {
 			rep.LB, err = benchLB(ctx, o)
 			return err

@@ -32,6 +32,7 @@ type report struct {
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
 	Agent      *agentReport      `json:"agent_run,omitempty"`
 	LB         *lbReport         `json:"load_balanced,omitempty"`
+	ToolCall   *toolCallReport   `json:"tool_call,omitempty"`
 	Targets    []target          `json:"targets"`
 }
 
@@ -269,6 +270,10 @@ func (r *report) print(w io.Writer) {
 				x.name, x.r.CallsPerS, x.r.P50MS, x.r.P99MS, x.r.PerInst, x.r.CPUPerS)
 		}
 		fmt.Fprintf(w, "  speedup %.2fx\n", l.Speedup)
+	}
+	if c := r.ToolCall; c != nil {
+		fmt.Fprintf(w, "code mode, %s %s from Python (median of %d runs of %d calls): %.3f ms a call in sequence, %.3f ms with asyncio.gather; a go-sdk client calling it directly: %.3f ms\n",
+			c.Server, c.Tool, c.Runs, c.Calls, c.SequentialMS, c.GatherMS, c.DirectMS)
 	}
 	fmt.Fprintf(w, "\ntargets\n")
 	for _, t := range r.Targets {
