@@ -349,19 +349,48 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 	// Pyodide can lose a signal that lands as it clears its flag.
 	repeat := time.NewTicker(100 * time.Millisecond)
 	defer repeat.Stop()
+	// Tool calls of the running call that have no answer yet: a run may
+	// have several out at once (asyncio.gather), and the worker sends each
+	// tool_call in its own time.
+	pending := map[string]bool{}
+	noteCall := func(ev map[string]any) {
+		switch ev["type"] {
+		case "tool_call":
+			call, _ := ev["call"].(string)
+			pending[call] = true
+		case "result":
+			clear(pending)
+		}
+	}
 	for _, st := range reqs {
 		if st.interrupt {
 			signal()
 			continue
 		}
 		line := strings.ReplaceAll(st.line, "$SENT", strconv.Itoa(sent))
+		var req struct{ Type, Call string }
+		_ = json.Unmarshal([]byte(line), &req)
+		answer := req.Type == "tool_result"
+		if answer {
+			// Answer only a call the worker has made: one it has not made
+			// yet is a protocol error, however the lines happen to race.
+			for !pending[req.Call] {
+				_, ev := next(requestTimeout, "tool_call "+req.Call, nil, nil)
+				noteCall(ev)
+			}
+			delete(pending, req.Call)
+		}
 		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
 			fail("write request: %v", err)
+		}
+		if answer && len(pending) > 0 {
+			continue // the run waits for its other answers: no event is due
 		}
 		signalled := !st.interruptAfterOutput
 		var tick <-chan time.Time
 		for {
 			_, ev := next(requestTimeout, "the answer to "+line, tick, signal)
+			noteCall(ev)
 			typ := ev["type"]
 			if typ == "output" && !signalled {
 				signal()
