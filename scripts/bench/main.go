@@ -56,7 +56,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "lb"}
+var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "firstcalls", "lb"}
 
 // byDefault are the measurements a plain run makes: lb needs nginx and two
 // cores to itself, so it runs only when asked for (-only lb).
@@ -249,6 +249,11 @@ func run(ctx context.Context, o *opts) error {
 		{"agent", fmt.Sprintf("agent run: %d blocks in one Python session against a stateless replay, %d runs", len(agentBlocks), o.runs),
 			func(ctx context.Context) (err error) {
 				rep.Agent, err = benchAgent(ctx, o)
+				return err
+			}},
+		{"firstcalls", fmt.Sprintf("first %d calls of a fresh worker against calls %d-%d, %d runs", firstCalls, settledFrom, settledTo, o.runs),
+			func(ctx context.Context) (err error) {
+				rep.FirstCalls, err = benchFirstCalls(ctx, rt, o.runs)
 				return err
 			}},
 		{"lb", fmt.Sprintf("behind nginx: 1 instance on 1 core, then 2 on 2 cores, %d 50 ms CPU calls each", o.cpuCalls), func(ctx context.Context) (err error) {

@@ -31,6 +31,7 @@ type report struct {
 	Process    *processReport    `json:"isolation_process,omitempty"`
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
 	Agent      *agentReport      `json:"agent_run,omitempty"`
+	FirstCalls *firstCallsReport `json:"first_calls,omitempty"`
 	LB         *lbReport         `json:"load_balanced,omitempty"`
 	Targets    []target          `json:"targets"`
 }
@@ -133,9 +134,13 @@ func (r *report) checkTargets() []target {
 	if w := r.Warm; w != nil {
 		atMost("warm print(1) over stdio, p50", w.Stdio.P50, 1.0, "ms")
 		atMost("warm print(1) over stdio, p99", w.Stdio.P99, 3, "ms")
+		// Issue 13: ratios to the bare round trip measured in the same
+		// run hold from a quiet machine to a loaded one; times do not.
+		atMost("stdio p50 / floor p50", w.StdioOverFloor.P50, 1.3, "x")
 		for _, h := range w.HTTP {
 			if h.Transport == "stateful" {
 				atMost("warm print(1) over Streamable HTTP, p50", h.P50, 1.5, "ms")
+				atMost("Streamable HTTP p50 / floor p50", h.OverFloor.P50, 1.5, "x")
 			}
 		}
 	}
@@ -143,8 +148,12 @@ func (r *report) checkTargets() []target {
 		atLeast("8 concurrent 50 ms CPU calls", t.CallsPerS, 36, "calls/s")
 		atMost("mixed outputs of those calls", float64(t.Mixed), 0, "")
 	}
+	if f := r.FirstCalls; f != nil {
+		atMost("fresh worker: first 20 calls / settled", f.Ratio, 1.2, "x")
+	}
 	if s := r.Spawn; s != nil {
 		atMost("process spawn to first result", s.P50MS/1000, 0.6, "s")
+		atMost("process spawn to first result (issue 13)", s.P50MS/1000, 0.15, "s")
 	}
 	for _, p := range r.PoolReady {
 		if p.Workers == 2 && p.Deps == "" {
@@ -258,6 +267,10 @@ func (r *report) print(w io.Writer) {
 	if a := r.Agent; a != nil {
 		fmt.Fprintf(w, "agent run, %d blocks over stdio (median of %d): one Python session %.1f ms (its start %.1f ms, the other %d calls %.1f ms); stateless replay %.1f ms; session / replay %.2fx, without the start %.2fx\n",
 			len(agentBlocks), a.Runs, a.SessionMS, a.StartMS, len(agentBlocks)-1, a.RestMS, a.StatelessMS, a.SessionOverStateless, a.RestOverStateless)
+	}
+	if f := r.FirstCalls; f != nil {
+		fmt.Fprintf(w, "fresh worker (pool.Run, median of %d starts): ready %.1f ms; first call %.3f ms; calls 1-%d %.3f ms (in worker %.3f), calls %d-%d %.3f ms (in worker %.3f): %.2fx\n",
+			f.Runs, f.ReadyMS, f.FirstCallMS, firstCalls, f.FirstMS, f.FirstInWorkerMS, settledFrom, settledTo, f.SettledMS, f.SettledInWorkerMS, f.Ratio)
 	}
 	if l := r.LB; l != nil {
 		fmt.Fprintf(w, "\nbehind nginx, %d clients, %d calls of %s each (load average %s / %s / %s):\n", l.Concurrency, l.Calls, l.Code, l.Load[0], l.Load[1], l.Load[2])
