@@ -53,6 +53,7 @@ type opts struct {
 	jsonFile   string
 	profileDir string
 	nginxConf  string
+	firstPause time.Duration
 }
 
 // measurements, in the order they run.
@@ -74,6 +75,7 @@ func main() {
 	flag.IntVar(&o.procCalls, "process-calls", 40, "calls in the --isolation process run")
 	flag.StringVar(&only, "only", strings.Join(byDefault, ","), "measurements to run: "+strings.Join(measurements, ", "))
 	flag.StringVar(&o.nginxConf, "nginx-conf", filepath.Join("configs", "nginx", "pyrun.conf"), "lb: the nginx config to run (its instance addresses are replaced)")
+	flag.DurationVar(&o.firstPause, "firstcalls-pause", 0, "firstcalls: idle time between the worker's ready and its first call")
 	pools := flag.String("pool", "2", "pool sizes to time from start to all ready, comma-separated")
 	flag.StringVar(&o.jsonFile, "json", "", "also write the JSON report to this file")
 	flag.StringVar(&o.profileDir, "profile", "", "write a Go CPU profile of pyrun during the warm stdio calls into this folder (pyrun-stdio.pprof)")
@@ -253,7 +255,7 @@ func run(ctx context.Context, o *opts) error {
 			}},
 		{"firstcalls", fmt.Sprintf("first %d calls of a fresh worker against calls %d-%d, %d runs", firstCalls, settledFrom, settledTo, o.runs),
 			func(ctx context.Context) (err error) {
-				rep.FirstCalls, err = benchFirstCalls(ctx, rt, o.runs)
+				rep.FirstCalls, err = benchFirstCalls(ctx, rt, o.runs, o.firstPause)
 				return err
 			}},
 		{"lb", fmt.Sprintf("behind nginx: 1 instance on 1 core, then 2 on 2 cores, %d 50 ms CPU calls each", o.cpuCalls), func(ctx context.Context) (err error) {
