@@ -181,6 +181,11 @@ func run(ctx context.Context, o *opts) error {
 		}
 		rep.Warm.SupervisorOverFloor = ratios(rep.Warm.Supervisor, rep.Warm.Floor)
 		rep.Warm.StdioOverFloor = ratios(rep.Warm.Stdio, rep.Warm.Floor)
+		if len(stdio.first) == firstCalls {
+			f := ms(median(stdio.first))
+			rep.Warm.StdioFirstMS = round3(f)
+			rep.Warm.StdioFirstOverSettled = round2(f / rep.Warm.Stdio.P50)
+		}
 	}
 	if o.only["http"] {
 		if rep.Warm == nil {
@@ -298,16 +303,24 @@ func run(ctx context.Context, o *opts) error {
 type sample struct {
 	durations []time.Duration // one per call, in call order
 	wall      time.Duration   // the whole series
+	// first is the first firstCalls warm-up calls, timed too: on a fresh
+	// server, what the first calls cost before the worker settles.
+	first []time.Duration
 }
 
 // measure calls call warmup times, then n times timing each.
 func measure(n, warmup int, call func(i int) error) (sample, error) {
+	var first []time.Duration
 	for i := range warmup {
+		t0 := time.Now()
 		if err := call(i); err != nil {
 			return sample{}, fmt.Errorf("warm-up call %d: %w", i, err)
 		}
+		if i < firstCalls {
+			first = append(first, time.Since(t0))
+		}
 	}
-	s := sample{durations: make([]time.Duration, n)}
+	s := sample{durations: make([]time.Duration, n), first: first}
 	began := time.Now()
 	for i := range n {
 		t0 := time.Now()

@@ -53,12 +53,17 @@ type snapshotReport struct {
 // floor, pyrun's supervisor without MCP, pyrun over MCP stdio, and pyrun
 // serve over its HTTP transports.
 type warmReport struct {
-	N          int       `json:"n"`
-	Floor      stats     `json:"floor"`
-	Supervisor stats     `json:"supervisor"`
-	InWorker   stats     `json:"supervisor_in_worker"` // of Supervisor, the part in the Python helper
-	Stdio      stats     `json:"stdio"`
-	StdioCPU   cpuReport `json:"stdio_cpu_per_call"`
+	N          int   `json:"n"`
+	Floor      stats `json:"floor"`
+	Supervisor stats `json:"supervisor"`
+	InWorker   stats `json:"supervisor_in_worker"` // of Supervisor, the part in the Python helper
+	Stdio      stats `json:"stdio"`
+	// StdioFirstMS is the median of the stdio server's first 20 calls
+	// (warm-up calls, when -warmup is at least 20), against its settled
+	// p50: issue 13's "warm call, fresh server".
+	StdioFirstMS          float64   `json:"stdio_first20_ms,omitempty"`
+	StdioFirstOverSettled float64   `json:"stdio_first20_over_settled,omitempty"`
+	StdioCPU              cpuReport `json:"stdio_cpu_per_call"`
 	// CPU time per call of the floor's process and of the supervisor
 	// tier's worker, in microseconds.
 	FloorCPUUS            float64 `json:"floor_cpu_per_call_us"`
@@ -137,6 +142,9 @@ func (r *report) checkTargets() []target {
 		// Issue 13: ratios to the bare round trip measured in the same
 		// run hold from a quiet machine to a loaded one; times do not.
 		atMost("stdio p50 / floor p50", w.StdioOverFloor.P50, 1.3, "x")
+		if w.StdioFirstMS > 0 {
+			atMost("stdio fresh server: calls 1-20 / settled", w.StdioFirstOverSettled, 1.2, "x")
+		}
 		for _, h := range w.HTTP {
 			if h.Transport == "stateful" {
 				atMost("warm print(1) over Streamable HTTP, p50", h.P50, 1.5, "ms")
@@ -227,6 +235,9 @@ func (r *report) print(w io.Writer) {
 	if wr := r.Warm; wr != nil {
 		fmt.Fprintf(w, "  CPU per call: floor process %.0f us; supervisor's worker %.0f us; stdio: pyrun %.0f us, its worker %.0f us\n",
 			wr.FloorCPUUS, wr.SupervisorWorkerCPUUS, wr.StdioCPU.PyrunUS, wr.StdioCPU.WorkerUS)
+		if wr.StdioFirstMS > 0 {
+			fmt.Fprintf(w, "  stdio, fresh server: calls 1-%d median %.3f ms, %.2fx the settled p50\n", firstCalls, wr.StdioFirstMS, wr.StdioFirstOverSettled)
+		}
 	}
 	if r.Spawn != nil || r.PoolReady != nil || r.Replace != nil {
 		fmt.Fprintf(w, "\nstarts (median of runs)\n")
