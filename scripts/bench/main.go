@@ -53,10 +53,11 @@ type opts struct {
 	jsonFile   string
 	profileDir string
 	nginxConf  string
+	firstPause time.Duration
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "lb"}
+var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "lb"}
 
 // byDefault are the measurements a plain run makes: lb needs nginx and two
 // cores to itself, so it runs only when asked for (-only lb).
@@ -74,6 +75,7 @@ func main() {
 	flag.IntVar(&o.procCalls, "process-calls", 40, "calls in the --isolation process run")
 	flag.StringVar(&only, "only", strings.Join(byDefault, ","), "measurements to run: "+strings.Join(measurements, ", "))
 	flag.StringVar(&o.nginxConf, "nginx-conf", filepath.Join("configs", "nginx", "pyrun.conf"), "lb: the nginx config to run (its instance addresses are replaced)")
+	flag.DurationVar(&o.firstPause, "firstcalls-pause", 0, "firstcalls: idle time between the worker's ready and its first call")
 	pools := flag.String("pool", "2", "pool sizes to time from start to all ready, comma-separated")
 	flag.StringVar(&o.jsonFile, "json", "", "also write the JSON report to this file")
 	flag.StringVar(&o.profileDir, "profile", "", "write a Go CPU profile of pyrun during the warm stdio calls into this folder (pyrun-stdio.pprof)")
@@ -179,6 +181,11 @@ func run(ctx context.Context, o *opts) error {
 		}
 		rep.Warm.SupervisorOverFloor = ratios(rep.Warm.Supervisor, rep.Warm.Floor)
 		rep.Warm.StdioOverFloor = ratios(rep.Warm.Stdio, rep.Warm.Floor)
+		if len(stdio.first) == firstCalls {
+			f := ms(median(stdio.first))
+			rep.Warm.StdioFirstMS = round3(f)
+			rep.Warm.StdioFirstOverSettled = round2(f / rep.Warm.Stdio.P50)
+		}
 	}
 	if o.only["http"] {
 		if rep.Warm == nil {
@@ -255,6 +262,11 @@ func run(ctx context.Context, o *opts) error {
 			rep.ToolCall, err = benchToolCall(ctx, o)
 			return err
 		}},
+		{"firstcalls", fmt.Sprintf("first %d calls of a fresh worker against calls %d-%d, %d runs", firstCalls, settledFrom, settledTo, o.runs),
+			func(ctx context.Context) (err error) {
+				rep.FirstCalls, err = benchFirstCalls(ctx, rt, o.runs, o.firstPause)
+				return err
+			}},
 		{"lb", fmt.Sprintf("behind nginx: 1 instance on 1 core, then 2 on 2 cores, %d 50 ms CPU calls each", o.cpuCalls), func(ctx context.Context) (err error) {
 			rep.LB, err = benchLB(ctx, o)
 			return err
@@ -295,16 +307,24 @@ func run(ctx context.Context, o *opts) error {
 type sample struct {
 	durations []time.Duration // one per call, in call order
 	wall      time.Duration   // the whole series
+	// first is the first firstCalls warm-up calls, timed too: on a fresh
+	// server, what the first calls cost before the worker settles.
+	first []time.Duration
 }
 
 // measure calls call warmup times, then n times timing each.
 func measure(n, warmup int, call func(i int) error) (sample, error) {
+	var first []time.Duration
 	for i := range warmup {
+		t0 := time.Now()
 		if err := call(i); err != nil {
 			return sample{}, fmt.Errorf("warm-up call %d: %w", i, err)
 		}
+		if i < firstCalls {
+			first = append(first, time.Since(t0))
+		}
 	}
-	s := sample{durations: make([]time.Duration, n)}
+	s := sample{durations: make([]time.Duration, n), first: first}
 	began := time.Now()
 	for i := range n {
 		t0 := time.Now()

@@ -31,6 +31,7 @@ type report struct {
 	Process    *processReport    `json:"isolation_process,omitempty"`
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
 	Agent      *agentReport      `json:"agent_run,omitempty"`
+	FirstCalls *firstCallsReport `json:"first_calls,omitempty"`
 	LB         *lbReport         `json:"load_balanced,omitempty"`
 	ToolCall   *toolCallReport   `json:"tool_call,omitempty"`
 	Targets    []target          `json:"targets"`
@@ -53,12 +54,17 @@ type snapshotReport struct {
 // floor, pyrun's supervisor without MCP, pyrun over MCP stdio, and pyrun
 // serve over its HTTP transports.
 type warmReport struct {
-	N          int       `json:"n"`
-	Floor      stats     `json:"floor"`
-	Supervisor stats     `json:"supervisor"`
-	InWorker   stats     `json:"supervisor_in_worker"` // of Supervisor, the part in the Python helper
-	Stdio      stats     `json:"stdio"`
-	StdioCPU   cpuReport `json:"stdio_cpu_per_call"`
+	N          int   `json:"n"`
+	Floor      stats `json:"floor"`
+	Supervisor stats `json:"supervisor"`
+	InWorker   stats `json:"supervisor_in_worker"` // of Supervisor, the part in the Python helper
+	Stdio      stats `json:"stdio"`
+	// StdioFirstMS is the median of the stdio server's first 20 calls
+	// (warm-up calls, when -warmup is at least 20), against its settled
+	// p50: issue 13's "warm call, fresh server".
+	StdioFirstMS          float64   `json:"stdio_first20_ms,omitempty"`
+	StdioFirstOverSettled float64   `json:"stdio_first20_over_settled,omitempty"`
+	StdioCPU              cpuReport `json:"stdio_cpu_per_call"`
 	// CPU time per call of the floor's process and of the supervisor
 	// tier's worker, in microseconds.
 	FloorCPUUS            float64 `json:"floor_cpu_per_call_us"`
@@ -134,9 +140,16 @@ func (r *report) checkTargets() []target {
 	if w := r.Warm; w != nil {
 		atMost("warm print(1) over stdio, p50", w.Stdio.P50, 1.0, "ms")
 		atMost("warm print(1) over stdio, p99", w.Stdio.P99, 3, "ms")
+		// Issue 13: ratios to the bare round trip measured in the same
+		// run hold from a quiet machine to a loaded one; times do not.
+		atMost("stdio p50 / floor p50", w.StdioOverFloor.P50, 1.3, "x")
+		if w.StdioFirstMS > 0 {
+			atMost("stdio fresh server: calls 1-20 / settled", w.StdioFirstOverSettled, 1.2, "x")
+		}
 		for _, h := range w.HTTP {
 			if h.Transport == "stateful" {
 				atMost("warm print(1) over Streamable HTTP, p50", h.P50, 1.5, "ms")
+				atMost("Streamable HTTP p50 / floor p50", h.OverFloor.P50, 1.5, "x")
 			}
 		}
 	}
@@ -144,8 +157,12 @@ func (r *report) checkTargets() []target {
 		atLeast("8 concurrent 50 ms CPU calls", t.CallsPerS, 36, "calls/s")
 		atMost("mixed outputs of those calls", float64(t.Mixed), 0, "")
 	}
+	if f := r.FirstCalls; f != nil {
+		atMost("fresh worker: first 20 calls / settled", f.Ratio, 1.2, "x")
+	}
 	if s := r.Spawn; s != nil {
 		atMost("process spawn to first result", s.P50MS/1000, 0.6, "s")
+		atMost("process spawn to first result (issue 13)", s.P50MS/1000, 0.15, "s")
 	}
 	for _, p := range r.PoolReady {
 		if p.Workers == 2 && p.Deps == "" {
@@ -219,6 +236,9 @@ func (r *report) print(w io.Writer) {
 	if wr := r.Warm; wr != nil {
 		fmt.Fprintf(w, "  CPU per call: floor process %.0f us; supervisor's worker %.0f us; stdio: pyrun %.0f us, its worker %.0f us\n",
 			wr.FloorCPUUS, wr.SupervisorWorkerCPUUS, wr.StdioCPU.PyrunUS, wr.StdioCPU.WorkerUS)
+		if wr.StdioFirstMS > 0 {
+			fmt.Fprintf(w, "  stdio, fresh server: calls 1-%d median %.3f ms, %.2fx the settled p50\n", firstCalls, wr.StdioFirstMS, wr.StdioFirstOverSettled)
+		}
 	}
 	if r.Spawn != nil || r.PoolReady != nil || r.Replace != nil {
 		fmt.Fprintf(w, "\nstarts (median of runs)\n")
@@ -259,6 +279,10 @@ func (r *report) print(w io.Writer) {
 	if a := r.Agent; a != nil {
 		fmt.Fprintf(w, "agent run, %d blocks over stdio (median of %d): one Python session %.1f ms (its start %.1f ms, the other %d calls %.1f ms); stateless replay %.1f ms; session / replay %.2fx, without the start %.2fx\n",
 			len(agentBlocks), a.Runs, a.SessionMS, a.StartMS, len(agentBlocks)-1, a.RestMS, a.StatelessMS, a.SessionOverStateless, a.RestOverStateless)
+	}
+	if f := r.FirstCalls; f != nil {
+		fmt.Fprintf(w, "fresh worker (pool.Run, median of %d starts): ready %.1f ms; first call %.3f ms; calls 1-%d %.3f ms (in worker %.3f), calls %d-%d %.3f ms (in worker %.3f): %.2fx\n",
+			f.Runs, f.ReadyMS, f.FirstCallMS, firstCalls, f.FirstMS, f.FirstInWorkerMS, settledFrom, settledTo, f.SettledMS, f.SettledInWorkerMS, f.Ratio)
 	}
 	if l := r.LB; l != nil {
 		fmt.Fprintf(w, "\nbehind nginx, %d clients, %d calls of %s each (load average %s / %s / %s):\n", l.Concurrency, l.Calls, l.Code, l.Load[0], l.Load[1], l.Load[2])
