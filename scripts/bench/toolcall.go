@@ -134,4 +134,3 @@ func benchToolCall(ctx context.Context, o *opts) (*toolCallReport, error) {
 		SequentialMS: round3(median(seqs)), GatherMS: round3(median(gathers)), DirectMS: round3(median(directs)),
 	}, nil
 }
-
