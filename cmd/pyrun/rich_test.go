@@ -553,3 +553,36 @@ func TestOutputFilesOverHTTP(t *testing.T) {
 		t.Errorf("alice over another session: %v", err)
 	}
 }
+
+// TestSessionKeepsOutputAndFiles: a Python session keeps its /output/ and
+// the input files it was given across calls (SPEC.md sections 8 and 9);
+// a call returns the /output/ files it wrote or changed, and a stateless
+// call beside the session sees neither.
+func TestSessionKeepsOutputAndFiles(t *testing.T) {
+	s := newServer(t, "--workers", "1")
+	r := s.inSession(t, "new", `open("/output/first.txt", "w").write("1")`,
+		"files", map[string]any{"in/data.csv": "a,b\n1,2\n"})
+	wantStatus(t, r, "success")
+	id := r.sc.SessionID
+	if len(r.sc.Files) != 1 || r.sc.Files[0].Path != "first.txt" {
+		t.Fatalf("first call's files: %+v", r.sc.Files)
+	}
+	wantValue(t, s.run(t, "import os\n[os.listdir('/output'), os.path.exists('in/data.csv')]"), "[[], false]")
+
+	r = s.inSession(t, id, `
+import os
+open("/output/second.txt", "w").write("2")
+[sorted(os.listdir("/output")), open("/output/first.txt").read(), open("in/data.csv").read()]
+`)
+	wantValue(t, r, `[["first.txt", "second.txt"], "1", "a,b\n1,2\n"]`)
+	if len(r.sc.Files) != 1 || r.sc.Files[0].Path != "second.txt" {
+		t.Errorf("second call's files, want only the one it wrote: %+v", r.sc.Files)
+	}
+	for _, f := range r.sc.Files {
+		res, err := readResource(t, s, f.URI)
+		if err != nil || res.Contents[0].Text != "2" {
+			t.Errorf("read %s: %v", f.URI, err)
+		}
+	}
+	wantStatus(t, s.inSession(t, id, "", "end_session", true), "success")
+}
