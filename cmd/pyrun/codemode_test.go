@@ -567,3 +567,22 @@ await mcp_tools.everything.trigger_long_running_operation(duration=3, steps=1)`}
 		t.Error("/metrics still has the removed server's state")
 	}
 }
+
+// TestCodeModeInSession: a Python session's calls call tools too, also
+// through a function a previous call of the session kept.
+func TestCodeModeInSession(t *testing.T) {
+	needBinary(t)
+	config := codeModeConfig(t, map[string]any{
+		"memory": stdioServer(t, "memory", map[string]string{"MEMORY_FILE_PATH": filepath.Join(t.TempDir(), "m.jsonl")},
+			[]string{"create_entities", "read_graph"}),
+	}, nil)
+	s := newCodeModeServer(t, nil, "--config", config, "--workers", "1")
+	r := s.inSession(t, "new", `import mcp_tools
+read = mcp_tools.memory.read_graph
+r = await mcp_tools.memory.create_entities(entities=[{"name": "S", "entityType": "t", "observations": []}])
+len(r)`)
+	wantValue(t, r, "1")
+	id := r.sc.SessionID
+	wantValue(t, s.inSession(t, id, `[e["name"] for e in (await read())["entities"]]`), `["S"]`)
+	wantValue(t, s.inSession(t, id, `[e["name"] for e in (await mcp_tools.memory.read_graph())["entities"]]`), `["S"]`)
+}
