@@ -53,10 +53,18 @@ type httpServer struct {
 // with SIGTERM and must exit 0, unless the test already stopped it.
 func startServe(t *testing.T, args ...string) *httpServer {
 	t.Helper()
+	return startServeUnder(t, nil, args...)
+}
+
+// startServeUnder is startServe with pyrun run by the command wrapper
+// (such as prlimit), which must exec it: s.cmd's PID is pyrun's.
+func startServeUnder(t *testing.T, wrapper []string, args ...string) *httpServer {
+	t.Helper()
 	needBinary(t)
 	argv := append([]string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
 	s := &httpServer{t: t, log: newJSONLog(), exited: make(chan struct{})}
-	s.cmd = exec.Command(pyrunBin, argv...)
+	full := append(append(slices.Clone(wrapper), pyrunBin), argv...)
+	s.cmd = exec.Command(full[0], full[1:]...)
 	s.cmd.Stderr = s.log
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -169,7 +177,13 @@ type health struct {
 
 func (s *httpServer) health(t *testing.T) health {
 	t.Helper()
-	resp, err := http.Get(s.base + "/healthz")
+	return s.healthVia(t, http.DefaultClient)
+}
+
+// healthVia asks /healthz through hc.
+func (s *httpServer) healthVia(t *testing.T, hc *http.Client) health {
+	t.Helper()
+	resp, err := hc.Get(s.base + "/healthz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,11 +219,17 @@ func (s *httpServer) waitHealth(t *testing.T, what string, ok func(health) bool)
 // exposition format: name{label="value",...}.
 func (s *httpServer) metrics(t *testing.T) map[string]float64 {
 	t.Helper()
+	return s.metricsVia(t, http.DefaultClient)
+}
+
+// metricsVia scrapes /metrics through hc.
+func (s *httpServer) metricsVia(t *testing.T, hc *http.Client) map[string]float64 {
+	t.Helper()
 	req, _ := http.NewRequest("GET", s.base+"/metrics", nil)
 	if s.metricsToken != "" {
 		req.Header.Set("Authorization", "Bearer "+s.metricsToken)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
