@@ -167,7 +167,7 @@ def begin(call, options_json):
         os.mkdir(OUTPUT)
         present = ()
     if present and not caps.keep:
-        _clear(OUTPUT)
+        clear_dir(OUTPUT)
     if files:
         _write_inputs(files)
     if caps.keep and present:
@@ -214,7 +214,7 @@ def finish(call):
     """After a call: a stateless call's /output/ goes with it."""
     rich = call.rich
     if rich is not None and rich.seen and not rich.caps.keep:
-        _clear(OUTPUT)
+        clear_dir(OUTPUT)
 
 
 # --- display ---------------------------------------------------------------
@@ -484,7 +484,8 @@ def _send_files(call, rich):
         _emit({"type": "file", "id": call.id, "path": rel, "mime_type": mime}, data)
 
 
-def _clear(path):
+def clear_dir(path):
+    """Removes what is in a folder (pyrun's scratch ones, /output/); keeps the folder."""
     try:
         entries = os.listdir(path)
     except OSError:
@@ -493,7 +494,7 @@ def _clear(path):
         full = path + "/" + name
         try:
             if os.path.isdir(full) and not os.path.islink(full):
-                _clear(full)
+                clear_dir(full)
                 os.rmdir(full)
             else:
                 os.unlink(full)

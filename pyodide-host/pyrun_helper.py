@@ -424,22 +424,8 @@ def _audit(event, args):
             return
 
 
-def _clear_dir(path):
-    """Remove what a call left in a scratch directory; keep the directory."""
-    try:
-        entries = os.listdir(path)
-    except OSError:
-        return
-    for name in entries:
-        full = path + "/" + name
-        try:
-            if os.path.isdir(full) and not os.path.islink(full):
-                _clear_dir(full)
-                os.rmdir(full)
-            else:
-                os.unlink(full)
-        except OSError:
-            pass
+# What a call left in a scratch folder goes; the folder stays.
+_clear_dir = _display.clear_dir
 
 
 def _cancel_leftover_tasks(before):
