@@ -207,10 +207,19 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// forEngine fills zero fields with e's defaults and then the others'.
+// forEngine fills zero fields with e's defaults and then the others', and
+// drops what e does not take part in: the packages of an engine without
+// them are none (one configuration serves every language's pool).
 func (c Config) forEngine(e Engine) Config {
 	if c.MemoryLimit <= 0 {
 		c.MemoryLimit = e.DefaultMemoryLimit()
+	}
+	f := e.Features()
+	if !f.Packages {
+		c.Deps, c.PackageIndex, c.Wheelhouse, c.PyPI = nil, "", "", ""
+	}
+	if !f.Mounts {
+		c.Mounts = nil
 	}
 	return c.withDefaults()
 }

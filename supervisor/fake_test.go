@@ -100,6 +100,14 @@ var fakeModes = map[string]func(){
 		fakeReady()
 		fakeServe(fakeEcho)
 	},
+	// "echo-request" answers every run with the request itself as its value.
+	"echo-request": func() {
+		fakeReady()
+		fakeServe(func(req map[string]any) {
+			b, _ := json.Marshal(req)
+			fakeSend(map[string]any{"type": "result", "id": req["id"], "status": "success", "value": string(b)})
+		})
+	},
 }
 
 // fakeEcho answers a run with success and the code as its value, after
@@ -147,7 +155,11 @@ func fakeSend(v map[string]any) {
 }
 
 func fakeReady() {
-	fakeSend(map[string]any{"type": "ready", "engine": "python", "protocol": supervisor.ProtocolVersion, "pyodide": "fake", "python": "fake"})
+	engine := os.Getenv("PYRUN_FAKE_ENGINE")
+	if engine == "" {
+		engine = "python"
+	}
+	fakeSend(map[string]any{"type": "ready", "engine": engine, "protocol": supervisor.ProtocolVersion, "pyodide": "fake", "python": "fake"})
 }
 
 // fakeServe calls handle for every run request until stdin ends.
