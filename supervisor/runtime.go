@@ -141,8 +141,15 @@ func writeHostFiles(dir string) error {
 		return fmt.Errorf("create runtime folder: %w", err)
 	}
 	return fs.WalkDir(pyodidehost.Files, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil {
 			return err
+		}
+		if d.IsDir() {
+			// Each engine's worker program has a folder of its own (js/, webr/).
+			if err := os.MkdirAll(filepath.Join(dir, p), 0o755); err != nil {
+				return fmt.Errorf("create worker program folder: %w", err)
+			}
+			return nil
 		}
 		b, err := pyodidehost.Files.ReadFile(p)
 		if err != nil {
