@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,10 +18,11 @@ import (
 	"github.com/pyrun/pyrun/supervisor"
 )
 
-// The JavaScript engine's worker (js/main.ts), started as its engine starts
-// it: reads of its own folder and of TypeScript's compiler, the Worker
-// options switch, the V8 heap cap, nothing else; same environment and
-// working folder as Python's workers.
+// The JavaScript engine's worker (js/main.ts), started as its engine
+// (supervisor/engine_javascript.go) and the pool's denoArgs start it: reads
+// of its own folder and of TypeScript's compiler, the Worker options
+// switch, nothing else; same environment and working folder as Python's
+// workers. Keep it in step with them.
 func jsWorkerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig string) *exec.Cmd {
 	args := []string{
 		"run",
@@ -28,7 +31,6 @@ func jsWorkerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig str
 		"--no-config",
 		"--quiet",
 		"--unstable-worker-options",
-		"--v8-flags=--max-old-space-size=512",
 		"--allow-read=" + strings.Join([]string{
 			filepath.Join(rt.Dir, "js"),
 			filepath.Join(rt.Dir, "node_modules", "typescript", "lib", "typescript.js"),
@@ -199,4 +201,45 @@ func TestJavaScriptMemory(t *testing.T) {
 	if res["status"] != "memory-error" || res["recycle"] != "the call ran out of memory" {
 		t.Fatalf("result %v, want memory-error with recycle", res)
 	}
+}
+
+// The figures the README quotes: start to ready, a warm stateless `1+1`
+// round trip, idle RSS. Bounds are loose (the machine is shared); the
+// figures are logged (go test -v -run TestJavaScriptFigures).
+func TestJavaScriptFigures(t *testing.T) {
+	began := time.Now()
+	p := startJS(t, `{"heap_limit":0,"max_line":1048576}`)
+	start := time.Since(began)
+	var times, inWorker []time.Duration
+	for i := range 20 {
+		// As calls come through MCP: not back to back.
+		time.Sleep(50 * time.Millisecond)
+		sent := time.Now()
+		p.send(fmt.Sprintf(`{"type":"run","id":"c%d","code":"1+1","max_output":65536,"interrupts":0}`, i))
+		res := p.next("result", 30*time.Second)
+		if res == nil || res["value"] != "2" {
+			t.Fatalf("call %d: %v", i, res)
+		}
+		times = append(times, time.Since(sent))
+		ms, _ := res["duration_ms"].(float64)
+		inWorker = append(inWorker, time.Duration(ms*float64(time.Millisecond)))
+	}
+	slices.Sort(times)
+	slices.Sort(inWorker)
+	median := times[len(times)/2]
+	if start > 30*time.Second || median > 2*time.Second {
+		t.Errorf("start %s, median 1+1 %s: far slower than expected", start, median)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	rss := "?"
+	if err == nil {
+		for line := range strings.Lines(string(status)) {
+			if strings.HasPrefix(line, "VmRSS:") {
+				rss = strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:"))
+			}
+		}
+	}
+	t.Logf("start to ready %s; 1+1 round trip median %s (min %s, max %s; in the worker, median %s); idle RSS %s",
+		start.Round(time.Millisecond), median.Round(time.Microsecond), times[0].Round(time.Microsecond),
+		times[len(times)-1].Round(time.Microsecond), inWorker[len(inWorker)/2].Round(time.Microsecond), rss)
 }
