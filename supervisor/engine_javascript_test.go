@@ -82,3 +82,39 @@ func TestJavaScriptSessionKeepsState(t *testing.T) {
 		}
 	}
 }
+
+// Concurrent calls on two workers: each gets its own output and value.
+func TestJavaScriptConcurrentCallsDoNotMix(t *testing.T) {
+	p := realJSPool(t, supervisor.Config{Workers: 2})
+	const n = 6
+	results := make(chan supervisor.Result, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			code := fmt.Sprintf("for (let j = 0; j < 50; j++) console.log('call %d line ' + j);\nawait new Promise((r) => setTimeout(r, 10));\n%d", i, i)
+			res, err := p.Run(t.Context(), supervisor.Job{ID: fmt.Sprint("c", i), Code: code}, nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			results <- res
+		}()
+	}
+	for range n {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case res := <-results:
+			if res.Status != supervisor.StatusSuccess {
+				t.Fatalf("call: %+v", res)
+			}
+			want := ""
+			for j := range 50 {
+				want += fmt.Sprintf("call %s line %d\n", res.Value, j)
+			}
+			if res.Stdout != want {
+				t.Errorf("call %s: stdout mixed or short:\n%s", res.Value, res.Stdout)
+			}
+		}
+	}
+}

@@ -185,6 +185,13 @@ function install(): void {
 function hide(): void {
   const g = globalThis as unknown as Record<string, unknown>;
   delete g.postMessage;
+  // A nested Worker's console would write to the process's stdout, the
+  // protocol pipe (its permissions could only be "none" too).
+  g.Worker = class {
+    constructor() {
+      throw new TypeError("pyrun: the code cannot start Workers");
+    }
+  };
   g.close = () => exitCall("self.close()", 0);
   DenoAny.exit = (code?: number) => exitCall(`Deno.exit(${code ?? ""})`, code ?? 0);
   for (const name of ["stdin", "stdout", "stderr"]) delete DenoAny[name];
