@@ -493,6 +493,8 @@ async function main(): Promise<void> {
         send({ type: "pong", id: String(req.id) });
         break;
       case "run": {
+        // The supervisor leaves out an empty code (omitempty): that is "".
+        req.code ??= "";
         if (typeof req.id !== "string" || typeof req.code !== "string") {
           send({ type: "error", id: req.id, error: "bad request: run needs id and code" });
           break;
