@@ -32,6 +32,10 @@ const realExit = Deno.exit.bind(Deno);
 const inspect = Deno.inspect.bind(Deno);
 const listen = self.addEventListener.bind(self);
 const { createObjectURL, revokeObjectURL } = URL;
+// A session's code may replace globals; the runner keeps its own.
+const BlobClass = Blob;
+const later = setTimeout;
+const define = Object.defineProperty;
 const stringify = JSON.stringify;
 const rawJSON = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
 const encoder = new TextEncoder();
@@ -174,12 +178,12 @@ function exitCall(how: string, code: unknown): never {
 }
 
 function install(): void {
-  Object.defineProperty(globalThis, "console", {
+  define(globalThis, "console", {
     value: userConsole,
     writable: true,
     configurable: true,
   });
-  Object.defineProperty(globalThis, "pyrun", { value: pyrun, writable: true, configurable: true });
+  define(globalThis, "pyrun", { value: pyrun, writable: true, configurable: true });
 }
 
 function hide(): void {
@@ -314,7 +318,7 @@ async function run(m: Extract<ToRunner, { type: "run" }>): Promise<void> {
   if (!m.keep_output) outputs.clear();
   changed = new Set();
   for (const [p, b] of m.inputs) inputs.set(p, b);
-  const url = createObjectURL(new Blob([m.code], { type: "application/typescript" }));
+  const url = createObjectURL(new BlobClass([m.code], { type: "application/typescript" }));
   let status: "success" | "run-error" = "success";
   let value: string | undefined;
   let error: string | undefined;
@@ -322,7 +326,7 @@ async function run(m: Extract<ToRunner, { type: "run" }>): Promise<void> {
     const ns = await import(url);
     // One macrotask, so that a promise the code rejected and left unhandled
     // is reported as this call's error.
-    await new Promise((r) => setTimeout(r, 0));
+    await new Promise((r) => later(r, 0));
     if (c.uncaught.length) {
       status = "run-error";
       error = formatError(c.uncaught[0], url);
