@@ -10,7 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/supervisor"
 )
 
 // ---- helpers for any language's end-to-end tests ---------------------------
@@ -217,5 +220,30 @@ func TestServeLanguageHealthAndMetrics(t *testing.T) {
 		if got, ok := m[series]; !ok || got != want {
 			t.Errorf("%s = %v (present %v), want %v", series, got, ok, want)
 		}
+	}
+}
+
+// TestWarmupLanguageStep: warmup's step for a language other than Python
+// (here run on Python's engine, the one this build has for sure) starts a
+// worker of the language and has it run an empty call.
+func TestWarmupLanguageStep(t *testing.T) {
+	needBinary(t)
+	o, _, err := loadOptions("warmup", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := supervisor.Provision(t.Context(), o.runtimeDir, os.Stderr, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := languageOf("python")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := warmupLanguage(o, l, &rt, hclog.NewNullLogger())
+	detail, err := step.run(t.Context())
+	if err != nil || step.name != "python" || !strings.Contains(detail, "Python worker ready and ran a call") ||
+		!strings.Contains(detail, "pyodide "+rt.Pyodide) {
+		t.Errorf("step %s: %q, %v", step.name, detail, err)
 	}
 }
