@@ -4,9 +4,15 @@ package main
 // python,javascript` with a real go-sdk client and real Deno workers.
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/supervisor"
 )
 
 func TestJavaScriptTool(t *testing.T) {
@@ -111,4 +117,49 @@ func TestJavaScriptTool(t *testing.T) {
 		// Python still runs beside it.
 		wantValue(t, s.runIn(t, "run_python_code", "python_code", "6 * 7"), "42")
 	})
+}
+
+// pyrun run --language javascript runs a TypeScript file; an error exits 1.
+func TestRunLanguageJavaScript(t *testing.T) {
+	needBinary(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "x.ts")
+	if err := os.WriteFile(file, []byte("const n: number = 2;\nconsole.log('from a file');\nn + 2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := pyrunCmd(t, "", "run", "--language", "javascript", file)
+	if code != 0 || !strings.Contains(stdout, "from a file") || !strings.Contains(stdout, "<return_value>\n4\n</return_value>") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	bad := filepath.Join(dir, "bad.ts")
+	if err := os.WriteFile(bad, []byte("throw new Error('no')"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _, code = pyrunCmd(t, "", "run", "--language", "javascript", bad)
+	if code != 1 || !strings.Contains(stdout, "Error: no") {
+		t.Errorf("error: exit %d, stdout:\n%s", code, stdout)
+	}
+}
+
+// pyrun warmup's JavaScript step starts a JavaScript worker and runs a call.
+func TestWarmupJavaScript(t *testing.T) {
+	needBinary(t)
+	o, _, err := loadOptions("warmup", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := supervisor.Provision(t.Context(), o.runtimeDir, os.Stderr, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := languageOf("javascript")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := warmupLanguage(o, l, &rt, hclog.NewNullLogger())
+	detail, err := step.run(t.Context())
+	if err != nil || step.name != "javascript" || !strings.Contains(detail, "JavaScript worker ready and ran a call") ||
+		!strings.Contains(detail, "typescript 6.0.3") {
+		t.Errorf("step %s: %q, %v", step.name, detail, err)
+	}
 }
