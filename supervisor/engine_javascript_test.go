@@ -118,3 +118,17 @@ func TestJavaScriptConcurrentCallsDoNotMix(t *testing.T) {
 		}
 	}
 }
+
+// Code that writes to the worker's stdout through node:fs breaks only its
+// own worker: the call ends crashed, the worker is replaced, the pool goes on.
+func TestJavaScriptStdoutGarbageEndsOnlyItsWorker(t *testing.T) {
+	p := realJSPool(t, supervisor.Config{Workers: 1})
+	res := run(t, p, supervisor.Job{Code: "import { writeSync } from 'node:fs';\nwriteSync(1, 'not an event\\n');\nawait new Promise((r) => setTimeout(r, 1e6));"})
+	if res.Status != supervisor.StatusCrashed {
+		t.Fatalf("garbage on stdout: %+v", res)
+	}
+	res = run(t, p, supervisor.Job{Code: "'alive'"})
+	if res.Status != supervisor.StatusSuccess || res.Value != `"alive"` {
+		t.Fatalf("after it: %+v", res)
+	}
+}
