@@ -52,6 +52,7 @@ var (
 	}
 	JavaScript = Language{
 		Name: "javascript", Title: "JavaScript", Article: "a", Tool: "run_javascript_code", CodeArg: "javascript_code",
+		Describe: describeJavaScript,
 	}
 )
 

@@ -28,7 +28,8 @@ import (
 var update = flag.Bool("update", false, "rewrite the events sections of testdata/*.txtar from the real worker")
 
 // hostSources are the TypeScript files of the worker program.
-var hostSources = []string{"main.ts", "worker.ts", "protocol.ts", "guards.ts", "mounts.ts", "toolcalls.ts"}
+var hostSources = []string{"main.ts", "worker.ts", "protocol.ts", "guards.ts", "mounts.ts", "toolcalls.ts",
+	"js/main.ts", "js/runner.ts", "js/rewrite.ts", "js/protocol.ts", "js/lines.ts"}
 
 // TestDenoTools keeps the worker program clean under Deno's own formatter,
 // linter and type checker, offline: DENO_DIR is empty and nothing may be
@@ -88,7 +89,7 @@ func TestTranscripts(t *testing.T) {
 		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			replayFile(t, rt, file)
+			replayFile(t, rt, file, workerCommand)
 		})
 	}
 }
@@ -115,7 +116,10 @@ func provision(t *testing.T) *supervisor.Runtime {
 	return runtimeVal
 }
 
-func replayFile(t *testing.T, rt *supervisor.Runtime, file string) {
+// startFunc builds the command that starts a worker of one engine.
+type startFunc func(ctx context.Context, rt *supervisor.Runtime, hostConfig string) *exec.Cmd
+
+func replayFile(t *testing.T, rt *supervisor.Runtime, file string, start startFunc) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +166,7 @@ func replayFile(t *testing.T, rt *supervisor.Runtime, file string) {
 		reqs = append(reqs, st)
 	}
 
-	got := replay(t, rt, hostConfig, reqs)
+	got := replay(t, rt, hostConfig, reqs, start)
 	for i, line := range got {
 		got[i] = strings.ReplaceAll(line, rt.Dir, "$RUNTIME")
 	}
@@ -257,11 +261,11 @@ type step struct {
 
 // replay starts a worker, sends reqs one at a time and returns every event
 // line it wrote, normalised, until it exits on stdin EOF.
-func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step) []string {
+func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step, start startFunc) []string {
 	var got []string // events so far, normalised
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	cmd := workerCommand(ctx, rt, hostConfig)
+	cmd := start(ctx, rt, hostConfig)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

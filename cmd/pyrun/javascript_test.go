@@ -1,0 +1,165 @@
+package main
+
+// End-to-end tests of run_javascript_code: `pyrun stdio --languages
+// python,javascript` with a real go-sdk client and real Deno workers.
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+func TestJavaScriptTool(t *testing.T) {
+	s := newLanguageServer(t, "python,javascript", "--workers", "1", "--js-workers", "1")
+	if got := s.toolNames(t); strings.Join(got, ",") != "run_javascript_code,run_python_code" {
+		t.Fatalf("tools %v, want run_javascript_code and run_python_code", got)
+	}
+	js := func(code string) result {
+		t.Helper()
+		return s.runIn(t, "run_javascript_code", "javascript_code", code)
+	}
+
+	t.Run("print and value", func(t *testing.T) {
+		r := js("console.log('hi');\nconsole.error('oops');\n6 * 7")
+		wantValue(t, r, "42")
+		if r.sc.Stdout != "hi\n" || r.sc.Stderr != "oops\n" || len(r.sc.Output) != 2 ||
+			r.sc.Output[0].Stream != "stdout" || r.sc.Output[1].Stream != "stderr" {
+			t.Errorf("streams: stdout %q stderr %q output %+v", r.sc.Stdout, r.sc.Stderr, r.sc.Output)
+		}
+		if !strings.Contains(r.text, "<output>\nhi\noops\n</output>") {
+			t.Errorf("text block:\n%s", r.text)
+		}
+	})
+	t.Run("TypeScript and await", func(t *testing.T) {
+		r := js("interface P { x: number; y: number }\nconst p: P = { x: 3, y: 4 };\n" +
+			"await new Promise((r) => setTimeout(r, 5));\nMath.hypot(p.x, p.y) as number")
+		wantValue(t, r, "5")
+	})
+	t.Run("error", func(t *testing.T) {
+		r := js("function f(): never {\n  throw new TypeError('bad input');\n}\nf();")
+		wantStatus(t, r, "run-error")
+		if r.sc.Error == nil || !strings.HasPrefix(*r.sc.Error, "TypeError: bad input\n    at f (main.ts:2:9)\n    at main.ts:4:1") ||
+			r.sc.ExitCode != 1 {
+			t.Fatalf("error %v, exit code %d", r.sc.Error, r.sc.ExitCode)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		r := js("await Deno.readTextFile('/etc/passwd')")
+		wantStatus(t, r, "run-error")
+		if !strings.Contains(*r.sc.Error, "NotCapable") {
+			t.Fatalf("error %q, want Deno's NotCapable", *r.sc.Error)
+		}
+	})
+	t.Run("files and displays", func(t *testing.T) {
+		r, err := s.callTool(t.Context(), "run_javascript_code", map[string]any{
+			"javascript_code": "const t = pyrun.readTextFile('in.txt');\n" +
+				"pyrun.writeFile('/output/out.txt', t.toUpperCase());\n" +
+				"pyrun.display('<svg xmlns=\"http://www.w3.org/2000/svg\"/>', 'image/svg+xml');\nt.length",
+			"files": map[string]any{"in.txt": "hello"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantValue(t, r, "5")
+		if len(r.sc.Files) != 1 || r.sc.Files[0].Path != "out.txt" || r.sc.Files[0].Bytes != 5 {
+			t.Errorf("files %+v", r.sc.Files)
+		}
+		if len(r.sc.Displays) != 1 || r.sc.Displays[0].MIMEType != "image/svg+xml" {
+			t.Errorf("displays %+v", r.sc.Displays)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		began := time.Now()
+		r, err := s.callTool(t.Context(), "run_javascript_code", map[string]any{
+			"javascript_code": "console.log('spinning');\nwhile (true) {}", "timeout_seconds": 1,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, r, "timeout")
+		if took := time.Since(began); took > 15*time.Second {
+			t.Errorf("a 1 s timeout answered after %s", took)
+		}
+		// The worker was replaced: the next call runs.
+		wantValue(t, js("'after'"), `"after"`)
+	})
+	t.Run("session", func(t *testing.T) {
+		r, err := s.callTool(t.Context(), "run_javascript_code", map[string]any{
+			"javascript_code": "let total = 1;\nfunction add(n: number) { total += n; return total }",
+			"session_id":      "new",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, r, "success")
+		id := r.sc.SessionID
+		if id == "" {
+			t.Fatalf("no session id:\n%s", r.text)
+		}
+		r, err = s.callTool(t.Context(), "run_javascript_code", map[string]any{
+			"javascript_code": "add(2);\ntotal", "session_id": id,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantValue(t, r, "3")
+		// Another language's tool refuses the id.
+		res, err := s.callToolRaw(t.Context(), "run_python_code", map[string]any{"python_code": "1", "session_id": id})
+		if err == nil && !res.IsError {
+			t.Errorf("run_python_code took a JavaScript session's id: %+v", res)
+		}
+		// Python still runs beside it.
+		wantValue(t, s.runIn(t, "run_python_code", "python_code", "6 * 7"), "42")
+	})
+}
+
+// pyrun run --language javascript runs a TypeScript file; an error exits 1.
+func TestRunLanguageJavaScript(t *testing.T) {
+	needBinary(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "x.ts")
+	if err := os.WriteFile(file, []byte("const n: number = 2;\nconsole.log('from a file');\nn + 2"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := pyrunCmd(t, "", "run", "--language", "javascript", file)
+	if code != 0 || !strings.Contains(stdout, "from a file") || !strings.Contains(stdout, "<return_value>\n4\n</return_value>") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	bad := filepath.Join(dir, "bad.ts")
+	if err := os.WriteFile(bad, []byte("throw new Error('no')"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _, code = pyrunCmd(t, "", "run", "--language", "javascript", bad)
+	if code != 1 || !strings.Contains(stdout, "Error: no") {
+		t.Errorf("error: exit %d, stdout:\n%s", code, stdout)
+	}
+}
+
+// pyrun warmup's JavaScript step starts a JavaScript worker and runs a call.
+func TestWarmupJavaScript(t *testing.T) {
+	needBinary(t)
+	o, _, err := loadOptions("warmup", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := supervisor.Provision(t.Context(), o.runtimeDir, os.Stderr, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := languageOf("javascript")
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := warmupLanguage(o, l, &rt, hclog.NewNullLogger())
+	detail, err := step.run(t.Context())
+	if err != nil || step.name != "javascript" || !strings.Contains(detail, "JavaScript worker ready and ran a call") ||
+		!strings.Contains(detail, "typescript 6.0.3") {
+		t.Errorf("step %s: %q, %v", step.name, detail, err)
+	}
+}

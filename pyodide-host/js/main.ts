@@ -1,0 +1,528 @@
+// pyrun's JavaScript/TypeScript worker process (PROTOCOL.md, Engines:
+// JavaScript). This host thread owns the pipes and may read only its own
+// program files and TypeScript's parser; each call's code runs in a Deno
+// Worker with no permissions at all (runner.ts): a fresh single-use Worker
+// per call (one is always started ahead), or one Worker for every call of a
+// session. The host treats the Worker's messages as untrusted: it ignores
+// those without the Worker's token and caps everything it passes on.
+
+import type * as TS from "../node_modules/typescript/lib/typescript.d.ts";
+import { readLines, writeLine } from "./lines.ts";
+import {
+  type Caps,
+  DEFAULT_CAPS,
+  type Event,
+  type FromRunner,
+  type HostConfig,
+  PROTOCOL_VERSION,
+  type Request,
+  type Result,
+} from "./protocol.ts";
+import { mapPositions, rewrite } from "./rewrite.ts";
+
+/** How long an interrupted call's Worker has to show that it is parked in an await. */
+const PROBE_MS = 150;
+/** How often a running call's memory is looked at. */
+const MEMORY_POLL_MS = 25;
+/** Each display or file event carries at most this many bytes of its item. */
+const PIECE = 1 << 20;
+
+export function parseConfig(args: string[]): HostConfig {
+  const raw = JSON.parse(args[0] ?? "{}");
+  return {
+    heap_limit: Number(raw.heap_limit ?? 0),
+    max_line: Number(raw.max_line ?? 16 << 20),
+    session: raw.session === true,
+  };
+}
+
+function send(ev: Event): void {
+  writeLine(JSON.stringify(ev));
+}
+
+/**
+ * TypeScript's compiler (we use its parser only), evaluated from its file
+ * with no `process` and no `require`: it then sets up no Node system and
+ * reads no environment variables, which the host has no permission for.
+ */
+function loadTypeScript(): typeof TS {
+  const src = Deno.readTextFileSync(
+    new URL("../node_modules/typescript/lib/typescript.js", import.meta.url),
+  );
+  const module = { exports: {} as typeof TS };
+  new Function("module", "exports", "require", "process", src)(
+    module,
+    module.exports,
+    undefined,
+    undefined,
+  );
+  return module.exports;
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null;
+}
+
+function randomToken(): string {
+  const b = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+function base64(b: Uint8Array): string {
+  return (b as unknown as { toBase64(): string }).toBase64();
+}
+
+function fromBase64(s: string): Uint8Array {
+  return (Uint8Array as unknown as { fromBase64(s: string): Uint8Array }).fromBase64(s);
+}
+
+/** One user Worker with its token. */
+class Slot {
+  readonly worker: Worker;
+  readonly token = randomToken();
+  readonly ready: Promise<void>;
+  /** The call's handler of the runner's messages; set while one runs. */
+  onMessage: ((m: FromRunner) => void) | null = null;
+  /** Called when the Worker fails (an error the runner did not catch). */
+  onFail: ((why: string) => void) | null = null;
+  failed = "";
+
+  constructor(url: string) {
+    this.worker = new Worker(url, {
+      type: "module",
+      name: "pyrun-javascript",
+      deno: { permissions: "none" },
+    } as WorkerOptions);
+    let ok!: () => void;
+    let fail!: (e: Error) => void;
+    this.ready = new Promise((res, rej) => {
+      ok = res;
+      fail = rej;
+    });
+    this.ready.catch(() => {}); // reported where it is awaited
+    this.worker.onmessage = (e: MessageEvent<unknown>) => {
+      const m = e.data;
+      if (!isObject(m) || m.k !== this.token) return;
+      if (m.type === "ready") ok();
+      else this.onMessage?.(m as FromRunner);
+    };
+    this.worker.onerror = (e: ErrorEvent) => {
+      e.preventDefault();
+      this.failed = e.message || "it failed";
+      fail(new Error(this.failed));
+      this.onFail?.(this.failed);
+    };
+    this.worker.postMessage({ type: "init", token: this.token });
+  }
+
+  terminate(): void {
+    this.onMessage = this.onFail = null;
+    this.worker.terminate();
+  }
+}
+
+function capsOf(req: Extract<Request, { type: "run" }>): Caps {
+  const pick = (v: unknown, d: number) => typeof v === "number" && v > 0 ? Math.floor(v) : d;
+  return {
+    max_output: pick(req.max_output, DEFAULT_CAPS.max_output),
+    max_displays: pick(req.max_displays, DEFAULT_CAPS.max_displays),
+    max_display_bytes: pick(req.max_display_bytes, DEFAULT_CAPS.max_display_bytes),
+    max_files: pick(req.max_files, DEFAULT_CAPS.max_files),
+    max_file_bytes: pick(req.max_file_bytes, DEFAULT_CAPS.max_file_bytes),
+  };
+}
+
+/** A path the call may be given or return: relative, without . or .. parts. */
+function goodPath(p: unknown): p is string {
+  if (typeof p !== "string" || !p || p.length > 4096 || p.startsWith("/")) return false;
+  return p.split("/").every((part) => part !== "" && part !== "." && part !== "..");
+}
+
+const MIME_TYPES: Record<string, string> = {
+  png: "image/png",
+  jpg: "image/jpeg",
+  jpeg: "image/jpeg",
+  gif: "image/gif",
+  webp: "image/webp",
+  svg: "image/svg+xml",
+  html: "text/html",
+  htm: "text/html",
+  txt: "text/plain",
+  md: "text/markdown",
+  csv: "text/csv",
+  json: "application/json",
+  js: "text/javascript",
+  ts: "text/plain",
+  xml: "application/xml",
+  pdf: "application/pdf",
+};
+
+function mimeOf(path: string): string {
+  const dot = path.lastIndexOf(".");
+  return (dot > path.lastIndexOf("/") && MIME_TYPES[path.slice(dot + 1).toLowerCase()]) ||
+    "application/octet-stream";
+}
+
+const MIME = /^[A-Za-z0-9][\w.+-]*\/[\w.+-]+$/;
+
+class Host {
+  private readonly url: string;
+  private spare: Slot | null = null;
+  private session: Slot | null = null;
+  private signals = 0;
+  private seq = 0;
+  private probes = 0;
+  /** Interrupts the running call, if any. */
+  private interruptCurrent: (() => void) | null = null;
+
+  constructor(private readonly ts: typeof TS, runner: string, private readonly cfg: HostConfig) {
+    this.url = URL.createObjectURL(new Blob([runner], { type: "application/typescript" }));
+    Deno.addSignalListener("SIGUSR2", () => {
+      this.signals++;
+      this.interruptCurrent?.();
+    });
+  }
+
+  /** Starts the first Worker; resolves when it can take a call. */
+  async start(): Promise<void> {
+    const slot = new Slot(this.url);
+    if (this.cfg.session) this.session = slot;
+    else this.spare = slot;
+    await slot.ready;
+  }
+
+  private take(): Slot {
+    if (this.cfg.session) {
+      if (!this.session) this.session = new Slot(this.url);
+      return this.session;
+    }
+    const slot = this.spare ?? new Slot(this.url);
+    this.spare = null;
+    return slot;
+  }
+
+  async run(req: Extract<Request, { type: "run" }>): Promise<Result> {
+    const began = performance.now();
+    const mark = typeof req.interrupts === "number" ? req.interrupts : 0;
+    const caps = capsOf(req);
+    const done = (r: Omit<Result, "type" | "id" | "duration_ms">): Result => ({
+      type: "result",
+      id: req.id,
+      ...r,
+      duration_ms: Math.round((performance.now() - began) * 1000) / 1000,
+    });
+    const inputs: [string, Uint8Array][] = [];
+    for (const f of Array.isArray(req.input_files) ? req.input_files : []) {
+      if (!isObject(f) || !goodPath(f.path) || typeof f.data !== "string") {
+        return done({
+          status: "run-error",
+          error: `pyrun: bad input file ${JSON.stringify(isObject(f) ? f.path : f)}: ` +
+            "paths are relative, without . or .. parts, and data is base64",
+        });
+      }
+      try {
+        inputs.push([f.path, fromBase64(f.data)]);
+      } catch {
+        return done({ status: "run-error", error: `pyrun: input file ${f.path}: bad base64` });
+      }
+    }
+    const rw = rewrite(this.ts, req.code, this.cfg.session);
+    if (rw.error !== undefined) return done({ status: "run-error", error: rw.error });
+    const slot = this.take();
+    try {
+      await slot.ready;
+    } catch (e) {
+      if (slot === this.session) this.session = null;
+      throw new Error(`the JavaScript worker did not start: ${(e as Error).message}`);
+    }
+    const result = await this.call(
+      slot,
+      req.id,
+      rw.code,
+      caps,
+      inputs,
+      req.keep_output === true,
+      mark,
+      done,
+    );
+    if (result.error) result.error = mapPositions(result.error, rw.position);
+    if (!this.cfg.session) {
+      slot.terminate();
+    } else if (result.recycle) {
+      slot.terminate();
+      this.session = null;
+    }
+    return result;
+  }
+
+  private call(
+    slot: Slot,
+    id: string,
+    code: string,
+    caps: Caps,
+    inputs: [string, Uint8Array][],
+    keepOutput: boolean,
+    mark: number,
+    done: (r: Omit<Result, "type" | "id" | "duration_ms">) => Result,
+  ): Promise<Result> {
+    const seq = ++this.seq;
+    const sent = { stdout: 0, stderr: 0 };
+    const dropped: Record<string, number> = { stdout: 0, stderr: 0 };
+    let displays = 0;
+    let displayBytes = 0;
+    let displaysDropped = 0;
+    let probe = 0;
+    let probeTimer: ReturnType<typeof setTimeout> | undefined;
+    let memoryTimer: ReturnType<typeof setInterval> | undefined;
+    return new Promise<Result>((resolve) => {
+      let finished = false;
+      const finish = (r: Omit<Result, "type" | "id" | "duration_ms">) => {
+        if (finished) return;
+        finished = true;
+        clearTimeout(probeTimer);
+        clearInterval(memoryTimer);
+        slot.onMessage = slot.onFail = null;
+        this.interruptCurrent = null;
+        for (const s of ["stdout", "stderr"]) if (!dropped[s]) delete dropped[s];
+        resolve(done({ ...r, ...(Object.keys(dropped).length ? { dropped } : {}) }));
+      };
+      const recycleWhy = (why: string) => this.cfg.session ? { recycle: why } : {};
+      const output = (stream: "stdout" | "stderr", text: string) => {
+        const room = caps.max_output - sent[stream];
+        if (text.length > room) {
+          dropped[stream] += text.length - Math.max(room, 0);
+          if (room <= 0) return;
+          text = text.slice(0, room);
+        }
+        sent[stream] += text.length;
+        if (text) send({ type: "output", id, stream, text });
+      };
+      const pieces = (data: Uint8Array, ev: (data: string, more: boolean) => void) => {
+        let off = 0;
+        do {
+          const end = Math.min(off + PIECE, data.length);
+          ev(base64(data.subarray(off, end)), end < data.length);
+          off = end;
+        } while (off < data.length);
+      };
+      const capText = (key: "value" | "error", text: unknown): Partial<Result> => {
+        if (typeof text !== "string") return {};
+        if (text.length <= caps.max_output) return { [key]: text };
+        return { [key]: text.slice(0, caps.max_output), [`${key}_cut`]: true };
+      };
+      const result = (m: Extract<FromRunner, { type: "result" }>) => {
+        if (isObject(m.dropped)) {
+          for (const s of ["stdout", "stderr"]) {
+            const n = m.dropped[s];
+            if (typeof n === "number" && n > 0 && Number.isFinite(n)) dropped[s] += Math.floor(n);
+          }
+        }
+        let files = 0;
+        let fileBytes = 0;
+        let filesDropped = typeof m.files_dropped === "number"
+          ? Math.max(0, m.files_dropped | 0)
+          : 0;
+        for (const f of Array.isArray(m.files) ? m.files : []) {
+          if (!Array.isArray(f) || !goodPath(f[0]) || !(f[1] instanceof Uint8Array)) continue;
+          const [path, data] = f as [string, Uint8Array];
+          if (files >= caps.max_files || fileBytes + data.length > caps.max_file_bytes) {
+            filesDropped++;
+            continue;
+          }
+          files++;
+          fileBytes += data.length;
+          const mime_type = mimeOf(path);
+          pieces(
+            data,
+            (d, more) =>
+              send({ type: "file", id, path, mime_type, data: d, ...(more ? { more } : {}) }),
+          );
+        }
+        const status = m.status === "success" ? "success" : "run-error";
+        const dd = displaysDropped +
+          (typeof m.displays_dropped === "number" ? Math.max(0, m.displays_dropped | 0) : 0);
+        finish({
+          status,
+          ...(status === "success" ? capText("value", m.value) : capText("error", m.error)),
+          ...(dd ? { displays_dropped: dd } : {}),
+          ...(filesDropped ? { files_dropped: filesDropped } : {}),
+        });
+      };
+      slot.onMessage = (m) => {
+        if (finished) return;
+        switch (m.type) {
+          case "output":
+            if (
+              m.seq === seq && (m.stream === "stdout" || m.stream === "stderr") &&
+              typeof m.text === "string"
+            ) output(m.stream, m.text);
+            return;
+          case "display": {
+            if (
+              m.seq !== seq || typeof m.mime_type !== "string" || m.mime_type.length > 255 ||
+              !MIME.test(m.mime_type) || !(m.data instanceof Uint8Array)
+            ) return;
+            if (
+              displays >= caps.max_displays || displayBytes + m.data.length > caps.max_display_bytes
+            ) {
+              displaysDropped++;
+              return;
+            }
+            displays++;
+            displayBytes += m.data.length;
+            const mime_type = m.mime_type;
+            pieces(
+              m.data,
+              (d, more) =>
+                send({ type: "display", id, mime_type, data: d, ...(more ? { more } : {}) }),
+            );
+            return;
+          }
+          case "result":
+            if (m.seq === seq) result(m);
+            return;
+          case "exit": {
+            if (m.seq !== seq) return;
+            const how = typeof m.how === "string" ? m.how.slice(0, 64) : "exit";
+            const why = `the call ended its JavaScript worker (${how})`;
+            finish(
+              m.code === 0 ? { status: "success", ...recycleWhy(why) } : {
+                status: "run-error",
+                error: `pyrun: ${why}, status ${m.code | 0}`,
+                ...recycleWhy(why),
+              },
+            );
+            return;
+          }
+          case "alive":
+            if (probe && m.n === probe) {
+              // Parked in an await: the call can be given up without harm.
+              slot.worker.postMessage({ type: "abandon", seq });
+              finish({
+                status: "interrupted",
+                error: "Interrupted: the call was stopped while it waited",
+              });
+            }
+            return;
+        }
+      };
+      slot.onFail = (why) =>
+        finish({
+          status: "run-error",
+          error: `pyrun: the JavaScript worker failed: ${why}`,
+          ...recycleWhy("the call's JavaScript worker failed"),
+        });
+      this.interruptCurrent = () => {
+        if (this.signals <= mark || probe) return; // a signal meant for an earlier call
+        probe = ++this.probes;
+        slot.worker.postMessage({ type: "probe", n: probe });
+        probeTimer = setTimeout(() =>
+          finish({
+            status: "interrupted",
+            error: "Interrupted: the call was stopped while it ran JavaScript",
+            // Neither terminate() nor anything else stops a busy Worker:
+            // only the end of the process does.
+            recycle: "the call could not be stopped inside its JavaScript worker",
+          }), PROBE_MS);
+      };
+      if (this.cfg.heap_limit > 0) {
+        memoryTimer = setInterval(() => {
+          if (Deno.memoryUsage().rss > this.cfg.heap_limit) {
+            finish({
+              status: "memory-error",
+              error: `MemoryError: the call used more than ${this.cfg.heap_limit} bytes`,
+              recycle: "the call ran out of memory",
+            });
+          }
+        }, MEMORY_POLL_MS);
+      }
+      if (slot.failed) return slot.onFail(slot.failed);
+      slot.worker.postMessage({ type: "run", seq, code, caps, inputs, keep_output: keepOutput });
+      // A signal that came before the call began but after its mark.
+      if (this.signals > mark) this.interruptCurrent();
+    });
+  }
+
+  /**
+   * After a call's result is written: the next call's Worker starts now
+   * (8-40 ms), so that it is ready when the call comes. Not at the call's
+   * start, where it would slow the call down.
+   */
+  prepareNext(): void {
+    if (!this.cfg.session && !this.spare) this.spare = new Slot(this.url);
+  }
+}
+
+async function main(): Promise<void> {
+  const began = performance.now();
+  // Only the protocol writer may touch stdout.
+  console.log = console.info = console.debug = console.error;
+  const cfg = parseConfig(Deno.args);
+  let host: Host;
+  let ts: typeof TS;
+  try {
+    ts = loadTypeScript();
+    const runner = Deno.readTextFileSync(new URL("./runner.ts", import.meta.url));
+    host = new Host(ts, runner, cfg);
+    await host.start();
+  } catch (e) {
+    console.error(`pyrun javascript worker: start failed: ${(e as Error)?.stack ?? e}`);
+    Deno.exit(70);
+  }
+  send({
+    type: "ready",
+    protocol: PROTOCOL_VERSION,
+    engine: "javascript",
+    versions: { deno: Deno.version.deno, v8: Deno.version.v8, typescript: ts.version },
+    startup_ms: Math.round(performance.now() - began),
+  });
+  for await (const line of readLines(Deno.stdin.readable, cfg.max_line)) {
+    if (line === null) {
+      send({ type: "error", error: `request line longer than ${cfg.max_line} bytes` });
+      continue;
+    }
+    let req: Request;
+    try {
+      req = JSON.parse(line);
+    } catch (e) {
+      send({ type: "error", error: `bad request: ${e}` });
+      continue;
+    }
+    switch (req?.type) {
+      case "ping":
+        send({ type: "pong", id: String(req.id) });
+        break;
+      case "run": {
+        // The supervisor leaves out an empty code (omitempty): that is "".
+        req.code ??= "";
+        if (typeof req.id !== "string" || typeof req.code !== "string") {
+          send({ type: "error", id: req.id, error: "bad request: run needs id and code" });
+          break;
+        }
+        if (req.globals !== undefined || req.tools !== undefined) {
+          send({
+            type: "error",
+            id: req.id,
+            error: "bad request: globals and tools are for Python only",
+          });
+          break;
+        }
+        try {
+          send(await host.run(req));
+        } catch (e) {
+          send({ type: "error", id: req.id, error: `host failure: ${(e as Error)?.message ?? e}` });
+        }
+        host.prepareNext();
+        break;
+      }
+      default:
+        send({
+          type: "error",
+          error: `bad request: unknown type ${JSON.stringify((req as { type?: unknown })?.type)}`,
+        });
+    }
+  }
+  Deno.exit(0);
+}
+
+if (import.meta.main) main();

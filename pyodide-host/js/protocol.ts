@@ -1,0 +1,129 @@
+// The JavaScript engine's messages: the pipe protocol it shares with the
+// Python worker (../PROTOCOL.md; these are the fields it uses), and the
+// messages between its host thread (main.ts) and the Worker that runs the
+// user's code (runner.ts).
+
+export const PROTOCOL_VERSION = 4;
+
+/** Start-up settings, the one command-line argument (JSON). */
+export interface HostConfig {
+  /** Process RSS in bytes past which a running call ends as memory-error; 0: none. */
+  heap_limit: number;
+  /** Longest stdin line accepted, in bytes. */
+  max_line: number;
+  /** Calls share one Worker, so state lasts (a session). */
+  session: boolean;
+}
+
+export interface InputFile {
+  path: string;
+  /** base64 */
+  data: string;
+}
+
+export type Request =
+  | {
+    type: "run";
+    id: string;
+    code: string;
+    max_output?: number;
+    interrupts?: number;
+    input_files?: InputFile[];
+    keep_output?: boolean;
+    max_displays?: number;
+    max_display_bytes?: number;
+    max_files?: number;
+    max_file_bytes?: number;
+    globals?: unknown;
+    tools?: unknown;
+  }
+  | { type: "ping"; id: string };
+
+export interface Result {
+  type: "result";
+  id: string;
+  status: "success" | "run-error" | "interrupted" | "memory-error";
+  value?: string;
+  value_cut?: boolean;
+  error?: string;
+  error_cut?: boolean;
+  dropped?: Record<string, number>;
+  recycle?: string;
+  duration_ms: number;
+  displays_dropped?: number;
+  files_dropped?: number;
+}
+
+export type Event =
+  | {
+    type: "ready";
+    protocol: number;
+    engine: "javascript";
+    versions: Record<string, string>;
+    startup_ms: number;
+  }
+  | { type: "output"; id: string; stream: "stdout" | "stderr"; text: string }
+  | { type: "display"; id: string; mime_type: string; data: string; more?: boolean }
+  | { type: "file"; id: string; path: string; mime_type: string; data: string; more?: boolean }
+  | { type: "pong"; id: string }
+  | { type: "error"; id?: string; error: string }
+  | Result;
+
+/** The caps of one call, as the runner and the host both apply them. */
+export interface Caps {
+  max_output: number;
+  max_displays: number;
+  max_display_bytes: number;
+  max_files: number;
+  max_file_bytes: number;
+}
+
+/** Host to runner. */
+export type ToRunner =
+  | { type: "init"; token: string }
+  | {
+    type: "run";
+    seq: number;
+    code: string;
+    caps: Caps;
+    /** Input files, by path relative to the (virtual) working folder. */
+    inputs: [string, Uint8Array][];
+    keep_output: boolean;
+  }
+  | { type: "probe"; n: number }
+  /** The host gave up on call seq (interrupted while it waited): drop what it still sends. */
+  | { type: "abandon"; seq: number };
+
+/**
+ * Runner to host. Every message carries the token the host gave the runner
+ * in init, which the user's code cannot read: the host ignores a message
+ * without it.
+ */
+export type FromRunner =
+  & { k: string }
+  & (
+    | { type: "ready" }
+    | { type: "output"; seq: number; stream: "stdout" | "stderr"; text: string }
+    | { type: "display"; seq: number; mime_type: string; data: Uint8Array }
+    | {
+      type: "result";
+      seq: number;
+      status: "success" | "run-error";
+      value?: string;
+      error?: string;
+      dropped: Record<string, number>;
+      files: [string, Uint8Array][];
+      displays_dropped: number;
+      files_dropped: number;
+    }
+    | { type: "exit"; seq: number; how: string; code: number }
+    | { type: "alive"; n: number }
+  );
+
+export const DEFAULT_CAPS: Caps = {
+  max_output: 65536,
+  max_displays: 16,
+  max_display_bytes: 4 << 20,
+  max_files: 64,
+  max_file_bytes: 64 << 20,
+};

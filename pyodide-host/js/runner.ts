@@ -1,0 +1,411 @@
+// The Worker of the JavaScript engine that runs the user's code, with no
+// Deno permissions at all (main.ts starts it with permissions "none"). The
+// host loads this file as a blob: module, so it imports nothing at run time
+// (the type import below is erased). Everything the code can do beyond plain
+// JavaScript goes through postMessage to the host: console output, the
+// `pyrun` API (files, displays), the value of the last expression.
+//
+// What this module needs from the global scope it takes before any user code
+// runs, and it hides what would let the code talk to the host or the pipes
+// around it (postMessage, close, Deno.stdin/stdout/stderr, Deno's internals).
+// The host still checks every message: this module is best effort, the
+// host's checks are the rule.
+
+/// <reference lib="deno.worker" />
+
+import type { Caps, FromRunner, ToRunner } from "./protocol.ts";
+
+/** Keep in step with rewrite.ts's VALUE_EXPORT. */
+const VALUE_EXPORT = "__pyrun_value__";
+const MAX_DEPTH = 200;
+
+type Msg = FromRunner extends infer T ? T extends unknown ? Omit<T, "k"> : never : never;
+
+// deno-lint-ignore no-explicit-any
+const DenoAny = Deno as any;
+const internal = DenoAny[DenoAny.internal];
+const DenoConsole = internal.Console as new (
+  print: (msg: string, level: number) => void,
+) => Console;
+const rawPost = self.postMessage.bind(self);
+const realExit = Deno.exit.bind(Deno);
+const inspect = Deno.inspect.bind(Deno);
+const listen = self.addEventListener.bind(self);
+const { createObjectURL, revokeObjectURL } = URL;
+// A session's code may replace globals; the runner keeps its own.
+const BlobClass = Blob;
+const later = setTimeout;
+const define = Object.defineProperty;
+const stringify = JSON.stringify;
+const rawJSON = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+const here = import.meta.url;
+
+let token = "";
+function post(m: Msg): void {
+  rawPost({ ...m, k: token });
+}
+
+interface CallState {
+  seq: number;
+  caps: Caps;
+  sent: { stdout: number; stderr: number };
+  dropped: { stdout: number; stderr: number };
+  displays: number;
+  displayBytes: number;
+  displaysDropped: number;
+  uncaught: unknown[];
+}
+
+/** The running call; null between calls (output then is dropped). */
+let call: CallState | null = null;
+
+function print(msg: string, level: number): void {
+  const c = call;
+  if (!c) return;
+  // Deno's own console sends levels above 1 (warn, error, trace) to stderr.
+  const stream = level > 1 ? "stderr" : "stdout";
+  const room = c.caps.max_output - c.sent[stream];
+  if (msg.length > room) {
+    c.dropped[stream] += msg.length - Math.max(room, 0);
+    if (room <= 0) return;
+    msg = msg.slice(0, room);
+  }
+  c.sent[stream] += msg.length;
+  post({ type: "output", seq: c.seq, stream, text: msg });
+}
+
+const userConsole = new DenoConsole(print);
+
+// The code's files: inputs by relative path, outputs by path under /output/.
+const inputs = new Map<string, Uint8Array>();
+const outputs = new Map<string, Uint8Array>();
+let changed = new Set<string>();
+
+function outputName(path: string): string | null {
+  if (typeof path !== "string" || !path.startsWith("/output/")) return null;
+  const rel = path.slice("/output/".length);
+  const parts = rel.split("/");
+  if (!rel || parts.some((p) => p === "" || p === "." || p === "..")) return null;
+  return rel;
+}
+
+function inputName(path: string): string {
+  return String(path).replace(/^(\.\/)+/, "");
+}
+
+function bytesOf(data: unknown, what: string): Uint8Array {
+  if (typeof data === "string") return encoder.encode(data);
+  if (data instanceof Uint8Array) return data.slice();
+  if (data instanceof ArrayBuffer) return new Uint8Array(data.slice(0));
+  if (ArrayBuffer.isView(data)) {
+    return new Uint8Array(data.buffer.slice(data.byteOffset, data.byteOffset + data.byteLength));
+  }
+  throw new TypeError(`${what}: data must be a string, a Uint8Array or an ArrayBuffer`);
+}
+
+const MIME = /^[A-Za-z0-9][\w.+-]*\/[\w.+-]+$/;
+
+/** The API the code has instead of a file system (PROTOCOL.md, Engines: JavaScript). */
+const pyrun = Object.freeze({
+  /** The bytes of an input file (a path relative to the working folder) or of an output under /output/. */
+  readFile(path: string): Uint8Array {
+    const out = outputName(path);
+    const bytes = out !== null ? outputs.get(out) : inputs.get(inputName(path));
+    if (!bytes) throw new Error(`pyrun.readFile: no such file: ${path}`);
+    return bytes.slice();
+  },
+  readTextFile(path: string): string {
+    return decoder.decode(pyrun.readFile(path));
+  },
+  /** Writes a file under /output/, which the call returns when it ends. */
+  writeFile(path: string, data: string | Uint8Array | ArrayBuffer): void {
+    const name = outputName(path);
+    if (name === null) {
+      throw new TypeError(
+        `pyrun.writeFile: ${stringify(path)} is not a file under /output/ (write "/output/name")`,
+      );
+    }
+    outputs.set(name, bytesOf(data, "pyrun.writeFile"));
+    changed.add(name);
+  },
+  /** The input files and the files under /output/, sorted. */
+  files(): string[] {
+    return [...inputs.keys(), ...[...outputs.keys()].map((p) => "/output/" + p)].sort();
+  },
+  /**
+   * Shows data with a mime type: a string (sent as UTF-8) or bytes. Without
+   * a mime type a string is text/plain and any other value its JSON.
+   */
+  display(data: unknown, mimeType?: string): void {
+    const c = call;
+    if (!c) return;
+    let mime = mimeType;
+    let bytes: Uint8Array;
+    if (mime === undefined) {
+      if (typeof data === "string") {
+        mime = "text/plain";
+        bytes = encoder.encode(data);
+      } else {
+        mime = "application/json";
+        bytes = encoder.encode(toJSON(data) ?? "null");
+      }
+    } else {
+      if (typeof mime !== "string" || mime.length > 255 || !MIME.test(mime)) {
+        throw new TypeError(`pyrun.display: ${stringify(mime)} is not a mime type`);
+      }
+      bytes = bytesOf(data, "pyrun.display");
+    }
+    if (
+      c.displays >= c.caps.max_displays || c.displayBytes + bytes.length > c.caps.max_display_bytes
+    ) {
+      c.displaysDropped++;
+      return;
+    }
+    c.displays++;
+    c.displayBytes += bytes.length;
+    post({ type: "display", seq: c.seq, mime_type: mime, data: bytes });
+  },
+});
+
+/** Ends the worker as the code asked, telling the host first. */
+function exitCall(how: string, code: unknown): never {
+  const c = call;
+  if (c) post({ type: "exit", seq: c.seq, how, code: Number(code) | 0 });
+  realExit(Number(code) | 0);
+  throw new Error("unreachable"); // Deno.exit does not return
+}
+
+function install(): void {
+  define(globalThis, "console", {
+    value: userConsole,
+    writable: true,
+    configurable: true,
+  });
+  define(globalThis, "pyrun", { value: pyrun, writable: true, configurable: true });
+}
+
+function hide(): void {
+  const g = globalThis as unknown as Record<string, unknown>;
+  delete g.postMessage;
+  // A nested Worker's console would write to the process's stdout, the
+  // protocol pipe (its permissions could only be "none" too).
+  g.Worker = class {
+    constructor() {
+      throw new TypeError("pyrun: the code cannot start Workers");
+    }
+  };
+  g.close = () => exitCall("self.close()", 0);
+  DenoAny.exit = (code?: number) => exitCall(`Deno.exit(${code ?? ""})`, code ?? 0);
+  for (const name of ["stdin", "stdout", "stderr"]) delete DenoAny[name];
+  delete DenoAny[DenoAny.internal];
+  const proc = g.process as Record<string, unknown> | undefined;
+  if (proc) {
+    proc.exit = (code?: number) => exitCall(`process.exit(${code ?? ""})`, code ?? 0);
+    for (const name of ["stdin", "stdout", "stderr"]) {
+      Object.defineProperty(proc, name, {
+        get() {
+          throw new Error(
+            `process.${name} is not available in pyrun: use console and pyrun.writeFile`,
+          );
+        },
+        configurable: true,
+      });
+    }
+  }
+}
+
+// ---- values ---------------------------------------------------------------
+
+/** Kinds of object whose JSON would say nothing: they become their inspect() text. */
+function opaque(v: object): boolean {
+  return v instanceof Error || v instanceof Promise || v instanceof RegExp ||
+    v instanceof WeakMap || v instanceof WeakSet || v instanceof ArrayBuffer ||
+    v instanceof DataView || (typeof WeakRef !== "undefined" && v instanceof WeakRef);
+}
+
+function jsonable(v: unknown, depth: number, seen: Set<object>): unknown {
+  switch (typeof v) {
+    case "undefined":
+    case "boolean":
+    case "string":
+      return v;
+    case "number":
+      if (Number.isFinite(v)) return v;
+      return Number.isNaN(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity";
+    case "bigint":
+      return rawJSON(v.toString());
+    case "symbol":
+    case "function":
+      return inspect(v);
+  }
+  if (v === null) return null;
+  const o = v as object;
+  if (depth > MAX_DEPTH) return inspect(o, { depth: 0 });
+  if (seen.has(o)) return "<cycle>";
+  if (opaque(o)) return inspect(o);
+  if (o instanceof Number || o instanceof String || o instanceof Boolean) return o.valueOf();
+  seen.add(o);
+  try {
+    const d = depth + 1;
+    const toJSONMethod = (o as { toJSON?: unknown }).toJSON;
+    if (typeof toJSONMethod === "function") return jsonable(toJSONMethod.call(o, ""), d, seen);
+    if (Array.isArray(o)) return o.map((x) => jsonable(x, d, seen) ?? null);
+    if (ArrayBuffer.isView(o)) {
+      return Array.from(o as unknown as ArrayLike<unknown>, (x) => jsonable(x, d, seen));
+    }
+    if (o instanceof Set) return [...o].map((x) => jsonable(x, d, seen) ?? null);
+    if (o instanceof Map) {
+      const out: Record<string, unknown> = {};
+      for (const [k, x] of o) {
+        const key = typeof k === "string" ? k : stringify(jsonable(k, d, seen)) ?? String(k);
+        out[key] = jsonable(x, d, seen);
+      }
+      return out;
+    }
+    const out: Record<string, unknown> = {};
+    for (const k of Object.keys(o)) out[k] = jsonable((o as Record<string, unknown>)[k], d, seen);
+    return out;
+  } finally {
+    seen.delete(o);
+  }
+}
+
+/** The JSON text of a value, indented; undefined for undefined. */
+function toJSON(v: unknown): string | undefined {
+  return stringify(jsonable(v, 0, new Set()), null, 2);
+}
+
+// ---- errors ---------------------------------------------------------------
+
+/** An error as the user reads it: Deno's text, with main.ts for the code and without pyrun's frames. */
+function formatError(e: unknown, url: string): string {
+  let text: string;
+  try {
+    text = e instanceof Error ? inspect(e) : `Uncaught ${inspect(e)}`;
+  } catch {
+    text = "Uncaught exception (it could not be shown)";
+  }
+  text = text.replaceAll(url, "main.ts");
+  const kept: string[] = [];
+  for (const line of text.split("\n")) {
+    if (!/^\s+at /.test(line) || !(line.includes("ext:") || line.includes(here))) {
+      kept.push(line);
+    } else if (line.endsWith(" {") && kept.length) {
+      // Deno puts the opening of the error's own properties on its last frame.
+      kept[kept.length - 1] += " {";
+    }
+  }
+  return kept.join("\n");
+}
+
+// ---- calls ----------------------------------------------------------------
+
+async function run(m: Extract<ToRunner, { type: "run" }>): Promise<void> {
+  const c: CallState = {
+    seq: m.seq,
+    caps: m.caps,
+    sent: { stdout: 0, stderr: 0 },
+    dropped: { stdout: 0, stderr: 0 },
+    displays: 0,
+    displayBytes: 0,
+    displaysDropped: 0,
+    uncaught: [],
+  };
+  call = c;
+  install();
+  if (!m.keep_output) outputs.clear();
+  changed = new Set();
+  for (const [p, b] of m.inputs) inputs.set(p, b);
+  const url = createObjectURL(new BlobClass([m.code], { type: "application/typescript" }));
+  let status: "success" | "run-error" = "success";
+  let value: string | undefined;
+  let error: string | undefined;
+  try {
+    const ns = await import(url);
+    // One macrotask, so that a promise the code rejected and left unhandled
+    // is reported as this call's error.
+    await new Promise((r) => later(r, 0));
+    if (c.uncaught.length) {
+      status = "run-error";
+      error = formatError(c.uncaught[0], url);
+    } else if (VALUE_EXPORT in ns) {
+      try {
+        value = toJSON(ns[VALUE_EXPORT]);
+      } catch (e) {
+        status = "run-error";
+        error = `pyrun: the value of the last expression could not be turned into JSON: ${
+          formatError(e, url)
+        }`;
+      }
+    }
+  } catch (e) {
+    status = "run-error";
+    error = formatError(e, url);
+  } finally {
+    revokeObjectURL(url);
+  }
+  if (call !== c) return; // the host gave up on this call
+  call = null;
+  const files: [string, Uint8Array][] = [];
+  let bytes = 0;
+  let filesDropped = 0;
+  for (const p of [...changed].sort()) {
+    const b = outputs.get(p)!;
+    if (files.length >= m.caps.max_files || bytes + b.length > m.caps.max_file_bytes) {
+      filesDropped++;
+      continue;
+    }
+    bytes += b.length;
+    files.push([p, b]);
+  }
+  if (!m.keep_output) outputs.clear();
+  post({
+    type: "result",
+    seq: c.seq,
+    status,
+    ...(value !== undefined ? { value } : {}),
+    ...(error !== undefined ? { error } : {}),
+    dropped: c.dropped,
+    files,
+    displays_dropped: c.displaysDropped,
+    files_dropped: filesDropped,
+  });
+}
+
+listen("error", (e) => {
+  // An exception thrown by a callback (a timer) of the code: the call's
+  // error if one runs, else dropped; never the end of the worker.
+  e.preventDefault();
+  call?.uncaught.push(e.error ?? e.message);
+});
+
+listen("unhandledrejection", (e) => {
+  e.preventDefault();
+  call?.uncaught.push(e.reason);
+});
+
+listen("message", (e: MessageEvent<ToRunner>) => {
+  const m = e.data;
+  switch (m?.type) {
+    case "init":
+      if (token) return;
+      token = m.token;
+      post({ type: "ready" });
+      return;
+    case "run":
+      if (!token) return;
+      run(m);
+      return;
+    case "probe":
+      post({ type: "alive", n: m.n });
+      return;
+    case "abandon":
+      if (call?.seq === m.seq) call = null;
+      return;
+  }
+});
+
+hide();
+install();

@@ -1,0 +1,245 @@
+package pyodidehost_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// The JavaScript engine's worker (js/main.ts), started as its engine
+// (supervisor/engine_javascript.go) and the pool's denoArgs start it: reads
+// of its own folder and of TypeScript's compiler, the Worker options
+// switch, nothing else; same environment and working folder as Python's
+// workers. Keep it in step with them.
+func jsWorkerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig string) *exec.Cmd {
+	args := []string{
+		"run",
+		"--no-prompt",
+		"--cached-only",
+		"--no-config",
+		"--quiet",
+		"--unstable-worker-options",
+		"--allow-read=" + strings.Join([]string{
+			filepath.Join(rt.Dir, "js"),
+			filepath.Join(rt.Dir, "node_modules", "typescript", "lib", "typescript.js"),
+		}, ","),
+		filepath.Join(rt.Dir, "js", "main.ts"),
+		hostConfig,
+	}
+	cmd := exec.CommandContext(ctx, rt.Deno, args...)
+	cmd.Env = []string{
+		"DENO_DIR=" + rt.DenoDir,
+		"DENO_NO_UPDATE_CHECK=1",
+		"DENO_NO_PROMPT=1",
+		"NO_COLOR=1",
+		"MALLOC_MMAP_THRESHOLD_=131072",
+	}
+	cmd.Dir = rt.WorkDir
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// TestJavaScriptTranscripts replays testdata/js/*.txtar against the real
+// JavaScript worker, as TestTranscripts does for Python.
+func TestJavaScriptTranscripts(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "js", "*.txtar"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no transcripts in testdata/js (%v)", err)
+	}
+	rt := provision(t)
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			replayFile(t, rt, file, jsWorkerCommand)
+		})
+	}
+}
+
+// jsProc is one JavaScript worker driven by a test, for what a transcript
+// cannot show: timings and the worker's end.
+type jsProc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	events chan map[string]any
+	stderr *lockedBuffer
+}
+
+func startJS(t *testing.T, hostConfig string) *jsProc {
+	t.Helper()
+	rt := provision(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cmd := jsWorkerCommand(ctx, rt, hostConfig)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &jsProc{t: t, cmd: cmd, stdin: stdin, events: make(chan map[string]any, 64), stderr: &lockedBuffer{}}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(p.events)
+		r := bufio.NewReaderSize(stdout, 64<<10)
+		for {
+			line, err := readLine(r)
+			if err != nil {
+				return
+			}
+			var ev map[string]any
+			if err := json.Unmarshal([]byte(line), &ev); err != nil {
+				p.events <- map[string]any{"type": "garbage", "line": line}
+				continue
+			}
+			p.events <- ev
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		_ = cmd.Wait()
+	})
+	if ev := p.next("ready", 60*time.Second); ev["engine"] != "javascript" {
+		t.Fatalf("ready event %v, want engine javascript", ev)
+	}
+	return p
+}
+
+// next returns the next event of type typ, skipping others; nil when the
+// worker's stdout ended first.
+func (p *jsProc) next(typ string, limit time.Duration) map[string]any {
+	p.t.Helper()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		select {
+		case ev, ok := <-p.events:
+			if !ok {
+				return nil
+			}
+			if ev["type"] == typ {
+				return ev
+			}
+		case <-timer.C:
+			p.t.Fatalf("no %s event after %s; stderr:\n%s", typ, limit, p.stderr.String())
+		}
+	}
+}
+
+func (p *jsProc) send(req string) {
+	p.t.Helper()
+	if _, err := io.WriteString(p.stdin, req+"\n"); err != nil {
+		p.t.Fatalf("write request: %v", err)
+	}
+}
+
+// A busy loop is answered soon after the signal, with recycle: the
+// supervisor then ends the process, the only way to stop the loop.
+func TestJavaScriptBusyLoopAnswer(t *testing.T) {
+	for _, session := range []bool{false, true} {
+		t.Run(fmt.Sprintf("session=%v", session), func(t *testing.T) {
+			p := startJS(t, fmt.Sprintf(`{"heap_limit":0,"max_line":1048576,"session":%v}`, session))
+			p.send(`{"type":"run","id":"c1","code":"console.log('go');\nwhile (true) {}","max_output":65536,"interrupts":0}`)
+			p.next("output", 30*time.Second)
+			sent := time.Now()
+			if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+				t.Fatal(err)
+			}
+			res := p.next("result", 30*time.Second)
+			took := time.Since(sent)
+			if res == nil || res["status"] != "interrupted" || res["recycle"] == nil {
+				t.Fatalf("result %v, want interrupted with recycle", res)
+			}
+			// The supervisor's grace period is 500ms; the probe waits 150ms.
+			if took > 2*time.Second {
+				t.Errorf("answered %s after the signal, want well under the supervisor's grace period", took)
+			}
+			t.Logf("busy loop answered %s after SIGUSR2", took)
+			// Stdin EOF ends the process although its Worker still spins.
+			p.stdin.Close()
+			done := make(chan error, 1)
+			go func() { done <- p.cmd.Wait() }()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("exit after EOF: %v, want status 0", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the worker did not exit on stdin EOF")
+			}
+		})
+	}
+}
+
+// Memory: allocating without end ends as memory-error with recycle, from
+// the host's watch of the process's RSS, before V8's own heap cap (which
+// would end the process).
+func TestJavaScriptMemory(t *testing.T) {
+	p := startJS(t, `{"heap_limit":268435456,"max_line":1048576}`)
+	p.send(`{"type":"run","id":"c1","code":"const a = [];\nwhile (true) a.push(new Array(1e6).fill(1));","max_output":65536,"interrupts":0}`)
+	res := p.next("result", 60*time.Second)
+	if res == nil {
+		t.Fatalf("the worker ended without a result; stderr:\n%s", p.stderr.String())
+	}
+	if res["status"] != "memory-error" || res["recycle"] != "the call ran out of memory" {
+		t.Fatalf("result %v, want memory-error with recycle", res)
+	}
+}
+
+// The figures the README quotes: start to ready, a warm stateless `1+1`
+// round trip, idle RSS. Bounds are loose (the machine is shared); the
+// figures are logged (go test -v -run TestJavaScriptFigures).
+func TestJavaScriptFigures(t *testing.T) {
+	began := time.Now()
+	p := startJS(t, `{"heap_limit":0,"max_line":1048576}`)
+	start := time.Since(began)
+	var times, inWorker []time.Duration
+	for i := range 20 {
+		// As calls come through MCP: not back to back.
+		time.Sleep(50 * time.Millisecond)
+		sent := time.Now()
+		p.send(fmt.Sprintf(`{"type":"run","id":"c%d","code":"1+1","max_output":65536,"interrupts":0}`, i))
+		res := p.next("result", 30*time.Second)
+		if res == nil || res["value"] != "2" {
+			t.Fatalf("call %d: %v", i, res)
+		}
+		times = append(times, time.Since(sent))
+		ms, _ := res["duration_ms"].(float64)
+		inWorker = append(inWorker, time.Duration(ms*float64(time.Millisecond)))
+	}
+	slices.Sort(times)
+	slices.Sort(inWorker)
+	median := times[len(times)/2]
+	if start > 30*time.Second || median > 2*time.Second {
+		t.Errorf("start %s, median 1+1 %s: far slower than expected", start, median)
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	rss := "?"
+	if err == nil {
+		for line := range strings.Lines(string(status)) {
+			if strings.HasPrefix(line, "VmRSS:") {
+				rss = strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:"))
+			}
+		}
+	}
+	t.Logf("start to ready %s; 1+1 round trip median %s (min %s, max %s; in the worker, median %s); idle RSS %s",
+		start.Round(time.Millisecond), median.Round(time.Microsecond), times[0].Round(time.Microsecond),
+		times[len(times)-1].Round(time.Microsecond), inWorker[len(inWorker)/2].Round(time.Microsecond), rss)
+}

@@ -1,0 +1,78 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+)
+
+// javascriptEngine runs JavaScript and TypeScript in Deno itself:
+// pyodide-host/js/main.ts, whose host thread runs each call's code in a
+// Deno Worker that has no permissions at all (PROTOCOL.md, Engines:
+// JavaScript). No snapshots (a worker starts in ~0.3 s), no packages, no
+// network, no mounts, no globals, no tool calls.
+type javascriptEngine struct{}
+
+// JavaScript is the engine of JavaScript/TypeScript in Deno Workers.
+var JavaScript Engine = javascriptEngine{}
+
+func (javascriptEngine) Name() string { return "javascript" }
+
+// Versions: Deno's and TypeScript's, from their npm packages in the
+// runtime (V8's is known only to a running Deno: the ready event says it).
+func (javascriptEngine) Versions(rt *Runtime) map[string]string {
+	v := map[string]string{}
+	for name, pkg := range map[string]string{"deno": "deno", "typescript": "typescript"} {
+		if ver := packageVersion(rt, pkg); ver != "" {
+			v[name] = ver
+		}
+	}
+	return v
+}
+
+func packageVersion(rt *Runtime, pkg string) string {
+	b, err := os.ReadFile(filepath.Join(rt.Dir, "node_modules", pkg, "package.json"))
+	if err != nil {
+		return ""
+	}
+	var meta struct {
+		Version string `json:"version"`
+	}
+	if json.Unmarshal(b, &meta) != nil {
+		return ""
+	}
+	return meta.Version
+}
+
+// DefaultMemoryLimit: a JavaScript worker idles at ~100 MiB resident (Deno,
+// TypeScript's parser ~60 MiB, two Worker isolates); 512 MiB leaves a call
+// ~300 MiB before the host ends it as memory-error at the limit less 96 MiB.
+func (javascriptEngine) DefaultMemoryLimit() int64 { return 512 << 20 }
+
+func (javascriptEngine) Features() Features { return Features{} }
+
+func (javascriptEngine) Program() string { return "js/main.ts" }
+
+// Permissions are the host thread's; the user's code runs in a Worker the
+// host creates with permissions "none", which Deno allows only with
+// --unstable-worker-options (without it the process exits at once):
+//   - read of js/ (the host program and runner.ts, which the host hands to
+//     the Worker as a blob: module) and of TypeScript's compiler file, whose
+//     parser finds a call's syntax errors, last expression and top-level
+//     declarations. Nothing else: the Worker reads nothing at all.
+//   - no env (TypeScript is loaded without `process`), no net, run, write,
+//     ffi, sys or import: the user's Worker could not use them anyway, and
+//     the host needs none.
+//
+// No --v8-flags heap cap: Permissions cannot see the configured memory
+// limit, and the host's own check of RSS against heap_limit during each
+// call (memory-error) plus the pool's RSS watchdog are the limits.
+func (javascriptEngine) Permissions(rt *Runtime) (Permissions, error) {
+	return Permissions{
+		Read: []string{
+			filepath.Join(rt.Dir, "js"),
+			filepath.Join(rt.Dir, "node_modules", "typescript", "lib", "typescript.js"),
+		},
+		Flags: []string{"--unstable-worker-options"},
+	}, nil
+}
