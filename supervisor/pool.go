@@ -224,7 +224,7 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 	if w.retire == "" {
 		// Retired now rather than at the health check's next look, which
 		// the next call may beat.
-		if rss, err := residentBytes(w.cmd.Process.Pid); err == nil && w.worseMemory(rss, p.Config()) {
+		if rss, err := w.residentBytes(); err == nil && w.worseMemory(rss, p.Config()) {
 			w.retire = retireMemory
 		}
 	}
@@ -546,7 +546,7 @@ func (p *Pool) startLocked() {
 		}
 		p.failures, p.startErr = 0, nil
 		w.gen, w.pkgs = gen, pkgs
-		w.freshRSS, _ = residentBytes(w.cmd.Process.Pid) // what a call may not leave it worse than
+		w.freshRSS, _ = w.residentBytes() // what a call may not leave it worse than
 		w.readyAt = time.Now()
 		from := "plain"
 		if w.ready.Snapshot {
