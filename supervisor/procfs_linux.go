@@ -22,13 +22,17 @@ func residentBytes(pid int) (int64, error) {
 	return parseStatm(pid, b)
 }
 
+// parseStatm reads statm's second field, resident pages, without
+// allocating: it is read after every call.
 func parseStatm(pid int, b []byte) (int64, error) {
-	f := bytes.Fields(b)
-	if len(f) < 2 {
-		return 0, fmt.Errorf("unexpected /proc/%d/statm: %q", pid, b)
+	i := bytes.IndexByte(b, ' ')
+	var pages int64
+	digits := 0
+	for i++; i > 0 && i < len(b) && b[i] >= '0' && b[i] <= '9' && digits < 18; i++ {
+		pages = pages*10 + int64(b[i]-'0')
+		digits++
 	}
-	pages, err := strconv.ParseInt(string(f[1]), 10, 64)
-	if err != nil {
+	if digits == 0 || (i < len(b) && b[i] != ' ' && b[i] != '\n') {
 		return 0, fmt.Errorf("unexpected /proc/%d/statm: %q", pid, b)
 	}
 	return pages * int64(os.Getpagesize()), nil
