@@ -56,22 +56,6 @@ _INTERNAL_PREFIXES = (
     "/lib/python3.14/site-packages/pyodide/",
 )
 
-_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
-_PATH_EVENTS = {
-    "os.remove": 0,
-    "os.rename": 0,
-    "os.mkdir": 0,
-    "os.rmdir": 0,
-    "os.chmod": 0,
-    "os.chown": 0,
-    "os.symlink": 1,
-    "os.link": 1,
-    "os.truncate": 0,
-    "os.utime": 0,
-    "shutil.copyfile": 1,
-    "shutil.move": 1,
-}
-
 # pyrun's own references, taken before any call runs: a call that patches
 # json or linecache must not change how pyrun reports the next call.
 _dumps = json.dumps
@@ -166,7 +150,6 @@ class _Call:
         self.task = None
         self.interrupted = False
         self.running = False  # the user's code (or its packages) may be running
-        self.loading = False  # Pyodide's loader is installing the call's packages
         self.rich = None  # pyrun_display's state for the call
 
     def write(self, stream, text):
@@ -224,7 +207,6 @@ def prepare():
     import tempfile  # noqa: F401
     import zipfile  # noqa: F401
 
-    sys.addaudithook(_audit)
     _display.install(_showing)
     _guard.install(_stderr.write)  # last: no audit hook can be added after it
 
@@ -396,34 +378,6 @@ def _under(path, roots):
     return False
 
 
-def _audit(event, args):
-    call = _active
-    if call is None or call.recycle or call.loading or _session.scope is not None:
-        return
-    if event == "open":
-        path, mode, flags = args
-        if mode is not None:
-            if not any(c in mode for c in "wax+"):
-                return
-        elif not (flags or 0) & _WRITE_FLAGS:
-            return
-        paths = (path,)
-    elif event in _PATH_EVENTS:
-        paths = args[: _PATH_EVENTS[event] + 1]
-    else:
-        return
-    for p in paths:
-        if isinstance(p, int):
-            continue
-        try:
-            p = os.path.abspath(os.fsdecode(p))
-        except Exception:
-            continue
-        if not _under(p, SCRATCH + (WORKDIR,)) and not _under(p, _display.writable):
-            call.recycle = f"the call changed {p}"
-            return
-
-
 # What a call left in a scratch folder goes; the folder stays.
 _clear_dir = _display.clear_dir
 
@@ -520,17 +474,14 @@ def _execute(call, code, globals_json, result):
         result.update(status="install-error", error=str(e))
         return
     if need is not None:
-        # Pyodide's loader writes the packages into site-packages: not the
-        # call's own writes, which would get the worker replaced.
-        call.loading = True
+        # Pyodide's loader writes the packages into site-packages, which
+        # guards.ts lets it do (FileGuard.loading), and the call's code not.
         try:
             reply = _loads(_await(call, _host.load_packages(_encode_line(need))))
         except BaseException:
             # The load goes on in the host: it must not land in a later call.
             call.recycle = "the call was stopped while its packages were loading"
             raise
-        finally:
-            call.loading = False
         if reply.get("error"):
             result.update(status="install-error", error=reply["error"])
             return

@@ -111,7 +111,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 			continue
 		default:
 		}
-		rss, err := residentBytes(w.cmd.Process.Pid)
+		rss, err := w.residentBytes()
 		if err == nil && rss > ceiling {
 			w.log.Warn("killing worker: its memory is past the ceiling", "rss", rss, "ceiling", ceiling)
 			w.kill(killMemory)
@@ -204,6 +204,9 @@ func nextSample(prev cpuSample, seen bool, used time.Duration, now, since time.T
 	}
 	return next
 }
+
+// residentBytes is the worker process's resident set size.
+func (w *worker) residentBytes() (int64, error) { return w.statm.resident(w.cmd.Process.Pid) }
 
 // worseMemory reports whether a worker holds more resident memory, rss,
 // than it did fresh by more than the slack.

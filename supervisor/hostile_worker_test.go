@@ -106,7 +106,7 @@ sys.addaudithook(hook)`},
 import sys, gc, pyrun_helper
 def noop(e, a, *rest, **kw):
     return None
-for f in [pyrun_helper._audit] + [o for o in gc.get_objects() if getattr(o, "__name__", "") == "refuse"]:
+for f in [o for o in gc.get_objects() if getattr(o, "__name__", "") == "refuse"]:
     for attr, value in (("__code__", noop.__code__), ("__defaults__", None)):
         try:
             setattr(f, attr, value)

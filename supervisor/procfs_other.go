@@ -12,6 +12,12 @@ import (
 // the worker limits its memory.
 func residentBytes(pid int) (int64, error) { return 0, errors.ErrUnsupported }
 
+// statmFile: no /proc/<pid>/statm on this system.
+type statmFile struct{}
+
+func (*statmFile) resident(int) (int64, error) { return 0, errors.ErrUnsupported }
+func (*statmFile) close()                      {}
+
 // cpuTime is not measured on this system: idle workers are not watched
 // for spinning.
 func cpuTime(pid int) (time.Duration, error) { return 0, errors.ErrUnsupported }

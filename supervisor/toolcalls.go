@@ -43,7 +43,13 @@ type toolCalls struct {
 // newToolCalls prepares a job's host calls. They end when the call is
 // stopped (stop: its time limit, a cancellation) or ends.
 func newToolCalls(ctx context.Context, job Job) *toolCalls {
-	tc := &toolCalls{caller: job.Tools, answers: make(chan request, maxPendingToolCalls)}
+	tc := &toolCalls{caller: job.Tools}
+	if job.Tools != nil {
+		// Only a job with tools starts calls. Without, answers stays nil
+		// (a receive that never fires): its 64 slots of requests were ~16
+		// KiB to allocate and clear for every call.
+		tc.answers = make(chan request, maxPendingToolCalls)
+	}
 	tc.ctx, tc.cancel = context.WithCancel(ctx)
 	return tc
 }

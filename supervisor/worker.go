@@ -90,6 +90,7 @@ type worker struct {
 
 	idleSince time.Time // when it last became idle; guarded by the pool's mu
 	freshRSS  int64     // resident bytes when it became ready; 0: unknown
+	statm     statmFile // its /proc/<pid>/statm, opened on first use
 	readyAt   time.Time // when it became ready
 
 	mu         sync.Mutex
@@ -176,6 +177,7 @@ func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, lo
 		// blocks on a full pipe and no output is lost.
 		pipes.Wait()
 		w.waitErr = cmd.Wait()
+		w.statm.close()
 		close(w.exited)
 		if exited != nil {
 			exited()
