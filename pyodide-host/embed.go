@@ -1,6 +1,6 @@
-// Package pyodidehost carries pyrun's Deno worker program: the TypeScript
-// host, the Python helper it loads into Pyodide, and the npm manifest that
-// pins Deno and Pyodide. The supervisor writes these files into its runtime
+// Package pyodidehost carries pyrun's Deno worker programs: the TypeScript
+// host, the Python helper it loads into Pyodide, the R worker (webr/, R in
+// webR), and the npm manifest that pins Deno, Pyodide and webR. The supervisor writes these files into its runtime
 // folder and installs the manifest there with npm.
 package pyodidehost
 
@@ -8,5 +8,5 @@ import "embed"
 
 // Files is the worker program, as the runtime folder receives it.
 //
-//go:embed main.ts worker.ts protocol.ts guards.ts mounts.ts toolcalls.ts pyrun_helper.py pyrun_guard.py pyrun_display.py mcp_tools.py package.json package-lock.json
+//go:embed webr main.ts worker.ts protocol.ts guards.ts mounts.ts toolcalls.ts pyrun_helper.py pyrun_guard.py pyrun_display.py mcp_tools.py package.json package-lock.json
 var Files embed.FS
