@@ -43,6 +43,11 @@ type HTTPOptions struct {
 	Metrics *Metrics
 	// SessionsOpen counts open Python sessions for /healthz. nil: 0.
 	SessionsOpen func() int
+	// LanguageStats reports each language's pool for /healthz's
+	// "languages", and LanguageSessions its open sessions. nil: no
+	// "languages" (Stats alone).
+	LanguageStats    func() map[string]supervisor.Stats
+	LanguageSessions func() map[string]int
 	// Sessions caps the MCP sessions open (sessioncap.go).
 	Sessions SessionLimits
 }
@@ -230,6 +235,8 @@ func (h *HTTPHandler) health(w http.ResponseWriter, _ *http.Request) {
 		MCPSessions     int    `json:"mcp_sessions"`
 		MCPSessionsMax  int    `json:"mcp_sessions_max"`
 		ResultsWaiting  int64  `json:"results_waiting_bytes"`
+		// Languages: each language's pool, when there are several.
+		Languages map[string]languageHealth `json:"languages,omitempty"`
 	}{
 		Status:          "ok",
 		WorkersReady:    s.Ready + s.Busy,
@@ -245,6 +252,10 @@ func (h *HTTPHandler) health(w http.ResponseWriter, _ *http.Request) {
 		body.SessionsOpen = h.opts.SessionsOpen()
 	}
 	body.MCPSessions, body.MCPSessionsMax = h.caps.counts()
+	notOK := "" // the status of a language that cannot take calls
+	if h.opts.LanguageStats != nil {
+		body.Languages, notOK = h.languagesHealth()
+	}
 	code := http.StatusOK
 	switch {
 	case h.draining.Load():
@@ -254,6 +265,9 @@ func (h *HTTPHandler) health(w http.ResponseWriter, _ *http.Request) {
 		if s.StartError != "" {
 			body.Status = "failing"
 		}
+	case notOK != "":
+		// A client of this instance may call any of its languages.
+		body.Status, code = notOK, http.StatusServiceUnavailable
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

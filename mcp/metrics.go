@@ -27,6 +27,8 @@ type Metrics struct {
 	calls     *prometheus.CounterVec
 	duration  prometheus.Histogram
 	queueWait prometheus.Histogram
+	// langCalls is calls by language too (languages.go's metrics).
+	langCalls *prometheus.CounterVec
 }
 
 // callStatuses are the values of pyrun_calls_total's status label: a
@@ -67,7 +69,8 @@ func NewMetrics(version string, stats func() supervisor.Stats) *Metrics {
 	for _, s := range callStatuses {
 		m.calls.WithLabelValues(s) // every series exists from the start
 	}
-	m.reg.MustRegister(m.calls, m.duration, m.queueWait, &poolCollector{stats: stats},
+	m.langCalls = newLanguageCalls()
+	m.reg.MustRegister(m.calls, m.duration, m.queueWait, m.langCalls, &poolCollector{stats: stats},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "pyrun_build_info",
@@ -115,12 +118,12 @@ type instrumented struct {
 func (i *instrumented) Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
 	began := time.Now()
 	res, err := i.r.Run(ctx, job, ev)
-	i.m.observe(ctx, began, res, err)
+	i.m.observe(ctx, began, supervisor.JobLanguage(job), res, err)
 	return res, err
 }
 
-// observe counts and times one call that began at began.
-func (m *Metrics) observe(ctx context.Context, began time.Time, res supervisor.Result, err error) {
+// observe counts and times one call of language that began at began.
+func (m *Metrics) observe(ctx context.Context, began time.Time, language string, res supervisor.Result, err error) {
 	status := string(res.Status)
 	switch {
 	case res.Status == "":
@@ -137,6 +140,7 @@ func (m *Metrics) observe(ctx context.Context, began time.Time, res supervisor.R
 		m.duration.Observe(res.Duration.Seconds())
 	}
 	m.calls.WithLabelValues(status).Inc()
+	m.langCalls.WithLabelValues(language, status).Inc()
 }
 
 // poolCollector reads the pool's state at scrape time.

@@ -33,24 +33,27 @@ func (s *Server) SetOptions(opts Options) {
 	s.mu.Unlock()
 	if old.Network != opts.Network {
 		s.mu.Lock()
-		s.published = ""
+		clear(s.published) // the annotations say whether code reaches the network
 		s.mu.Unlock()
 	}
 	s.republish()
 }
 
-// republish gives clients the tool again when its description changed
+// republish gives clients a tool again when its description changed
 // (options, or the tools of code mode): the SDK tells connected clients
 // that the tool list changed.
 func (s *Server) republish() {
 	s.mu.Lock()
 	opts := s.opts
-	desc := description(opts)
-	if desc == s.published {
-		s.mu.Unlock()
-		return
+	var changed []Language
+	for _, l := range opts.languages() {
+		if desc := languageDescription(l, opts); desc != s.published[l.Tool] {
+			s.published[l.Tool] = desc
+			changed = append(changed, l)
+		}
 	}
-	s.published = desc
 	s.mu.Unlock()
-	s.sdk.AddTool(tool(opts), s.handle)
+	for _, l := range changed {
+		s.sdk.AddTool(languageToolDef(l, opts), s.handle)
+	}
 }

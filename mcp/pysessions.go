@@ -104,7 +104,7 @@ type instrumentedSessions struct {
 func (i *instrumentedSessions) Run(ctx context.Context, c sessions.Call, ev supervisor.Events) (supervisor.Result, error) {
 	began := time.Now()
 	res, err := i.r.Run(ctx, c, ev)
-	i.m.observe(ctx, began, res, err)
+	i.m.observe(ctx, began, supervisor.JobLanguage(c.Job), res, err)
 	return res, err
 }
 

@@ -50,6 +50,9 @@ type Options struct {
 	Outputs outputs.Config
 	// Mounts are the sandbox paths of host folders, for the tool description.
 	Mounts []string
+	// Languages are the languages served, a tool each, in order; nil:
+	// Python alone. The pool runs each call by its Job.Language.
+	Languages []Language
 	// CodeMode gives calls the tools of other MCP servers (mcp_tools in
 	// Python); nil: none. Its changes reach clients as a changed tool
 	// description (see New).
@@ -68,21 +71,25 @@ type Server struct {
 	outputs *outputs.Store
 	front   frontState
 
+	// tools are the languages' tools, by tool name; fixed at New.
+	tools map[string]*languageTool
+
 	mu        sync.Mutex
-	opts      Options       // guarded by mu; replaced, never changed, by SetOptions
-	sessions  SessionRunner // guarded by mu; nil: no Python sessions
-	published string        // the tool description clients were given; guarded by mu
+	opts      Options           // guarded by mu; replaced, never changed, by SetOptions
+	sessions  SessionRunner     // guarded by mu; nil: no sessions
+	published map[string]string // the tool descriptions clients were given, by tool; guarded by mu
 }
 
 // New builds the MCP server around pool.
 func New(pool Runner, opts Options, log hclog.Logger) *Server {
 	opts = opts.withDefaults()
-	s := &Server{pool: pool, opts: opts, log: log, outputs: outputs.New(opts.Outputs)}
+	s := &Server{pool: pool, opts: opts, log: log, outputs: outputs.New(opts.Outputs),
+		tools: newLanguageTools(opts.languages()), published: map[string]string{}}
 	s.front.init()
 	s.front.out.setLimits(opts.Delivery)
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: "pyrun", Title: "pyrun: Python in a sandbox", Version: opts.Version},
 		&sdk.ServerOptions{
-			Instructions: `Call the "run_python_code" tool with the Python code to run.`,
+			Instructions: instructions(opts.languages()),
 			// 2026-07-28 (stateless, per-request _meta) and the
 			// handshake-era versions that most clients in use still speak.
 			// Over HTTP, revisions.go routes each request to the handler that
@@ -98,8 +105,10 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 				Resources: &sdk.ResourceCapabilities{},
 			},
 		})
-	s.published = description(opts)
-	s.sdk.AddTool(tool(opts), s.handle)
+	for _, l := range opts.languages() {
+		s.published[l.Tool] = languageDescription(l, opts)
+		s.sdk.AddTool(languageToolDef(l, opts), s.handle)
+	}
 	s.sdk.AddResourceTemplate(outputTemplate, s.readOutput)
 	if opts.CodeMode != nil {
 		opts.CodeMode.OnChange(s.republish)

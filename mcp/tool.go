@@ -22,52 +22,10 @@ import (
 // ToolName is the tool's name, the same as pydantic's mcp-run-python's.
 const ToolName = "run_python_code"
 
-// inputSchema is the tool's input: mcp-run-python's two arguments plus
-// timeout_seconds. Unknown arguments are refused.
-var inputSchema = &jsonschema.Schema{
-	Type: "object",
-	Properties: map[string]*jsonschema.Schema{
-		"python_code": {Type: "string", Description: "Python code to run"},
-		"global_variables": {
-			Type:        "object",
-			Description: "Map of global variables in context when the code is executed",
-		},
-		"timeout_seconds": {
-			Type:             "number",
-			ExclusiveMinimum: jsonschema.Ptr(0.0),
-			Description:      "Time limit for this call in seconds; capped by the server's limit, at least 0.1",
-		},
-		// Python sessions (sessions.go). The annotation has clients mirror
-		// the id into the Mcp-Param-Session-Id header, where a load
-		// balancer can route on it.
-		"session_id": {
-			Type:        "string",
-			MinLength:   jsonschema.Ptr(1),
-			MaxLength:   jsonschema.Ptr(maxSessionID),
-			Description: `"new" to start a Python session whose state lasts across calls, or the session_id of a previous result to continue it; absent: a stateless call`,
-			Extra:       map[string]any{"x-mcp-header": "Session-Id"},
-		},
-		"end_session": {
-			Type:        "boolean",
-			Description: "End the session after this call's code has run (python_code may be empty)",
-		},
-		"files": {
-			Type:        "object",
-			Description: `Files to write into the working directory before the code runs: relative path -> content, a string for text or {"base64": "..."} for bytes`,
-			AdditionalProperties: &jsonschema.Schema{AnyOf: []*jsonschema.Schema{
-				{Type: "string"},
-				{
-					Type:                 "object",
-					Properties:           map[string]*jsonschema.Schema{"base64": {Type: "string"}},
-					Required:             []string{"base64"},
-					AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
-				},
-			}},
-		},
-	},
-	Required:             []string{"python_code"},
-	AdditionalProperties: &jsonschema.Schema{Not: &jsonschema.Schema{}},
-}
+// inputSchema is run_python_code's input: mcp-run-python's two arguments
+// (python_code, global_variables) plus timeout_seconds, session_id,
+// end_session and files (inputSchemaFor). Unknown arguments are refused.
+var inputSchema = inputSchemaFor(Python)
 
 // outputSchema describes structuredContent (Structured).
 var outputSchema = &jsonschema.Schema{
@@ -165,16 +123,26 @@ type toolArgs struct {
 // parseArgs checks a call's arguments. Its errors name the argument at fault
 // and become tool errors, so the model can correct itself.
 func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
-	args, ok := parseValidArgs(raw)
+	return parseArgsFor(raw, maxCode, pythonTool)
+}
+
+// pythonTool is run_python_code's languageTool.
+var pythonTool = &languageTool{lang: Python, resolved: resolvedInput}
+
+// parseArgsFor checks the arguments of a call of lt's tool; the code, in
+// lt's CodeArg, comes back in PythonCode.
+func parseArgsFor(raw json.RawMessage, maxCode int, lt *languageTool) (toolArgs, error) {
+	codeArg := lt.lang.CodeArg
+	args, ok := parseValidArgsFor(raw, codeArg, lt.lang.Globals)
 	if !ok {
 		var err error
-		if args, err = parseArgsChecked(raw); err != nil {
+		if args, err = parseArgsCheckedFor(raw, lt); err != nil {
 			return args, err
 		}
 	}
 	if len(args.PythonCode) > maxCode {
-		return args, fmt.Errorf("invalid arguments: python_code is %d bytes, more than the limit of %d bytes (max_code)",
-			len(args.PythonCode), maxCode)
+		return args, fmt.Errorf("invalid arguments: %s is %d bytes, more than the limit of %d bytes (max_code)",
+			codeArg, len(args.PythonCode), maxCode)
 	}
 	if len(args.GlobalVariables) > maxCode {
 		return args, fmt.Errorf("invalid arguments: global_variables is %d bytes of JSON, more than the limit of %d bytes (max_code)",
@@ -194,6 +162,12 @@ func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
 // pyrun's work on a warm call. Anything else is not ok, and
 // parseArgsChecked explains what is wrong with it.
 func parseValidArgs(raw json.RawMessage) (toolArgs, bool) {
+	return parseValidArgsFor(raw, Python.CodeArg, true)
+}
+
+// parseValidArgsFor is parseValidArgs for a tool whose code is codeArg,
+// which takes global_variables when globals is set.
+func parseValidArgsFor(raw json.RawMessage, codeArg string, globals bool) (toolArgs, bool) {
 	var args toolArgs
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &fields); err != nil || fields == nil {
@@ -203,10 +177,10 @@ func parseValidArgs(raw json.RawMessage) (toolArgs, bool) {
 	for name, v := range fields {
 		var err error
 		switch name {
-		case "python_code":
+		case codeArg:
 			err = json.Unmarshal(v, &code)
 		case "global_variables":
-			if len(v) == 0 || v[0] != '{' {
+			if !globals || len(v) == 0 || v[0] != '{' {
 				return args, false
 			}
 			args.GlobalVariables = v
@@ -247,6 +221,11 @@ func parseValidArgs(raw json.RawMessage) (toolArgs, bool) {
 
 // parseArgsChecked validates arguments against inputSchema and decodes them.
 func parseArgsChecked(raw json.RawMessage) (toolArgs, error) {
+	return parseArgsCheckedFor(raw, pythonTool)
+}
+
+// parseArgsCheckedFor validates arguments against lt's schema and decodes them.
+func parseArgsCheckedFor(raw json.RawMessage, lt *languageTool) (toolArgs, error) {
 	var args toolArgs
 	if len(bytes.TrimSpace(raw)) == 0 || bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
 		raw = json.RawMessage("{}")
@@ -255,11 +234,16 @@ func parseArgsChecked(raw json.RawMessage) (toolArgs, error) {
 	if err := json.Unmarshal(raw, &generic); err != nil {
 		return args, argError(decodeError(raw, err))
 	}
-	if err := resolvedInput.Validate(generic); err != nil {
+	if err := lt.resolved.Validate(generic); err != nil {
 		return args, argError(err)
 	}
 	if err := json.Unmarshal(raw, &args); err != nil {
 		return args, argError(err)
+	}
+	if codeArg := lt.lang.CodeArg; codeArg != Python.CodeArg {
+		// Validated: an object whose code argument is a string.
+		code, _ := generic.(map[string]any)[codeArg].(string)
+		args.PythonCode = code
 	}
 	if t := args.TimeoutSeconds; t != nil && (math.IsInf(*t, 0) || math.IsNaN(*t)) {
 		return args, errors.New("invalid arguments: timeout_seconds must be a finite number of seconds")
@@ -309,10 +293,11 @@ func argError(err error) error {
 // result with isError; so is bad input. Only a call the pool could not take
 // (busy, over its client's limits, shutting down) is a tool error with a
 // message and no result.
-// runCall runs one call of run_python_code (handle puts limits around it).
+// runCall runs one call of a language's tool (handle puts limits around it).
 func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 	s.live.opened(req)
-	args, err := parseArgs(req.Params.Arguments, s.options().MaxCode)
+	lt := s.toolOf(req)
+	args, err := parseArgsFor(req.Params.Arguments, s.options().MaxCode, lt)
 	if err != nil {
 		return toolError(err), nil
 	}
@@ -327,8 +312,10 @@ func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Ca
 		Client:  clientOf(ctx, req),
 		Session: s.sessionName(req.Session),
 		Files:   files,
+		// The pool runs it in its language (supervisor.Pools).
+		Language: lt.lang.Name,
 	}
-	if cm := s.options().CodeMode; cm != nil {
+	if cm := s.options().CodeMode; cm != nil && lt.lang.CodeMode {
 		if caller, catalog := cm.ForRun(ctx, job.ID); caller != nil {
 			job.Tools, job.Catalog = caller, catalog
 		}
@@ -348,7 +335,7 @@ func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Ca
 	if args.SessionID != nil {
 		res, err = s.runInSession(ctx, args, job, ev)
 		if err != nil && res.Status == "" {
-			return toolError(sessionError(err)), nil
+			return toolError(languageSessionError(sessionError(err), lt.lang)), nil
 		}
 	} else {
 		res, err = s.pool.Run(ctx, job, ev)

@@ -95,6 +95,10 @@ export type Event =
   | {
     type: "ready";
     protocol: number;
+    /** The language this worker runs: "python" here; "r", "javascript" for the other engines. */
+    engine: string;
+    /** What the engine runs, by name: for Python {python, pyodide}. */
+    versions: Record<string, string>;
     pyodide: string;
     python: string;
     startup_ms: number;

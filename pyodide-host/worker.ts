@@ -301,6 +301,8 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
   send({
     type: "ready",
     protocol: PROTOCOL_VERSION,
+    engine: "python",
+    versions: { python, pyodide: py.version },
     pyodide: py.version,
     python,
     startup_ms: Math.round(performance.now() - began),

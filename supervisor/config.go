@@ -3,8 +3,8 @@ package supervisor
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,7 +19,8 @@ type Config struct {
 	// Timeout is the per-call wall-clock limit and the cap on a call's own
 	// timeout. 0: 30s.
 	Timeout time.Duration
-	// MemoryLimit is the per-worker memory limit in bytes. 0: 512 MiB.
+	// MemoryLimit is the per-worker memory limit in bytes. 0: the
+	// engine's DefaultMemoryLimit (Python: 512 MiB).
 	MemoryLimit int64
 	// MaxOutput caps each output stream and the return value, in bytes. 0: 64 KiB.
 	MaxOutput int
@@ -153,7 +154,7 @@ func (c Config) withDefaults() Config {
 		c.Timeout = 30 * time.Second
 	}
 	if c.MemoryLimit <= 0 {
-		c.MemoryLimit = 512 << 20
+		c.MemoryLimit = Python.DefaultMemoryLimit()
 	}
 	if c.MaxOutput <= 0 {
 		c.MaxOutput = 64 << 10
@@ -204,6 +205,23 @@ func (c Config) withDefaults() Config {
 		c.MaxFileBytes = 64 << 20
 	}
 	return c
+}
+
+// forEngine fills zero fields with e's defaults and then the others', and
+// drops what e does not take part in: the packages of an engine without
+// them are none (one configuration serves every language's pool).
+func (c Config) forEngine(e Engine) Config {
+	if c.MemoryLimit <= 0 {
+		c.MemoryLimit = e.DefaultMemoryLimit()
+	}
+	f := e.Features()
+	if !f.Packages {
+		c.Deps, c.PackageIndex, c.Wheelhouse, c.PyPI = nil, "", "", ""
+	}
+	if !f.Mounts {
+		c.Mounts = nil
+	}
+	return c.withDefaults()
 }
 
 // denoOverhead is what a worker's Deno needs besides the wasm heap (V8,
@@ -265,33 +283,27 @@ type launch struct {
 	session bool
 }
 
-// denoArgs is the one place that decides what a worker process, or the
-// process that makes a snapshot, may do. Deno denies everything not granted
-// here, and --no-prompt makes a missing permission an error instead of a
-// question on a terminal.
-func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
+// denoArgs is the one place that decides what a worker process of e, or the
+// process that makes a snapshot, may do: e's own permissions
+// (engine_<name>.go) and those of the features it has. Deno denies
+// everything not granted here, and --no-prompt makes a missing permission
+// an error instead of a question on a terminal.
+func denoArgs(rt *Runtime, e Engine, c Config, l launch) ([]string, error) {
 	for _, d := range []string{rt.Dir, rt.PackageDir} {
 		if strings.ContainsAny(d, ",") {
 			return nil, fmt.Errorf("runtime folder %q contains a comma, which Deno's permission lists cannot hold", d)
 		}
 	}
-	// Read: the worker program and Pyodide's own files, and the snapshot
-	// the worker starts from, nothing else. Python sees these (they are
-	// public); it cannot change them, as no write permission is granted
-	// anywhere: a snapshot reaches its file through the maker's stdout.
-	read := []string{
-		filepath.Join(rt.Dir, "worker.ts"),
-		filepath.Join(rt.Dir, "protocol.ts"),
-		filepath.Join(rt.Dir, "mounts.ts"),
-		filepath.Join(rt.Dir, "pyrun_helper.py"),
-		filepath.Join(rt.Dir, "pyrun_guard.py"),
-		filepath.Join(rt.Dir, "guards.ts"),
-		filepath.Join(rt.Dir, "pyrun_display.py"),
-		filepath.Join(rt.Dir, "toolcalls.ts"),
-		filepath.Join(rt.Dir, "mcp_tools.py"),
-		filepath.Join(rt.Dir, "node_modules", "pyodide"),
+	feat := e.Features()
+	if l.makeSnapshot && !feat.Snapshots {
+		return nil, fmt.Errorf("the %s engine makes no snapshots", e.Name())
 	}
-	if !l.makeSnapshot && rt.PackageDir != "" {
+	perm, err := e.Permissions(rt)
+	if err != nil {
+		return nil, fmt.Errorf("%s engine: %w", e.Name(), err)
+	}
+	read := slices.Clone(perm.Read)
+	if feat.Packages && !l.makeSnapshot && rt.PackageDir != "" {
 		// The package cache: only pyrun writes it (packages.Resolver),
 		// every file checked against its SHA-256 and read-only.
 		read = append(read, rt.PackageDir)
@@ -300,7 +312,9 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 	switch {
 	case l.makeSnapshot:
 		hc = hostConfig{MakeSnapshot: true, MaxLine: maxRequestLine}
-	case l.snapshot != nil:
+	case l.snapshot != nil && feat.Snapshots:
+		// The snapshot the worker starts from: read, never written (see
+		// Permissions).
 		if strings.ContainsAny(l.snapshot.Path, ",") {
 			return nil, fmt.Errorf("snapshot path %q contains a comma, which Deno's permission lists cannot hold", l.snapshot.Path)
 		}
@@ -309,20 +323,25 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 	}
 	var write []string
 	if !l.makeSnapshot {
-		hc.Preload, hc.Session = l.preload, l.session
-		hc.Preload = l.preload
-		// Mounts (--mount): read for each host folder, so that Python sees
-		// it; write only for those mounted :rw. Nothing else is writable.
-		for _, m := range c.Mounts {
-			if strings.ContainsAny(m.Host, ",") {
-				return nil, fmt.Errorf("mount %q contains a comma, which Deno's permission lists cannot hold", m.Host)
-			}
-			read = append(read, m.Host)
-			if m.RW {
-				write = append(write, m.Host)
-			}
+		hc.Session = l.session
+		if feat.Packages {
+			hc.Preload = l.preload
 		}
-		hc.Mounts = c.Mounts
+		if feat.Mounts {
+			// Mounts (--mount): read for each host folder, so that the code
+			// sees it; write only for those mounted :rw. Nothing else is
+			// writable.
+			for _, m := range c.Mounts {
+				if strings.ContainsAny(m.Host, ",") {
+					return nil, fmt.Errorf("mount %q contains a comma, which Deno's permission lists cannot hold", m.Host)
+				}
+				read = append(read, m.Host)
+				if m.RW {
+					write = append(write, m.Host)
+				}
+			}
+			hc.Mounts = c.Mounts
+		}
 	}
 	args := []string{
 		"run",
@@ -331,12 +350,11 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 		"--no-config",   // ignore any deno.json above the runtime folder
 		"--quiet",
 		"--allow-read=" + strings.Join(read, ","),
-		// Not granted, so refused to Python as well: write (nothing pyrun
-		// or a later worker loads may change; only :rw mounts, below), env (the host's variables),
-		// run (subprocesses, and signals to any process but the worker
-		// itself), ffi (native code), sys (facts about the host), imports
-		// of remote code.
+		// Not granted here, so refused unless the engine's own flags
+		// (perm.Flags) grant it: write (only :rw mounts, below), env, run,
+		// ffi, sys, imports of remote code.
 	}
+	args = append(args, perm.Flags...)
 	if len(write) > 0 {
 		// Write: the host folders mounted :rw, and nothing else.
 		args = append(args, "--allow-write="+strings.Join(write, ","))
@@ -344,6 +362,8 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 	switch {
 	case l.makeSnapshot:
 		// The maker needs no network: it loads no packages.
+	case !feat.Network:
+		// The engine needs none and its code gets none.
 	case c.Network == NetworkNone:
 	case c.Network == NetworkPackages:
 		args = append(args, "--allow-net="+strings.Join(packageHosts, ","))
@@ -363,7 +383,7 @@ func denoArgs(rt *Runtime, c Config, l launch) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(args, filepath.Join(rt.Dir, "main.ts"), string(hcJSON)), nil
+	return append(args, programPath(rt, e), string(hcJSON)), nil
 }
 
 // workerEnv is a worker's whole environment: nothing from the host.

@@ -66,6 +66,9 @@ func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, e
 		return nil, fmt.Errorf("start a dedicated worker: %w", err)
 	}
 	w, err := startWorker(ctx, name, cmd, cfg, log, p.logs, exited, verify)
+	if err == nil {
+		err = checkEngine(w, p.engine)
+	}
 	if snap != nil && ctx.Err() == nil && !errors.Is(err, errKilledStarting) {
 		why := ""
 		if w != nil {
@@ -110,6 +113,7 @@ func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error)
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("call %s: %w", job.ID, err)
 	}
+	job = d.pool.forEngine(job)
 	cfg := d.pool.Config()
 	// Limits of the call come from the configuration in force; how the
 	// worker reads and caps its lines, from the one it started with.

@@ -10,12 +10,12 @@ import (
 // NewPoolWithCommand builds a pool whose workers run the command newCmd
 // returns, so that tests can supervise misbehaving processes.
 func NewPoolWithCommand(newCmd func(Config) (*exec.Cmd, error), cfg Config, log hclog.Logger) *Pool {
-	return newPool(func(c Config, _ launch) (*exec.Cmd, error) { return newCmd(c) }, nil, nil, nil, cfg, log)
+	return newPool(Python, func(c Config, _ launch) (*exec.Cmd, error) { return newCmd(c) }, nil, nil, nil, cfg, log)
 }
 
 // WorkerArgs exposes denoArgs for a plain start, for tests that start a
 // worker by hand.
-func WorkerArgs(rt *Runtime, c Config) ([]string, error) { return denoArgs(rt, c, launch{}) }
+func WorkerArgs(rt *Runtime, c Config) ([]string, error) { return denoArgs(rt, Python, c, launch{}) }
 
 // WorkerEnv exposes workerEnv.
 var WorkerEnv = workerEnv
@@ -74,3 +74,26 @@ func ReadEvents(r io.Reader, max int) (int, error) {
 
 // ProtocolVersion is the pipe protocol version the supervisor speaks.
 const ProtocolVersion = protocolVersion
+
+// EngineWorkerArgs exposes denoArgs for a plain start of engine e.
+func EngineWorkerArgs(rt *Runtime, e Engine, c Config) ([]string, error) {
+	return denoArgs(rt, e, c.forEngine(e), launch{})
+}
+
+// NewEnginePoolWithCommand is NewPoolWithCommand for a pool of engine e.
+func NewEnginePoolWithCommand(e Engine, newCmd func(Config) (*exec.Cmd, error), cfg Config, log hclog.Logger) *Pool {
+	return newPool(e, func(c Config, _ launch) (*exec.Cmd, error) { return newCmd(c) }, nil, nil, nil, cfg, log)
+}
+
+// FakeEngine is an engine of that name for pools of fake workers, which
+// takes part in nothing.
+func FakeEngine(name string) Engine { return fakeEngine(name) }
+
+type fakeEngine string
+
+func (e fakeEngine) Name() string                            { return string(e) }
+func (fakeEngine) Versions(*Runtime) map[string]string       { return nil }
+func (fakeEngine) DefaultMemoryLimit() int64                 { return 256 << 20 }
+func (fakeEngine) Features() Features                        { return Features{} }
+func (e fakeEngine) Program() string                         { return string(e) + "/main.ts" }
+func (fakeEngine) Permissions(*Runtime) (Permissions, error) { return Permissions{}, nil }

@@ -35,6 +35,10 @@ var fakeModes = map[string]func(){
 		fakeSend(map[string]any{"type": "ready", "protocol": 99})
 		fakeServe(func(map[string]any) {})
 	},
+	"wrong-engine": func() {
+		fakeSend(map[string]any{"type": "ready", "engine": "r", "protocol": supervisor.ProtocolVersion})
+		fakeServe(func(map[string]any) {})
+	},
 	"garbage-mid-call": func() {
 		fakeReady()
 		fakeServe(func(req map[string]any) {
@@ -96,6 +100,14 @@ var fakeModes = map[string]func(){
 		fakeReady()
 		fakeServe(fakeEcho)
 	},
+	// "echo-request" answers every run with the request itself as its value.
+	"echo-request": func() {
+		fakeReady()
+		fakeServe(func(req map[string]any) {
+			b, _ := json.Marshal(req)
+			fakeSend(map[string]any{"type": "result", "id": req["id"], "status": "success", "value": string(b)})
+		})
+	},
 }
 
 // fakeEcho answers a run with success and the code as its value, after
@@ -143,7 +155,11 @@ func fakeSend(v map[string]any) {
 }
 
 func fakeReady() {
-	fakeSend(map[string]any{"type": "ready", "protocol": supervisor.ProtocolVersion, "pyodide": "fake", "python": "fake"})
+	engine := os.Getenv("PYRUN_FAKE_ENGINE")
+	if engine == "" {
+		engine = "python"
+	}
+	fakeSend(map[string]any{"type": "ready", "engine": engine, "protocol": supervisor.ProtocolVersion, "pyodide": "fake", "python": "fake"})
 }
 
 // fakeServe calls handle for every run request until stdin ends.
@@ -229,6 +245,14 @@ func TestWorkerWithWrongProtocolIsRefused(t *testing.T) {
 	_, err := p.Run(t.Context(), supervisor.Job{ID: "1", Code: "1"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "protocol 99") {
 		t.Fatalf("Run error = %v, want a protocol version error", err)
+	}
+}
+
+func TestWorkerOfAnotherEngineIsRefused(t *testing.T) {
+	p := fakePool(t, "wrong-engine", supervisor.Config{Workers: 1})
+	_, err := p.Run(t.Context(), supervisor.Job{ID: "1", Code: "1"}, nil)
+	if !errors.Is(err, supervisor.ErrNoWorkers) || !strings.Contains(err.Error(), `engine "r", pyrun started it as "python"`) {
+		t.Fatalf("Run error = %v, want ErrNoWorkers: another engine", err)
 	}
 }
 

@@ -39,6 +39,7 @@ var (
 // Pool is a warm pool of workers. Its methods are safe for concurrent use.
 type Pool struct {
 	log    hclog.Logger
+	engine Engine                                  // what its workers run
 	newCmd func(Config, launch) (*exec.Cmd, error) // builds a worker's command
 	snaps  *snapshots                              // nil: workers always start plainly
 	// newPkgs makes the resolver of a configuration's packages; nil: the
@@ -102,27 +103,40 @@ type waiter struct {
 // Workers start from a memory snapshot (snapshot.go), which the first start
 // checks, or makes when there is none; until then, and when no snapshot can
 // be had, they start plainly.
+//
+// Its workers run Python; NewEnginePool runs another engine.
 func NewPool(rt *Runtime, cfg Config, log hclog.Logger) (*Pool, error) {
+	return NewEnginePool(rt, Python, cfg, log)
+}
+
+// NewEnginePool starts a pool of workers of engine e from rt, as NewPool
+// does. Snapshots and packages are only for engines that have them
+// (Engine.Features).
+func NewEnginePool(rt *Runtime, e Engine, cfg Config, log hclog.Logger) (*Pool, error) {
 	newCmd := func(c Config, l launch) (*exec.Cmd, error) {
-		args, err := denoArgs(rt, c, l)
+		args, err := denoArgs(rt, e, c, l)
 		if err != nil {
 			return nil, err
 		}
 		return denoCmd(rt, args), nil
 	}
-	if _, err := newCmd(cfg.withDefaults(), launch{}); err != nil {
-		return nil, fmt.Errorf("new pool: %w", err)
+	if _, err := newCmd(cfg.forEngine(e), launch{}); err != nil {
+		return nil, fmt.Errorf("new %s pool: %w", e.Name(), err)
 	}
 	var newPkgs func(Config) (*packages.Resolver, error)
 	var pkgs *packages.Resolver
-	if rt.PackageDir != "" { // a runtime without a package cache loads no packages
+	if rt.PackageDir != "" && e.Features().Packages { // a runtime without a package cache loads no packages
 		newPkgs = func(c Config) (*packages.Resolver, error) { return NewResolver(rt, c, log.Named("packages")) }
 		var err error
 		if pkgs, err = newPkgs(cfg); err != nil {
 			return nil, fmt.Errorf("new pool: %w", err)
 		}
 	}
-	return newPool(newCmd, newSnapshots(rt, log.Named("snapshot")), newPkgs, pkgs, cfg, log), nil
+	var snaps *snapshots
+	if e.Features().Snapshots {
+		snaps = newSnapshots(rt, log.Named("snapshot"))
+	}
+	return newPool(e, newCmd, snaps, newPkgs, pkgs, cfg, log), nil
 }
 
 // NewResolver is the package resolver of cfg's packages on rt: what
@@ -157,14 +171,16 @@ func denoCmd(rt *Runtime, args []string) *exec.Cmd {
 	return cmd
 }
 
-// newPool starts a pool whose workers run newCmd's commands, from snaps'
-// snapshots (nil: always plainly), loading packages through pkgs, which
-// newPkgs makes again for a new configuration (nil: no packages).
-func newPool(newCmd func(Config, launch) (*exec.Cmd, error), snaps *snapshots,
+// newPool starts a pool whose workers of engine e run newCmd's commands,
+// from snaps' snapshots (nil: always plainly), loading packages through
+// pkgs, which newPkgs makes again for a new configuration (nil: no packages).
+func newPool(e Engine, newCmd func(Config, launch) (*exec.Cmd, error), snaps *snapshots,
 	newPkgs func(Config) (*packages.Resolver, error), pkgs *packages.Resolver, cfg Config, log hclog.Logger) *Pool {
 	ctx, cancel := context.WithCancel(context.Background())
+	cfg = cfg.forEngine(e)
 	p := &Pool{
 		log:     log,
+		engine:  e,
 		newCmd:  newCmd,
 		snaps:   snaps,
 		newPkgs: newPkgs,
@@ -172,8 +188,8 @@ func newPool(newCmd func(Config, launch) (*exec.Cmd, error), snaps *snapshots,
 		ctx:     ctx,
 		cancel:  cancel,
 		wake:    make(chan struct{}, 1),
-		cfg:     cfg.withDefaults(),
-		logs:    newStderrBudget(cfg.withDefaults()),
+		cfg:     cfg,
+		logs:    newStderrBudget(cfg),
 		running: map[*worker]bool{},
 		counts: Counts{
 			Calls: map[string]int64{}, Restarts: map[string]int64{}, Starts: map[string]int64{},
@@ -185,6 +201,9 @@ func newPool(newCmd func(Config, launch) (*exec.Cmd, error), snaps *snapshots,
 	go p.watchHealth()
 	return p
 }
+
+// Engine is the engine the pool's workers run.
+func (p *Pool) Engine() Engine { return p.engine }
 
 // Config returns the configuration in force, defaults filled in.
 func (p *Pool) Config() Config {
@@ -202,6 +221,7 @@ func (p *Pool) Config() Config {
 // running, which stops it as a timeout does.
 func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 	queued := time.Now()
+	job = p.forEngine(job)
 	watch, _ := ev.(Watcher)
 	w, res, wait, err := p.runLive(ctx, job, ev, watch)
 	if err != nil {
@@ -506,6 +526,9 @@ func (p *Pool) startLocked() {
 		if err == nil {
 			w, err = startWorker(p.ctx, name, cmd, cfg, log, p.logs, p.kick, verify)
 		}
+		if err == nil {
+			err = checkEngine(w, p.engine)
+		}
 		// A start killed from outside says nothing about the snapshot: it
 		// must not count towards giving the snapshot up.
 		if snap != nil && p.ctx.Err() == nil && !errors.Is(err, errKilledStarting) {
@@ -582,7 +605,7 @@ func preloadFiles(ctx context.Context, pkgs *packages.Resolver, cfg Config) ([]p
 // idle workers first; settings that change how workers start (memory
 // limit, network) replace workers as they become idle.
 func (p *Pool) Reconfigure(cfg Config) error {
-	cfg = cfg.withDefaults()
+	cfg = cfg.forEngine(p.engine)
 	if _, err := p.newCmd(cfg, launch{}); err != nil {
 		return fmt.Errorf("reconfigure: %w", err)
 	}

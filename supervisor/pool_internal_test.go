@@ -17,8 +17,8 @@ import (
 // worker's exit; the health check would also see it within its interval).
 func TestIdleWorkerKilledFromOutsideIsReplaced(t *testing.T) {
 	// A worker that says it is ready and then idles.
-	script := fmt.Sprintf(`printf '{"type":"ready","protocol":%d}\n'; exec sleep 600`, protocolVersion)
-	p := newPool(func(Config, launch) (*exec.Cmd, error) {
+	script := fmt.Sprintf(`printf '{"type":"ready","engine":"python","protocol":%d}\n'; exec sleep 600`, protocolVersion)
+	p := newPool(Python, func(Config, launch) (*exec.Cmd, error) {
 		return exec.Command("/bin/sh", "-c", script), nil
 	}, nil, nil, nil, Config{Workers: 1}, logFor(t))
 	t.Cleanup(func() {
@@ -69,8 +69,8 @@ func TestPoolDoesNotUseACorruptSnapshot(t *testing.T) {
 	// ready (from its snapshot, when given one) and idles.
 	rt := fakeRuntime(t, fmt.Sprintf(`case "$*" in
 *make_snapshot*) head -c 4096 /dev/urandom ;;
-*snapshot*) printf '{"type":"ready","protocol":%[1]d,"snapshot":true}\n'; exec sleep 600 ;;
-*) printf '{"type":"ready","protocol":%[1]d}\n'; exec sleep 600 ;;
+*snapshot*) printf '{"type":"ready","engine":"python","protocol":%[1]d,"snapshot":true}\n'; exec sleep 600 ;;
+*) printf '{"type":"ready","engine":"python","protocol":%[1]d}\n'; exec sleep 600 ;;
 esac`, protocolVersion))
 	made, err := EnsureSnapshot(t.Context(), rt, Config{}, logFor(t))
 	if err != nil {
@@ -106,10 +106,10 @@ esac`, protocolVersion))
 // test) say nothing about the snapshot, and the pool keeps starting from it.
 func TestStartsKilledFromOutsideKeepTheSnapshot(t *testing.T) {
 	rt := fakeRuntime(t, makerWrites(50_000))
-	ready := fmt.Sprintf(`printf '{"type":"ready","protocol":%d,"snapshot":true}\n'; exec sleep 600`, protocolVersion)
+	ready := fmt.Sprintf(`printf '{"type":"ready","engine":"python","protocol":%d,"snapshot":true}\n'; exec sleep 600`, protocolVersion)
 	var mu sync.Mutex
 	var withSnapshot []bool
-	p := newPool(func(_ Config, l launch) (*exec.Cmd, error) {
+	p := newPool(Python, func(_ Config, l launch) (*exec.Cmd, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		withSnapshot = append(withSnapshot, l.snapshot != nil)

@@ -50,6 +50,11 @@ type event struct {
 	ID   string `json:"id"`
 
 	// ready
+	// Engine is the language the worker runs (Engine.Name); Versions,
+	// what it runs, by name.
+	Engine   string            `json:"engine"`
+	Versions map[string]string `json:"versions"`
+
 	Protocol  int    `json:"protocol"`
 	Pyodide   string `json:"pyodide"`
 	Python    string `json:"python"`

@@ -136,19 +136,30 @@ func Provision(ctx context.Context, root string, progress io.Writer, log hclog.L
 	return rt, nil
 }
 
-func writeHostFiles(dir string) error {
+func writeHostFiles(dir string) error { return writeFiles(dir, pyodidehost.Files) }
+
+// writeFiles writes the files of fsys, sub-folders included, into dir.
+func writeFiles(dir string, fsys fs.ReadFileFS) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create runtime folder: %w", err)
 	}
-	return fs.WalkDir(pyodidehost.Files, ".", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := pyodidehost.Files.ReadFile(p)
+	return fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(dir, p), b, 0o444); err != nil {
+		if d.IsDir() {
+			// Engines other than Python keep their programs in folders
+			// of their own (webr/, js/).
+			if err := os.MkdirAll(filepath.Join(dir, filepath.FromSlash(p)), 0o755); err != nil {
+				return fmt.Errorf("write worker program: %w", err)
+			}
+			return nil
+		}
+		b, err := fsys.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(p)), b, 0o444); err != nil {
 			return fmt.Errorf("write worker program: %w", err)
 		}
 		return nil

@@ -231,7 +231,7 @@ func buildSnapshot(ctx context.Context, rt *Runtime, cfg Config, spec snapshotSp
 	began := time.Now()
 	key := snapshotKey(rt, spec)
 	snapPath, metaPath := snapshotPaths(rt, key)
-	args, err := denoArgs(rt, cfg, launch{makeSnapshot: true})
+	args, err := denoArgs(rt, Python, cfg, launch{makeSnapshot: true})
 	if err != nil {
 		return nil, fmt.Errorf("make snapshot: %w", err)
 	}

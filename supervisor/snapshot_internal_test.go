@@ -91,7 +91,7 @@ func TestNoDenoProcessMayWrite(t *testing.T) {
 	for name, l := range map[string]launch{
 		"plain worker": {}, "snapshot worker": {snapshot: snap}, "snapshot maker": {makeSnapshot: true},
 	} {
-		args, err := denoArgs(rt, Config{}.withDefaults(), l)
+		args, err := denoArgs(rt, Python, Config{}.withDefaults(), l)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -341,7 +341,7 @@ func TestWorkerStartsPlainlyFromABadSnapshot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := Config{}.withDefaults()
-			args, err := denoArgs(rt, cfg, launch{snapshot: &Snapshot{Path: path, Size: tc.size}})
+			args, err := denoArgs(rt, Python, cfg, launch{snapshot: &Snapshot{Path: path, Size: tc.size}})
 			if err != nil {
 				t.Fatal(err)
 			}

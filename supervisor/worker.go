@@ -25,6 +25,9 @@ type Job struct {
 	// ID names the call in logs and in the worker protocol.
 	ID   string
 	Code string
+	// Language is the engine the call is for (Engine.Name), for Pools;
+	// "": Python.
+	Language string
 	// Globals is a JSON object of names to bind in the call's globals; empty
 	// for none. The front end has checked that it is an object.
 	Globals json.RawMessage

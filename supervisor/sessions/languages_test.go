@@ -1,0 +1,52 @@
+package sessions_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/sessions"
+)
+
+// A session belongs to the language that started it: a call of another
+// language naming it is refused, saying whose it is, and the session
+// goes on.
+func TestLanguagesRefuseAnotherLanguagesSession(t *testing.T) {
+	py, _ := manager(t, sessions.Limits{})
+	other, _ := manager(t, sessions.Limits{})
+	langs, err := sessions.NewLanguages([]string{"python", "r"}, []*sessions.Manager{py, other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := langs.Run(t.Context(), sessions.Call{Session: sessions.NewSession,
+		Job: supervisor.Job{ID: "1", Code: "x = 41", Client: "anonymous", Language: "python"}}, nil)
+	if err != nil || res.SessionID == "" {
+		t.Fatalf("new session: %v %v", res.Status, err)
+	}
+	id := res.SessionID
+	_, err = langs.Run(t.Context(), sessions.Call{Session: id,
+		Job: supervisor.Job{ID: "2", Code: "x", Client: "anonymous", Language: "r"}}, nil)
+	if !errors.Is(err, sessions.ErrOtherLanguage) || !strings.Contains(err.Error(), "was started in python, not r") {
+		t.Fatalf("r call in a python session: %v, want ErrOtherLanguage", err)
+	}
+	// Another client does not learn that the id exists.
+	_, err = langs.Run(t.Context(), sessions.Call{Session: id,
+		Job: supervisor.Job{ID: "3", Code: "x", Client: "mallory", Language: "r"}}, nil)
+	if !errors.Is(err, sessions.ErrUnknown) {
+		t.Errorf("another client's r call: %v, want ErrUnknown", err)
+	}
+	res, err = langs.Run(t.Context(), sessions.Call{Session: id,
+		Job: supervisor.Job{ID: "4", Code: "x + 1", Client: "anonymous"}}, nil)
+	if err != nil || res.Value != "42" {
+		t.Fatalf("the python session after the refusal: %q %v", res.Value, err)
+	}
+	_, err = langs.Run(t.Context(), sessions.Call{Session: sessions.NewSession,
+		Job: supervisor.Job{ID: "5", Code: "1", Client: "anonymous", Language: "javascript"}}, nil)
+	if !errors.Is(err, supervisor.ErrLanguageOff) {
+		t.Errorf("javascript session: %v, want ErrLanguageOff", err)
+	}
+	if s := langs.Stats(); s.Open != 1 || s.Starts != 1 {
+		t.Errorf("stats: %d open, %d started; want 1 and 1", s.Open, s.Starts)
+	}
+}
