@@ -137,6 +137,13 @@ async function start(cfg: RConfig): Promise<void> {
             error: `host failure: ${e instanceof Error ? e.message : e}`,
           });
         }
+        try {
+          await worker.cleanUp(req as RunRequest);
+        } catch (e) {
+          // A worker that cannot reset R must not take another call.
+          console.error(`pyrun R worker: clean-up failed: ${e instanceof Error ? e.message : e}`);
+          Deno.exit(70);
+        }
         break;
       default:
         send({ type: "error", error: `bad request: unknown type ${JSON.stringify(req.type)}` });
@@ -181,7 +188,7 @@ class RWorker {
 
   /** Evaluates R code in pyrun.R's environment for its character vector. */
   private strings(code: string): Promise<string[]> {
-    return this.webR.evalRRaw(code, "string[]", { env: this.helper });
+    return pastInterrupt(() => this.webR.evalRRaw(code, "string[]", { env: this.helper }));
   }
 
   async run(req: RunRequest): Promise<Event> {
@@ -199,53 +206,64 @@ class RWorker {
       }
       files.push({ path: `${HOME}/${path}`, data: decodeBase64(String(f.data ?? "")) });
     }
+    const parents = files.map((f) => rString(f.path.slice(0, f.path.lastIndexOf("/"))));
+    // A stateless worker's /output/ is empty: the previous call's clean-up
+    // (or the start) left it so. Only a kept one needs its stamps.
+    const before = keep || parents.length
+      ? stamps(await this.strings(`before(${keep ? "TRUE" : "FALSE"}, c(${parents.join(",")}))`))
+      : new Map<string, string>();
+    for (const f of files) await this.webR.FS.writeFile(f.path, f.data);
+    await pastInterrupt(() => this.helper.bind("code", req.code));
+    this.mark = req.interrupts ?? 0;
+    this.running = true;
+    let captured;
     try {
-      const parents = files.map((f) => rString(f.path.slice(0, f.path.lastIndexOf("/"))));
-      const before = stamps(
-        await this.strings(`before(${keep ? "TRUE" : "FALSE"}, c(${parents.join(",")}))`),
-      );
-      for (const f of files) await this.webR.FS.writeFile(f.path, f.data);
-      await this.helper.bind("code", req.code);
-      this.mark = req.interrupts ?? 0;
-      this.running = true;
-      let captured;
-      try {
-        captured = await this.shelter.captureR("run(code)", {
-          env: this.helper,
-          captureStreams: true,
-          captureConditions: false,
-          captureGraphics: false,
-          withAutoprint: false,
-          throwJsException: false,
-        });
-      } finally {
-        this.running = false;
-      }
-      for (const item of captured.output) {
-        if (item.type === "stdout" || item.type === "stderr") {
-          out.write(item.type, String(item.data) + "\n");
-        }
-      }
-      out.flush();
-      const res = toPlain(await (captured.result as RObject).toJs()) as Record<string, unknown>;
-      await this.sendRich(rich, before, await this.strings("after()"));
-      const ev: Event = { type: "result", id, status: String(res.status ?? "run-error") };
-      if (res.has_value === true) ev.value = toJSON(res.value);
-      if (typeof res.error === "string" && ev.status !== "success") ev.error = res.error;
-      if (/cannot allocate|memory limit/.test(String(res.error ?? ""))) {
-        ev.status = "memory-error";
-        ev.recycle = "the call ran out of memory";
-      }
-      return { ...ev, ...out.dropped(), ...rich.dropped(), ...timing(began) };
+      captured = await this.shelter.captureR("run(code)", {
+        env: this.helper,
+        captureStreams: true,
+        captureConditions: false,
+        captureGraphics: false,
+        withAutoprint: false,
+        throwJsException: false,
+      });
     } finally {
-      try {
-        await this.webR.evalRVoid(
-          `cleanup(${keep ? "TRUE" : "FALSE"}, ${this.cfg.session ? "TRUE" : "FALSE"})`,
-          { env: this.helper },
-        );
-      } finally {
-        await this.shelter.purge();
+      this.running = false;
+    }
+    for (const item of captured.output) {
+      if (item.type === "stdout" || item.type === "stderr") {
+        out.write(item.type, String(item.data) + "\n");
       }
+    }
+    out.flush();
+    const res = toPlain(await (captured.result as RObject).toJs()) as Record<string, unknown>;
+    await this.sendRich(rich, before, toStrings(res.rich));
+    const ev: Event = { type: "result", id, status: String(res.status ?? "run-error") };
+    if (res.has_value === true) ev.value = toJSON(res.value);
+    if (typeof res.error === "string" && ev.status !== "success") ev.error = res.error;
+    if (/cannot allocate|memory limit/.test(String(res.error ?? ""))) {
+      ev.status = "memory-error";
+      ev.recycle = "the call ran out of memory";
+    }
+    return { ...ev, ...out.dropped(), ...rich.dropped(), ...timing(began) };
+  }
+
+  /**
+   * Ends a call, after its result is sent (the next request waits for it
+   * all the same): pyrun's plot files go, and after a stateless call
+   * everything it left (pyrun.R's cleanup), /output/ unless kept.
+   */
+  async cleanUp(req: RunRequest): Promise<void> {
+    const keep = req.keep_output === true;
+    const code = `cleanup(${keep ? "TRUE" : "FALSE"}, ${this.cfg.session ? "TRUE" : "FALSE"})`;
+    try {
+      // An interrupt still pending from the call ends the first try.
+      await pastInterrupt(() =>
+        this.webR.evalRVoid(`tryCatch(${code}, interrupt = function(i) ${code})`, {
+          env: this.helper,
+        })
+      );
+    } finally {
+      await this.shelter.purge();
     }
   }
 
@@ -265,6 +283,29 @@ class RWorker {
       rich.send("file", mimeType(path), await this.webR.FS.readFile(`/output/${path}`), path);
     }
   }
+}
+
+/**
+ * Runs an evaluation of pyrun's own again when an interrupt meant for the
+ * call before ended it: the supervisor repeats SIGUSR2 until a call's
+ * result arrives, so one can land as the call ends and stay pending in
+ * webR until R next checks for interrupts. webR reports that as "a
+ * non-local transfer of control"; the next try finds it consumed.
+ */
+async function pastInterrupt<T>(f: () => Promise<T>): Promise<T> {
+  for (let i = 0;; i++) {
+    try {
+      return await f();
+    } catch (e) {
+      if (i >= 2 || !/non-local transfer|interrupt/i.test(String(e))) throw e;
+    }
+  }
+}
+
+/** A character vector of toPlain's: one string is a scalar. */
+function toStrings(v: unknown): string[] {
+  if (v === null || v === undefined) return [];
+  return (Array.isArray(v) ? v : [v]).map(String);
 }
 
 /** path -> stamp, from before()'s flat list. */

@@ -153,6 +153,9 @@ local({
       status$value <- tryCatch(to_plain(last$value), error = function(e) NULL)
       status$has_value <- TRUE
     }
+    # What main.ts sends after the output: the pages the call's devices
+    # wrote and the files under /output/ (after()).
+    status$rich <- tryCatch(after(), error = function(e) character(), interrupt = function(i) character())
     status
   }
 
