@@ -153,17 +153,27 @@ async function start(cfg: RConfig): Promise<void> {
 }
 
 /**
- * Caps R's wasm heap: Emscripten grows memory through
+ * Caps R's wasm heap. Emscripten grows memory through
  * WebAssembly.Memory.prototype.grow in R's thread, and a grow that throws
- * makes malloc fail, which R reports as an error ("cannot allocate vector").
- * This runs before pyrun.R takes eval_js away.
+ * makes malloc fail, which R reports as an error ("cannot allocate
+ * vector"). heap_limit bounds the whole worker: of a webR worker's ~500 MiB
+ * resident at start only ~55 MiB is R's heap (the rest is Deno, two V8
+ * isolates, R.wasm's code and R's library in webR's in-memory file
+ * system), so the heap may grow to heap_limit less what the worker holds
+ * outside it now, and never less than 64 MiB more than it has. This runs
+ * before pyrun.R takes eval_js away.
  */
 async function capHeap(webR: WebR, limit: number): Promise<void> {
+  const heap = await webR.evalRNumber(
+    `webr::eval_js("Module.HEAPU8.length")`,
+  );
+  const outside = Math.max(0, Deno.memoryUsage().rss - heap);
+  const cap = Math.max(limit - outside, heap + (64 << 20));
   const js = `(() => {
     const grow = WebAssembly.Memory.prototype.grow;
     WebAssembly.Memory.prototype.grow = function (delta) {
-      if (this.buffer.byteLength + delta * 65536 > ${limit}) {
-        throw new RangeError("pyrun: memory limit of ${limit} bytes reached");
+      if (this.buffer.byteLength + delta * 65536 > ${cap}) {
+        throw new RangeError("pyrun: memory limit of ${cap} bytes reached");
       }
       return grow.call(this, delta);
     };
@@ -226,6 +236,11 @@ class RWorker {
         withAutoprint: false,
         throwJsException: false,
       });
+    } catch (e) {
+      // An interrupt that lands in webR's own code around run()'s
+      // handlers comes out as a JavaScript error; its output is lost.
+      if (!interrupted(e)) throw e;
+      return { type: "result", id, status: "interrupted", error: "interrupted", ...timing(began) };
     } finally {
       this.running = false;
     }
@@ -297,9 +312,14 @@ async function pastInterrupt<T>(f: () => Promise<T>): Promise<T> {
     try {
       return await f();
     } catch (e) {
-      if (i >= 2 || !/non-local transfer|interrupt/i.test(String(e))) throw e;
+      if (i >= 2 || !interrupted(e)) throw e;
     }
   }
+}
+
+/** Whether webR's error is an R interrupt's. */
+function interrupted(e: unknown): boolean {
+  return /non-local transfer|interrupt/i.test(String(e));
 }
 
 /** A character vector of toPlain's: one string is a scalar. */

@@ -277,6 +277,9 @@ local({
   # cleanup() ends a call: pyrun's plot files go; a stateless call's
   # traces go too (reset), and /output/ unless kept.
   cleanup <- function(keep, session) {
+    # A call interrupted outside run() did not close its devices.
+    graphics.off()
+    plots <<- list()
     drop_plots()
     if (!session) reset()
     if (!keep) clear_dir("/output")
