@@ -91,3 +91,16 @@ func TestPythonWorkerSaysItsEngineAndVersions(t *testing.T) {
 		t.Errorf("memory limit %d, want Python's default %d", got, supervisor.Python.DefaultMemoryLimit())
 	}
 }
+
+// A call with no code is a call: the worker gets "code": "" and answers
+// success with no value (it once got no code field, and the call crashed).
+func TestEmptyCodeRuns(t *testing.T) {
+	p := realPool(t, supervisor.Config{Workers: 1})
+	res := run(t, p, supervisor.Job{Code: ""})
+	if res.Status != supervisor.StatusSuccess || res.Value != "" || res.Stdout != "" {
+		t.Errorf("empty code: %s, value %q, error %q", res.Status, res.Value, res.Error)
+	}
+	if s := p.Stats(); s.Counts.Restarts[supervisor.RestartProtocol]+s.Counts.Restarts[supervisor.RestartCrash] != 0 {
+		t.Errorf("an empty call retired its worker: %v", s.Counts.Restarts)
+	}
+}

@@ -19,7 +19,9 @@ const protocolVersion = 4
 type request struct {
 	Type string `json:"type"`
 	ID   string `json:"id"`
-	Code string `json:"code,omitempty"`
+	// Code is a run's code: always sent with a run, empty code included
+	// (a run without code is a bad request); absent from other requests.
+	Code *string `json:"code,omitempty"`
 	// Globals is the JSON object of the call's globals as a string, so
 	// that the worker hands it to Python without decoding and encoding it.
 	Globals   string `json:"globals,omitempty"`

@@ -276,7 +276,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 
 	limit := callLimit(cfg, job)
 	line, err := json.Marshal(request{
-		Type: "run", ID: job.ID, Code: job.Code, Globals: string(job.Globals),
+		Type: "run", ID: job.ID, Code: &job.Code, Globals: string(job.Globals),
 		MaxOutput: cfg.MaxOutput, Interrupts: w.interrupts, Tools: string(job.Catalog),
 		richRequest: newRichRequest(job, cfg),
 	})

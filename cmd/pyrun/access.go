@@ -120,10 +120,10 @@ func withMetadata(g *access.Guard, h http.Handler) http.Handler {
 
 // clientLimits are the per-client limits in force.
 func (s *service) clientLimits() mcp.ClientLimits {
-	o, cfg := s.options(), s.pool.Config()
+	o, cfg := s.options(), s.pools.Pool(s.pools.Languages()[0]).Config()
 	calls := o.clientMaxCalls
 	if calls == 0 {
-		calls = cfg.Workers
+		calls = s.pools.Stats().Workers // every language's
 	}
 	return mcp.ClientLimits{MaxCalls: calls, MaxQueue: o.clientMaxQueue, QueueTimeout: cfg.QueueTimeout}
 }

@@ -1206,6 +1206,14 @@ func TestVersionCommand(t *testing.T) {
 		regexp.MustCompile(`^pyodide \d+\.\d+\.\d+$`),
 		regexp.MustCompile(`^python 3\.\d+\.\d+$`),
 	}
+	// Then every language, with its engine's versions or why there is none.
+	for _, sp := range languageSpecs {
+		if sp.name == "python" {
+			want = append(want, regexp.MustCompile(`^language python: run_python_code, pyodide \d+\.\d+\.\d+, python 3\.\d+\.\d+$`))
+			continue
+		}
+		want = append(want, regexp.MustCompile(`^language `+sp.name+`: (run_\w+_code, \w+ \S+(, \w+ \S+)*|not built into this pyrun)$`))
+	}
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	if len(lines) != len(want) {
 		t.Fatalf("%d lines, want %d:\n%s", len(lines), len(want), stdout)

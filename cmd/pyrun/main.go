@@ -31,8 +31,8 @@ Usage:
   pyrun stdio [flags]          MCP server on stdin/stdout
   pyrun serve [flags]          MCP server over HTTP: /mcp, /sse, /healthz, /metrics
   pyrun warmup [flags]         install and check everything a worker needs
-  pyrun run [flags] [FILE|-]   run one snippet and print the tool's result
-  pyrun version                versions of pyrun, Deno, Pyodide and Python
+  pyrun run [flags] [FILE|-]   run one snippet (--language, default python) and print the tool's result
+  pyrun version                versions of pyrun, Deno, Pyodide and Python, and of each language's engine
 
 Flags (also keys of the --config file, in snake_case):
 `
@@ -140,25 +140,6 @@ func hclogLevel(s string) hclog.Level {
 	return hclog.NoLevel
 }
 
-// startPool provisions the runtime and starts the worker pool.
-func startPool(ctx context.Context, o *options, cfg supervisor.Config, progress io.Writer, log hclog.Logger) (*supervisor.Runtime, *supervisor.Pool, error) {
-	rt, err := supervisor.Provision(ctx, o.runtimeDir, progress, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, m := range cfg.Mounts {
-		if m.RW {
-			log.Warn("a host folder is mounted read-write: code run by any client can change, add and delete files in it",
-				"host", m.Host, "sandbox", m.Path)
-		}
-	}
-	pool, err := supervisor.NewPool(rt, cfg, log.Named("pool"))
-	if err != nil {
-		return nil, nil, err
-	}
-	return rt, pool, nil
-}
-
 // closePool lets running calls finish, within a bound, and stops the workers.
 func closePool(pool *supervisor.Pool, log hclog.Logger) {
 	ctx, cancel := context.WithTimeout(context.Background(), pool.Config().Timeout+5*time.Second)
@@ -185,6 +166,7 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		MaxDisplayBytes: cfg.MaxDisplayBytes,
 		Outputs:         outputs.Config{TTL: o.outputTTL, MaxBytes: int64(o.outputStore), MaxFiles: o.outputStoreFiles},
 		Mounts:          mountPaths(cfg.Mounts),
+		Languages:       o.mcpLanguages(rt),
 		Delivery: mcp.DeliveryLimits{WriteTimeout: o.writeTimeout, SessionResults: o.sessionPendingResults,
 			SessionBytes: int64(o.sessionPendingBytes), ClientBytes: int64(o.clientPendingBytes)},
 	}
@@ -193,33 +175,37 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stderr io.Writer, log hclog.Logger) error {
 	hub := startHub(o, log) // connects while the pool starts
 	defer hub.Close()
-	rt, pool, err := startPool(ctx, o, o.poolConfig(), stderr, log)
+	rt, pools, err := startPools(ctx, o, o.enabledLanguages(), 0, stderr, log)
 	if err != nil {
 		return err
 	}
-	defer closePool(pool, log)
+	defer closePools(pools, log)
 	hub.Settle(ctx, hubSettle)
 	mopts := mcpOptions(o, rt)
 	mopts.CodeMode = hub
-	srv := mcp.New(pool, mopts, log)
-	py := startSessions(o, pool, log)
-	defer closeSessions(py, pool, log) // before closePool: sessions end first
-	srv.UseSessions(py)
-	log.Info("serving MCP on stdio", "workers", pool.Config().Workers, "python", rt.Python)
+	srv := mcp.New(pools, mopts, log)
+	sess := startLanguageSessions(o, pools, log)
+	defer closeLanguageSessions(sess, pools, log) // before closePools: sessions end first
+	srv.UseSessions(sess)
+	log.Info("serving MCP on stdio", "workers", pools.Stats().Workers, "languages", pools.Languages(), "python", rt.Python)
 	if err := srv.RunStdio(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("stdio: %w", err)
 	}
 	return nil
 }
 
-// cmdRun runs one snippet and prints what the tool would return. Its exit
-// status is the call's: 0 success, 1 Python error, 124 timeout, 137 killed.
+// cmdRun runs one snippet of --language and prints what the tool would
+// return. Its exit status is the call's: 0 success, 1 an error of the
+// code, 124 timeout, 137 killed.
 func cmdRun(ctx context.Context, o *options, pos []string, stdin io.Reader, stdout, stderr io.Writer, log hclog.Logger) (int, error) {
 	if len(pos) > 1 {
 		return exitUsage, fmt.Errorf("run takes one file (or - for stdin), not %d", len(pos))
 	}
+	lang, err := languageOf(o.runLanguage)
+	if err != nil {
+		return exitUsage, fmt.Errorf("language: %w", err)
+	}
 	var code []byte
-	var err error
 	if len(pos) == 0 || pos[0] == "-" {
 		code, err = io.ReadAll(io.LimitReader(stdin, int64(o.maxCode)+1))
 	} else {
@@ -231,22 +217,21 @@ func cmdRun(ctx context.Context, o *options, pos []string, stdin io.Reader, stdo
 	if len(code) > int(o.maxCode) {
 		return exitUsage, fmt.Errorf("the code is larger than max-code (%s)", o.maxCode)
 	}
-	cfg := o.poolConfig()
-	cfg.Workers = 1 // one call needs one worker
-	_, pool, err := startPool(ctx, o, cfg, stderr, log)
+	// One call needs one worker.
+	_, pools, err := startPools(ctx, o, []language{lang}, 1, stderr, log)
 	if err != nil {
 		return exitFail, err
 	}
-	defer closePool(pool, log)
-	job := supervisor.Job{ID: "1", Code: string(code), Client: "cli"}
-	if len(o.mcpServers.servers) > 0 {
+	defer closePools(pools, log)
+	job := supervisor.Job{ID: "1", Code: string(code), Client: "cli", Language: lang.engine.Name()}
+	if len(o.mcpServers.servers) > 0 && lang.tool.CodeMode {
 		hub := startHub(o, log)
 		defer hub.Close()
 		if caller, catalog := hub.ForRun(ctx, job.ID); caller != nil {
 			job.Tools, job.Catalog = caller, catalog
 		}
 	}
-	res, err := pool.Run(ctx, job, nil)
+	res, err := pools.Run(ctx, job, nil)
 	if err != nil && res.Status == "" {
 		return exitFail, err
 	}
@@ -267,5 +252,6 @@ func cmdVersion(ctx context.Context, o *options, stdout, stderr io.Writer, log h
 		return err
 	}
 	fmt.Fprintf(stdout, "pyrun %s\ndeno %s\npyodide %s\npython %s\n", version, deno, rt.Pyodide, rt.Python)
+	printEngines(stdout, rt)
 	return nil
 }

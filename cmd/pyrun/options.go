@@ -97,6 +97,13 @@ type options struct {
 	maxToolCalls          int
 	toolConcurrency       int
 	maxToolListing        byteSize
+	// Languages (languages.go).
+	languages     stringList
+	rWorkers      int
+	jsWorkers     int
+	rMemoryLimit  byteSize
+	jsMemoryLimit byteSize
+	runLanguage   string // pyrun run --language
 }
 
 // flagSet declares every flag on o, with its default.
@@ -154,6 +161,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.Var(&o.mounts, "mount", "host folder every call sees: `HOST_DIR:SANDBOX_DIR` read-only, or HOST_DIR:SANDBOX_DIR:rw writable; repeat or separate with commas")
 	fs.StringVar(&o.out, "out", "", "run: `directory` to save the call's displays (display-N.png, ...) and /output/ files in")
 	o.flagLimits(fs)
+	o.languageFlags(fs)
 	fs.Var(&o.mcpServers, "mcp-servers", "code mode: `JSON` object of MCP servers whose tools Python may call, as in Claude Desktop's mcpServers, each with \"allow\": [tool names] and \"timeout\"")
 	fs.IntVar(&o.maxToolCalls, "max-tool-calls", 50, "code mode: tool calls one run may make")
 	fs.IntVar(&o.toolConcurrency, "tool-concurrency", 4, "code mode: tool calls of one run in progress at once")
@@ -405,6 +413,9 @@ func (o *options) check() error {
 		}
 	}
 	if err := o.checkLimits(); err != nil {
+		return err
+	}
+	if err := o.checkLanguages(); err != nil {
 		return err
 	}
 	if hclogLevel(o.logLevel) == 0 {

@@ -32,8 +32,8 @@ type service struct {
 	args    []string // the command line, for reloads
 	log     hclog.Logger
 	rt      *supervisor.Runtime
-	pool    *supervisor.Pool
-	py      *sessions.Manager // Python sessions
+	pools   *supervisor.Pools   // a pool per language
+	py      *sessions.Languages // sessions, per language
 	srv     *mcp.Server
 	handler *mcp.HTTPHandler
 	http    *http.Server
@@ -74,25 +74,29 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 
 	hub := startHub(o, log) // connects while the pool starts
 	defer hub.Close()
-	rt, pool, err := startPool(ctx, o, o.poolConfig(), stderr, log)
+	rt, pools, err := startPools(ctx, o, o.enabledLanguages(), 0, stderr, log)
 	if err != nil {
 		return err
 	}
 	hub.Settle(ctx, hubSettle)
-	s := &service{args: args, log: log, rt: rt, pool: pool, opts: o, hub: hub}
-	metrics := mcp.NewMetrics(version, pool.Stats)
+	s := &service{args: args, log: log, rt: rt, pools: pools, opts: o, hub: hub}
+	metrics := mcp.NewMetrics(version, pools.Stats)
 	metrics.CountConnections(conns.Stats)
 	metrics.CodeMode(s.hub)
-	var runner mcp.Runner = pool
+	var runner mcp.Runner = pools
 	if guard != nil {
-		runner = mcp.LimitClients(pool, s.clientLimits, log.Named("pool"))
+		runner = mcp.LimitClients(pools, s.clientLimits, log.Named("pool"))
 	}
 	mopts := mcpOptions(o, rt)
 	mopts.CodeMode = s.hub
 	s.srv = mcp.New(metrics.Instrument(runner), mopts, log)
-	s.py = startSessions(o, pool, log)
+	s.py = startLanguageSessions(o, pools, log)
 	s.srv.UseSessions(metrics.InstrumentSessions(s.py))
-	metrics.CountPythonSessions(s.py.Stats)
+	if py := s.py.Manager(supervisor.Python.Name()); py != nil {
+		metrics.CountPythonSessions(py.Stats)
+	}
+	languageSessions := func() map[string]int { return openSessions(s.py, pools.Languages()) }
+	metrics.CountLanguages(pools.LanguageStats, languageSessions)
 	keepAlive := o.keepAlive
 	if keepAlive == 0 {
 		keepAlive = -1 // never
@@ -101,10 +105,13 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		Stateless:      o.stateless,
 		SessionTimeout: o.sessionTimeout,
 		KeepAlive:      keepAlive,
-		Stats:          pool.Stats,
+		Stats:          pools.Stats,
 		Metrics:        metrics,
 		SessionsOpen:   func() int { return s.py.Stats().Open },
 		Sessions:       mcp.SessionLimits{Max: o.maxMCPSessions, ClientMax: o.clientMaxMCPSessions},
+
+		LanguageStats:    pools.LanguageStats,
+		LanguageSessions: languageSessions,
 	}
 	if guard != nil {
 		httpOpts.Protect, httpOpts.ProtectMetrics = guard.Protect, o.metricsAuth
@@ -138,14 +145,14 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	}
 	addr := ln.Addr().String()
 	log.Info("listening", "addr", addr, "mcp", "http://"+addr+"/mcp", "sse", "http://"+addr+"/sse",
-		"stateless", o.stateless, "workers", pool.Config().Workers, "python", rt.Python, "auth", o.authMode())
+		"stateless", o.stateless, "workers", pools.Stats().Workers, "languages", pools.Languages(), "python", rt.Python, "auth", o.authMode())
 
 	for {
 		select {
 		case err := <-served:
 			// The listener failed; nothing more can come in.
-			closeSessions(s.py, pool, log)
-			closePool(pool, log)
+			closeLanguageSessions(s.py, pools, log)
+			closePools(pools, log)
 			return fmt.Errorf("serve: %w", err)
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
@@ -165,7 +172,7 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 	o := s.options()
 	drain := o.drainTimeout
 	if drain == 0 {
-		drain = s.pool.Config().Timeout + 5*time.Second
+		drain = poolsTimeout(s.pools) + 5*time.Second
 	}
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), drain)
 	defer cancelDrain()
@@ -201,16 +208,16 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 	shut := make(chan error, 1)
 	go func() { shut <- s.http.Shutdown(context.Background()) }()
 
-	s.log.Info("waiting for running calls", "busy", s.pool.Stats().Busy, "queued", s.pool.Stats().Queued, "drain_timeout", drain)
+	s.log.Info("waiting for running calls", "busy", s.pools.Stats().Busy, "queued", s.pools.Stats().Queued, "drain_timeout", drain)
 	// Calls already waiting for a worker were accepted: they run too, for
 	// a load balancer's client would see a refusal after the fact.
-	waitForLine(drainCtx, s.pool)
+	waitForLine(drainCtx, s.pools)
 	// Calls in Python sessions finish, then the sessions end, before the
 	// pool closes.
 	if err := s.py.Close(drainCtx); err != nil {
 		s.log.Warn("drain time is over: running session calls were stopped", "error", err)
 	}
-	if err := s.pool.Close(drainCtx); err != nil {
+	if err := s.pools.Close(drainCtx); err != nil {
 		s.log.Warn("drain time is over: running calls were stopped", "error", err)
 	}
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 5*time.Second)
@@ -236,7 +243,7 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 
 // waitForLine returns once no call waits for a worker, or when ctx ends.
 // The pool has no event for that; shutdown polls, briefly.
-func waitForLine(ctx context.Context, pool *supervisor.Pool) {
+func waitForLine(ctx context.Context, pool *supervisor.Pools) {
 	for pool.Stats().Queued > 0 {
 		select {
 		case <-ctx.Done():
@@ -257,7 +264,7 @@ func (s *service) options() *options {
 var restartOnly = []string{
 	"config", "listen", "stateless", "session-timeout", "keep-alive", "runtime-dir", "log-format",
 	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
-	"insecure-no-auth", "instance-id", "mount",
+	"insecure-no-auth", "instance-id", "mount", "languages",
 	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
 }
 
@@ -295,7 +302,7 @@ func (s *service) reload() {
 		s.log.Info("config reloaded: nothing changed", "file", o.configFile)
 		return
 	}
-	if err := s.pool.Reconfigure(o.poolConfig()); err != nil {
+	if err := reconfigurePools(s.pools, o); err != nil {
 		s.log.Error("config rejected; the settings in force stay", "file", o.configFile, "error", err)
 		return
 	}

@@ -68,6 +68,8 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 			}
 			return "deno " + v, nil
 		}},
+	}
+	python := []warmupStep{
 		{"pyodide", func(context.Context) (string, error) {
 			dir := filepath.Join(rt.Dir, "node_modules", "pyodide")
 			var missing []string
@@ -166,6 +168,13 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 			}
 			return fmt.Sprintf("a runaway loop was stopped at its 1s limit (%s)", time.Since(began).Round(time.Millisecond)), nil
 		}},
+	}
+	for _, l := range o.enabledLanguages() {
+		if l.engine == supervisor.Python {
+			steps = append(steps, python...)
+			continue
+		}
+		steps = append(steps, warmupLanguage(o, l, &rt, log))
 	}
 
 	fmt.Fprintf(stdout, "pyrun %s warmup (runtime folder %s)\n", version, o.runtimeDir)
