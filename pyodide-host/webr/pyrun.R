@@ -85,6 +85,19 @@ local({
   replace_binding(baseenv(), "system", refuse("system()", "there are no processes"))
   replace_binding(baseenv(), "system2", refuse("system2()", "there are no processes"))
 
+  # Reading the environment takes R some milliseconds (Sys.getenv()), so
+  # reset() restores it only after a call that changed it through these.
+  env_dirty <- FALSE
+  set_env <- Sys.setenv
+  unset_env <- Sys.unsetenv
+  for (name in c("Sys.setenv", "Sys.unsetenv")) {
+    orig <- get(name, envir = baseenv())
+    marked <- orig
+    body(marked) <- call("{", quote(pyrun_env_changed()), body(orig))
+    environment(marked) <- list2env(list(pyrun_env_changed = function() env_dirty <<- TRUE), parent = environment(orig))
+    replace_binding(baseenv(), name, marked)
+  }
+
   options(device = default_device)
   baseline <- list(
     options = options(),
@@ -306,10 +319,13 @@ local({
     extra <- setdiff(names(now), names(baseline$options))
     if (length(extra)) options(stats::setNames(rep(list(NULL), length(extra)), extra))
     options(baseline$options)
-    env <- Sys.getenv()
-    Sys.unsetenv(setdiff(names(env), names(baseline$env)))
-    changed <- names(baseline$env)[baseline$env != env[names(baseline$env)] | is.na(env[names(baseline$env)])]
-    if (length(changed)) do.call(Sys.setenv, as.list(baseline$env[changed]))
+    if (env_dirty) {
+      env <- Sys.getenv()
+      unset_env(setdiff(names(env), names(baseline$env)))
+      changed <- names(baseline$env)[baseline$env != env[names(baseline$env)] | is.na(env[names(baseline$env)])]
+      if (length(changed)) do.call(set_env, as.list(baseline$env[changed]))
+      env_dirty <<- FALSE
+    }
     invisible()
   }
 
