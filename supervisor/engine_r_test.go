@@ -65,4 +65,14 @@ func TestRPoolRunsR(t *testing.T) {
 	if r := p.Stats().Counts.Restarts; len(r) != 0 {
 		t.Errorf("worker restarts %v, want none: an interrupted R serves on, and its memory after a plot stays within the idle slack", r)
 	}
+	// Code that ends its own process (JavaScript through webR's ffi) takes
+	// down that worker only: the call is crashed, the next gets a new one.
+	res = run(t, p, supervisor.Job{Code: ".Call(webr:::ffi_eval_js, 'Deno.exit(3)', FALSE)", Language: "r"})
+	if res.Status != supervisor.StatusCrashed {
+		t.Errorf("Deno.exit from R: status %s (%s), want crashed", res.Status, res.Error)
+	}
+	res = run(t, p, supervisor.Job{Code: "1 + 1", Language: "r"})
+	if res.Status != supervisor.StatusSuccess || res.Value != "2" {
+		t.Errorf("after the crash: %+v", res)
+	}
 }
