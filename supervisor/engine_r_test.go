@@ -3,6 +3,7 @@ package supervisor_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"image/png"
 	"strings"
 	"testing"
@@ -74,5 +75,33 @@ func TestRPoolRunsR(t *testing.T) {
 	res = run(t, p, supervisor.Job{Code: "1 + 1", Language: "r"})
 	if res.Status != supervisor.StatusSuccess || res.Value != "2" {
 		t.Errorf("after the crash: %+v", res)
+	}
+}
+
+// Concurrent R calls on two workers keep their own output and values.
+func TestRPoolConcurrentCallsDoNotMix(t *testing.T) {
+	p := realRPool(t, supervisor.Config{Workers: 2, Timeout: 120 * time.Second})
+	const calls = 6
+	errs := make(chan string, calls)
+	for i := range calls {
+		go func() {
+			code := fmt.Sprintf("me <- %d\nfor (k in 1:50) cat('call', me, '\\n')\nSys.sleep(0.1)\nme * 10", i)
+			res, err := p.Run(t.Context(), supervisor.Job{ID: fmt.Sprint("c", i), Code: code, Language: "r"}, nil)
+			switch {
+			case err != nil:
+				errs <- err.Error()
+			case res.Status != supervisor.StatusSuccess || res.Value != fmt.Sprint(i*10):
+				errs <- fmt.Sprintf("call %d: %s %q %s", i, res.Status, res.Value, res.Error)
+			case res.Stdout != strings.Repeat(fmt.Sprintf("call %d \n", i), 50)+fmt.Sprintf("[1] %d\n", i*10):
+				errs <- fmt.Sprintf("call %d: stdout %q", i, res.Stdout)
+			default:
+				errs <- ""
+			}
+		}()
+	}
+	for range calls {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
 	}
 }
