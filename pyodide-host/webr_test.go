@@ -639,6 +639,9 @@ func TestRHostileCode(t *testing.T) {
 			t.Errorf("%s: %s %q, want run-error with %q", tc.name, r.Status, r.Error, tc.want)
 		}
 	}
+	// console.* in R's thread would write to stdout, the protocol: it goes
+	// to stderr (answer fails the test on a line that is not an event).
+	wantSuccess(t, w.run(js("console.log('not an event'); console.info('nor this'); 1"), nil), "console.log in R's thread")
 	// webR's ffi can also run JavaScript on the worker's main thread and
 	// await it: the same permissions hold there.
 	for _, code := range []string{

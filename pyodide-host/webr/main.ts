@@ -81,7 +81,7 @@ async function start(cfg: RConfig): Promise<void> {
     }),
   ]);
   clearTimeout(timer);
-  if (cfg.heap_limit > 0) await capHeap(webR, cfg.heap_limit);
+  await setUpRThread(webR, cfg.heap_limit);
   const source = await Deno.readTextFile(new URL("./pyrun.R", import.meta.url));
   const helper = await webR.evalR(source) as REnvironment;
   const shelter = await new webR.Shelter();
@@ -153,30 +153,35 @@ async function start(cfg: RConfig): Promise<void> {
 }
 
 /**
- * Caps R's wasm heap. Emscripten grows memory through
- * WebAssembly.Memory.prototype.grow in R's thread, and a grow that throws
- * makes malloc fail, which R reports as an error ("cannot allocate
- * vector"). heap_limit bounds the whole worker: of a webR worker's ~500 MiB
- * resident at start only ~55 MiB is R's heap (the rest is Deno, two V8
- * isolates, R.wasm's code and R's library in webR's in-memory file
- * system), so the heap may grow to heap_limit less what the worker holds
- * outside it now, and never less than 64 MiB more than it has. This runs
- * before pyrun.R takes eval_js away.
+ * Sets up R's thread, through webR's eval_js, before pyrun.R takes that
+ * away: console.* there writes to this process's stdout, the protocol, so
+ * it goes to stderr as in the main thread; and R's wasm heap is capped.
+ *
+ * Emscripten grows memory through WebAssembly.Memory.prototype.grow, and a
+ * grow that throws makes malloc fail, which R reports as an error ("cannot
+ * allocate vector"). heap_limit bounds the whole worker: of a webR
+ * worker's ~500 MiB resident at start only ~55 MiB is R's heap (the rest
+ * is Deno, two V8 isolates, R.wasm's code and R's library in webR's
+ * in-memory file system), so the heap may grow to heap_limit less what the
+ * worker holds outside it now, and never less than 64 MiB more than it
+ * has. 0: no cap but wasm32's 4 GiB.
  */
-async function capHeap(webR: WebR, limit: number): Promise<void> {
-  const heap = await webR.evalRNumber(
-    `webr::eval_js("Module.HEAPU8.length")`,
-  );
+async function setUpRThread(webR: WebR, limit: number): Promise<void> {
+  const heap = await webR.evalRNumber(`webr::eval_js("Module.HEAPU8.length")`);
   const outside = Math.max(0, Deno.memoryUsage().rss - heap);
-  const cap = Math.max(limit - outside, heap + (64 << 20));
+  const cap = limit > 0 ? Math.max(limit - outside, heap + (64 << 20)) : 0;
   const js = `(() => {
-    const grow = WebAssembly.Memory.prototype.grow;
-    WebAssembly.Memory.prototype.grow = function (delta) {
-      if (this.buffer.byteLength + delta * 65536 > ${cap}) {
-        throw new RangeError("pyrun: memory limit of ${cap} bytes reached");
-      }
-      return grow.call(this, delta);
-    };
+    console.log = console.info = console.debug = console.error;
+    const cap = ${cap};
+    if (cap > 0) {
+      const grow = WebAssembly.Memory.prototype.grow;
+      WebAssembly.Memory.prototype.grow = function (delta) {
+        if (this.buffer.byteLength + delta * 65536 > cap) {
+          throw new RangeError("pyrun: memory limit of " + cap + " bytes reached");
+        }
+        return grow.call(this, delta);
+      };
+    }
     return 1;
   })()`;
   await webR.evalRVoid(`invisible(webr::eval_js(${JSON.stringify(js)}))`);
