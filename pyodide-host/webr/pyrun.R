@@ -209,6 +209,7 @@ local({
   # finish() closes every graphics device and returns the files they
   # wrote during the call, in order: list(path, mime).
   finish <- function() {
+    if (!length(plots) && is.null(grDevices::dev.list())) return(list())
     graphics.off()
     out <- list()
     for (p in plots) {
@@ -252,6 +253,7 @@ local({
   # that changes when a file is written.
   output_files <- function() {
     paths <- sort(list.files("/output", recursive = TRUE, all.files = TRUE))
+    if (!length(paths)) return(list(path = character(), stamp = character()))
     info <- file.info(file.path("/output", paths))
     keep <- !info$isdir
     list(
@@ -291,7 +293,7 @@ local({
   # traces go too (reset), and /output/ unless kept.
   cleanup <- function(keep, session) {
     # A call interrupted outside run() did not close its devices.
-    graphics.off()
+    if (!is.null(grDevices::dev.list())) graphics.off()
     plots <<- list()
     drop_plots()
     if (!session) reset()
