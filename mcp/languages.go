@@ -49,6 +49,7 @@ var (
 	}
 	R = Language{
 		Name: "r", Title: "R", Article: "an", Tool: "run_r_code", CodeArg: "r_code",
+		Describe: describeR,
 	}
 	JavaScript = Language{
 		Name: "javascript", Title: "JavaScript", Article: "a", Tool: "run_javascript_code", CodeArg: "javascript_code",

@@ -1,13 +1,14 @@
 // Package pyodidehost carries pyrun's Deno worker programs: the TypeScript
-// host, the Python helper it loads into Pyodide, the JavaScript engine's
-// program in js/ (PROTOCOL.md, Engines: JavaScript), and the npm manifest
-// that pins Deno, Pyodide and TypeScript. The supervisor writes these files
-// into its runtime folder and installs the manifest there with npm.
+// host, the Python helper it loads into Pyodide, the R worker (webr/, R in
+// webR, PROTOCOL.md, Engines: R), the JavaScript engine's program in js/
+// (PROTOCOL.md, Engines: JavaScript), and the npm manifest that pins Deno,
+// Pyodide, webR and TypeScript. The supervisor writes these files into its
+// runtime folder and installs the manifest there with npm.
 package pyodidehost
 
 import "embed"
 
 // Files is the worker program, as the runtime folder receives it.
 //
-//go:embed main.ts worker.ts protocol.ts guards.ts mounts.ts toolcalls.ts pyrun_helper.py pyrun_guard.py pyrun_display.py mcp_tools.py package.json package-lock.json js
+//go:embed webr js main.ts worker.ts protocol.ts guards.ts mounts.ts toolcalls.ts pyrun_helper.py pyrun_guard.py pyrun_display.py mcp_tools.py package.json package-lock.json
 var Files embed.FS

@@ -102,7 +102,7 @@ var (
 
 // provision provisions the worker runtime the way pyrun does, in pyrun's
 // default runtime folder, so that runs after the first reuse it.
-func provision(t *testing.T) *supervisor.Runtime {
+func provision(t testing.TB) *supervisor.Runtime {
 	t.Helper()
 	runtimeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

@@ -78,6 +78,7 @@ var Python Engine = pythonEngine{}
 // A new language is one more engine_<name>.go and one more line here.
 var engines = []Engine{
 	Python,
+	R,
 	JavaScript,
 }
 

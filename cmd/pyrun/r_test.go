@@ -1,0 +1,102 @@
+package main
+
+// End-to-end tests of R: `pyrun stdio --languages python,r` with a real
+// go-sdk client and real webR workers (run_r_code absent with the language
+// off is TestLanguagesPythonOnly's).
+
+import (
+	"bytes"
+	"encoding/base64"
+	"image/png"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func TestRTool(t *testing.T) {
+	s := newLanguageServer(t, "python,r", "--workers", "1", "--r-workers", "1")
+	if got := s.toolNames(t); !slices.Equal(got, []string{"run_python_code", "run_r_code"}) {
+		t.Fatalf("tools %v, want run_python_code and run_r_code", got)
+	}
+
+	t.Run("print and value", func(t *testing.T) {
+		r := s.runIn(t, "run_r_code", "r_code", "print('hi')\nmessage('note')\nx <- c(a = 1, b = 2)\nx * 21")
+		wantValue(t, r, `{"a":21,"b":42}`)
+		if !strings.Contains(r.sc.Stdout, `[1] "hi"`) || r.sc.Stderr != "note\n" {
+			t.Errorf("stdout %q, stderr %q", r.sc.Stdout, r.sc.Stderr)
+		}
+		r = s.runIn(t, "run_r_code", "r_code", "data.frame(n = 1:2, s = c('a', 'b'))")
+		wantValue(t, r, `[{"n":1,"s":"a"},{"n":2,"s":"b"}]`)
+		// Python still answers beside R.
+		wantValue(t, s.runIn(t, "run_python_code", "python_code", "6 * 7"), "42")
+	})
+
+	t.Run("error", func(t *testing.T) {
+		r := s.runIn(t, "run_r_code", "r_code", "f <- function(x) stop('bad x: ', x)\nf(3)")
+		wantStatus(t, r, "run-error")
+		if r.sc.Error == nil || !strings.Contains(*r.sc.Error, "Error in f(3) : bad x: 3") || r.sc.ExitCode != 1 {
+			t.Errorf("error %v, exit code %d", r.sc.Error, r.sc.ExitCode)
+		}
+	})
+
+	t.Run("timeout", func(t *testing.T) {
+		began := time.Now()
+		r, err := s.callTool(t.Context(), "run_r_code", map[string]any{"r_code": "while (TRUE) {}", "timeout_seconds": 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, r, "timeout")
+		if d := time.Since(began); d > 60*time.Second {
+			t.Errorf("the busy loop ended after %s", d)
+		}
+		wantValue(t, s.runIn(t, "run_r_code", "r_code", "exists('x')"), "false")
+	})
+
+	t.Run("plot as image", func(t *testing.T) {
+		r := s.runIn(t, "run_r_code", "r_code", "plot(1:10, main = 'ten')")
+		wantStatus(t, r, "success")
+		var img *sdk.ImageContent
+		for _, c := range r.rest {
+			if i, ok := c.(*sdk.ImageContent); ok {
+				img = i
+			}
+		}
+		if img == nil || img.MIMEType != "image/png" {
+			t.Fatalf("no image/png block after the text: %+v", r.rest)
+		}
+		data := img.Data
+		if dec, err := base64.StdEncoding.DecodeString(string(data)); err == nil {
+			data = dec // a client that kept the base64 text
+		}
+		if _, err := png.Decode(bytes.NewReader(data)); err != nil {
+			t.Errorf("the image is not a PNG: %v", err)
+		}
+	})
+
+	t.Run("session", func(t *testing.T) {
+		r, err := s.callTool(t.Context(), "run_r_code", map[string]any{"r_code": "x <- 41; library(stats4)", "session_id": "new"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, r, "success")
+		id := r.sc.SessionID
+		if id == "" {
+			t.Fatalf("no session id: %s", r.text)
+		}
+		r, err = s.callTool(t.Context(), "run_r_code", map[string]any{"r_code": "c(x + 1, 'package:stats4' %in% search())", "session_id": id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantValue(t, r, "[42,1]")
+		// An R session is not Python's.
+		res, err := s.callToolRaw(t.Context(), "run_python_code", map[string]any{"python_code": "1", "session_id": id})
+		if err == nil && !res.IsError {
+			t.Errorf("run_python_code took R's session %s", id)
+		}
+		// A stateless call does not see it.
+		wantValue(t, s.runIn(t, "run_r_code", "r_code", "exists('x')"), "false")
+	})
+}

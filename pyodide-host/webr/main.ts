@@ -1,0 +1,484 @@
+// pyrun's R worker: R (webR, R compiled to WebAssembly) behind the same
+// pipe protocol as the Python worker (PROTOCOL.md, "Engines: R"). The
+// supervisor starts it with one argument, the JSON HostConfig.
+//
+// webR runs R on a thread of its own (node:worker_threads) and talks to it
+// over a SharedArrayBuffer channel, so this main thread stays free: it owns
+// the pipes, and SIGUSR2 from the supervisor becomes webR.interrupt(). R's
+// side of the work (running a call, its value, plots, the reset after a
+// stateless call) is pyrun.R.
+
+import { type REnvironment, type RObject, type Shelter, WebR } from "webr";
+import { PROTOCOL_VERSION } from "../protocol.ts";
+import { readLines, writeLine } from "./lines.ts";
+import { toJSON, toPlain } from "./value.ts";
+
+/** The HostConfig fields this worker reads; others are ignored. */
+export interface RConfig {
+  /** Cap on R's wasm heap in bytes; 0: wasm32's own 4 GiB. */
+  heap_limit: number;
+  /** Longest stdin line accepted, in bytes. */
+  max_line: number;
+  /** A session's worker: calls share the global environment and files. */
+  session: boolean;
+}
+
+export function parseConfig(args: string[]): RConfig {
+  const raw = JSON.parse(args[0] ?? "{}");
+  return {
+    heap_limit: Number(raw.heap_limit ?? 0),
+    max_line: Number(raw.max_line ?? 16 << 20),
+    session: raw.session === true,
+  };
+}
+
+/** A run request as this worker reads it (PROTOCOL.md, Requests). */
+interface RunRequest {
+  type: "run";
+  id: string;
+  code: string;
+  max_output?: number;
+  interrupts?: number;
+  input_files?: { path: string; data: string }[];
+  keep_output?: boolean;
+  max_displays?: number;
+  max_display_bytes?: number;
+  max_files?: number;
+  max_file_bytes?: number;
+}
+
+type Event = Record<string, unknown> & { type: string };
+
+function send(ev: Event): void {
+  writeLine(JSON.stringify(ev));
+}
+
+/** R's home and working directory inside webR's file system. */
+const HOME = "/home/web_user";
+/** A display or file event carries at most this many bytes (PROTOCOL.md, Rich results). */
+const PIECE = 1 << 20;
+/** How long R may take to start before the worker gives up (status 70). */
+const START_TIMEOUT_MS = 120_000;
+
+async function start(cfg: RConfig): Promise<void> {
+  const began = performance.now();
+  const dist = new URL("../node_modules/webr/dist/", import.meta.url).pathname;
+  const webR = new WebR({
+    baseUrl: dist,
+    homedir: HOME,
+    // An interrupt at top level of a non-interactive R quits R, and R's
+    // exit then tries to run `rm -Rf` on its temporary folder (FACTS.md).
+    interactive: true,
+    // Never webR's default, the repository on the network: nothing is
+    // fetched, and webr::install is refused in pyrun.R.
+    repoUrl: "file:///nonexistent/",
+  });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    webR.init(),
+    new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error("R did not start in time")), START_TIMEOUT_MS);
+    }),
+  ]);
+  clearTimeout(timer);
+  await setUpRThread(webR, cfg.heap_limit);
+  const source = await Deno.readTextFile(new URL("./pyrun.R", import.meta.url));
+  const helper = await webR.evalR(source) as REnvironment;
+  const shelter = await new webR.Shelter();
+  const worker = new RWorker(webR, shelter, helper, cfg);
+
+  // [0]: interrupt signals so far; [1]: signals sent before the running
+  // call began (the run's `interrupts`); a signal not above it is stale.
+  let signals = 0;
+  Deno.addSignalListener("SIGUSR2", () => {
+    signals++;
+    if (worker.running && signals > worker.mark) webR.interrupt();
+  });
+
+  send({
+    type: "ready",
+    protocol: PROTOCOL_VERSION,
+    engine: "r",
+    versions: { r: webR.versionR, webr: webR.version },
+    startup_ms: Math.round(performance.now() - began),
+  });
+
+  for await (const line of readLines(Deno.stdin.readable, cfg.max_line)) {
+    if (line === null) {
+      send({ type: "error", error: `request line longer than ${cfg.max_line} bytes` });
+      continue;
+    }
+    let req: { type?: unknown; id?: unknown; code?: unknown };
+    try {
+      req = JSON.parse(line);
+    } catch (e) {
+      send({ type: "error", error: `bad request: ${e}` });
+      continue;
+    }
+    if (req === null || typeof req !== "object") {
+      send({ type: "error", error: "bad request: not a JSON object" });
+      continue;
+    }
+    switch (req.type) {
+      case "ping":
+        send({ type: "pong", id: String(req.id) });
+        break;
+      case "run":
+        if (typeof req.id !== "string" || typeof req.code !== "string") {
+          send({ type: "error", id: req.id, error: "bad request: run needs id and code" });
+          break;
+        }
+        try {
+          send(await worker.run(req as RunRequest));
+        } catch (e) {
+          send({
+            type: "error",
+            id: req.id,
+            error: `host failure: ${e instanceof Error ? e.message : e}`,
+          });
+        }
+        try {
+          await worker.cleanUp(req as RunRequest);
+        } catch (e) {
+          // A worker that cannot reset R must not take another call.
+          console.error(`pyrun R worker: clean-up failed: ${e instanceof Error ? e.message : e}`);
+          Deno.exit(70);
+        }
+        break;
+      default:
+        send({ type: "error", error: `bad request: unknown type ${JSON.stringify(req.type)}` });
+    }
+  }
+  Deno.exit(0);
+}
+
+/**
+ * Sets up R's thread, through webR's eval_js, before pyrun.R takes that
+ * away: console.* there writes to this process's stdout, the protocol, so
+ * it goes to stderr as in the main thread; and R's wasm heap is capped.
+ *
+ * Emscripten grows memory through WebAssembly.Memory.prototype.grow, and a
+ * grow that throws makes malloc fail, which R reports as an error ("cannot
+ * allocate vector"). heap_limit bounds the whole worker: of a webR
+ * worker's ~500 MiB resident at start only ~55 MiB is R's heap (the rest
+ * is Deno, two V8 isolates, R.wasm's code and R's library in webR's
+ * in-memory file system), so the heap may grow to heap_limit less what the
+ * worker holds outside it now, and never less than 64 MiB more than it
+ * has. 0: no cap but wasm32's 4 GiB.
+ */
+async function setUpRThread(webR: WebR, limit: number): Promise<void> {
+  const heap = await webR.evalRNumber(`webr::eval_js("Module.HEAPU8.length")`);
+  const outside = Math.max(0, Deno.memoryUsage().rss - heap);
+  const cap = limit > 0 ? Math.max(limit - outside, heap + (64 << 20)) : 0;
+  const js = `(() => {
+    console.log = console.info = console.debug = console.error;
+    const cap = ${cap};
+    if (cap > 0) {
+      const grow = WebAssembly.Memory.prototype.grow;
+      WebAssembly.Memory.prototype.grow = function (delta) {
+        if (this.buffer.byteLength + delta * 65536 > cap) {
+          throw new RangeError("pyrun: memory limit of " + cap + " bytes reached");
+        }
+        return grow.call(this, delta);
+      };
+    }
+    return 1;
+  })()`;
+  await webR.evalRVoid(`invisible(webr::eval_js(${JSON.stringify(js)}))`);
+}
+
+/** One R process's calls, one at a time. */
+class RWorker {
+  /** Whether a call's code runs now (interrupts apply only then). */
+  running = false;
+  /** The run's `interrupts`: signals up to this number were for earlier calls. */
+  mark = 0;
+
+  constructor(
+    private webR: WebR,
+    private shelter: Shelter,
+    private helper: REnvironment,
+    private cfg: RConfig,
+  ) {}
+
+  /** Evaluates R code in pyrun.R's environment for its character vector. */
+  private strings(code: string): Promise<string[]> {
+    return pastInterrupt(() => this.webR.evalRRaw(code, "string[]", { env: this.helper }));
+  }
+
+  async run(req: RunRequest): Promise<Event> {
+    const began = performance.now();
+    const id = req.id;
+    const out = new OutputCap(id, req.max_output || 65536);
+    const rich = new RichCap(id, req);
+    const keep = req.keep_output === true;
+    const files: { path: string; data: Uint8Array }[] = [];
+    for (const f of req.input_files ?? []) {
+      const path = typeof f?.path === "string" ? f.path : "";
+      if (!path || path.startsWith("/") || path.split("/").includes("..")) {
+        const error = `Error: input file path ${JSON.stringify(path)} must be relative, without ..`;
+        return { type: "result", id, status: "run-error", error, ...timing(began) };
+      }
+      files.push({ path: `${HOME}/${path}`, data: decodeBase64(String(f.data ?? "")) });
+    }
+    const parents = files.map((f) => rString(f.path.slice(0, f.path.lastIndexOf("/"))));
+    // A stateless worker's /output/ is empty: the previous call's clean-up
+    // (or the start) left it so. Only a kept one needs its stamps.
+    const before = keep || parents.length
+      ? stamps(await this.strings(`before(${keep ? "TRUE" : "FALSE"}, c(${parents.join(",")}))`))
+      : new Map<string, string>();
+    for (const f of files) await this.webR.FS.writeFile(f.path, f.data);
+    await pastInterrupt(() => this.helper.bind("code", req.code));
+    this.mark = req.interrupts ?? 0;
+    this.running = true;
+    let captured;
+    try {
+      captured = await this.shelter.captureR("run(code)", {
+        env: this.helper,
+        captureStreams: true,
+        captureConditions: false,
+        captureGraphics: false,
+        withAutoprint: false,
+        throwJsException: false,
+      });
+    } catch (e) {
+      // An interrupt that lands in webR's own code around run()'s
+      // handlers comes out as a JavaScript error; its output is lost.
+      if (!interrupted(e)) throw e;
+      return { type: "result", id, status: "interrupted", error: "interrupted", ...timing(began) };
+    } finally {
+      this.running = false;
+    }
+    for (const item of captured.output) {
+      if (item.type === "stdout" || item.type === "stderr") {
+        out.write(item.type, String(item.data) + "\n");
+      }
+    }
+    out.flush();
+    const res = toPlain(await (captured.result as RObject).toJs()) as Record<string, unknown>;
+    await this.sendRich(rich, before, toStrings(res.rich));
+    const ev: Event = { type: "result", id, status: String(res.status ?? "run-error") };
+    if (res.has_value === true) ev.value = toJSON(res.value);
+    if (typeof res.error === "string" && ev.status !== "success") ev.error = res.error;
+    if (/cannot allocate|memory limit/.test(String(res.error ?? ""))) {
+      ev.status = "memory-error";
+      ev.recycle = "the call ran out of memory";
+    }
+    return { ...ev, ...out.dropped(), ...rich.dropped(), ...timing(began) };
+  }
+
+  /**
+   * Ends a call, after its result is sent (the next request waits for it
+   * all the same): pyrun's plot files go, and after a stateless call
+   * everything it left (pyrun.R's cleanup), /output/ unless kept.
+   */
+  async cleanUp(req: RunRequest): Promise<void> {
+    const keep = req.keep_output === true;
+    const code = `cleanup(${keep ? "TRUE" : "FALSE"}, ${this.cfg.session ? "TRUE" : "FALSE"})`;
+    try {
+      // An interrupt still pending from the call ends the first try.
+      await pastInterrupt(() =>
+        this.webR.evalRVoid(`tryCatch(${code}, interrupt = function(i) ${code})`, {
+          env: this.helper,
+        })
+      );
+    } finally {
+      await this.shelter.purge();
+    }
+  }
+
+  /**
+   * Sends the plots of after()'s list as displays, then the files under
+   * /output/ that are new or changed since before(), in path order.
+   */
+  private async sendRich(rich: RichCap, before: Map<string, string>, list: string[]) {
+    const n = Number(list[0] ?? 0);
+    for (let i = 1; i < 1 + 2 * n; i += 2) {
+      rich.send("display", list[i], await this.webR.FS.readFile(list[i + 1]));
+    }
+    const after = [...stamps(list.slice(1 + 2 * n))];
+    after.sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0);
+    for (const [path, stamp] of after) {
+      if (before.get(path) === stamp) continue;
+      rich.send("file", mimeType(path), await this.webR.FS.readFile(`/output/${path}`), path);
+    }
+  }
+}
+
+/**
+ * Runs an evaluation of pyrun's own again when an interrupt meant for the
+ * call before ended it: the supervisor repeats SIGUSR2 until a call's
+ * result arrives, so one can land as the call ends and stay pending in
+ * webR until R next checks for interrupts. webR reports that as "a
+ * non-local transfer of control"; the next try finds it consumed.
+ */
+async function pastInterrupt<T>(f: () => Promise<T>): Promise<T> {
+  for (let i = 0;; i++) {
+    try {
+      return await f();
+    } catch (e) {
+      if (i >= 2 || !interrupted(e)) throw e;
+    }
+  }
+}
+
+/** Whether webR's error is an R interrupt's. */
+function interrupted(e: unknown): boolean {
+  return /non-local transfer|interrupt/i.test(String(e));
+}
+
+/** A character vector of toPlain's: one string is a scalar. */
+function toStrings(v: unknown): string[] {
+  if (v === null || v === undefined) return [];
+  return (Array.isArray(v) ? v : [v]).map(String);
+}
+
+/** path -> stamp, from before()'s flat list. */
+function stamps(flat: string[]): Map<string, string> {
+  const m = new Map<string, string>();
+  for (let i = 0; i + 1 < flat.length; i += 2) m.set(flat[i], flat[i + 1]);
+  return m;
+}
+
+/** Caps a call's stdout and stderr, each to max characters (PROTOCOL.md). */
+class OutputCap {
+  private left: Record<string, number>;
+  private cut: Record<string, number> = {};
+  private pending: { stream: string; text: string } | null = null;
+
+  constructor(private id: string, max: number) {
+    this.left = { stdout: max, stderr: max };
+  }
+
+  write(stream: string, text: string): void {
+    const keep = Math.max(0, Math.min(text.length, this.left[stream]));
+    if (keep < text.length) this.cut[stream] = (this.cut[stream] ?? 0) + text.length - keep;
+    this.left[stream] -= keep;
+    if (!keep) return;
+    const piece = text.slice(0, keep);
+    // Consecutive lines of one stream travel as one event.
+    if (this.pending && this.pending.stream === stream && this.pending.text.length < 8192) {
+      this.pending.text += piece;
+      return;
+    }
+    this.flush();
+    this.pending = { stream, text: piece };
+  }
+
+  flush(): void {
+    if (!this.pending) return;
+    send({ type: "output", id: this.id, stream: this.pending.stream, text: this.pending.text });
+    this.pending = null;
+  }
+
+  dropped(): Record<string, unknown> {
+    return Object.keys(this.cut).length ? { dropped: this.cut } : {};
+  }
+}
+
+/** Sends display and file events within the run's caps (PROTOCOL.md, Rich results). */
+class RichCap {
+  private count = { display: 0, file: 0 };
+  private bytes = { display: 0, file: 0 };
+  private held = { display: 0, file: 0 };
+  private maxCount: { display: number; file: number };
+  private maxBytes: { display: number; file: number };
+
+  constructor(private id: string, req: RunRequest) {
+    this.maxCount = { display: req.max_displays || 16, file: req.max_files || 64 };
+    this.maxBytes = {
+      display: req.max_display_bytes || 4 << 20,
+      file: req.max_file_bytes || 64 << 20,
+    };
+  }
+
+  send(kind: "display" | "file", mime: string, data: Uint8Array, path?: string): void {
+    if (
+      this.count[kind] >= this.maxCount[kind] ||
+      this.bytes[kind] + data.length > this.maxBytes[kind]
+    ) {
+      this.held[kind]++;
+      return;
+    }
+    this.count[kind]++;
+    this.bytes[kind] += data.length;
+    for (let off = 0; off === 0 || off < data.length; off += PIECE) {
+      const end = Math.min(off + PIECE, data.length);
+      const ev: Event = { type: kind, id: this.id };
+      if (path !== undefined) ev.path = path;
+      ev.mime_type = mime;
+      ev.data = encodeBase64(data.subarray(off, end));
+      if (end < data.length) ev.more = true;
+      send(ev);
+      if (end >= data.length) break;
+    }
+  }
+
+  dropped(): Record<string, unknown> {
+    const d: Record<string, unknown> = {};
+    if (this.held.display) d.displays_dropped = this.held.display;
+    if (this.held.file) d.files_dropped = this.held.file;
+    return d;
+  }
+}
+
+function timing(began: number): { duration_ms: number } {
+  return { duration_ms: Math.round((performance.now() - began) * 1000) / 1000 };
+}
+
+/** An R string literal for s. */
+function rString(s: string): string {
+  return JSON.stringify(s);
+}
+
+const MIME: Record<string, string> = {
+  png: "image/png",
+  jpg: "image/jpeg",
+  jpeg: "image/jpeg",
+  gif: "image/gif",
+  svg: "image/svg+xml",
+  pdf: "application/pdf",
+  csv: "text/csv",
+  tsv: "text/tab-separated-values",
+  txt: "text/plain",
+  json: "application/json",
+  html: "text/html",
+  md: "text/markdown",
+  rds: "application/octet-stream",
+};
+
+function mimeType(path: string): string {
+  const ext = path.slice(path.lastIndexOf(".") + 1).toLowerCase();
+  return MIME[ext] ?? "application/octet-stream";
+}
+
+function encodeBase64(b: Uint8Array): string {
+  let s = "";
+  for (let i = 0; i < b.length; i += 0x8000) {
+    s += String.fromCharCode(...b.subarray(i, i + 0x8000));
+  }
+  return btoa(s);
+}
+
+function decodeBase64(s: string): Uint8Array {
+  const bin = atob(s);
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+function main(): void {
+  // Only the protocol writer may touch stdout; webR logs with console.*.
+  console.log =
+    console.info =
+    console.debug =
+    console.warn =
+      console.error;
+  const cfg = parseConfig(Deno.args);
+  start(cfg).catch((err) => {
+    console.error(`pyrun R worker: ${err?.stack ?? err}`);
+    Deno.exit(70);
+  });
+}
+
+if (import.meta.main) main();

@@ -1,0 +1,107 @@
+package supervisor_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image/png"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// An R pool, through the supervisor: the engine's permissions and flags as
+// the pool builds them start a real webR worker that says it is R.
+func realRPool(t *testing.T, cfg supervisor.Config) *supervisor.Pool {
+	t.Helper()
+	p, err := supervisor.NewEnginePool(testRuntime(t), supervisor.R, cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return p
+}
+
+func TestRPoolRunsR(t *testing.T) {
+	p := realRPool(t, supervisor.Config{Workers: 1, Timeout: 60 * time.Second})
+	if p.Engine().Name() != "r" {
+		t.Fatalf("engine %q, want r", p.Engine().Name())
+	}
+	res := run(t, p, supervisor.Job{Code: "cat('hi\\n'); message('note'); sum(1:10)", Language: "r"})
+	if res.Status != supervisor.StatusSuccess || res.Stdout != "hi\n[1] 55\n" || res.Stderr != "note\n" || res.Value != "55" {
+		t.Errorf("result %+v", res)
+	}
+	res = run(t, p, supervisor.Job{Code: "stop('boom')", Language: "r"})
+	if res.Status != supervisor.StatusRunError || !strings.Contains(res.Error, "Error: boom") {
+		t.Errorf("error: %s %q", res.Status, res.Error)
+	}
+	res = run(t, p, supervisor.Job{Code: "plot(1:10)", Language: "r"})
+	if len(res.Displays) != 1 || res.Displays[0].MIMEType != "image/png" {
+		t.Fatalf("plot: displays %+v", res.Displays)
+	}
+	if _, err := png.Decode(bytes.NewReader(res.Displays[0].Data)); err != nil {
+		t.Errorf("plot is not a PNG: %v", err)
+	}
+	// A call past its time limit is interrupted inside R; the worker lives on.
+	began := time.Now()
+	res = run(t, p, supervisor.Job{Code: "while (TRUE) {}", Language: "r", Timeout: 2 * time.Second})
+	if res.Status != supervisor.StatusTimeout {
+		t.Errorf("busy loop: status %s (%s), want timeout", res.Status, res.Error)
+	}
+	if d := time.Since(began); d > 30*time.Second {
+		t.Errorf("busy loop stopped after %s", d)
+	}
+	res = run(t, p, supervisor.Job{Code: "exists('x')", Language: "r"})
+	if res.Status != supervisor.StatusSuccess || res.Value != "false" {
+		t.Errorf("after the timeout: %+v", res)
+	}
+	if r := p.Stats().Counts.Restarts; len(r) != 0 {
+		t.Errorf("worker restarts %v, want none: an interrupted R serves on, and its memory after a plot stays within the idle slack", r)
+	}
+	// Code that ends its own process (JavaScript through webR's ffi) takes
+	// down that worker only: the call is crashed, the next gets a new one.
+	res = run(t, p, supervisor.Job{Code: ".Call(webr:::ffi_eval_js, 'Deno.exit(3)', FALSE)", Language: "r"})
+	if res.Status != supervisor.StatusCrashed {
+		t.Errorf("Deno.exit from R: status %s (%s), want crashed", res.Status, res.Error)
+	}
+	res = run(t, p, supervisor.Job{Code: "1 + 1", Language: "r"})
+	if res.Status != supervisor.StatusSuccess || res.Value != "2" {
+		t.Errorf("after the crash: %+v", res)
+	}
+}
+
+// Concurrent R calls on two workers keep their own output and values.
+func TestRPoolConcurrentCallsDoNotMix(t *testing.T) {
+	p := realRPool(t, supervisor.Config{Workers: 2, Timeout: 120 * time.Second})
+	const calls = 6
+	errs := make(chan string, calls)
+	for i := range calls {
+		go func() {
+			code := fmt.Sprintf("me <- %d\nfor (k in 1:50) cat('call', me, '\\n')\nSys.sleep(0.1)\nme * 10", i)
+			res, err := p.Run(t.Context(), supervisor.Job{ID: fmt.Sprint("c", i), Code: code, Language: "r"}, nil)
+			switch {
+			case err != nil:
+				errs <- err.Error()
+			case res.Status != supervisor.StatusSuccess || res.Value != fmt.Sprint(i*10):
+				errs <- fmt.Sprintf("call %d: %s %q %s", i, res.Status, res.Value, res.Error)
+			case res.Stdout != strings.Repeat(fmt.Sprintf("call %d \n", i), 50)+fmt.Sprintf("[1] %d\n", i*10):
+				errs <- fmt.Sprintf("call %d: stdout %q", i, res.Stdout)
+			default:
+				errs <- ""
+			}
+		}()
+	}
+	for range calls {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
+	}
+}
