@@ -1,7 +1,7 @@
 // The pipe protocol between pyrun's supervisor (Go) and this worker.
 // PROTOCOL.md is the specification; supervisor/protocol.go is the Go side.
 
-export const PROTOCOL_VERSION = 4;
+export const PROTOCOL_VERSION = 5;
 
 /** Start-up settings, passed as the one command-line argument (JSON). */
 export interface HostConfig {

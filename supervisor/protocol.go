@@ -13,7 +13,7 @@ import (
 
 // protocolVersion is the version of the pipe protocol (pyodide-host/PROTOCOL.md)
 // this supervisor speaks; a worker announcing another one is refused.
-const protocolVersion = 4
+const protocolVersion = 5
 
 // request is a line the supervisor writes to a worker's stdin.
 type request struct {
