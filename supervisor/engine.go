@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // Engine is one language's worker program: what a Deno process of it runs,
@@ -24,6 +25,11 @@ type Engine interface {
 	// DefaultMemoryLimit is the per-worker memory limit (Config.MemoryLimit)
 	// when none is configured, in bytes.
 	DefaultMemoryLimit() int64
+	// StartupWork is how long after ready a worker may keep a CPU busy
+	// with the engine's own start-up work before the idle CPU checks judge
+	// it; they judge it as soon as it has been seen quiet. 0: none beyond
+	// the pool's short warm-up.
+	StartupWork() time.Duration
 	// Features says which of the pool's optional machinery the engine's
 	// workers take part in.
 	Features() Features

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 // javascriptEngine runs JavaScript and TypeScript in Deno itself:
@@ -48,6 +49,8 @@ func packageVersion(rt *Runtime, pkg string) string {
 // TypeScript's parser ~60 MiB, two Worker isolates); 512 MiB leaves a call
 // ~300 MiB before the host ends it as memory-error at the limit less 96 MiB.
 func (javascriptEngine) DefaultMemoryLimit() int64 { return 512 << 20 }
+
+func (javascriptEngine) StartupWork() time.Duration { return 0 }
 
 func (javascriptEngine) Features() Features { return Features{} }
 

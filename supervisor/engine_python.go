@@ -1,5 +1,7 @@
 package supervisor
 
+import "time"
+
 import "path/filepath"
 
 // pythonEngine runs Python in Pyodide: pyodide-host/main.ts and the files
@@ -16,6 +18,8 @@ func (pythonEngine) Versions(rt *Runtime) map[string]string {
 // DefaultMemoryLimit: Pyodide idles at 185-215 MiB resident; 512 MiB
 // leaves a call ~300 MiB of wasm heap.
 func (pythonEngine) DefaultMemoryLimit() int64 { return 512 << 20 }
+
+func (pythonEngine) StartupWork() time.Duration { return 0 }
 
 func (pythonEngine) Features() Features {
 	return Features{Snapshots: true, Packages: true, Network: true, Mounts: true, Globals: true, Tools: true}

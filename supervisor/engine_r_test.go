@@ -105,3 +105,33 @@ func TestRPoolConcurrentCallsDoNotMix(t *testing.T) {
 		}
 	}
 }
+
+// A fresh R worker goes on compiling webR's wasm in the background for
+// seconds after ready (StartupWork); the idle CPU checks must not take
+// that for code a call left running. Before, the pool replaced its R
+// worker every 3-4 s, for ever.
+func TestRWorkerIsNotReplacedWhileItSettles(t *testing.T) {
+	p := realRPool(t, supervisor.Config{Workers: 1, Timeout: 60 * time.Second})
+	deadline := time.Now().Add(90 * time.Second)
+	for p.Stats().Ready < 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no R worker ready: %+v", p.Stats())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(15 * time.Second) // idle, through the background compile
+	st := p.Stats()
+	var restarts, starts int64
+	for _, n := range st.Counts.Restarts {
+		restarts += n
+	}
+	for _, n := range st.Counts.Starts {
+		starts += n
+	}
+	if restarts != 0 || starts != 1 {
+		t.Fatalf("an idle R pool: %d restarts (%v), %d starts, want none and 1", restarts, st.Counts.Restarts, starts)
+	}
+	if res := run(t, p, supervisor.Job{Code: "1 + 1", Language: "r"}); res.Value != "2" {
+		t.Errorf("call after settling: %+v", res)
+	}
+}

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"io"
 	"os/exec"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -94,6 +95,7 @@ type fakeEngine string
 func (e fakeEngine) Name() string                            { return string(e) }
 func (fakeEngine) Versions(*Runtime) map[string]string       { return nil }
 func (fakeEngine) DefaultMemoryLimit() int64                 { return 256 << 20 }
+func (fakeEngine) StartupWork() time.Duration                { return 0 }
 func (fakeEngine) Features() Features                        { return Features{} }
 func (e fakeEngine) Program() string                         { return string(e) + "/main.ts" }
 func (fakeEngine) Permissions(*Runtime) (Permissions, error) { return Permissions{}, nil }

@@ -28,12 +28,16 @@ func memoryCeiling(limit int64) int64 {
 // ready (measured: its start-up work ends within a second); windows before
 // that are not judged.
 const (
-	spinShare   = 0.5
-	spinChecks  = 3
-	idleWindow  = time.Second
-	idleWarmup  = 3 * time.Second
-	killSpin    = "it kept a CPU busy while idle"
-	killIdleCPU = "it kept using CPU while idle"
+	spinShare  = 0.5
+	spinChecks = 3
+	idleWindow = time.Second
+	idleWarmup = 3 * time.Second
+	// quietWindows in a row within the idle CPU limit end an engine's
+	// start-up work (Engine.StartupWork): one alone may be a compile
+	// thread starved of CPU on a loaded machine.
+	quietWindows = 3
+	killSpin     = "it kept a CPU busy while idle"
+	killIdleCPU  = "it kept using CPU while idle"
 )
 
 // Other things a call can leave a worker worse off than a fresh one with.
@@ -58,6 +62,7 @@ type cpuSample struct {
 	windowUsed time.Duration
 	windowAt   time.Time
 	slow       bool // the last window used more than the idle CPU limit
+	quiet      int  // windows in a row that used no more than the idle CPU limit
 }
 
 // watchHealth runs until the pool closes. Every healthInterval it kills
@@ -135,7 +140,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 			spinning[w] = retireMemory
 			continue
 		}
-		if statErr == nil && spun(w, used, since, cpu, cfg.IdleCPU, time.Since(w.readyAt) >= idleWarmup) {
+		if statErr == nil && spun(w, used, since, cpu, cfg.IdleCPU, p.startupDone(w)) {
 			spinning[w] = killSpin
 			if s := cpu[w]; s.hot < spinChecks {
 				spinning[w] = killIdleCPU
@@ -175,15 +180,49 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 // spun records the CPU time used by a worker idle since since and reports
 // whether it has kept a CPU busy for spinChecks checks of that idle spell,
 // or used more than share of a CPU over an idleWindow of it.
-func spun(w *worker, used time.Duration, since time.Time, cpu map[*worker]cpuSample, share float64, settled bool) bool {
+func spun(w *worker, used time.Duration, since time.Time, cpu map[*worker]cpuSample, share float64, phase startPhase) bool {
 	prev, seen := cpu[w]
 	next := nextSample(prev, seen, used, time.Now(), since, share)
-	if !settled {
+	if next.quiet >= quietWindows {
+		w.settled = true
+	}
+	if phase == startingWork {
+		next.hot = 0 // the engine's own start-up work may keep a CPU busy
+	}
+	if phase != settled {
 		next.slow = false
 		next.windowUsed, next.windowAt = used, next.at // windows start once it has settled
 	}
 	cpu[w] = next
 	return next.hot >= spinChecks || next.slow
+}
+
+// startPhase is where a worker is in settling after its start, for the idle
+// CPU checks.
+type startPhase int
+
+const (
+	// startingWork: within its engine's StartupWork and never yet seen
+	// quiet: the engine's own background work (V8 compiling a large wasm
+	// module, measured at about 12 s of a CPU for webR) is not judged.
+	startingWork startPhase = iota
+	// warmingUp: within idleWarmup of ready; spinning is judged, windows
+	// against Config.IdleCPU are not.
+	warmingUp
+	// settled: everything is judged.
+	settled
+)
+
+// startupDone says which checks apply to w now.
+func (p *Pool) startupDone(w *worker) startPhase {
+	age := time.Since(w.readyAt)
+	switch {
+	case !w.settled && age < p.engine.StartupWork():
+		return startingWork
+	case age < idleWarmup:
+		return warmingUp
+	}
+	return settled
 }
 
 // nextSample counts a check as hot when the worker used at least spinShare
@@ -200,6 +239,12 @@ func nextSample(prev cpuSample, seen bool, used time.Duration, now, since time.T
 		if wall := now.Sub(prev.windowAt); wall >= idleWindow {
 			next.slow = float64(used-prev.windowUsed) > share*float64(wall)
 			next.windowUsed, next.windowAt = used, now
+			next.quiet = 0
+			if !next.slow {
+				next.quiet = prev.quiet + 1
+			}
+		} else {
+			next.quiet = prev.quiet
 		}
 	}
 	return next

@@ -28,3 +28,30 @@ func TestNextSampleCountsOnlyOneIdleSpell(t *testing.T) {
 		t.Errorf("hot %d for a quiet worker, want 0", s.hot)
 	}
 }
+
+// Windows that used no more than the idle share of a CPU, quietWindows of
+// them in a row, end an engine's start-up work (startupDone); a busy one
+// starts the count again.
+func TestNextSampleCountsQuietWindows(t *testing.T) {
+	t0 := time.Now()
+	spell := t0
+	s := nextSample(cpuSample{}, false, 0, t0, spell, 0.1)
+	used := time.Duration(0)
+	step := func(i int, cpu time.Duration) {
+		used += cpu
+		s = nextSample(s, true, used, t0.Add(time.Duration(i)*time.Second), spell, 0.1)
+	}
+	step(1, 800*time.Millisecond)
+	if s.quiet != 0 {
+		t.Fatalf("a busy window counts as quiet: %d", s.quiet)
+	}
+	step(2, time.Millisecond)
+	step(3, time.Millisecond)
+	if s.quiet != 2 {
+		t.Fatalf("two quiet windows counted %d", s.quiet)
+	}
+	step(4, 500*time.Millisecond)
+	if s.quiet != 0 {
+		t.Fatalf("a busy window did not restart the count: %d", s.quiet)
+	}
+}

@@ -92,6 +92,10 @@ type worker struct {
 	freshRSS  int64     // resident bytes when it became ready; 0: unknown
 	statm     statmFile // its /proc/<pid>/statm, opened on first use
 	readyAt   time.Time // when it became ready
+	// settled: the health check has seen it idle and quiet once, so its
+	// engine's start-up work is over (health.go). Only the health check's
+	// goroutine touches it.
+	settled bool
 
 	mu         sync.Mutex
 	killReason string // why the supervisor killed it; guarded by mu
