@@ -64,7 +64,12 @@ type HTTPHandler struct {
 	opts HTTPOptions
 	mux  *http.ServeMux
 
-	draining   atomic.Bool
+	draining atomic.Bool
+	// accepted counts the POSTs taken in before Drain. Their calls run to
+	// their end before the pools close (WaitAccepted): one may not have
+	// reached a pool's queue yet when the drain looks at the queue.
+	acceptMu   sync.Mutex
+	accepted   sync.WaitGroup
 	owners     sseOwners
 	caps       *sessionCap
 	sseStreams sync.Map // HTTP+SSE session id -> *outStream
@@ -153,6 +158,17 @@ func (h *HTTPHandler) transport(next http.Handler) http.Handler {
 			http.Error(w, "pyrun is shutting down", http.StatusServiceUnavailable)
 			return
 		}
+		if r.Method == http.MethodPost {
+			h.acceptMu.Lock()
+			early := !h.draining.Load()
+			if early {
+				h.accepted.Add(1)
+			}
+			h.acceptMu.Unlock()
+			if early {
+				defer h.accepted.Done()
+			}
+		}
 		if r.Method == http.MethodGet {
 			ctx, cancel := context.WithCancel(r.Context())
 			r = r.WithContext(ctx)
@@ -188,7 +204,29 @@ func (h *HTTPHandler) opensSomething(r *http.Request) bool {
 
 // Drain refuses new sessions and event streams with 503 (and /healthz says
 // 503), while requests in existing sessions go on.
-func (h *HTTPHandler) Drain() { h.draining.Store(true) }
+func (h *HTTPHandler) Drain() {
+	h.acceptMu.Lock()
+	defer h.acceptMu.Unlock()
+	h.draining.Store(true)
+}
+
+// WaitAccepted returns once every POST taken in before Drain has been
+// answered, or when ctx is done. Call it after Drain, before the pools
+// close, so that a call accepted just before the drain is run, not refused
+// as "shutting down".
+func (h *HTTPHandler) WaitAccepted(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { // ends when the last accepted POST does, at the latest when the server stops
+		h.accepted.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for accepted requests: %w", ctx.Err())
+	}
+}
 
 // CloseSessions ends every MCP session once its running requests have been
 // answered, which ends its event streams, then cancels any GET stream still

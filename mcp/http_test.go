@@ -225,3 +225,55 @@ func TestCleanPrefix(t *testing.T) {
 		}
 	}
 }
+
+// A POST taken in before Drain is waited for by WaitAccepted, so that
+// serve closes its pools only once the call it carries has run: a call
+// that had not reached a pool's queue when the drain began was refused as
+// "shutting down" (seen in TestNginx's rolling restart).
+func TestWaitAcceptedWaitsForCallsTakenInBeforeDrain(t *testing.T) {
+	g := newGate()
+	h := New(g, Options{}, testLogger(t)).HTTPHandler(HTTPOptions{Stats: func() supervisor.Stats { return supervisor.Stats{} }})
+	web := httptest.NewServer(h)
+	t.Cleanup(web.Close)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "drain-test", Version: "test"}, nil).
+		Connect(t.Context(), &sdk.StreamableClientTransport{Endpoint: web.URL + "/mcp", MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	answered := make(chan error, 1)
+	go func() {
+		res, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: ToolName, Arguments: map[string]any{"python_code": "1"}})
+		if err == nil && res.IsError {
+			err = fmt.Errorf("tool error: %v", res.Content)
+		}
+		answered <- err
+	}()
+	client := <-g.started
+	h.Drain()
+	waited := make(chan error, 1)
+	go func() { waited <- h.WaitAccepted(t.Context()) }()
+	select {
+	case err := <-waited:
+		t.Fatalf("WaitAccepted returned while an accepted call ran: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	g.release(client)
+	if err := <-answered; err != nil {
+		t.Fatalf("the accepted call: %v", err)
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitAccepted did not return once the call was answered")
+	}
+	// After the drain, nothing new is counted: a bounded wait returns.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := h.WaitAccepted(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -210,7 +210,12 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 
 	s.log.Info("waiting for running calls", "busy", s.pools.Stats().Busy, "queued", s.pools.Stats().Queued, "drain_timeout", drain)
 	// Calls already waiting for a worker were accepted: they run too, for
-	// a load balancer's client would see a refusal after the fact.
+	// a load balancer's client would see a refusal after the fact. So do
+	// those of requests taken in before the drain that have not reached a
+	// queue yet.
+	if err := s.handler.WaitAccepted(drainCtx); err != nil {
+		s.log.Warn("drain time is over: requests were still running", "error", err)
+	}
 	waitForLine(drainCtx, s.pools)
 	// Calls in Python sessions finish, then the sessions end, before the
 	// pool closes.
