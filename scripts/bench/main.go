@@ -57,7 +57,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "lb"}
+var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "languages", "lb"}
 
 // byDefault are the measurements a plain run makes: lb needs nginx and two
 // cores to itself, so it runs only when asked for (-only lb).
@@ -267,6 +267,10 @@ func run(ctx context.Context, o *opts) error {
 				rep.FirstCalls, err = benchFirstCalls(ctx, rt, o.runs, o.firstPause)
 				return err
 			}},
+		{"languages", "each language alone: spawn to first result, warm calls, idle worker memory", func(ctx context.Context) (err error) {
+			rep.Languages, err = benchLanguages(ctx, o)
+			return err
+		}},
 		{"lb", fmt.Sprintf("behind nginx: 1 instance on 1 core, then 2 on 2 cores, %d 50 ms CPU calls each", o.cpuCalls), func(ctx context.Context) (err error) {
 			rep.LB, err = benchLB(ctx, o)
 			return err

@@ -34,6 +34,7 @@ type report struct {
 	FirstCalls *firstCallsReport `json:"first_calls,omitempty"`
 	LB         *lbReport         `json:"load_balanced,omitempty"`
 	ToolCall   *toolCallReport   `json:"tool_call,omitempty"`
+	Languages  []languageReport  `json:"languages,omitempty"`
 	Targets    []target          `json:"targets"`
 }
 
@@ -276,6 +277,7 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "idle memory: pyrun %.1f MB RSS; with %d workers %.1f MB RSS (workers %v), %.1f MB PSS\n",
 			m.PyrunRSSMB, m.Workers, m.TotalRSSMB, m.WorkerRSSMB, m.TotalPSSMB)
 	}
+	printLanguages(w, r.Languages)
 	if a := r.Agent; a != nil {
 		fmt.Fprintf(w, "agent run, %d blocks over stdio (median of %d): one Python session %.1f ms (its start %.1f ms, the other %d calls %.1f ms); stateless replay %.1f ms; session / replay %.2fx, without the start %.2fx\n",
 			len(agentBlocks), a.Runs, a.SessionMS, a.StartMS, len(agentBlocks)-1, a.RestMS, a.StatelessMS, a.SessionOverStateless, a.RestOverStateless)
