@@ -28,8 +28,8 @@ import (
 var update = flag.Bool("update", false, "rewrite the events sections of testdata/*.txtar from the real worker")
 
 // hostSources are the TypeScript files of the worker program.
-var hostSources = []string{"main.ts", "worker.ts", "protocol.ts", "guards.ts", "mounts.ts", "toolcalls.ts",
-	"js/main.ts", "js/runner.ts", "js/rewrite.ts", "js/protocol.ts", "js/lines.ts"}
+var hostSources = []string{"main.ts", "worker.ts", "lines.ts", "protocol.ts", "guards.ts", "mounts.ts", "toolcalls.ts",
+	"js/main.ts", "js/runner.ts", "js/rewrite.ts", "js/protocol.ts"}
 
 // TestDenoTools keeps the worker program clean under Deno's own formatter,
 // linter and type checker, offline: DENO_DIR is empty and nothing may be
@@ -211,6 +211,7 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 		"--quiet",
 		"--allow-read=" + strings.Join([]string{
 			filepath.Join(rt.Dir, "worker.ts"),
+			filepath.Join(rt.Dir, "lines.ts"),
 			filepath.Join(rt.Dir, "protocol.ts"),
 			filepath.Join(rt.Dir, "mounts.ts"),
 			filepath.Join(rt.Dir, "pyrun_helper.py"),

@@ -38,7 +38,7 @@ func (pythonEngine) Program() string { return "main.ts" }
 func (pythonEngine) Permissions(rt *Runtime) (Permissions, error) {
 	var read []string
 	for _, f := range []string{
-		"worker.ts", "protocol.ts", "mounts.ts", "pyrun_helper.py", "pyrun_guard.py",
+		"worker.ts", "lines.ts", "protocol.ts", "mounts.ts", "pyrun_helper.py", "pyrun_guard.py",
 		"guards.ts", "pyrun_display.py", "toolcalls.ts", "mcp_tools.py",
 	} {
 		read = append(read, filepath.Join(rt.Dir, f))

@@ -7,7 +7,7 @@
 // those without the Worker's token and caps everything it passes on.
 
 import type * as TS from "../node_modules/typescript/lib/typescript.d.ts";
-import { readLines, writeLine } from "./lines.ts";
+import { readLines, writeLine } from "../lines.ts";
 import {
   type Caps,
   DEFAULT_CAPS,

@@ -10,7 +10,7 @@
 
 import { type REnvironment, type RObject, type Shelter, WebR } from "webr";
 import { PROTOCOL_VERSION } from "../protocol.ts";
-import { readLines, writeLine } from "./lines.ts";
+import { readLines, writeLine } from "../lines.ts";
 import { toJSON, toPlain } from "./value.ts";
 
 /** The HostConfig fields this worker reads; others are ignored. */

@@ -1,5 +1,6 @@
-// Protocol lines on stdin and stdout, as the Python worker reads and writes
-// them (../worker.ts; this folder may not read that file at run time).
+// The pipe's lines (PROTOCOL.md, Rules), read and written the same way by
+// every engine's worker program: worker.ts (Python), js/main.ts and
+// webr/main.ts. It imports nothing, so that no engine loads another's runtime.
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -16,6 +17,7 @@ export async function* readLines(
   r: ReadableStream<Uint8Array>,
   max: number,
 ): AsyncGenerator<string | null> {
+  // The start of a line that spans chunks, kept as pieces and joined once.
   let pieces: Uint8Array[] = [];
   let size = 0;
   let skipping = false;
