@@ -226,14 +226,22 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 		filepath.Join(rt.Dir, "main.ts"),
 		hostConfig,
 	}
+	return workerProcess(ctx, rt, args)
+}
+
+// workerProcess is a Deno process of rt with args in the environment and
+// working folder of supervisor/config.go's workerEnv and the pool's
+// workers, plus extra environment variables; every engine's harness
+// starts its worker through it.
+func workerProcess(ctx context.Context, rt *supervisor.Runtime, args []string, extraEnv ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, rt.Deno, args...)
-	cmd.Env = []string{
+	cmd.Env = append([]string{
 		"DENO_DIR=" + rt.DenoDir,
 		"DENO_NO_UPDATE_CHECK=1",
 		"DENO_NO_PROMPT=1",
 		"NO_COLOR=1",
 		"MALLOC_MMAP_THRESHOLD_=131072",
-	}
+	}, extraEnv...)
 	cmd.Dir = rt.WorkDir
 	cmd.WaitDelay = 5 * time.Second
 	return cmd

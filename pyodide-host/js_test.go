@@ -38,17 +38,7 @@ func jsWorkerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig str
 		filepath.Join(rt.Dir, "js", "main.ts"),
 		hostConfig,
 	}
-	cmd := exec.CommandContext(ctx, rt.Deno, args...)
-	cmd.Env = []string{
-		"DENO_DIR=" + rt.DenoDir,
-		"DENO_NO_UPDATE_CHECK=1",
-		"DENO_NO_PROMPT=1",
-		"NO_COLOR=1",
-		"MALLOC_MMAP_THRESHOLD_=131072",
-	}
-	cmd.Dir = rt.WorkDir
-	cmd.WaitDelay = 5 * time.Second
-	return cmd
+	return workerProcess(ctx, rt, args)
 }
 
 // TestJavaScriptTranscripts replays testdata/js/*.txtar against the real

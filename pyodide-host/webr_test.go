@@ -34,19 +34,9 @@ func rWorkerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig stri
 		filepath.Join(rt.Dir, "webr", "main.ts"),
 		hostConfig,
 	}
-	cmd := exec.CommandContext(ctx, rt.Deno, args...)
-	cmd.Env = []string{
-		"DENO_DIR=" + rt.DenoDir,
-		"DENO_NO_UPDATE_CHECK=1",
-		"DENO_NO_PROMPT=1",
-		"NO_COLOR=1",
-		"MALLOC_MMAP_THRESHOLD_=131072",
-		// Not passed to R: the worker may read only the two variables above.
-		"PYRUN_TEST_SECRET=hunter2",
-	}
-	cmd.Dir = rt.WorkDir
-	cmd.WaitDelay = 5 * time.Second
-	return cmd
+	// PYRUN_TEST_SECRET is not passed to R: the worker may read only the
+	// two variables above.
+	return workerProcess(ctx, rt, args, "PYRUN_TEST_SECRET=hunter2")
 }
 
 // rWorker is one running R worker and the events it wrote.

@@ -1,7 +1,6 @@
 package supervisor_test
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -13,18 +12,7 @@ import (
 // realJSPool is a pool of the real JavaScript engine.
 func realJSPool(t *testing.T, cfg supervisor.Config) *supervisor.Pool {
 	t.Helper()
-	p, err := supervisor.NewEnginePool(testRuntime(t), supervisor.JavaScript, cfg, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := p.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return p
+	return realEnginePool(t, supervisor.JavaScript, cfg)
 }
 
 func TestJavaScriptPool(t *testing.T) {

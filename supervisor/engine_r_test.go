@@ -12,11 +12,12 @@ import (
 	"github.com/pyrun/pyrun/supervisor"
 )
 
-// An R pool, through the supervisor: the engine's permissions and flags as
-// the pool builds them start a real webR worker that says it is R.
-func realRPool(t *testing.T, cfg supervisor.Config) *supervisor.Pool {
+// realEnginePool is a pool of a real engine, through the supervisor: the
+// engine's permissions and flags as the pool builds them start its real
+// worker, which must say it is that engine.
+func realEnginePool(t *testing.T, e supervisor.Engine, cfg supervisor.Config) *supervisor.Pool {
 	t.Helper()
-	p, err := supervisor.NewEnginePool(testRuntime(t), supervisor.R, cfg, testLogger(t))
+	p, err := supervisor.NewEnginePool(testRuntime(t), e, cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,6 +29,11 @@ func realRPool(t *testing.T, cfg supervisor.Config) *supervisor.Pool {
 		}
 	})
 	return p
+}
+
+func realRPool(t *testing.T, cfg supervisor.Config) *supervisor.Pool {
+	t.Helper()
+	return realEnginePool(t, supervisor.R, cfg)
 }
 
 func TestRPoolRunsR(t *testing.T) {
