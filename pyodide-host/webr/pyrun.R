@@ -250,7 +250,9 @@ local({
   }
 
   # The regular files under /output/ (paths relative to it) with a stamp
-  # that changes when a file is written.
+  # that changes when a file's bytes do: size and MD5. Not mtime: as R
+  # reads it from webR's file system it sometimes differed for a file
+  # nobody touched, which resent a session's earlier files.
   output_files <- function() {
     paths <- sort(list.files("/output", recursive = TRUE, all.files = TRUE))
     if (!length(paths)) return(list(path = character(), stamp = character()))
@@ -258,7 +260,7 @@ local({
     keep <- !info$isdir
     list(
       path = paths[keep],
-      stamp = paste(info$size[keep], format(as.numeric(info$mtime[keep]), digits = 17))
+      stamp = paste(info$size[keep], unname(tools::md5sum(file.path("/output", paths[keep]))))
     )
   }
 
