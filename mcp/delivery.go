@@ -293,16 +293,32 @@ func (st *outStream) finish(res *sdk.CallToolResult) *sdk.CallToolResult {
 	if st == nil || res == nil {
 		return res
 	}
-	n := int64(1 << 10)
-	if b, err := json.Marshal(res); err == nil {
-		n = int64(len(b))
-	}
 	d := st.d
 	d.mu.Lock()
 	st.calls--
 	if st.closed {
 		d.mu.Unlock()
 		return res
+	}
+	// The result's size decides only when results already wait (see
+	// fullLocked): then it is measured exactly, by encoding it. With none
+	// waiting, the usual case, a count of its text is enough to account
+	// for it until it is written (wrote releases what was written, at
+	// most what was counted), and saves encoding every result twice.
+	var n int64
+	if s, c := d.sessions[st.session], d.clients[st.client]; s.results > 0 || c.bytes > 0 {
+		d.mu.Unlock()
+		n = int64(1 << 10)
+		if b, err := json.Marshal(res); err == nil {
+			n = int64(len(b))
+		}
+		d.mu.Lock()
+		if st.closed {
+			d.mu.Unlock()
+			return res
+		}
+	} else {
+		n = textBytes(res)
 	}
 	err := st.fullLocked(n)
 	if err == nil && st.stalled.Load() {
@@ -412,3 +428,31 @@ func (w *deliveryWriter) FlushError() error {
 
 // Unwrap lets http.ResponseController reach the connection's other controls.
 func (w *deliveryWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// textBytes counts the text a result carries, a little less than its
+// encoded size (JSON's names, quotes and escapes are not counted).
+func textBytes(res *sdk.CallToolResult) int64 {
+	n := 64
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *sdk.TextContent:
+			n += len(c.Text)
+		case *sdk.ImageContent:
+			n += len(c.Data) * 4 / 3
+		case *sdk.AudioContent:
+			n += len(c.Data) * 4 / 3
+		default:
+			n += 256
+		}
+	}
+	if sc, ok := res.StructuredContent.(Structured); ok {
+		n += len(sc.Stdout) + len(sc.Stderr) + len(sc.ReturnValue) + 128*(len(sc.Displays)+len(sc.Files))
+		for _, c := range sc.Output {
+			n += len(c.Text)
+		}
+		if sc.Error != nil {
+			n += len(*sc.Error)
+		}
+	}
+	return int64(n)
+}
