@@ -66,7 +66,9 @@ type Server struct {
 	sdk   *sdk.Server
 	names sessionNames
 	live  liveStreams
-	posts posts // HTTP requests that carry calls, for CancelOnDisconnect
+	// levels knows the sessions that set a log level, for wantsLive.
+	levels logLevels
+	posts  posts // HTTP requests that carry calls, for CancelOnDisconnect
 	// outputs holds the /output/ files of calls for resources/read.
 	outputs *outputs.Store
 	front   frontState
@@ -110,6 +112,7 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 		s.sdk.AddTool(languageToolDef(l, opts), s.handle)
 	}
 	s.sdk.AddResourceTemplate(outputTemplate, s.readOutput)
+	s.sdk.AddReceivingMiddleware(s.levels.middleware)
 	if opts.CodeMode != nil {
 		opts.CodeMode.OnChange(s.republish)
 	}

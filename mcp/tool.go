@@ -326,7 +326,7 @@ func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Ca
 	ctx, untie := s.tieToPost(ctx, req)
 	defer untie()
 	var ev supervisor.Events
-	if req.Session != nil {
+	if s.levels.wantsLive(req) {
 		lv := newLive(ctx, req.Session, job.ID, req.Params.GetProgressToken(), s.options().Live, s.log)
 		defer lv.close() // before the SDK sends the result: every notification comes first
 		ev = lv
