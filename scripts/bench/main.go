@@ -64,6 +64,12 @@ var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace
 var byDefault = measurements[:len(measurements)-1]
 
 func main() {
+	if os.Getenv(mcpFloorEnv) == "1" {
+		if err := serveMCPFloor(); err != nil {
+			fail(err)
+		}
+		return
+	}
 	var o opts
 	var only string
 	flag.StringVar(&o.bin, "pyrun", "", "pyrun binary to measure (default: build ./cmd/pyrun into a temporary folder)")
@@ -170,6 +176,11 @@ func run(ctx context.Context, o *opts) error {
 		if err != nil {
 			return fmt.Errorf("supervisor: %w", err)
 		}
+		progress("warm print(1): MCP floor (go-sdk server and client, canned result), %d calls", o.n)
+		mcpFloor, mcpFloorCPU, err := benchMCPFloor(ctx, o.n, o.warmup)
+		if err != nil {
+			return fmt.Errorf("MCP floor: %w", err)
+		}
 		progress("warm print(1): pyrun stdio (MCP), %d calls", o.n)
 		stdio, cpu, err := benchStdio(ctx, o)
 		if err != nil {
@@ -178,7 +189,13 @@ func run(ctx context.Context, o *opts) error {
 		rep.Warm = &warmReport{
 			N: o.n, Floor: summarize(floor), Supervisor: summarize(sup), InWorker: summarize(inWorker), Stdio: summarize(stdio),
 			FloorCPUUS: floorCPU, SupervisorWorkerCPUUS: supCPU, StdioCPU: cpu,
+			MCPFloor: summarize(mcpFloor), MCPFloorCPUUS: mcpFloorCPU,
 		}
+		w := rep.Warm
+		// The least stdio can take with the go-sdk on both ends: the SDK's
+		// round trip, then pyrun's worker behind it.
+		w.StdioBestOverFloor = round2((w.MCPFloor.P50 + w.Supervisor.P50) / w.Floor.P50)
+		w.PyrunMCPLayerMS = round3(w.Stdio.P50 - w.MCPFloor.P50 - w.Supervisor.P50)
 		rep.Warm.SupervisorOverFloor = ratios(rep.Warm.Supervisor, rep.Warm.Floor)
 		rep.Warm.StdioOverFloor = ratios(rep.Warm.Stdio, rep.Warm.Floor)
 		if len(stdio.first) == firstCalls {

@@ -70,8 +70,18 @@ type warmReport struct {
 	// tier's worker, in microseconds.
 	FloorCPUUS            float64 `json:"floor_cpu_per_call_us"`
 	SupervisorWorkerCPUUS float64 `json:"supervisor_worker_cpu_per_call_us"`
-	SupervisorOverFloor   ratio   `json:"supervisor_over_floor"`
-	StdioOverFloor        ratio   `json:"stdio_over_floor"`
+	// MCPFloor is the go-sdk's own stdio round trip (server and client)
+	// for a tool that answers at once (mcpfloor.go), and its server's CPU
+	// time per call; StdioBestOverFloor, (MCP floor + supervisor) / floor,
+	// the least stdio's ratio can be with the go-sdk on both ends; and
+	// PyrunMCPLayerMS, what is left of a stdio call's p50 for pyrun's own
+	// MCP layer: stdio - MCP floor - supervisor.
+	MCPFloor            stats   `json:"mcp_floor"`
+	MCPFloorCPUUS       float64 `json:"mcp_floor_server_cpu_per_call_us"`
+	StdioBestOverFloor  float64 `json:"stdio_best_over_floor"`
+	PyrunMCPLayerMS     float64 `json:"pyrun_mcp_layer_ms"`
+	SupervisorOverFloor ratio   `json:"supervisor_over_floor"`
+	StdioOverFloor      ratio   `json:"stdio_over_floor"`
 	// HTTP is the same calls over pyrun serve's transports.
 	HTTP []httpReport `json:"http,omitempty"`
 }
@@ -202,6 +212,7 @@ func (r *report) print(w io.Writer) {
 	if wr := r.Warm; wr != nil {
 		fmt.Fprintf(w, "\nwarm %s, sequential, %d calls per tier\n", r.Code, wr.N)
 		const row = "  %-34s %8s %8s %8s %8s %8s   %s\n"
+		mcpFloorRatio := ratios(wr.MCPFloor, wr.Floor)
 		fmt.Fprintf(w, row, "", "p50 ms", "p90 ms", "p99 ms", "max ms", "calls/s", "p50, p99 / floor")
 		rows := []struct {
 			name string
@@ -211,6 +222,7 @@ func (r *report) print(w io.Writer) {
 			{"floor: bare Deno+Pyodide", wr.Floor, nil},
 			{"supervisor: pool.Run, no MCP", wr.Supervisor, &wr.SupervisorOverFloor},
 			{"  of which in pyrun_helper.run", wr.InWorker, nil},
+			{"MCP floor: go-sdk alone, canned", wr.MCPFloor, &mcpFloorRatio},
 			{"pyrun stdio: MCP tool call", wr.Stdio, &wr.StdioOverFloor},
 		}
 		for _, h := range wr.HTTP {
@@ -237,6 +249,8 @@ func (r *report) print(w io.Writer) {
 	if wr := r.Warm; wr != nil {
 		fmt.Fprintf(w, "  CPU per call: floor process %.0f us; supervisor's worker %.0f us; stdio: pyrun %.0f us, its worker %.0f us\n",
 			wr.FloorCPUUS, wr.SupervisorWorkerCPUUS, wr.StdioCPU.PyrunUS, wr.StdioCPU.WorkerUS)
+		fmt.Fprintf(w, "  MCP floor's server %.0f us CPU per call; stdio can be no faster than MCP floor + supervisor = %.2fx the floor; pyrun's own MCP layer takes %.3f ms of the p50\n",
+			wr.MCPFloorCPUUS, wr.StdioBestOverFloor, wr.PyrunMCPLayerMS)
 		if wr.StdioFirstMS > 0 {
 			fmt.Fprintf(w, "  stdio, fresh server: calls 1-%d median %.3f ms, %.2fx the settled p50\n", firstCalls, wr.StdioFirstMS, wr.StdioFirstOverSettled)
 		}
