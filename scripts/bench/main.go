@@ -64,8 +64,8 @@ var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace
 var byDefault = measurements[:len(measurements)-1]
 
 func main() {
-	if os.Getenv(mcpFloorEnv) == "1" {
-		if err := serveMCPFloor(); err != nil {
+	if t := os.Getenv(mcpFloorEnv); t != "" {
+		if err := serveMCPFloor(t); err != nil {
 			fail(err)
 		}
 		return
@@ -177,7 +177,7 @@ func run(ctx context.Context, o *opts) error {
 			return fmt.Errorf("supervisor: %w", err)
 		}
 		progress("warm print(1): MCP floor (go-sdk server and client, canned result), %d calls", o.n)
-		mcpFloor, mcpFloorCPU, err := benchMCPFloor(ctx, o.n, o.warmup)
+		mcpFloor, mcpFloorCPU, err := benchMCPFloor(ctx, "stdio", o.n, o.warmup)
 		if err != nil {
 			return fmt.Errorf("MCP floor: %w", err)
 		}
@@ -208,6 +208,13 @@ func run(ctx context.Context, o *opts) error {
 		if rep.Warm == nil {
 			return errors.New("http: the warm measurement is the floor these figures are ratios to: add warm to -only")
 		}
+		progress("warm print(1): MCP floor over Streamable HTTP, %d calls", o.n)
+		s, _, err := benchMCPFloor(ctx, "http", o.n, o.warmup)
+		if err != nil {
+			return fmt.Errorf("MCP floor over HTTP: %w", err)
+		}
+		st := summarize(s)
+		rep.Warm.HTTP = append(rep.Warm.HTTP, httpReport{Transport: "mcp-floor-http", stats: st, OverFloor: ratios(st, rep.Warm.Floor)})
 		for _, tr := range []string{"stateful", "stateless", "2026-07-28", "sse"} {
 			progress("warm print(1): pyrun serve, %s, %d calls", tr, o.n)
 			s, err := benchHTTP(ctx, o, tr)

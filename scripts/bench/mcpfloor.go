@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -27,9 +31,25 @@ const cannedText = "<status>success</status>\n<output>\n1\n</output>"
 
 var cannedStructured = json.RawMessage(`{"status":"success","stdout":"1\n","stderr":"","output":[{"stream":"stdout","text":"1\n"}],"return_value":null,"error":null,"dependencies":[],"exit_code":0,"duration_ms":0.18}`)
 
-// serveMCPFloor is the MCP floor's server: it decodes each call's
-// arguments, as any server must, and answers with the canned result.
-func serveMCPFloor() error {
+// serveMCPFloor is the MCP floor's server, on stdio or, for transport
+// "http", on Streamable HTTP at a loopback port it prints on stdout.
+func serveMCPFloor(transport string) error {
+	s := mcpFloorServer()
+	if transport != "http" {
+		return s.Run(context.Background(), &sdk.StdioTransport{})
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	fmt.Println(ln.Addr().String())
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil)
+	return http.Serve(ln, h)
+}
+
+// mcpFloorServer decodes each call's arguments, as any server must, and
+// answers with the canned result.
+func mcpFloorServer() *sdk.Server {
 	s := sdk.NewServer(&sdk.Implementation{Name: "mcp-floor", Version: "1"}, nil)
 	s.AddTool(&sdk.Tool{Name: "run_python_code", InputSchema: json.RawMessage(`{"type":"object","properties":{"python_code":{"type":"string"}},"required":["python_code"]}`)},
 		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
@@ -41,23 +61,42 @@ func serveMCPFloor() error {
 			}
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: cannedText}}, StructuredContent: cannedStructured}, nil
 		})
-	return s.Run(context.Background(), &sdk.StdioTransport{})
+	return s
 }
 
-// benchMCPFloor measures n calls of the MCP floor, and its server's CPU
-// time per call in microseconds.
-func benchMCPFloor(ctx context.Context, n, warmup int) (sample, float64, error) {
+// benchMCPFloor measures n calls of the MCP floor over transport ("stdio"
+// or "http", Streamable HTTP with a session), and its server's CPU time
+// per call in microseconds.
+func benchMCPFloor(ctx context.Context, transport string, n, warmup int) (sample, float64, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return sample{}, 0, err
 	}
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), mcpFloorEnv+"=1")
+	cmd.Env = append(os.Environ(), mcpFloorEnv+"="+transport)
 	cmd.Stderr = os.Stderr
+	var tr sdk.Transport = &sdk.CommandTransport{Command: cmd, TerminateDuration: time.Second}
+	if transport == "http" {
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return sample{}, 0, err
+		}
+		if err := cmd.Start(); err != nil {
+			return sample{}, 0, fmt.Errorf("start the MCP floor: %w", err)
+		}
+		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+		addr, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil {
+			return sample{}, 0, fmt.Errorf("the MCP floor did not say where it listens: %w", err)
+		}
+		// As startServe's client: one keep-alive connection.
+		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+		tr = &sdk.StreamableClientTransport{Endpoint: "http://" + strings.TrimSpace(addr) + "/mcp", HTTPClient: hc, MaxRetries: -1}
+	}
 	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-bench", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd, TerminateDuration: time.Second}, &sdk.ClientSessionOptions{ProtocolVersion: sessionRevision})
+	cs, err := client.Connect(ctx, tr, &sdk.ClientSessionOptions{ProtocolVersion: sessionRevision})
 	if err != nil {
-		return sample{}, 0, fmt.Errorf("start the MCP floor: %w", err)
+		return sample{}, 0, fmt.Errorf("connect to the MCP floor: %w", err)
 	}
 	defer cs.Close()
 	var before time.Duration

@@ -88,7 +88,10 @@ type warmReport struct {
 
 // httpReport is warm calls over one of pyrun serve's transports.
 type httpReport struct {
-	Transport string `json:"transport"` // stateful, stateless (Streamable HTTP at 2025-11-25), 2026-07-28, sse
+	// Transport is stateful, stateless (Streamable HTTP at 2025-11-25),
+	// 2026-07-28, sse, or mcp-floor-http: the go-sdk alone over Streamable
+	// HTTP with a session (mcpfloor.go), the least a stateful call costs.
+	Transport string `json:"transport"`
 	stats
 	OverFloor ratio `json:"over_floor"`
 }
@@ -231,7 +234,7 @@ func (r *report) print(w io.Writer) {
 				s    stats
 				r    *ratio
 			}{"pyrun serve: " + map[string]string{
-				"stateful": "Streamable HTTP", "stateless": "stateless HTTP", "2026-07-28": "MCP 2026-07-28", "sse": "HTTP+SSE",
+				"mcp-floor-http": "MCP floor over HTTP", "stateful": "Streamable HTTP", "stateless": "stateless HTTP", "2026-07-28": "MCP 2026-07-28", "sse": "HTTP+SSE",
 			}[h.Transport], h.stats, &h.OverFloor})
 		}
 		for _, t := range rows {
@@ -251,6 +254,12 @@ func (r *report) print(w io.Writer) {
 			wr.FloorCPUUS, wr.SupervisorWorkerCPUUS, wr.StdioCPU.PyrunUS, wr.StdioCPU.WorkerUS)
 		fmt.Fprintf(w, "  MCP floor's server %.0f us CPU per call; stdio can be no faster than MCP floor + supervisor = %.2fx the floor; pyrun's own MCP layer takes %.3f ms of the p50\n",
 			wr.MCPFloorCPUUS, wr.StdioBestOverFloor, wr.PyrunMCPLayerMS)
+		for _, h := range wr.HTTP {
+			if h.Transport == "mcp-floor-http" {
+				fmt.Fprintf(w, "  Streamable HTTP can be no faster than MCP floor over HTTP + supervisor = %.2fx the floor\n",
+					round2((h.P50+wr.Supervisor.P50)/wr.Floor.P50))
+			}
+		}
 		if wr.StdioFirstMS > 0 {
 			fmt.Fprintf(w, "  stdio, fresh server: calls 1-%d median %.3f ms, %.2fx the settled p50\n", firstCalls, wr.StdioFirstMS, wr.StdioFirstOverSettled)
 		}
