@@ -392,6 +392,50 @@ func TestRInterrupt(t *testing.T) {
 	}
 }
 
+// Many signals for one call (the supervisor repeats SIGUSR2 until the
+// result comes, and R can be slow to stop under load) interrupt it once:
+// the rest must not stay queued in webR and end the worker's clean-up.
+func TestRInterruptBurst(t *testing.T) {
+	w := startR(t, rConfig)
+	for round := range 2 {
+		line := w.request("Sys.sleep(600)", nil)
+		if _, err := io.WriteString(w.stdin, line+"\n"); err != nil {
+			t.Fatalf("write request: %v", err)
+		}
+		tick := time.NewTicker(5 * time.Millisecond)
+		timeout := time.After(requestTimeout)
+		var res rEvent
+		for res.Type != "result" {
+			select {
+			case <-tick.C:
+				w.signal()
+			case <-timeout:
+				t.Fatalf("no answer after %s to %s\nstderr:\n%s", requestTimeout, line, w.stderr.String())
+			case l, ok := <-w.lines:
+				if !ok {
+					t.Fatalf("round %d: R worker stdout ended while being interrupted\nstderr:\n%s", round, w.stderr.String())
+				}
+				res = rEvent{}
+				if err := json.Unmarshal([]byte(l), &res); err != nil {
+					t.Fatalf("R worker wrote a line that is not an event: %q", l)
+				}
+			}
+		}
+		tick.Stop()
+		if res.Status != "interrupted" {
+			t.Fatalf("round %d: status %q (%s), want interrupted", round, res.Status, res.Error)
+		}
+		// A few more signals land as the call ends, as the supervisor's can.
+		for range 5 {
+			w.signal()
+		}
+		r := wantSuccess(t, w.run("1 + 1", nil), "after a burst of signals")
+		if r.Value == nil || *r.Value != "2" {
+			t.Errorf("round %d: after the burst: value %v, want 2", round, r.Value)
+		}
+	}
+}
+
 // A plot with no device open becomes a PNG display; every page of every
 // file device (png, svg) comes back too, and max_displays caps them.
 func TestRPlots(t *testing.T) {

@@ -92,7 +92,13 @@ async function start(cfg: RConfig): Promise<void> {
   let signals = 0;
   Deno.addSignalListener("SIGUSR2", () => {
     signals++;
-    if (worker.running && signals > worker.mark) webR.interrupt();
+    // Once per call: webR queues each interrupt and delivers it at one of
+    // R's later checks, so the supervisor's repeats would pile up behind a
+    // slow first one and end the clean-up after the call.
+    if (worker.running && signals > worker.mark && !worker.interrupted) {
+      worker.interrupted = true;
+      webR.interrupt();
+    }
   });
 
   send({
@@ -191,6 +197,8 @@ async function setUpRThread(webR: WebR, limit: number): Promise<void> {
 class RWorker {
   /** Whether a call's code runs now (interrupts apply only then). */
   running = false;
+  /** Whether the running call was sent its interrupt (one per call). */
+  interrupted = false;
   /** The run's `interrupts`: signals up to this number were for earlier calls. */
   mark = 0;
 
@@ -230,6 +238,7 @@ class RWorker {
     for (const f of files) await this.webR.FS.writeFile(f.path, f.data);
     await pastInterrupt(() => this.helper.bind("code", req.code));
     this.mark = req.interrupts ?? 0;
+    this.interrupted = false;
     this.running = true;
     let captured;
     try {
