@@ -38,11 +38,16 @@ func (s *Server) sessionName(ss *sdk.ServerSession) string {
 	return name
 }
 
-// sessionCount is the number of open MCP sessions.
+// sessionCount is the number of open MCP sessions: those with an id
+// (HTTP+SSE, stateful Streamable HTTP). A stateless request (--stateless,
+// or MCP 2026-07-28) has a session of the SDK's with no id for as long as
+// it is served, which is no session a client holds.
 func (s *Server) sessionCount() int {
 	n := 0
-	for range s.sdk.Sessions() {
-		n++
+	for ss := range s.sdk.Sessions() {
+		if ss.ID() != "" {
+			n++
+		}
 	}
 	return n
 }
