@@ -49,6 +49,7 @@ type Pool struct {
 	ctx    context.Context // cancelled by Close: aborts starts and the filler
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the filler, worker starts and worker stops
+	calls  *callLog       // the per-call log line, written after the call
 	wake   chan struct{}  // tells the filler to look again
 	logs   *stderrBudget  // what of workers' stderr reaches the log
 
@@ -193,6 +194,7 @@ func newPool(e Engine, newCmd func(Config, launch) (*exec.Cmd, error), snaps *sn
 		wake:    make(chan struct{}, 1),
 		cfg:     cfg,
 		logs:    newStderrBudget(cfg),
+		calls:   newCallLog(log),
 		running: map[*worker]bool{},
 		counts: Counts{
 			Calls: map[string]int64{}, Restarts: map[string]int64{}, Starts: map[string]int64{},
@@ -239,7 +241,7 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 		if ctx.Err() != nil {
 			status = "cancelled"
 		}
-		p.log.Info("call", "id", job.ID, "status", status, "queued", time.Since(queued).Round(time.Microsecond),
+		p.calls.add("id", job.ID, "status", status, "queued", time.Since(queued).Round(time.Microsecond),
 			"worker", "", "session", job.Session, "client", job.Client, "error", err.Error())
 		return Result{}, err
 	}
@@ -256,7 +258,7 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 		status = "cancelled"
 	}
 	p.release(w, status)
-	p.log.Info("call", "id", job.ID, "status", status, "duration", res.Duration.Round(time.Microsecond),
+	p.calls.add("id", job.ID, "status", status, "duration", res.Duration.Round(time.Microsecond),
 		"queued", wait.Round(time.Microsecond), "worker", w.name, "session", job.Session, "client", job.Client)
 	if ctx.Err() != nil {
 		return res, fmt.Errorf("call %s: %w", job.ID, ctx.Err())
@@ -735,5 +737,6 @@ func (p *Pool) Close(ctx context.Context) error {
 		}
 	}
 	p.wg.Wait()
+	p.calls.close()
 	return err
 }
