@@ -49,7 +49,8 @@ type tsclientReport struct {
 	Floor            stats `json:"floor"`
 	SettledOverFloor ratio `json:"settled_over_floor"`
 	// ConstServer is the client's floor: the same calls to a stdio server
-	// of the same SDK that answers each at once with pyrun's result.
+	// (tsclient/constserver.mjs, no SDK) that answers each at once with a
+	// line prepared from pyrun's result: the client and the pipes alone.
 	ConstServer            stats   `json:"const_server"`
 	ConstServerClientCPUUS float64 `json:"const_server_client_cpu_per_call_us"`
 	ConstServerOverFloor   ratio   `json:"const_server_over_floor"`
@@ -148,6 +149,8 @@ func benchTSClient(ctx context.Context, rt *supervisor.Runtime, o *opts) (*tscli
 		return nil, err
 	}
 	progress("tsclient: %d fresh servers (and one not counted), then %d calls after %d", o.runs, o.n, o.warmup)
+	began := time.Now()
+	defer func() { progress("tsclient: %.1f s", time.Since(began).Seconds()) }()
 	cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "bench.mjs"), string(cfg))
 	cmd.Dir = dir
 	// pyrun inherits Node's stderr (the SDK's default), so its log lines
@@ -244,7 +247,7 @@ func printTSClient(w io.Writer, t *tsclientReport) {
 	fmt.Fprintf(w, "  the session's nine calls after its start: %.1f ms fresh, %.1f settled\n", t.AgentFresh.SessionRestMS, t.AgentSettled.SessionRestMS)
 	fmt.Fprintf(w, "  floor (bare Deno+Pyodide, %s): p50 %.3f ms, p99 %.3f ms; fresh servers' calls 1-%d %v ms\n",
 		t.Code, t.Floor.P50, t.Floor.P99, firstCalls, t.FreshEachMS)
-	fmt.Fprintf(w, "  the client's floor (the same calls to a TS SDK server answering at once): p50 %.3f ms, p99 %.3f ms, %.2fx the floor's p50\n",
+	fmt.Fprintf(w, "  the client's floor (the same calls to a server answering at once with a prepared line): p50 %.3f ms, p99 %.3f ms, %.2fx the floor's p50\n",
 		t.ConstServer.P50, t.ConstServer.P99, t.ConstServerOverFloor.P50)
 	fmt.Fprintf(w, "  the client's CPU per call (Node): %.0f us to pyrun, %.0f us to that server\n", t.ClientCPUUS, t.ConstServerClientCPUUS)
 }

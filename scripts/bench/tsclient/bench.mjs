@@ -137,7 +137,7 @@ const { client, tools } = await spawn();
 report.settled = await settled(client);
 for (let r = 0; r < cfg.runs; r++) report.agent_settled.push(await agent(client));
 // The client's floor: the same calls to constserver.mjs, which answers
-// each at once with pyrun's own result.
+// each at once with pyrun's own result, prepared.
 const result = await client.callTool({ name: tool, arguments: { python_code: cfg.code } });
 await client.close();
 const constServer = new URL("./constserver.mjs", import.meta.url).pathname;
