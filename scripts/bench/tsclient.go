@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -40,14 +41,21 @@ type tsclientReport struct {
 	FreshEachMS []float64 `json:"fresh_first20_each_ms"`
 	// FreshOverSettled is FreshMS over the settled p50.
 	FreshOverSettled float64 `json:"fresh_first20_over_settled"`
-	// Settled is -n calls on one server after -warmup calls.
+	// Settled is -n calls (rounded up to whole rounds) on one server after
+	// -warmup calls.
 	Settled      stats   `json:"settled"`
 	SettledCalls int     `json:"settled_calls"`
 	SettledAfter int     `json:"settled_after"`
 	ClientCPUUS  float64 `json:"settled_client_cpu_per_call_us"`
-	// Floor is the bare Deno+Pyodide round trip of the same code.
-	Floor            stats `json:"floor"`
-	SettledOverFloor ratio `json:"settled_over_floor"`
+	// Floor is the bare Deno+Pyodide round trip of the same code, its calls
+	// in turns with the settled ones (a block of each per round), so that
+	// both see the same load. Each round's p50s too, and their ratio.
+	Floor                stats     `json:"floor"`
+	SettledOverFloor     ratio     `json:"settled_over_floor"`
+	SettledEachMS        []float64 `json:"settled_p50_each_round_ms"`
+	FloorEachMS          []float64 `json:"floor_p50_each_round_ms"`
+	ConstServerEachMS    []float64 `json:"const_server_p50_each_round_ms"`
+	SettledOverFloorEach []float64 `json:"settled_over_floor_each_round"`
 	// ConstServer is the client's floor: the same calls to a stdio server
 	// (tsclient/constserver.mjs, no SDK) that answers each at once with a
 	// line prepared from pyrun's result: the client and the pipes alone.
@@ -120,8 +128,12 @@ func tsclientDir(ctx context.Context) (string, error) {
 	return dir, nil
 }
 
-// benchTSClient measures the floor with tsCode, then runs bench.mjs
-// against `pyrun stdio --workers 1` and summarises what it timed.
+// tsRounds is how many turns the settled calls and the floor's take.
+const tsRounds = 5
+
+// benchTSClient runs bench.mjs against `pyrun stdio --workers 1`, runs the
+// floor's calls of tsCode in the rounds it asks for, and summarises what
+// both timed.
 func benchTSClient(ctx context.Context, rt *supervisor.Runtime, o *opts) (*tsclientReport, error) {
 	dir, err := tsclientDir(ctx)
 	if err != nil {
@@ -135,22 +147,47 @@ func benchTSClient(ctx context.Context, rt *supervisor.Runtime, o *opts) (*tscli
 	if err != nil {
 		return nil, err
 	}
-	progress("tsclient: the floor with %s, %d calls", tsCode, o.n)
-	floor, _, err := benchFloor(ctx, rt, tsCode, "", o.n, o.warmup)
+	block := (o.n + tsRounds - 1) / tsRounds
+	floor, stopFloor, err := startFloor(ctx, rt)
 	if err != nil {
 		return nil, fmt.Errorf("floor: %w", err)
 	}
+	defer stopFloor()
+	id := 0
+	floorCalls := func(n int) ([]time.Duration, error) {
+		ds := make([]time.Duration, n)
+		for i := range ds {
+			id++
+			t0 := time.Now()
+			out, err := floor.call(id, tsCode)
+			ds[i] = time.Since(t0)
+			if err == nil && out != "" {
+				err = fmt.Errorf("floor printed %q", out)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("floor: %w", err)
+			}
+		}
+		return ds, nil
+	}
+	if _, err := floorCalls(o.warmup); err != nil {
+		return nil, err
+	}
+
 	cfg, err := json.Marshal(map[string]any{
 		"command": bin, "args": []string{"stdio", "--workers", "1", "--runtime-dir", o.runtimeDir},
-		"runs": o.runs, "calls": o.n, "warmup": o.warmup, "first": firstCalls,
+		"runs": o.runs, "rounds": tsRounds, "block": block, "warmup": o.warmup, "first": firstCalls,
 		"code": tsCode, "want": tsWant, "blocks": agentBlocks, "expected": agentExpected,
 	})
 	if err != nil {
 		return nil, err
 	}
-	progress("tsclient: %d fresh servers (and one not counted), then %d calls after %d", o.runs, o.n, o.warmup)
+	progress("tsclient: %d fresh servers (and one not counted), then %d rounds of %d calls after %d, taking turns with the floor's",
+		o.runs, tsRounds, block, o.warmup)
 	began := time.Now()
 	defer func() { progress("tsclient: %.1f s", time.Since(began).Seconds()) }()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	cmd := exec.CommandContext(ctx, node, filepath.Join(dir, "bench.mjs"), string(cfg))
 	cmd.Dir = dir
 	// pyrun inherits Node's stderr (the SDK's default), so its log lines
@@ -158,28 +195,69 @@ func benchTSClient(ctx context.Context, rt *supervisor.Runtime, o *opts) (*tscli
 	lw := newLogWatcher()
 	cmd.Stderr = lw
 	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.Output()
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start bench.mjs: %w", err)
+	}
+	var floorDs []time.Duration
+	var floorWall time.Duration
+	var last []byte
+	rd := bufio.NewReader(stdout)
+	for {
+		line, rerr := rd.ReadBytes('\n')
+		if bytes.Equal(bytes.TrimSpace(line), []byte(`{"floor":true}`)) {
+			t0 := time.Now()
+			ds, err := floorCalls(block)
+			if err != nil {
+				cancel()
+				_ = cmd.Wait()
+				return nil, err
+			}
+			floorWall += time.Since(t0)
+			floorDs = append(floorDs, ds...)
+			if _, err := stdin.Write([]byte("ok\n")); err != nil {
+				cancel()
+				_ = cmd.Wait()
+				return nil, fmt.Errorf("bench.mjs: %w\n%s", err, lw.tail())
+			}
+			continue
+		}
+		if len(bytes.TrimSpace(line)) > 0 {
+			last = line
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	if err := cmd.Wait(); err != nil {
 		return nil, fmt.Errorf("bench.mjs: %w\n%s", err, lw.tail())
 	}
 	var raw tsRaw
-	if err := json.NewDecoder(io.LimitReader(bytes.NewReader(out), 16<<20)).Decode(&raw); err != nil {
-		return nil, fmt.Errorf("bench.mjs's report: %w", err)
+	if err := json.Unmarshal(last, &raw); err != nil {
+		return nil, fmt.Errorf("bench.mjs's report %.200q: %w", last, err)
 	}
-	if len(raw.SpawnMS) != o.runs || len(raw.FreshMS) != o.runs || len(raw.Settled.MS) != o.n || len(raw.ConstServer.MS) != o.n ||
-		len(raw.AgentFresh) != o.runs || len(raw.AgentSettled) != o.runs {
-		return nil, fmt.Errorf("bench.mjs's report has %d spawns, %d fresh servers, %d+%d settled calls, %d+%d agent runs; want %d, %d, %d+%d, %d+%d",
-			len(raw.SpawnMS), len(raw.FreshMS), len(raw.Settled.MS), len(raw.ConstServer.MS), len(raw.AgentFresh), len(raw.AgentSettled),
-			o.runs, o.runs, o.n, o.n, o.runs, o.runs)
+	n := tsRounds * block
+	if len(raw.SpawnMS) != o.runs || len(raw.FreshMS) != o.runs || len(raw.Settled.MS) != n || len(raw.ConstServer.MS) != n ||
+		len(floorDs) != n || len(raw.AgentFresh) != o.runs || len(raw.AgentSettled) != o.runs {
+		return nil, fmt.Errorf("bench.mjs's report has %d spawns, %d fresh servers, %d+%d settled calls (%d of the floor's), %d+%d agent runs; want %d, %d, %d+%d (%d), %d+%d",
+			len(raw.SpawnMS), len(raw.FreshMS), len(raw.Settled.MS), len(raw.ConstServer.MS), len(floorDs), len(raw.AgentFresh), len(raw.AgentSettled),
+			o.runs, o.runs, n, n, n, o.runs, o.runs)
 	}
 
 	r := &tsclientReport{
 		Node: raw.Node, SDK: raw.SDK, Code: tsCode, Runs: o.runs,
 		Spawn:        newSeries(durations(raw.SpawnMS)),
 		Settled:      raw.Settled.stats(),
-		SettledCalls: o.n, SettledAfter: o.warmup,
+		SettledCalls: n, SettledAfter: o.warmup,
 		ClientCPUUS: round1(raw.Settled.ClientCPUUS),
-		Floor:       summarize(floor),
+		Floor:       summarize(sample{durations: floorDs, wall: floorWall}),
 		ConstServer: raw.ConstServer.stats(), ConstServerClientCPUUS: round1(raw.ConstServer.ClientCPUUS),
 	}
 	var fresh []time.Duration
@@ -190,6 +268,13 @@ func benchTSClient(ctx context.Context, rt *supervisor.Runtime, o *opts) (*tscli
 	}
 	r.FreshMS = round3(ms(median(fresh)))
 	r.SettledOverFloor = ratios(r.Settled, r.Floor)
+	for i := range tsRounds {
+		sm := median(durations(raw.Settled.MS[i*block : (i+1)*block]))
+		fm := median(floorDs[i*block : (i+1)*block])
+		r.SettledEachMS, r.FloorEachMS = append(r.SettledEachMS, round3(ms(sm))), append(r.FloorEachMS, round3(ms(fm)))
+		r.SettledOverFloorEach = append(r.SettledOverFloorEach, round2(float64(sm)/float64(fm)))
+		r.ConstServerEachMS = append(r.ConstServerEachMS, round3(ms(median(durations(raw.ConstServer.MS[i*block:(i+1)*block])))))
+	}
 	r.ConstServerOverFloor = ratios(r.ConstServer, r.Floor)
 	r.FreshOverSettled = round2(r.FreshMS / r.Settled.P50)
 	r.AgentFresh, r.AgentSettled = tsAgentMedians(raw.AgentFresh), tsAgentMedians(raw.AgentSettled)
@@ -245,8 +330,10 @@ func printTSClient(w io.Writer, t *tsclientReport) {
 		fmt.Fprintf(w, row, ref.figure, got[i].v, ref.pyrun, ref.reference, got[i].target)
 	}
 	fmt.Fprintf(w, "  the session's nine calls after its start: %.1f ms fresh, %.1f settled\n", t.AgentFresh.SessionRestMS, t.AgentSettled.SessionRestMS)
-	fmt.Fprintf(w, "  floor (bare Deno+Pyodide, %s): p50 %.3f ms, p99 %.3f ms; fresh servers' calls 1-%d %v ms\n",
-		t.Code, t.Floor.P50, t.Floor.P99, firstCalls, t.FreshEachMS)
+	fmt.Fprintf(w, "  floor (bare Deno+Pyodide, %s, in turns with the settled calls): p50 %.3f ms, p99 %.3f ms\n", t.Code, t.Floor.P50, t.Floor.P99)
+	fmt.Fprintf(w, "  per round of %d calls, p50: settled %v ms, floor %v ms, ratio %v; the client's floor %v ms\n",
+		t.SettledCalls/max(len(t.SettledEachMS), 1), t.SettledEachMS, t.FloorEachMS, t.SettledOverFloorEach, t.ConstServerEachMS)
+	fmt.Fprintf(w, "  each fresh server's calls 1-%d, median: %v ms\n", firstCalls, t.FreshEachMS)
 	fmt.Fprintf(w, "  the client's floor (the same calls to a server answering at once with a prepared line): p50 %.3f ms, p99 %.3f ms, %.2fx the floor's p50\n",
 		t.ConstServer.P50, t.ConstServer.P99, t.ConstServerOverFloor.P50)
 	fmt.Fprintf(w, "  the client's CPU per call (Node): %.0f us to pyrun, %.0f us to that server\n", t.ClientCPUUS, t.ConstServerClientCPUUS)

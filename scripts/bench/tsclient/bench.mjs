@@ -2,20 +2,23 @@
 // client over stdio, the way MCP hosts embed it (StdioClientTransport with
 // its defaults: the SDK's own environment, pyrun's stderr inherited;
 // Client.listTools, then Client.callTool). The Go side (tsclient.go) passes
-// one JSON argument and reads one JSON report from stdout; it computes the
-// statistics. Every time is taken here with performance.now(), so the
+// one JSON argument, runs blocks of the floor's calls when asked (a
+// {"floor": true} line on stdout, answered by a line on stdin) and reads
+// one JSON report, the last line on stdout; it computes the statistics. Every time is taken here with performance.now(), so the
 // client's own work (zod parsing of every message, the output schema's
 // check of structuredContent) is in it, as a host sees it. Any failure
 // exits 1 with the error on stderr.
 //
-// The argument: {command, args, runs, calls, warmup, first, code, want,
-// blocks, expected}: pyrun's command line, the fresh spawns to time (one
-// more is made first and not counted), the settled calls to time after
-// warmup calls, the warm calls to time on each fresh server, the code of a
-// warm call and the JSON of its return_value, and the agent run's blocks
-// with the line the last one prints.
+// The argument: {command, args, runs, rounds, block, warmup, first, code,
+// want, blocks, expected}: pyrun's command line, the fresh spawns to time
+// (one more is made first and not counted), the rounds of settled calls
+// and the calls in each, timed after warmup calls, the warm calls to time
+// on each fresh server, the code of a warm call and the JSON of its
+// return_value, and the agent run's blocks with the line the last one
+// prints.
 import { readFileSync } from "node:fs";
 import { performance } from "node:perf_hooks";
+import { createInterface } from "node:readline";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 
@@ -60,18 +63,7 @@ async function spawn() {
   return { client, tools, firstMS: performance.now() - t0 };
 }
 
-// settled times cfg.calls warm calls after cfg.warmup untimed ones, and
-// the client's CPU time per call.
-async function settled(client) {
-  await timed(cfg.warmup, () => warmCall(client));
-  const cpu0 = process.cpuUsage();
-  const t0 = performance.now();
-  const ms = await timed(cfg.calls, () => warmCall(client));
-  const wallMS = performance.now() - t0;
-  const cpu = process.cpuUsage(cpu0);
-  return { ms, wall_ms: wallMS, client_cpu_us: (cpu.user + cpu.system) / cfg.calls };
-}
-
+// timed calls fn n times and returns each call's time.
 async function timed(n, fn) {
   const ds = [];
   for (let i = 0; i < n; i++) {
@@ -80,6 +72,32 @@ async function timed(n, fn) {
     ds.push(performance.now() - t0);
   }
   return ds;
+}
+
+// series is warm calls timed in blocks, and the client's CPU time (Node's,
+// all its threads) per call over them.
+function series() {
+  const r = { ms: [], wall_ms: 0, cpu_us: 0 };
+  r.block = async (client, n) => {
+    const cpu0 = process.cpuUsage();
+    const t0 = performance.now();
+    r.ms.push(...(await timed(n, () => warmCall(client))));
+    r.wall_ms += performance.now() - t0;
+    const cpu = process.cpuUsage(cpu0);
+    r.cpu_us += cpu.user + cpu.system;
+  };
+  r.json = () => ({ ms: r.ms, wall_ms: r.wall_ms, client_cpu_us: r.cpu_us / r.ms.length });
+  return r;
+}
+
+// The Go side answers a {"floor": true} line on stdout with a block of the
+// floor's calls, then a line on stdin: the settled calls and the floor's
+// take turns, so that both see the same load.
+const control = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
+async function floorBlock() {
+  process.stdout.write(JSON.stringify({ floor: true }) + "\n");
+  const { done } = await control.next();
+  if (done) throw new Error("the Go side closed stdin before a floor block ended");
 }
 
 // agent runs the blocks replayed statelessly (call i runs blocks 1..i),
@@ -131,17 +149,27 @@ for (let r = 0; r <= cfg.runs; r++) {
   await client.close();
   if (r > 0) report.agent_fresh.push(a);
 }
-// One server, settled: warmup calls, then the timed ones, then the agent
-// runs again.
+// One server, settled: warmup calls, then cfg.rounds rounds of a block of
+// the floor's calls (in Go), one of pyrun's and one of the client's floor:
+// the same calls to constserver.mjs, which answers each at once with
+// pyrun's own result, prepared. Then the agent runs again.
 const { client, tools } = await spawn();
-report.settled = await settled(client);
-for (let r = 0; r < cfg.runs; r++) report.agent_settled.push(await agent(client));
-// The client's floor: the same calls to constserver.mjs, which answers
-// each at once with pyrun's own result, prepared.
 const result = await client.callTool({ name: tool, arguments: { python_code: cfg.code } });
-await client.close();
 const constServer = new URL("./constserver.mjs", import.meta.url).pathname;
 const nul = await connect(process.execPath, [constServer, JSON.stringify(tools), JSON.stringify(result)]);
-report.const_server = await settled(nul.client);
+await timed(cfg.warmup, () => warmCall(client));
+await timed(cfg.warmup, () => warmCall(nul.client));
+const settled = series();
+const constCalls = series();
+for (let r = 0; r < cfg.rounds; r++) {
+  await floorBlock();
+  await settled.block(client, cfg.block);
+  await constCalls.block(nul.client, cfg.block);
+}
+report.settled = settled.json();
+report.const_server = constCalls.json();
 await nul.client.close();
+for (let r = 0; r < cfg.runs; r++) report.agent_settled.push(await agent(client));
+await client.close();
 process.stdout.write(JSON.stringify(report) + "\n");
+process.stdin.destroy();
