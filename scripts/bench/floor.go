@@ -119,9 +119,10 @@ func (f *floorProc) call(id int, code string) (string, error) {
 	return ans.Stdout, nil
 }
 
-// benchFloor measures print(1) round trips through the floor script, and
-// the floor process's CPU time per call, in microseconds.
-func benchFloor(ctx context.Context, rt *supervisor.Runtime, n, warmup int) (sample, float64, error) {
+// benchFloor measures round trips of code, which must print want, through
+// the floor script, and the floor process's CPU time per call, in
+// microseconds.
+func benchFloor(ctx context.Context, rt *supervisor.Runtime, code, want string, n, warmup int) (sample, float64, error) {
 	f, stop, err := startFloor(ctx, rt)
 	if err != nil {
 		return sample{}, 0, err
@@ -133,7 +134,7 @@ func benchFloor(ctx context.Context, rt *supervisor.Runtime, n, warmup int) (sam
 			before, _ = cpuTime(f.cmd.Process.Pid)
 		}
 		out, err := f.call(i, code)
-		if err == nil && out != "1\n" {
+		if err == nil && out != want {
 			err = fmt.Errorf("floor printed %q", out)
 		}
 		return err

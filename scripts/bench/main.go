@@ -57,7 +57,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "languages", "lb"}
+var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "languages", "tsclient", "lb"}
 
 // byDefault are the measurements a plain run makes: lb needs nginx and two
 // cores to itself, so it runs only when asked for (-only lb).
@@ -167,7 +167,7 @@ func run(ctx context.Context, o *opts) error {
 
 	if o.only["warm"] {
 		progress("warm print(1): floor (bare Deno+Pyodide), %d calls", o.n)
-		floor, floorCPU, err := benchFloor(ctx, rt, o.n, o.warmup)
+		floor, floorCPU, err := benchFloor(ctx, rt, code, "1\n", o.n, o.warmup)
 		if err != nil {
 			return fmt.Errorf("floor: %w", err)
 		}
@@ -295,6 +295,11 @@ func run(ctx context.Context, o *opts) error {
 			rep.Languages, err = benchLanguages(ctx, o)
 			return err
 		}},
+		{"tsclient", fmt.Sprintf("the TypeScript SDK client on pyrun stdio --workers 1: %d fresh servers, %d settled calls", o.runs, o.n),
+			func(ctx context.Context) (err error) {
+				rep.TSClient, err = benchTSClient(ctx, rt, o)
+				return err
+			}},
 		{"lb", fmt.Sprintf("behind nginx: 1 instance on 1 core, then 2 on 2 cores, %d 50 ms CPU calls each", o.cpuCalls), func(ctx context.Context) (err error) {
 			rep.LB, err = benchLB(ctx, o)
 			return err

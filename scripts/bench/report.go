@@ -35,6 +35,7 @@ type report struct {
 	LB         *lbReport         `json:"load_balanced,omitempty"`
 	ToolCall   *toolCallReport   `json:"tool_call,omitempty"`
 	Languages  []languageReport  `json:"languages,omitempty"`
+	TSClient   *tsclientReport   `json:"tsclient,omitempty"`
 	Targets    []target          `json:"targets"`
 }
 
@@ -190,6 +191,12 @@ func (r *report) checkTargets() []target {
 		atMost("idle RSS, pyrun + 2 workers", m.TotalRSSMB, 420, "MB")
 		atMost("idle RSS, pyrun alone", m.PyrunRSSMB, 40, "MB")
 	}
+	if t := r.TSClient; t != nil {
+		// Issue 13's targets, on the client most MCP hosts embed.
+		atMost("TS client: spawn to first result", t.Spawn.P50MS/1000, 0.15, "s")
+		atMost("TS client: fresh calls 1-20 / settled", t.FreshOverSettled, 1.2, "x")
+		atMost("TS client settled p50 / floor p50", t.SettledOverFloor.P50, 1.3, "x")
+	}
 	if l := r.LB; l != nil {
 		atLeast("2 instances on 2 cores over 1 on 1, behind nginx", l.Speedup, 1.8, "x")
 	}
@@ -323,6 +330,9 @@ func (r *report) print(w io.Writer) {
 	if c := r.ToolCall; c != nil {
 		fmt.Fprintf(w, "code mode, %s %s from Python (median of %d runs of %d calls): %.3f ms a call in sequence, %.3f ms with asyncio.gather; a go-sdk client calling it directly: %.3f ms\n",
 			c.Server, c.Tool, c.Runs, c.Calls, c.SequentialMS, c.GatherMS, c.DirectMS)
+	}
+	if t := r.TSClient; t != nil {
+		printTSClient(w, t)
 	}
 	fmt.Fprintf(w, "\ntargets\n")
 	for _, t := range r.Targets {
