@@ -182,7 +182,7 @@ func run(ctx context.Context, o *opts) error {
 			return fmt.Errorf("MCP floor: %w", err)
 		}
 		progress("warm print(1): pyrun stdio (MCP), %d calls", o.n)
-		stdio, cpu, err := benchStdio(ctx, o)
+		stdio, stdioInWorker, cpu, err := benchStdio(ctx, o)
 		if err != nil {
 			return fmt.Errorf("stdio: %w", err)
 		}
@@ -190,6 +190,9 @@ func run(ctx context.Context, o *opts) error {
 			N: o.n, Floor: summarize(floor), Supervisor: summarize(sup), InWorker: summarize(inWorker), Stdio: summarize(stdio),
 			FloorCPUUS: floorCPU, SupervisorWorkerCPUUS: supCPU, StdioCPU: cpu,
 			MCPFloor: summarize(mcpFloor), MCPFloorCPUUS: mcpFloorCPU,
+		}
+		if len(stdioInWorker.durations) > 0 {
+			rep.Warm.StdioInWorker = summarize(stdioInWorker)
 		}
 		w := rep.Warm
 		// The least stdio can take with the go-sdk on both ends: the SDK's
@@ -416,11 +419,11 @@ func perCallUS(d time.Duration, n int) float64 { return round1(float64(d.Microse
 // benchStdio measures tool calls against `pyrun stdio --workers 1` at its
 // default log level, as an agent would make them, and the CPU time pyrun
 // and its worker spend per call.
-func benchStdio(ctx context.Context, o *opts) (sample, cpuReport, error) {
+func benchStdio(ctx context.Context, o *opts) (sample, sample, cpuReport, error) {
 	if o.profileDir != "" {
 		path, err := filepath.Abs(filepath.Join(o.profileDir, "pyrun-stdio.pprof"))
 		if err != nil {
-			return sample{}, cpuReport{}, err
+			return sample{}, sample{}, cpuReport{}, err
 		}
 		os.Setenv("PYRUN_CPU_PROFILE", path)
 		defer os.Unsetenv("PYRUN_CPU_PROFILE")
@@ -428,24 +431,34 @@ func benchStdio(ctx context.Context, o *opts) (sample, cpuReport, error) {
 	}
 	p, err := startPyrun(ctx, o, "info", "--workers", "1")
 	if err != nil {
-		return sample{}, cpuReport{}, err
+		return sample{}, sample{}, cpuReport{}, err
 	}
 	defer p.close()
-	// CPU time of pyrun and of its worker over the measured calls.
+	// CPU time of pyrun and of its worker over the measured calls, and the
+	// part of each call in the worker's Python helper (its duration_ms).
 	var cpu cpuReport
 	var before [2]time.Duration
+	var inWorker sample
 	s, err := measure(o.n, o.warmup, func(i int) error {
 		if i == o.warmup {
 			before = p.cpu()
 		}
-		_, err := p.call(ctx, code, nil)
+		res, err := p.call(ctx, code, nil)
+		if err == nil && i >= o.warmup {
+			if sc, ok := res.StructuredContent.(map[string]any); ok {
+				if ms, ok := sc["duration_ms"].(float64); ok {
+					inWorker.durations = append(inWorker.durations, time.Duration(ms*float64(time.Millisecond)))
+				}
+			}
+		}
 		return err
 	})
 	if err == nil {
 		after := p.cpu()
 		cpu = cpuReport{PyrunUS: perCallUS(after[0]-before[0], o.n), WorkerUS: perCallUS(after[1]-before[1], o.n)}
 	}
-	return s, cpu, err
+	inWorker.wall = s.wall
+	return s, inWorker, cpu, err
 }
 
 // cpu is the CPU time used so far by pyrun and by its workers.
