@@ -182,7 +182,7 @@ func run(ctx context.Context, o *opts) error {
 			return fmt.Errorf("MCP floor: %w", err)
 		}
 		progress("warm print(1): pyrun stdio (MCP), %d calls", o.n)
-		stdio, stdioInWorker, cpu, err := benchStdio(ctx, o)
+		stdio, stdioInPool, cpu, err := benchStdio(ctx, o)
 		if err != nil {
 			return fmt.Errorf("stdio: %w", err)
 		}
@@ -191,8 +191,8 @@ func run(ctx context.Context, o *opts) error {
 			FloorCPUUS: floorCPU, SupervisorWorkerCPUUS: supCPU, StdioCPU: cpu,
 			MCPFloor: summarize(mcpFloor), MCPFloorCPUUS: mcpFloorCPU,
 		}
-		if len(stdioInWorker.durations) > 0 {
-			rep.Warm.StdioInWorker = summarize(stdioInWorker)
+		if len(stdioInPool.durations) > 0 {
+			rep.Warm.StdioInPool = summarize(stdioInPool)
 		}
 		w := rep.Warm
 		// The least stdio can take with the go-sdk on both ends: the SDK's
@@ -435,10 +435,12 @@ func benchStdio(ctx context.Context, o *opts) (sample, sample, cpuReport, error)
 	}
 	defer p.close()
 	// CPU time of pyrun and of its worker over the measured calls, and the
-	// part of each call in the worker's Python helper (its duration_ms).
+	// part of each call in pyrun's pool (the result's duration_ms: from the
+	// request written to the worker to its result read), which against the
+	// supervisor tier's round trip tells pyrun's pool from its MCP layer.
 	var cpu cpuReport
 	var before [2]time.Duration
-	var inWorker sample
+	var inPool sample
 	s, err := measure(o.n, o.warmup, func(i int) error {
 		if i == o.warmup {
 			before = p.cpu()
@@ -447,7 +449,7 @@ func benchStdio(ctx context.Context, o *opts) (sample, sample, cpuReport, error)
 		if err == nil && i >= o.warmup {
 			if sc, ok := res.StructuredContent.(map[string]any); ok {
 				if ms, ok := sc["duration_ms"].(float64); ok {
-					inWorker.durations = append(inWorker.durations, time.Duration(ms*float64(time.Millisecond)))
+					inPool.durations = append(inPool.durations, time.Duration(ms*float64(time.Millisecond)))
 				}
 			}
 		}
@@ -457,8 +459,8 @@ func benchStdio(ctx context.Context, o *opts) (sample, sample, cpuReport, error)
 		after := p.cpu()
 		cpu = cpuReport{PyrunUS: perCallUS(after[0]-before[0], o.n), WorkerUS: perCallUS(after[1]-before[1], o.n)}
 	}
-	inWorker.wall = s.wall
-	return s, inWorker, cpu, err
+	inPool.wall = s.wall
+	return s, inPool, cpu, err
 }
 
 // cpu is the CPU time used so far by pyrun and by its workers.

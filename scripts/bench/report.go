@@ -61,8 +61,9 @@ type warmReport struct {
 	Supervisor stats `json:"supervisor"`
 	InWorker   stats `json:"supervisor_in_worker"` // of Supervisor, the part in the Python helper
 	Stdio      stats `json:"stdio"`
-	// StdioInWorker is, of Stdio, the part in the Python helper.
-	StdioInWorker stats `json:"stdio_in_worker"`
+	// StdioInPool is, of Stdio, the part in pyrun's pool: from the request
+	// written to the worker to its result read (the result's duration_ms).
+	StdioInPool stats `json:"stdio_in_pool"`
 	// StdioFirstMS is the median of the stdio server's first 20 calls
 	// (warm-up calls, when -warmup is at least 20), against its settled
 	// p50: issue 13's "warm call, fresh server".
@@ -236,7 +237,7 @@ func (r *report) print(w io.Writer) {
 			{"  of which in pyrun_helper.run", wr.InWorker, nil},
 			{"MCP floor: go-sdk alone, canned", wr.MCPFloor, &mcpFloorRatio},
 			{"pyrun stdio: MCP tool call", wr.Stdio, &wr.StdioOverFloor},
-			{"  of which in pyrun_helper.run", wr.StdioInWorker, nil},
+			{"  of which in pyrun's pool", wr.StdioInPool, nil},
 		}
 		for _, h := range wr.HTTP {
 			rows = append(rows, struct {
