@@ -787,6 +787,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 func round1(x float64) float64   { return math.Round(x*10) / 10 }
 func round2(x float64) float64   { return math.Round(x*100) / 100 }
 func round3(x float64) float64   { return math.Round(x*1000) / 1000 }

@@ -160,6 +160,7 @@ func (r *report) checkTargets() []target {
 	}
 	if f := r.FirstCalls; f != nil {
 		atMost("fresh worker: first 20 calls / settled", f.Ratio, 1.2, "x")
+		atMost("fresh worker: first 20 calls / settled, CPU", f.CPURatio, 1.2, "x")
 	}
 	if s := r.Spawn; s != nil {
 		atMost("process spawn to first result", s.P50MS/1000, 0.6, "s")
@@ -285,6 +286,8 @@ func (r *report) print(w io.Writer) {
 	if f := r.FirstCalls; f != nil {
 		fmt.Fprintf(w, "fresh worker (pool.Run, median of %d starts): ready %.1f ms; first call %.3f ms; calls 1-%d %.3f ms (in worker %.3f), calls %d-%d %.3f ms (in worker %.3f): %.2fx\n",
 			f.Runs, f.ReadyMS, f.FirstCallMS, firstCalls, f.FirstMS, f.FirstInWorkerMS, settledFrom, settledTo, f.SettledMS, f.SettledInWorkerMS, f.Ratio)
+		fmt.Fprintf(w, "  in CPU time (schedstat): the thread running Python %.0f us a call against %.0f us settled (%.2fx), waiting for a CPU %.0f / %.0f us; the worker's other threads %.0f / %.0f us a call\n",
+			f.FirstCPUus, f.SettledCPUus, f.CPURatio, f.FirstWaitUS, f.SettledWaitUS, f.FirstOtherCPUus, f.SettledOtherCPUus)
 	}
 	if l := r.LB; l != nil {
 		fmt.Fprintf(w, "\nbehind nginx, %d clients, %d calls of %s each (load average %s / %s / %s):\n", l.Concurrency, l.Calls, l.Code, l.Load[0], l.Load[1], l.Load[2])
