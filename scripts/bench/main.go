@@ -208,7 +208,7 @@ func run(ctx context.Context, o *opts) error {
 		run        func(ctx context.Context) error
 	}{
 		{"spawn", fmt.Sprintf("spawn to first result, %d runs", o.runs), func(ctx context.Context) (err error) {
-			rep.Spawn, err = benchSpawn(ctx, o)
+			rep.Spawn, rep.SpawnParts, err = benchSpawn(ctx, o)
 			return err
 		}},
 		{"pool", fmt.Sprintf("pools of %v ready, %d runs each", o.poolSizes, o.runs), func(ctx context.Context) error {
@@ -447,23 +447,30 @@ func benchHTTP(ctx context.Context, o *opts, transport string) (sample, error) {
 // ---- starts ------------------------------------------------------------------
 
 // benchSpawn times `pyrun stdio` from process start to the first result,
-// with the default pool size.
-func benchSpawn(ctx context.Context, o *opts) (*series, error) {
+// with the default pool size, and splits each run (spawnParts).
+func benchSpawn(ctx context.Context, o *opts) (*series, *spawnParts, error) {
 	var ds []time.Duration
+	var parts []spawnRun
 	for range o.runs {
 		p, err := startPyrun(ctx, o, "debug")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		handshake := time.Since(p.started)
 		_, err = p.call(ctx, code, nil)
 		d := time.Since(p.started)
+		run, perr := p.spawnRun(handshake, d)
 		p.close()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if perr != nil {
+			return nil, nil, perr
 		}
 		ds = append(ds, d)
+		parts = append(parts, run)
 	}
-	return newSeries(ds), nil
+	return newSeries(ds), summarizeSpawn(parts), nil
 }
 
 // benchPoolReady times `pyrun stdio --workers n` (and extra flags) from

@@ -25,6 +25,7 @@ type report struct {
 
 	Warm       *warmReport       `json:"warm,omitempty"`
 	Spawn      *series           `json:"spawn_to_first_result,omitempty"`
+	SpawnParts *spawnParts       `json:"spawn_parts,omitempty"`
 	PoolReady  []poolReport      `json:"pool_ready,omitempty"`
 	Replace    *series           `json:"killed_worker_replaced,omitempty"`
 	Throughput *throughputReport `json:"cpu_throughput,omitempty"`
@@ -241,6 +242,10 @@ func (r *report) print(w io.Writer) {
 		if wr.StdioFirstMS > 0 {
 			fmt.Fprintf(w, "  stdio, fresh server: calls 1-%d median %.3f ms, %.2fx the settled p50\n", firstCalls, wr.StdioFirstMS, wr.StdioFirstOverSettled)
 		}
+	}
+	if sp := r.SpawnParts; sp != nil {
+		fmt.Fprintf(w, "\nspawn to first result, split (medians): MCP handshake done %.1f ms; first worker ready %.1f ms, of which %.1f ms before the worker program ran (pyrun's start, Deno's, the program's and Pyodide's modules) and %.1f ms inside it (the snapshot restored, the helper connected); then the first call %.1f ms. CPU by the first result: pyrun %.1f ms, its workers %.1f ms\n",
+			sp.HandshakeMS, sp.ReadyMS, sp.BeforeMS, sp.InWorkerMS, sp.FirstCallMS, sp.PyrunCPUMS, sp.WorkerCPUMS)
 	}
 	if r.Spawn != nil || r.PoolReady != nil || r.Replace != nil {
 		fmt.Fprintf(w, "\nstarts (median of runs)\n")
