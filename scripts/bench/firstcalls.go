@@ -29,6 +29,7 @@ type firstCallsReport struct {
 	Runs int `json:"runs"`
 	// PauseMS is how long the pool stood idle between ready and call 1.
 	PauseMS int64 `json:"pause_ms"`
+
 	// ReadyMS is from creating the pool to its worker's ready.
 	ReadyMS float64 `json:"ready_ms"`
 	// FirstMS and SettledMS are the per-call medians of calls 1-20 and
@@ -123,7 +124,7 @@ func firstCallsOnce(ctx context.Context, rt *supervisor.Runtime, pause time.Dura
 		}
 	}
 	x.ready = time.Since(began)
-	pid, err := childProcess("deno")
+	pid, err := oldestChild("deno")
 	if err != nil {
 		return
 	}
@@ -131,6 +132,7 @@ func firstCallsOnce(ctx context.Context, rt *supervisor.Runtime, pause time.Dura
 	if err != nil {
 		return
 	}
+
 	// -firstcalls-pause tells calls apart from time: whatever a fresh
 	// worker still does in the background (V8's compile jobs, its
 	// collector) has had the pause to finish before the first call.

@@ -57,7 +57,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "languages", "lb"}
+var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "reuse", "languages", "lb"}
 
 // byDefault are the measurements a plain run makes: lb needs nginx and two
 // cores to itself, so it runs only when asked for (-only lb).
@@ -260,6 +260,10 @@ func run(ctx context.Context, o *opts) error {
 			}},
 		{"toolcall", "code mode: tool calls from Python to server-memory", func(ctx context.Context) (err error) {
 			rep.ToolCall, err = benchToolCall(ctx, o)
+			return err
+		}},
+		{"reuse", fmt.Sprintf("calls after a replacement joins a settled two-worker pool, %d runs", o.runs), func(ctx context.Context) (err error) {
+			rep.Reuse, err = benchReuse(ctx, rt, o.runs)
 			return err
 		}},
 		{"firstcalls", fmt.Sprintf("first %d calls of a fresh worker against calls %d-%d, %d runs", firstCalls, settledFrom, settledTo, o.runs),

@@ -33,6 +33,7 @@ type report struct {
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
 	Agent      *agentReport      `json:"agent_run,omitempty"`
 	FirstCalls *firstCallsReport `json:"first_calls,omitempty"`
+	Reuse      *reuseReport      `json:"after_replacement,omitempty"`
 	LB         *lbReport         `json:"load_balanced,omitempty"`
 	ToolCall   *toolCallReport   `json:"tool_call,omitempty"`
 	Languages  []languageReport  `json:"languages,omitempty"`
@@ -158,6 +159,10 @@ func (r *report) checkTargets() []target {
 	if t := r.Throughput; t != nil {
 		atLeast("8 concurrent 50 ms CPU calls", t.CallsPerS, 36, "calls/s")
 		atMost("mixed outputs of those calls", float64(t.Mixed), 0, "")
+	}
+	if u := r.Reuse; u != nil {
+		atMost("after a replacement joins: 20 calls / settled", u.Ratio, 1.2, "x")
+		atMost("after a replacement joins: 20 calls / settled, CPU", u.CPURatio, 1.2, "x")
 	}
 	if f := r.FirstCalls; f != nil {
 		atMost("fresh worker: first 20 calls / settled", f.Ratio, 1.2, "x")
@@ -287,6 +292,11 @@ func (r *report) print(w io.Writer) {
 	if a := r.Agent; a != nil {
 		fmt.Fprintf(w, "agent run, %d blocks over stdio (median of %d): one Python session %.1f ms (its start %.1f ms, the other %d calls %.1f ms); stateless replay %.1f ms; session / replay %.2fx, without the start %.2fx\n",
 			len(agentBlocks), a.Runs, a.SessionMS, a.StartMS, len(agentBlocks)-1, a.RestMS, a.StatelessMS, a.SessionOverStateless, a.RestOverStateless)
+	}
+	if u := r.Reuse; u != nil {
+		fmt.Fprintf(w, "a settled two-worker pool, its idle worker replaced (median of %d): calls %d-%d %.3f ms, the %d calls after the replacement joined %.3f ms: %.2fx; %d of the runs had a call on the replacement\n",
+			u.Runs, settledFrom, settledTo, u.SettledMS, firstCalls, u.AfterMS, u.Ratio, u.OnFresh)
+		fmt.Fprintf(w, "  in CPU time of the threads running Python: %.0f us a call settled, %.0f us after: %.2fx\n", u.SettledCPUus, u.AfterCPUus, u.CPURatio)
 	}
 	if f := r.FirstCalls; f != nil {
 		fmt.Fprintf(w, "fresh worker (pool.Run, median of %d starts): ready %.1f ms; first call %.3f ms; calls 1-%d %.3f ms (in worker %.3f), calls %d-%d %.3f ms (in worker %.3f): %.2fx\n",

@@ -27,14 +27,14 @@ type schedTimes struct {
 	callRun, callWait, otherRun time.Duration
 }
 
-// childProcess is the only child of this process named comm.
-func childProcess(comm string) (int, error) {
+// oldestChild is the first started of this process's children named comm.
+func oldestChild(comm string) (int, error) {
 	self := strconv.Itoa(os.Getpid())
 	dirs, err := filepath.Glob("/proc/[0-9]*/stat")
 	if err != nil {
 		return 0, err
 	}
-	found := 0
+	found, foundStart := 0, int64(-1)
 	for _, d := range dirs {
 		b, err := os.ReadFile(d)
 		if err != nil {
@@ -45,14 +45,20 @@ func childProcess(comm string) (int, error) {
 		if open < 0 || closing < open {
 			continue
 		}
+		// After the command: state ppid ... starttime (field 22 of the
+		// whole line, 20th after the command), in clock ticks since boot.
 		f := strings.Fields(s[closing+1:])
-		if len(f) < 2 || f[1] != self || s[open+1:closing] != comm {
+		if len(f) < 20 || f[1] != self || s[open+1:closing] != comm {
 			continue
 		}
-		if found != 0 {
-			return 0, fmt.Errorf("more than one %s child", comm)
+		start, err := strconv.ParseInt(f[19], 10, 64)
+		if err != nil {
+			continue
 		}
-		found, _ = strconv.Atoi(filepath.Base(filepath.Dir(d)))
+		if foundStart < 0 || start < foundStart {
+			found, _ = strconv.Atoi(filepath.Base(filepath.Dir(d)))
+			foundStart = start
+		}
 	}
 	if found == 0 {
 		return 0, fmt.Errorf("no %s child", comm)
