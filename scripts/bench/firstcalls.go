@@ -29,7 +29,6 @@ type firstCallsReport struct {
 	Runs int `json:"runs"`
 	// PauseMS is how long the pool stood idle between ready and call 1.
 	PauseMS int64 `json:"pause_ms"`
-
 	// ReadyMS is from creating the pool to its worker's ready.
 	ReadyMS float64 `json:"ready_ms"`
 	// FirstMS and SettledMS are the per-call medians of calls 1-20 and
