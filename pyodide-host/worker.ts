@@ -17,6 +17,7 @@ import { guardFiles } from "./guards.ts";
 import { mountHostFolders } from "./mounts.ts";
 import { toolChannel } from "./toolcalls.ts";
 import { readLines, writeLine } from "./lines.ts";
+import type { SnapshotRead } from "./main.ts";
 
 function send(ev: Event): void {
   writeLine(JSON.stringify(ev));
@@ -104,43 +105,25 @@ async function plainStart(makeSnapshot: boolean): Promise<PyodideInterface> {
 /**
  * Starts Pyodide from the memory snapshot when there is one, else plainly.
  * A snapshot that cannot be used is no reason to fail: the worker starts
- * plainly and says why in its ready announcement.
+ * plainly and says why in its ready announcement. The main thread has read
+ * the file (main.ts, readSnapshot) while this thread booted.
  */
-async function boot(cfg: HostConfig): Promise<{ py: PyodideInterface; snapshotError: string }> {
+async function boot(
+  cfg: HostConfig,
+  snap: SnapshotRead,
+): Promise<{ py: PyodideInterface; snapshotError: string }> {
   if (!cfg.snapshot) return { py: await plainStart(false), snapshotError: "" };
   let snapshotError: string;
   try {
-    const bytes = readSnapshot(cfg.snapshot, cfg.snapshot_size);
+    if (!snap.bytes) throw new Error(snap.error ?? "it was not read");
     // Pyodide checks the snapshot's magic number and build id.
-    const py = await loadPyodide({ ...pyodideOptions(), _loadSnapshot: bytes });
+    const py = await loadPyodide({ ...pyodideOptions(), _loadSnapshot: snap.bytes });
     return { py, snapshotError: "" };
   } catch (e) {
     snapshotError = `snapshot ${cfg.snapshot} not used: ${e instanceof Error ? e.message : e}`;
     console.error(`pyrun worker: ${snapshotError}; starting without it`);
   }
   return { py: await plainStart(false), snapshotError };
-}
-
-/**
- * Reads a snapshot file of a known size into one buffer: 5-10 ms for 31 MB,
- * where Deno.readFile, growing its buffer as it goes, takes 40-50 ms.
- */
-function readSnapshot(path: string, size: number): Uint8Array {
-  const f = Deno.openSync(path);
-  try {
-    const actual = f.statSync().size;
-    if (actual !== size) throw new Error(`it has ${actual} bytes, not ${size}`);
-    const bytes = new Uint8Array(size);
-    let off = 0;
-    while (off < size) {
-      const n = f.readSync(bytes.subarray(off));
-      if (!n) throw new Error(`it ended after ${off} bytes, not ${size}`);
-      off += n;
-    }
-    return bytes;
-  } finally {
-    f.close();
-  }
 }
 
 /**
@@ -156,7 +139,7 @@ async function makeSnapshot(): Promise<void> {
   while (off < bytes.length) off += Deno.stdout.writeSync(bytes.subarray(off));
 }
 
-async function start(cfg: HostConfig, shared: Shared): Promise<void> {
+async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promise<void> {
   const began = performance.now();
   // Pyodide's start-up chatter must not reach stdout.
   console.log = console.info = console.debug = console.error;
@@ -166,7 +149,7 @@ async function start(cfg: HostConfig, shared: Shared): Promise<void> {
     return;
   }
   capWasmHeap(cfg.heap_limit);
-  const { py, snapshotError } = await boot(cfg);
+  const { py, snapshotError } = await boot(cfg, snap);
   py.setInterruptBuffer(shared.flag);
   const helper = py.pyimport("pyrun_helper") as unknown as Helper;
   let current = "";
@@ -431,14 +414,16 @@ self.addEventListener("unhandledrejection", (e) => {
   }
 });
 
-self.onmessage = (e: MessageEvent<{ cfg: HostConfig; buf: SharedArrayBuffer }>) => {
+self.onmessage = (
+  e: MessageEvent<{ cfg: HostConfig; buf: SharedArrayBuffer } & SnapshotRead>,
+) => {
   self.onmessage = null;
   const shared = {
     flag: new Int32Array(e.data.buf, 0, 1),
     count: new Int32Array(e.data.buf, 4, 1),
     start: new Int32Array(e.data.buf, 8, 1),
   };
-  start(e.data.cfg, shared).catch((err) => {
+  start(e.data.cfg, shared, { bytes: e.data.bytes, error: e.data.error }).catch((err) => {
     console.error(`pyrun worker: ${err?.stack ?? err}`);
     self.postMessage({ type: "fatal" });
   });

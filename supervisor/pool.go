@@ -281,7 +281,8 @@ func (p *Pool) acquire(ctx context.Context, watch Watcher) (*worker, Config, err
 	}
 	p.dropDeadIdleLocked()
 	if n := len(p.idle); n > 0 {
-		// Last in, first out: the most recently used worker has the warmest JIT.
+		// Last in, first out: the most recently used worker has the warmest
+		// JIT; fresh workers wait at the bottom (putLocked).
 		w := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.busy++
@@ -436,6 +437,16 @@ func (p *Pool) putLocked(w *worker) {
 		return
 	}
 	w.idleSince = time.Now()
+	if w.calls == 0 {
+		// A worker that has run no call yet goes below those that have:
+		// its wasm still runs on V8's baseline code, and the optimising
+		// compiler works beside it for a second or more of CPU, so its
+		// first calls take 2-3x the CPU of a used worker's (scripts/bench
+		// -only firstcalls). Among fresh workers the oldest comes first, as
+		// more of that compiling is behind it.
+		p.idle = slices.Insert(p.idle, 0, w)
+		return
+	}
 	p.idle = append(p.idle, w)
 }
 

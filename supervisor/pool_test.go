@@ -132,6 +132,38 @@ func TestRealWorkerMemoryLimit(t *testing.T) {
 	}
 }
 
+// TestUsedWorkersServeBeforeFreshOnes: an idle worker that has run calls
+// gets the next one before a worker that has run none, whose wasm is still
+// on V8's baseline code (a pool's later workers, replacements); among fresh
+// ones the oldest goes first.
+func TestUsedWorkersServeBeforeFreshOnes(t *testing.T) {
+	p := realPool(t, supervisor.Config{Workers: 2})
+	first := run(t, p, supervisor.Job{Code: "1"}).Worker
+	// The second worker starts after the first call and joins the pool idle.
+	waitLong(t, "two workers ready", func() bool { return p.Stats().Ready == 2 })
+	for i := range 3 {
+		if res := run(t, p, supervisor.Job{Code: "2"}); res.Worker != first {
+			t.Fatalf("call %d after the second worker joined ran on %s, want %s (used) before it", i+2, res.Worker, first)
+		}
+	}
+	// The used worker exits; its replacement joins below the other fresh one.
+	if res := run(t, p, supervisor.Job{Code: "import js\njs.Deno.exit(7)"}); res.Status != supervisor.StatusCrashed || res.Worker != first {
+		t.Fatalf("exit: %s on %s, want crashed on %s", res.Status, res.Worker, first)
+	}
+	waitLong(t, "the replacement ready", func() bool { return p.Stats().Ready == 2 })
+	// Workers are named in the order they start: worker-3 is the
+	// replacement, and worker-2, idle since it joined, is the older.
+	second := run(t, p, supervisor.Job{Code: "3"}).Worker
+	if first != "worker-1" || second != "worker-2" {
+		t.Fatalf("calls ran on %s, then after its exit on %s; want worker-1, then worker-2 before the replacement worker-3", first, second)
+	}
+	for i := range 3 {
+		if res := run(t, p, supervisor.Job{Code: "4"}); res.Worker != second {
+			t.Fatalf("call %d ran on %s, want %s: the older worker, used since, before the replacement", i+1, res.Worker, second)
+		}
+	}
+}
+
 func TestRealWorkersRunInParallel(t *testing.T) {
 	p := realPool(t, supervisor.Config{Workers: 2})
 	waitFor(t, func() bool { return p.Stats().Ready == 2 })

@@ -41,19 +41,46 @@ type firstCallsReport struct {
 	SettledInWorkerMS float64 `json:"settled_in_worker_ms"`
 	// FirstCallMS is the very first call, alone.
 	FirstCallMS float64 `json:"first_call_ms"`
+	// The same calls in CPU time rather than wall time, from the worker's
+	// /proc/PID/task/TID/schedstat: what the thread running Python spent
+	// on a CPU per call (median), how long it waited for one (mean), and
+	// the mean CPU time per call of all the worker's other threads (V8's
+	// background compiles and collector, Deno's I/O). Wall time on a
+	// shared machine is mostly waiting; these tell what a call costs.
+	FirstCPUus        float64 `json:"first20_call_thread_cpu_us"`
+	SettledCPUus      float64 `json:"settled_call_thread_cpu_us"`
+	CPURatio          float64 `json:"first20_over_settled_cpu"`
+	FirstWaitUS       float64 `json:"first20_call_thread_wait_us"`
+	SettledWaitUS     float64 `json:"settled_call_thread_wait_us"`
+	FirstOtherCPUus   float64 `json:"first20_other_threads_cpu_us"`
+	SettledOtherCPUus float64 `json:"settled_other_threads_cpu_us"`
+}
+
+// firstCallsRun is one fresh worker's figures, each a median or mean over
+// its calls.
+type firstCallsRun struct {
+	ready, first, settled, firstIn, settledIn, one time.Duration
+	firstCPU, settledCPU                           time.Duration // medians, call thread
+	firstWait, settledWait                         time.Duration // means, call thread
+	firstOther, settledOther                       time.Duration // means, other threads
 }
 
 func benchFirstCalls(ctx context.Context, rt *supervisor.Runtime, runs int, pause time.Duration) (*firstCallsReport, error) {
 	var ready, first, settled, firstIn, settledIn, one []time.Duration
+	var firstCPU, settledCPU, firstWait, settledWait, firstOther, settledOther []time.Duration
 	for r := range runs {
-		rd, f, s, fi, si, o1, err := firstCallsOnce(ctx, rt, pause)
+		x, err := firstCallsOnce(ctx, rt, pause)
 		if err != nil {
 			return nil, fmt.Errorf("run %d: %w", r+1, err)
 		}
-		progress("firstcalls run %d: ready %.0f ms, first %d %.3f ms, settled %.3f ms (%.2fx)",
-			r+1, ms(rd), firstCalls, ms(f), ms(s), float64(f)/float64(s))
-		ready, first, settled = append(ready, rd), append(first, f), append(settled, s)
-		firstIn, settledIn, one = append(firstIn, fi), append(settledIn, si), append(one, o1)
+		progress("firstcalls run %d: ready %.0f ms, first %d %.3f ms, settled %.3f ms (%.2fx); CPU of the call thread %.0f / %.0f us (%.2fx), other threads %.0f / %.0f us a call",
+			r+1, ms(x.ready), firstCalls, ms(x.first), ms(x.settled), float64(x.first)/float64(x.settled),
+			us(x.firstCPU), us(x.settledCPU), float64(x.firstCPU)/float64(x.settledCPU), us(x.firstOther), us(x.settledOther))
+		ready, first, settled = append(ready, x.ready), append(first, x.first), append(settled, x.settled)
+		firstIn, settledIn, one = append(firstIn, x.firstIn), append(settledIn, x.settledIn), append(one, x.one)
+		firstCPU, settledCPU = append(firstCPU, x.firstCPU), append(settledCPU, x.settledCPU)
+		firstWait, settledWait = append(firstWait, x.firstWait), append(settledWait, x.settledWait)
+		firstOther, settledOther = append(firstOther, x.firstOther), append(settledOther, x.settledOther)
 	}
 	rep := &firstCallsReport{
 		Runs: runs, PauseMS: pause.Milliseconds(), ReadyMS: round1(ms(median(ready))),
@@ -62,6 +89,10 @@ func benchFirstCalls(ctx context.Context, rt *supervisor.Runtime, runs int, paus
 		FirstCallMS: round3(ms(median(one))),
 	}
 	rep.Ratio = round2(float64(median(first)) / float64(median(settled)))
+	rep.FirstCPUus, rep.SettledCPUus = round1(us(median(firstCPU))), round1(us(median(settledCPU)))
+	rep.CPURatio = round2(float64(median(firstCPU)) / float64(median(settledCPU)))
+	rep.FirstWaitUS, rep.SettledWaitUS = round1(us(median(firstWait))), round1(us(median(settledWait)))
+	rep.FirstOtherCPUus, rep.SettledOtherCPUus = round1(us(median(firstOther))), round1(us(median(settledOther)))
 	return rep, nil
 }
 
@@ -69,7 +100,7 @@ func benchFirstCalls(ctx context.Context, rt *supervisor.Runtime, runs int, paus
 // settledTo calls, returning the ready time, the medians of the first and
 // the settled calls, and of their time inside the worker, and the first
 // call's time.
-func firstCallsOnce(ctx context.Context, rt *supervisor.Runtime, pause time.Duration) (ready, first, settled, firstIn, settledIn, one time.Duration, err error) {
+func firstCallsOnce(ctx context.Context, rt *supervisor.Runtime, pause time.Duration) (x firstCallsRun, err error) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "supervisor", Level: hclog.Warn, Output: os.Stderr})
 	began := time.Now()
 	pool, err := supervisor.NewPool(rt, supervisor.Config{Workers: 1}, log)
@@ -91,7 +122,16 @@ func firstCallsOnce(ctx context.Context, rt *supervisor.Runtime, pause time.Dura
 		case <-time.After(time.Millisecond):
 		}
 	}
-	ready = time.Since(began)
+	x.ready = time.Since(began)
+	pid, err := oldestChild("deno")
+	if err != nil {
+		return
+	}
+	th, err := workerThreads(pid)
+	if err != nil {
+		return
+	}
+
 	// -firstcalls-pause tells calls apart from time: whatever a fresh
 	// worker still does in the background (V8's compile jobs, its
 	// collector) has had the pause to finish before the first call.
@@ -101,11 +141,20 @@ func firstCallsOnce(ctx context.Context, rt *supervisor.Runtime, pause time.Dura
 		return
 	case <-time.After(pause):
 	}
-	var wall, in []time.Duration
+	var wall, in, cpu, wait, other []time.Duration
 	for i := range settledTo {
+		before, e := th.read()
+		if e != nil {
+			err = e
+			return
+		}
 		t0 := time.Now()
 		res, e := pool.Run(ctx, supervisor.Job{ID: fmt.Sprint(i + 1), Code: code}, nil)
 		d := time.Since(t0)
+		after, e2 := th.read()
+		if e == nil {
+			e = e2
+		}
 		if e != nil {
 			err = e
 			return
@@ -115,9 +164,25 @@ func firstCallsOnce(ctx context.Context, rt *supervisor.Runtime, pause time.Dura
 			return
 		}
 		wall, in = append(wall, d), append(in, res.InWorker)
+		cpu = append(cpu, after.callRun-before.callRun)
+		wait = append(wait, after.callWait-before.callWait)
+		other = append(other, after.otherRun-before.otherRun)
 	}
-	return ready, median(wall[:firstCalls]), median(wall[settledFrom:]),
-		median(in[:firstCalls]), median(in[settledFrom:]), wall[0], nil
+	x.first, x.settled = median(wall[:firstCalls]), median(wall[settledFrom:])
+	x.firstIn, x.settledIn, x.one = median(in[:firstCalls]), median(in[settledFrom:]), wall[0]
+	x.firstCPU, x.settledCPU = median(cpu[:firstCalls]), median(cpu[settledFrom:])
+	x.firstWait, x.settledWait = mean(wait[:firstCalls]), mean(wait[settledFrom:])
+	x.firstOther, x.settledOther = mean(other[:firstCalls]), mean(other[settledFrom:])
+	return x, nil
+}
+
+// mean is the average of xs.
+func mean(xs []time.Duration) time.Duration {
+	var sum time.Duration
+	for _, x := range xs {
+		sum += x
+	}
+	return sum / time.Duration(len(xs))
 }
 
 // median is the middle of xs (the upper one of an even count).

@@ -57,7 +57,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "languages", "tsclient", "lb"}
+var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "reuse", "languages", "tsclient", "lb"}
 
 // byDefault are the measurements a plain run makes: lb needs nginx and two
 // cores to itself, so it runs only when asked for (-only lb).
@@ -235,7 +235,7 @@ func run(ctx context.Context, o *opts) error {
 		run        func(ctx context.Context) error
 	}{
 		{"spawn", fmt.Sprintf("spawn to first result, %d runs", o.runs), func(ctx context.Context) (err error) {
-			rep.Spawn, err = benchSpawn(ctx, o)
+			rep.Spawn, rep.SpawnParts, err = benchSpawn(ctx, o)
 			return err
 		}},
 		{"pool", fmt.Sprintf("pools of %v ready, %d runs each", o.poolSizes, o.runs), func(ctx context.Context) error {
@@ -287,6 +287,10 @@ func run(ctx context.Context, o *opts) error {
 			}},
 		{"toolcall", "code mode: tool calls from Python to server-memory", func(ctx context.Context) (err error) {
 			rep.ToolCall, err = benchToolCall(ctx, o)
+			return err
+		}},
+		{"reuse", fmt.Sprintf("calls after a replacement joins a settled two-worker pool, %d runs", o.runs), func(ctx context.Context) (err error) {
+			rep.Reuse, err = benchReuse(ctx, rt, o.runs)
 			return err
 		}},
 		{"firstcalls", fmt.Sprintf("first %d calls of a fresh worker against calls %d-%d, %d runs", firstCalls, settledFrom, settledTo, o.runs),
@@ -491,23 +495,30 @@ func benchHTTP(ctx context.Context, o *opts, transport string) (sample, error) {
 // ---- starts ------------------------------------------------------------------
 
 // benchSpawn times `pyrun stdio` from process start to the first result,
-// with the default pool size.
-func benchSpawn(ctx context.Context, o *opts) (*series, error) {
+// with the default pool size, and splits each run (spawnParts).
+func benchSpawn(ctx context.Context, o *opts) (*series, *spawnParts, error) {
 	var ds []time.Duration
+	var parts []spawnRun
 	for range o.runs {
 		p, err := startPyrun(ctx, o, "debug")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		handshake := time.Since(p.started)
 		_, err = p.call(ctx, code, nil)
 		d := time.Since(p.started)
+		run, perr := p.spawnRun(handshake, d)
 		p.close()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if perr != nil {
+			return nil, nil, perr
 		}
 		ds = append(ds, d)
+		parts = append(parts, run)
 	}
-	return newSeries(ds), nil
+	return newSeries(ds), summarizeSpawn(parts), nil
 }
 
 // benchPoolReady times `pyrun stdio --workers n` (and extra flags) from
@@ -831,6 +842,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 func round1(x float64) float64   { return math.Round(x*10) / 10 }
 func round2(x float64) float64   { return math.Round(x*100) / 100 }
 func round3(x float64) float64   { return math.Round(x*1000) / 1000 }

@@ -88,10 +88,13 @@ type logWatcher struct {
 	mu      sync.Mutex
 	partial []byte
 	lines   []string
-	ready   []time.Time   // "worker ready"
-	retired []time.Time   // "retiring worker"
-	addr    string        // where pyrun serve listens ("listening")
-	changed chan struct{} // closed and replaced when either grows
+	ready   []time.Time // "worker ready"
+	// inWorker is each ready worker's in_worker_ms: its start inside the
+	// worker program, from its first line of code to its ready.
+	inWorker []float64
+	retired  []time.Time   // "retiring worker"
+	addr     string        // where pyrun serve listens ("listening")
+	changed  chan struct{} // closed and replaced when either grows
 }
 
 func newLogWatcher() *logWatcher { return &logWatcher{changed: make(chan struct{})} }
@@ -112,9 +115,10 @@ func (w *logWatcher) Write(p []byte) (int, error) {
 			w.lines = w.lines[len(w.lines)-40:]
 		}
 		var rec struct {
-			Message   string `json:"@message"`
-			Timestamp string `json:"@timestamp"`
-			Addr      string `json:"addr"`
+			Message   string  `json:"@message"`
+			Timestamp string  `json:"@timestamp"`
+			Addr      string  `json:"addr"`
+			InWorker  float64 `json:"in_worker_ms"`
 		}
 		if json.Unmarshal([]byte(line), &rec) != nil {
 			continue
@@ -126,6 +130,7 @@ func (w *logWatcher) Write(p []byte) (int, error) {
 		switch rec.Message {
 		case "worker ready":
 			w.ready = append(w.ready, at)
+			w.inWorker = append(w.inWorker, rec.InWorker)
 		case "retiring worker":
 			w.retired = append(w.retired, at)
 		case "listening":

@@ -25,6 +25,7 @@ type report struct {
 
 	Warm       *warmReport       `json:"warm,omitempty"`
 	Spawn      *series           `json:"spawn_to_first_result,omitempty"`
+	SpawnParts *spawnParts       `json:"spawn_parts,omitempty"`
 	PoolReady  []poolReport      `json:"pool_ready,omitempty"`
 	Replace    *series           `json:"killed_worker_replaced,omitempty"`
 	Throughput *throughputReport `json:"cpu_throughput,omitempty"`
@@ -32,6 +33,7 @@ type report struct {
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
 	Agent      *agentReport      `json:"agent_run,omitempty"`
 	FirstCalls *firstCallsReport `json:"first_calls,omitempty"`
+	Reuse      *reuseReport      `json:"after_replacement,omitempty"`
 	LB         *lbReport         `json:"load_balanced,omitempty"`
 	ToolCall   *toolCallReport   `json:"tool_call,omitempty"`
 	Languages  []languageReport  `json:"languages,omitempty"`
@@ -175,8 +177,13 @@ func (r *report) checkTargets() []target {
 		atLeast("8 concurrent 50 ms CPU calls", t.CallsPerS, 36, "calls/s")
 		atMost("mixed outputs of those calls", float64(t.Mixed), 0, "")
 	}
+	if u := r.Reuse; u != nil {
+		atMost("after a replacement joins: 20 calls / settled", u.Ratio, 1.2, "x")
+		atMost("after a replacement joins: 20 calls / settled, CPU", u.CPURatio, 1.2, "x")
+	}
 	if f := r.FirstCalls; f != nil {
 		atMost("fresh worker: first 20 calls / settled", f.Ratio, 1.2, "x")
+		atMost("fresh worker: first 20 calls / settled, CPU", f.CPURatio, 1.2, "x")
 	}
 	if s := r.Spawn; s != nil {
 		atMost("process spawn to first result", s.P50MS/1000, 0.6, "s")
@@ -275,6 +282,10 @@ func (r *report) print(w io.Writer) {
 			fmt.Fprintf(w, "  stdio, fresh server: calls 1-%d median %.3f ms, %.2fx the settled p50\n", firstCalls, wr.StdioFirstMS, wr.StdioFirstOverSettled)
 		}
 	}
+	if sp := r.SpawnParts; sp != nil {
+		fmt.Fprintf(w, "\nspawn to first result, split (medians): MCP handshake done %.1f ms; first worker ready %.1f ms, of which %.1f ms before the worker program ran (pyrun's start, Deno's, the program's and Pyodide's modules) and %.1f ms inside it (the snapshot restored, the helper connected); then the first call %.1f ms. CPU by the first result: pyrun %.1f ms, its workers %.1f ms\n",
+			sp.HandshakeMS, sp.ReadyMS, sp.BeforeMS, sp.InWorkerMS, sp.FirstCallMS, sp.PyrunCPUMS, sp.WorkerCPUMS)
+	}
 	if r.Spawn != nil || r.PoolReady != nil || r.Replace != nil {
 		fmt.Fprintf(w, "\nstarts (median of runs)\n")
 		const row = "  %-34s %5s %8s %8s %8s\n"
@@ -316,9 +327,16 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "agent run, %d blocks over stdio (median of %d): one Python session %.1f ms (its start %.1f ms, the other %d calls %.1f ms); stateless replay %.1f ms; session / replay %.2fx, without the start %.2fx\n",
 			len(agentBlocks), a.Runs, a.SessionMS, a.StartMS, len(agentBlocks)-1, a.RestMS, a.StatelessMS, a.SessionOverStateless, a.RestOverStateless)
 	}
+	if u := r.Reuse; u != nil {
+		fmt.Fprintf(w, "a settled two-worker pool, its idle worker replaced (median of %d): calls %d-%d %.3f ms, the %d calls after the replacement joined %.3f ms: %.2fx; %d of the runs had a call on the replacement\n",
+			u.Runs, settledFrom, settledTo, u.SettledMS, firstCalls, u.AfterMS, u.Ratio, u.OnFresh)
+		fmt.Fprintf(w, "  in CPU time of the threads running Python: %.0f us a call settled, %.0f us after: %.2fx\n", u.SettledCPUus, u.AfterCPUus, u.CPURatio)
+	}
 	if f := r.FirstCalls; f != nil {
 		fmt.Fprintf(w, "fresh worker (pool.Run, median of %d starts): ready %.1f ms; first call %.3f ms; calls 1-%d %.3f ms (in worker %.3f), calls %d-%d %.3f ms (in worker %.3f): %.2fx\n",
 			f.Runs, f.ReadyMS, f.FirstCallMS, firstCalls, f.FirstMS, f.FirstInWorkerMS, settledFrom, settledTo, f.SettledMS, f.SettledInWorkerMS, f.Ratio)
+		fmt.Fprintf(w, "  in CPU time (schedstat): the thread running Python %.0f us a call against %.0f us settled (%.2fx), waiting for a CPU %.0f / %.0f us; the worker's other threads %.0f / %.0f us a call\n",
+			f.FirstCPUus, f.SettledCPUus, f.CPURatio, f.FirstWaitUS, f.SettledWaitUS, f.FirstOtherCPUus, f.SettledOtherCPUus)
 	}
 	if l := r.LB; l != nil {
 		fmt.Fprintf(w, "\nbehind nginx, %d clients, %d calls of %s each (load average %s / %s / %s):\n", l.Concurrency, l.Calls, l.Code, l.Load[0], l.Load[1], l.Load[2])
