@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -148,6 +149,8 @@ func reuseOnce(ctx context.Context, rt *supervisor.Runtime) (settled, after, set
 	for w := range ran2 {
 		if !ran[w] {
 			onFresh = true
+			progress("reuse: a call after the replacement ran on %s; the calls before on %v, after on %v: %v",
+				w, slices.Collect(maps.Keys(ran)), slices.Collect(maps.Keys(ran2)), pool.Stats().Counts.Restarts)
 		}
 	}
 	return settled, median(ds), settledCPU, median(cpu), onFresh, nil
