@@ -34,8 +34,10 @@ const listen = self.addEventListener.bind(self);
 const { createObjectURL, revokeObjectURL } = URL;
 // A session's code may replace globals; the runner keeps its own.
 const BlobClass = Blob;
-const later = setTimeout;
 const define = Object.defineProperty;
+const describe = Object.getOwnPropertyDescriptor;
+const apply = Reflect.apply;
+const includes = String.prototype.includes;
 const stringify = JSON.stringify;
 const rawJSON = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
 const encoder = new TextEncoder();
@@ -186,6 +188,111 @@ function install(): void {
   define(globalThis, "pyrun", { value: pyrun, writable: true, configurable: true });
 }
 
+// ---- Deno's lazy globals ---------------------------------------------------
+//
+// Deno builds its Node compatibility layer (`process`, `setTimeout`, ...) the
+// first time one of these globals is read: ~20 ms of CPU, which was most of a
+// fresh Worker's own start-up. The runner reads none of them before the code
+// does: it puts an accessor of its own in front of each, which guards
+// `process` (or notes the timers) when the code first reads it. Code that
+// imports anything (`node:process` gives the same object) has them read and
+// guarded before it runs. In a session the guard may run after earlier code
+// replaced built-ins (Array iterators, String and RegExp methods), so this
+// part uses only what the runner took at its start: no loops over arrays, no
+// methods looked up at the time.
+
+type LazyGlobal = { get: () => unknown; seen: (v: unknown) => void; done: boolean };
+const lazyGlobals: LazyGlobal[] = [];
+/** Whether the code has read a timer global: then the call's end waits for a timer too. */
+let timersRead = false;
+
+function onFirstRead(name: string, seen: (v: unknown) => void): void {
+  const d = describe(globalThis, name);
+  if (!d) return;
+  const settle = (v: unknown) =>
+    define(globalThis, name, {
+      value: v,
+      writable: true,
+      configurable: true,
+      enumerable: d.enumerable,
+    });
+  if (!d.get) return seen(d.value);
+  const lazy: LazyGlobal = { get: d.get, seen, done: false };
+  lazyGlobals.push(lazy);
+  define(globalThis, name, {
+    get() {
+      const v = readLazy(lazy);
+      settle(v);
+      return v;
+    },
+    set: settle,
+    configurable: true,
+    enumerable: d.enumerable,
+  });
+}
+
+function readLazy(lazy: LazyGlobal): unknown {
+  const v = apply(lazy.get, globalThis, []);
+  if (!lazy.done) {
+    lazy.done = true;
+    lazy.seen(v);
+  }
+  return v;
+}
+
+/** Whether code may import (a module, node:process among them): a word in its text is enough. */
+function mayImport(code: string): boolean {
+  return apply(includes, code, ["import"]) || apply(includes, code, ["require"]);
+}
+
+/** Before code that may import: what it can reach through a module is guarded already. */
+function readLazyGlobals(): void {
+  for (let i = 0; i < lazyGlobals.length; i++) {
+    if (!lazyGlobals[i].done) readLazy(lazyGlobals[i]);
+  }
+}
+
+function refuse(proc: object, name: string): void {
+  define(proc, name, {
+    get() {
+      throw new Error(`process.${name} is not available in pyrun: use console and pyrun.writeFile`);
+    },
+    configurable: true,
+  });
+}
+
+function guardProcess(p: unknown): void {
+  if (typeof p !== "object" || p === null) return;
+  define(p, "exit", {
+    value: (code?: number) => exitCall(`process.exit(${code ?? ""})`, code ?? 0),
+    writable: true,
+    configurable: true,
+  });
+  refuse(p, "stdin");
+  refuse(p, "stdout");
+  refuse(p, "stderr");
+}
+
+// One macrotask without Deno's timers (which would build the Node layer):
+// a message to a channel of the runner's own.
+const tick = new MessageChannel();
+const tickPost = tick.port1.postMessage.bind(tick.port1);
+const ticks: Record<number, () => void> = Object.create(null);
+let tickHead = 0;
+let tickTail = 0;
+tick.port2.onmessage = () => {
+  const f = ticks[tickHead];
+  delete ticks[tickHead++];
+  f?.();
+};
+
+function nextTask(): Promise<void> {
+  return new Promise((r) => {
+    ticks[tickTail++] = r;
+    tickPost(0);
+  });
+}
+
 function hide(): void {
   const g = globalThis as unknown as Record<string, unknown>;
   delete g.postMessage;
@@ -200,21 +307,17 @@ function hide(): void {
   DenoAny.exit = (code?: number) => exitCall(`Deno.exit(${code ?? ""})`, code ?? 0);
   for (const name of ["stdin", "stdout", "stderr"]) delete DenoAny[name];
   delete DenoAny[DenoAny.internal];
-  const proc = g.process as Record<string, unknown> | undefined;
-  if (proc) {
-    proc.exit = (code?: number) => exitCall(`process.exit(${code ?? ""})`, code ?? 0);
-    for (const name of ["stdin", "stdout", "stderr"]) {
-      Object.defineProperty(proc, name, {
-        get() {
-          throw new Error(
-            `process.${name} is not available in pyrun: use console and pyrun.writeFile`,
-          );
-        },
-        configurable: true,
-      });
-    }
+  onFirstRead("process", guardProcess);
+  for (const name of ["setTimeout", "setInterval", "setImmediate"]) {
+    onFirstRead(name, () => timersRead = true);
   }
 }
+
+/** Deno's own setTimeout, read through its lazy getter (the code may have replaced the global). */
+const realSetTimeout = (() => {
+  const d = describe(globalThis, "setTimeout");
+  return () => (d?.get ? apply(d.get, globalThis, []) : d?.value) as typeof setTimeout;
+})();
 
 // ---- values ---------------------------------------------------------------
 
@@ -323,10 +426,13 @@ async function run(m: Extract<ToRunner, { type: "run" }>): Promise<void> {
   let value: string | undefined;
   let error: string | undefined;
   try {
+    if (mayImport(m.code)) readLazyGlobals();
     const ns = await import(url);
     // One macrotask, so that a promise the code rejected and left unhandled
-    // is reported as this call's error.
-    await new Promise((r) => later(r, 0));
+    // is reported as this call's error; a timer of 0 ms if the code may have
+    // set timers, so that one it set for 0 ms runs first, during the call.
+    if (timersRead) await new Promise((r) => realSetTimeout()(r, 0));
+    else await nextTask();
     if (c.uncaught.length) {
       status = "run-error";
       error = formatError(c.uncaught[0], url);
