@@ -42,7 +42,7 @@ func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, e
 	}
 	p.seq++
 	name := fmt.Sprintf("session-worker-%d", p.seq)
-	cfg, pkgs := p.cfg, p.pkgs
+	cfg, gen, pkgs := p.cfg, p.gen, p.pkgs
 	p.mu.Unlock()
 	// The pool's Close aborts a start as it aborts its own.
 	ctx, cancel := context.WithCancel(ctx)
@@ -82,7 +82,7 @@ func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, e
 		}
 		return nil, fmt.Errorf("start a dedicated worker: %w", err)
 	}
-	w.pkgs = pkgs
+	w.gen, w.pkgs = gen, pkgs
 	from := "plain"
 	if w.ready.Snapshot {
 		from = "snapshot"
@@ -94,6 +94,16 @@ func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, e
 
 // Name is the worker's name in logs.
 func (d *Dedicated) Name() string { return d.w.name }
+
+// Current says whether the worker starts as a new one would now: false
+// once a reconfiguration has changed how workers start (Pool.Reconfigure),
+// as for a pool's own workers. A worker started ahead of its session
+// (sessions' spares) serves only while it is current.
+func (d *Dedicated) Current() bool {
+	d.pool.mu.Lock()
+	defer d.pool.mu.Unlock()
+	return d.w.gen == d.pool.gen
+}
 
 // Run runs job on the worker, as Pool.Run does on a pool's worker, with
 // the time limits of the pool's configuration in force. A call whose

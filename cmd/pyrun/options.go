@@ -72,6 +72,7 @@ type options struct {
 	sessionMaxAge     time.Duration
 	maxSessions       int
 	clientMaxSessions int
+	sessionSpares     int
 	instanceID        string
 	// Rich results (README "Rich results").
 	maxDisplays      int

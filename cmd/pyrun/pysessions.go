@@ -22,6 +22,7 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.sessionMaxAge, "session-max-age", sessions.DefaultMaxAge, "a Python session ends this long after it started")
 	fs.IntVar(&o.maxSessions, "max-sessions", sessions.DefaultMax, "Python sessions open at once, each with a worker of its own besides the pool's")
 	fs.IntVar(&o.clientMaxSessions, "client-max-sessions", sessions.DefaultClientMax, "serve, with access control: Python sessions one client may have open")
+	fs.IntVar(&o.sessionSpares, "session-spares", sessions.DefaultSpares, "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
 	fs.StringVar(&o.instanceID, "instance-id", "", "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name so reduced)")
 }
 
@@ -35,6 +36,8 @@ func (o *options) checkSessions() error {
 		return fmt.Errorf("max-sessions must be between 1 and 256, not %d", o.maxSessions)
 	case o.clientMaxSessions < 1 || o.clientMaxSessions > 256:
 		return fmt.Errorf("client-max-sessions must be between 1 and 256, not %d", o.clientMaxSessions)
+	case o.sessionSpares < 0 || o.sessionSpares > 16:
+		return fmt.Errorf("session-spares must be between 0 and 16, not %d", o.sessionSpares)
 	}
 	if o.instanceID == "" {
 		return nil
@@ -54,8 +57,13 @@ func (o *options) instance() string {
 }
 
 func (o *options) sessionLimits() sessions.Limits {
+	spares := o.sessionSpares
+	if spares == 0 {
+		spares = -1 // none; 0 is the default to sessions
+	}
 	return sessions.Limits{
 		Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, ClientMax: o.clientMaxSessions,
+		Spares: spares,
 	}
 }
 

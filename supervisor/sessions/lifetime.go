@@ -40,6 +40,9 @@ func (m *Manager) expire() {
 				next = d
 			}
 		}
+		if d := m.expireSparesLocked(now); d >= 0 && (next < 0 || d < next) {
+			next = d
+		}
 		m.mu.Unlock()
 		var timer <-chan time.Time
 		var t *time.Timer
@@ -74,6 +77,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		return nil
 	}
 	m.closed = true
+	m.cancelClosing() // spares being started stop starting
 	var idle chan struct{}
 	if m.running > 0 {
 		idle = make(chan struct{})
@@ -102,6 +106,10 @@ func (m *Manager) Close(ctx context.Context) error {
 	for _, s := range m.open {
 		m.endLocked(s, EndShutdown, ErrClosed)
 	}
+	for _, sp := range m.spares {
+		m.closeWorker(sp.w)
+	}
+	m.spares = nil
 	m.mu.Unlock()
 	m.wg.Wait()
 	return err

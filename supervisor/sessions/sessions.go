@@ -84,6 +84,9 @@ type Limits struct {
 	MaxAge    time.Duration // and this long after it started; 0: 8h
 	Max       int           // open sessions at once; 0: 4
 	ClientMax int           // open sessions of one client (not Options.Anonymous); 0: 2
+	// Spares are workers started ahead for new sessions (spare.go), once
+	// a session has started; 0: DefaultSpares, negative: none.
+	Spares int
 }
 
 // Default limits.
@@ -106,6 +109,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.ClientMax <= 0 {
 		l.ClientMax = DefaultClientMax
+	}
+	if l.Spares == 0 {
+		l.Spares = DefaultSpares
 	}
 	return l
 }
@@ -146,6 +152,11 @@ type Stats struct {
 	StartFailures int64
 	Ends          map[string]int64 // by reason (EndClient, ...)
 	Limits        Limits
+	// Spares are workers waiting for the next new session; SpareHits
+	// counts the new sessions that got one.
+	Spares         int
+	SparesStarting int
+	SpareHits      int64
 }
 
 // Manager keeps the sessions of one pyrun. Its methods are safe for
@@ -157,6 +168,9 @@ type Manager struct {
 	wake chan struct{} // tells the expiry loop to look again
 	stop chan struct{} // closed by Close: the expiry loop ends
 	wg   sync.WaitGroup
+	// closing is cancelled by Close: a spare's start is aborted.
+	closing       context.Context
+	cancelClosing context.CancelFunc
 
 	mu         sync.Mutex
 	limits     Limits
@@ -168,6 +182,9 @@ type Manager struct {
 	closed     bool
 	idleSignal chan struct{} // closed when running reaches 0 after Close
 	counts     Stats
+	spares     []spareWorker // started ahead for new sessions, oldest first
+	// sparesStarting counts spares being started.
+	sparesStarting int
 }
 
 // session is one open session. Its fields are guarded by Manager.mu.
@@ -208,6 +225,7 @@ func New(o Options) *Manager {
 		gone:     map[string]tomb{},
 		counts:   Stats{Ends: map[string]int64{}},
 	}
+	m.closing, m.cancelClosing = context.WithCancel(context.Background())
 	m.wg.Add(1)
 	go m.expire()
 	return m
@@ -242,6 +260,7 @@ func (m *Manager) Stats() Stats {
 	}
 	s.Ends = maps.Clone(m.counts.Ends)
 	s.Limits = m.limits
+	s.Spares, s.SparesStarting = len(m.spares), m.sparesStarting
 	return s
 }
 
@@ -301,12 +320,16 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 	}
 	m.starting[client]++
 	m.running++ // Close waits for the start, then for the call
+	spare := m.takeSpareLocked()
 	m.mu.Unlock()
 
 	began := time.Now()
-	// A worker that dies while its session is idle ends the session at
-	// once (the expiry loop looks), rather than at the next call.
-	w, err := m.opts.Start(ctx, m.kick)
+	w, err := spare, error(nil)
+	if w == nil {
+		// A worker that dies while its session is idle ends the session at
+		// once (the expiry loop looks), rather than at the next call.
+		w, err = m.opts.Start(ctx, m.kick)
+	}
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -334,7 +357,8 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 	m.open[s.id] = s
 	m.counts.Starts++
 	m.log.Info("python session started", "python_session", s.id, "client", client,
-		"startup", now.Sub(began).Round(time.Millisecond), "open", len(m.open))
+		"startup", now.Sub(began).Round(time.Millisecond), "open", len(m.open), "spare", spare != nil)
+	m.refillLocked()
 	m.kick()
 	return s, nil
 }
