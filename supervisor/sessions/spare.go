@@ -8,8 +8,7 @@ import (
 // A spare worker for the next session. A session's worker is a worker
 // start (0.4-0.7 s from the memory snapshot on an idle 2-core machine,
 // seconds under load), which a "new" call waits for. Once a session has
-// started, the Manager starts one worker ahead for the next (spareDelay
-// later): an agent that
+// started, the Manager starts one worker ahead for the next: an agent that
 // opens one session tends to open more, and one that never does pays
 // nothing. Limits.Spares bounds them (default 1; negative: none). A spare
 // is dropped when it has waited Limits.Idle unused, when it is lost or no
@@ -70,24 +69,9 @@ func (m *Manager) refillLocked() {
 	}
 }
 
-// spareDelay is how long after a session's start its spare starts: a
-// worker start takes both cores of a small machine for a moment, which
-// the session's own next calls, when they come at once, should not share;
-// an agent thinks longer than this between calls.
-const spareDelay = 2 * time.Second
-
-// startSpare starts one spare, spareDelay from now; the Manager's Close
-// stops it.
+// startSpare starts one spare; the Manager's Close stops it.
 func (m *Manager) startSpare() {
 	defer m.wg.Done()
-	select {
-	case <-time.After(spareDelay):
-	case <-m.closing.Done():
-		m.mu.Lock()
-		m.sparesStarting--
-		m.mu.Unlock()
-		return
-	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stop := context.AfterFunc(m.closing, cancel)
