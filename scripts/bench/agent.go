@@ -48,7 +48,14 @@ type agentReport struct {
 	// the replay's ten, and the whole session run with the replay.
 	RestOverStateless    float64 `json:"session_rest_over_stateless"`
 	SessionOverStateless float64 `json:"session_over_stateless"`
+	// StartAfterPauseMS is a session's first call (its block 1, "new",
+	// ending it) agentPause after the one before: what an agent that
+	// thinks between sessions waits, the worker started ahead ready.
+	StartAfterPauseMS float64 `json:"session_start_after_pause_ms"`
 }
+
+// agentPause is the pause before each "new" of StartAfterPauseMS.
+const agentPause = 3 * time.Second
 
 func benchAgent(ctx context.Context, o *opts) (*agentReport, error) {
 	p, err := startPyrun(ctx, o, "debug", "--workers", "2")
@@ -104,8 +111,29 @@ func benchAgent(ctx context.Context, o *opts) (*agentReport, error) {
 			return nil, fmt.Errorf("the session printed %q, want %q", out, agentExpected)
 		}
 	}
+	// As an agent that thinks between sessions: a "new" after a pause
+	// finds the worker pyrun started ahead ready (--session-spares).
+	var paused []time.Duration
+	for range o.runs {
+		select {
+		case <-time.After(agentPause):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		began := time.Now()
+		res, err := p.session.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code",
+			Arguments: map[string]any{"python_code": agentBlocks[0], "session_id": "new", "end_session": true}})
+		if err == nil && res.IsError {
+			err = fmt.Errorf("tool error: %s", contentText(res))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("session after a pause: %w", err)
+		}
+		paused = append(paused, time.Since(began))
+	}
 	med := func(ds []time.Duration) float64 { return newSeries(ds).P50MS }
-	r := &agentReport{Runs: o.runs, SessionMS: med(sess), StartMS: med(start), RestMS: med(rest), StatelessMS: med(stateless)}
+	r := &agentReport{Runs: o.runs, SessionMS: med(sess), StartMS: med(start), RestMS: med(rest), StatelessMS: med(stateless),
+		StartAfterPauseMS: med(paused)}
 	r.RestOverStateless = round2(r.RestMS / r.StatelessMS)
 	r.SessionOverStateless = round2(r.SessionMS / r.StatelessMS)
 	return r, nil

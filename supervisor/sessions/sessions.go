@@ -183,8 +183,10 @@ type Manager struct {
 	idleSignal chan struct{} // closed when running reaches 0 after Close
 	counts     Stats
 	spares     []spareWorker // started ahead for new sessions, oldest first
-	// sparesStarting counts spares being started.
+	// sparesStarting counts spares being started; spareDone is closed and
+	// replaced when one ends its start, ready or not.
 	sparesStarting int
+	spareDone      chan struct{}
 }
 
 // session is one open session. Its fields are guarded by Manager.mu.
@@ -226,6 +228,7 @@ func New(o Options) *Manager {
 		counts:   Stats{Ends: map[string]int64{}},
 	}
 	m.closing, m.cancelClosing = context.WithCancel(context.Background())
+	m.spareDone = make(chan struct{})
 	m.wg.Add(1)
 	go m.expire()
 	return m
@@ -320,12 +323,12 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 	}
 	m.starting[client]++
 	m.running++ // Close waits for the start, then for the call
-	spare := m.takeSpareLocked()
+	began := time.Now()
+	spare, waitErr := m.awaitSpareLocked(ctx)
 	m.mu.Unlock()
 
-	began := time.Now()
-	w, err := spare, error(nil)
-	if w == nil {
+	w, err := spare, waitErr
+	if w == nil && err == nil {
 		// A worker that dies while its session is idle ends the session at
 		// once (the expiry loop looks), rather than at the next call.
 		w, err = m.opts.Start(ctx, m.kick)

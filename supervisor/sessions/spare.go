@@ -43,6 +43,28 @@ func (m *Manager) takeSpareLocked() Worker {
 	return nil
 }
 
+// awaitSpareLocked is takeSpareLocked for a new session: when no spare is
+// ready but one is starting, it waits for that one, which is nearer ready
+// than a start of the session's own would be, and which the two would
+// slow each other down racing for the cores. nil, nil: none is ready or
+// coming; start a worker. m.mu is held, and released while it waits.
+func (m *Manager) awaitSpareLocked(ctx context.Context) (Worker, error) {
+	for {
+		if w := m.takeSpareLocked(); w != nil || m.sparesStarting == 0 || m.closed {
+			return w, nil
+		}
+		done := m.spareDone
+		m.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			m.mu.Lock()
+			return nil, ctx.Err()
+		}
+		m.mu.Lock()
+	}
+}
+
 // usableLocked says whether a spare may still serve a new session.
 func (m *Manager) usableLocked(sp spareWorker) bool {
 	if sp.w.Lost() != "" {
@@ -81,6 +103,8 @@ func (m *Manager) startSpare() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.sparesStarting--
+	close(m.spareDone) // a new session waiting for it looks again
+	m.spareDone = make(chan struct{})
 	if err != nil {
 		if !m.closed {
 			m.log.Warn("a worker for the next Python session did not start", "error", err.Error())
