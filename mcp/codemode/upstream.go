@@ -331,11 +331,16 @@ func (u *upstream) lookup(name string) *tool {
 func (u *upstream) status() string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	switch u.state {
-	case connected:
+	switch {
+	case u.state == connected:
 		return ""
-	case connecting:
+	case u.state == connecting && u.lastErr == nil:
 		return "connecting"
+	case u.state == connecting:
+		// A retry after a failure: the code should not count on it, as on a
+		// server that is down (a catalog taken during the retry said
+		// "connecting" of a server that had never started).
+		return fmt.Sprintf("not available (%v); trying again", u.lastErr)
 	}
 	return fmt.Sprintf("not available (%v)", u.lastErr)
 }
