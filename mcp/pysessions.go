@@ -129,10 +129,15 @@ var (
 	pySessionEndsDesc = prometheus.NewDesc("pyrun_python_session_ends_total",
 		"Python sessions ended, by reason: ended (by the client), idle, max-age, lost (the worker was killed or died), shutdown.",
 		[]string{"reason"}, nil)
+	pySessionSparesDesc = prometheus.NewDesc("pyrun_python_session_spares",
+		"Workers started ahead for new Python sessions (--session-spares), ready now.", nil, nil)
+	pySessionSpareHitsDesc = prometheus.NewDesc("pyrun_python_session_spare_hits_total",
+		"New Python sessions that got a worker started ahead, without waiting for a start of their own.", nil, nil)
 )
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{pySessionsDesc, pySessionStartsDesc, pySessionStartFailuresDesc, pySessionEndsDesc} {
+	for _, d := range []*prometheus.Desc{pySessionsDesc, pySessionStartsDesc, pySessionStartFailuresDesc, pySessionEndsDesc,
+		pySessionSparesDesc, pySessionSpareHitsDesc} {
 		ch <- d
 	}
 }
@@ -145,6 +150,8 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range sessions.EndReasons {
 		ch <- prometheus.MustNewConstMetric(pySessionEndsDesc, prometheus.CounterValue, float64(s.Ends[r]), r)
 	}
+	ch <- prometheus.MustNewConstMetric(pySessionSparesDesc, prometheus.GaugeValue, float64(s.Spares))
+	ch <- prometheus.MustNewConstMetric(pySessionSpareHitsDesc, prometheus.CounterValue, float64(s.SpareHits))
 }
 
 // shortDuration writes d without its zero tails: 10m, 8h, 1h30m.

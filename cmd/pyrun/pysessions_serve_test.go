@@ -56,6 +56,16 @@ func TestServeSessions(t *testing.T) {
 		t.Errorf("metrics: %v sessions, %v starts, %v successful calls; want 1, 1, 2",
 			m["pyrun_python_sessions"], m["pyrun_python_session_starts_total"], m[`pyrun_calls_total{status="success"}`])
 	}
+	// Once a session has started, a worker is started ahead for the next.
+	for deadline := time.Now().Add(callTimeout); s.metrics(t)["pyrun_python_session_spares"] != 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("pyrun_python_session_spares never 1 after a session started: %v", s.metrics(t)["pyrun_python_session_spares"])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if got := s.metrics(t)["pyrun_python_session_spare_hits_total"]; got != 0 {
+		t.Errorf("pyrun_python_session_spare_hits_total %v before a second session, want 0", got)
+	}
 
 	// A reload lowers the bound: the open session stays, a new one is refused.
 	mark := s.log.mark()
