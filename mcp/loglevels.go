@@ -2,9 +2,7 @@ package mcp
 
 import (
 	"context"
-	"runtime"
 	"sync"
-	"weak"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -17,10 +15,10 @@ import (
 // nothing (the SDK drops log messages for a session with no level).
 
 // logLevels remembers the sessions that set a log level. An entry goes when
-// its session is garbage collected, so the set stays as small as the set of
-// live sessions.
+// its session ends, as sessionNames' do, so the set stays as small as the
+// set of open sessions.
 type logLevels struct {
-	m sync.Map // weak.Pointer[sdk.ServerSession] -> struct{}
+	m sync.Map // *sdk.ServerSession -> struct{}
 }
 
 // middleware notes a session's logging/setLevel before the SDK handles it,
@@ -37,9 +35,12 @@ func (l *logLevels) middleware(next sdk.MethodHandler) sdk.MethodHandler {
 }
 
 func (l *logLevels) set(ss *sdk.ServerSession) {
-	key := weak.Make(ss)
-	if _, had := l.m.LoadOrStore(key, struct{}{}); !had {
-		runtime.AddCleanup(ss, func(k weak.Pointer[sdk.ServerSession]) { l.m.Delete(k) }, key)
+	if _, had := l.m.LoadOrStore(ss, struct{}{}); !had {
+		// The session owns this goroutine: it ends when the session does.
+		go func() {
+			_ = ss.Wait()
+			l.m.Delete(ss)
+		}()
 	}
 }
 
@@ -54,6 +55,6 @@ func (l *logLevels) wantsLive(req *sdk.CallToolRequest) bool {
 	if _, ok := req.Params.GetMeta()[sdk.MetaKeyLogLevel]; ok {
 		return true
 	}
-	_, ok := l.m.Load(weak.Make(req.Session))
+	_, ok := l.m.Load(req.Session)
 	return ok
 }
