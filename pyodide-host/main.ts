@@ -19,6 +19,7 @@ export function parseConfig(args: string[]): HostConfig {
     preload: Array.isArray(raw.preload) ? raw.preload : [],
     session: raw.session === true,
     mounts: Array.isArray(raw.mounts) ? raw.mounts : [],
+    warm_calls: Number(raw.warm_calls ?? 0),
   };
 }
 

@@ -27,6 +27,8 @@ export interface HostConfig {
   session: boolean;
   /** Host folders to mount (--mount); absent: none. */
   mounts?: Mount[];
+  /** Calls of its own to run while idle before the first request (warm.ts); absent: none. */
+  warm_calls?: number;
 }
 
 /** A host folder visible to Python at path; writable only when rw. */
@@ -106,6 +108,8 @@ export type Event =
     snapshot: boolean;
     /** Why the snapshot given was not used. */
     snapshot_error?: string;
+    /** Warming calls it runs while it waits for its first request (warm.ts); absent: none. */
+    warm_calls?: number;
   }
   | { type: "output"; id: string; stream: "stdout" | "stderr"; text: string }
   | { type: "package"; id: string; text: string }

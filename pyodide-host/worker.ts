@@ -17,6 +17,7 @@ import { guardFiles } from "./guards.ts";
 import { mountHostFolders } from "./mounts.ts";
 import { toolChannel } from "./toolcalls.ts";
 import { readLines, writeLine } from "./lines.ts";
+import { warmer } from "./warm.ts";
 import type { SnapshotRead } from "./main.ts";
 
 function send(ev: Event): void {
@@ -160,9 +161,14 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     if (errors.length) throw new Error(`preloading packages failed: ${errors.join("; ")}`);
     helper.preloaded(JSON.stringify(cfg.preload));
   }
+  // A warming call's lines (warm.ts) go nowhere: no call asked for them.
+  let muted = false;
   // Packages for a call: the need line goes to the supervisor, which
   // answers on stdin with files in its cache (PROTOCOL.md, Packages).
   const load = async (need: string): Promise<string> => {
+    // A warming call imports only what the snapshot holds; were it to
+    // need more, its request must not reach the supervisor.
+    if (muted) return JSON.stringify({ error: "pyrun: no packages for a warming call" });
     writeLine(need);
     const next = await lines.next();
     if (next.done) {
@@ -189,7 +195,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     // Consume the interrupt here: the sleep raises KeyboardInterrupt itself.
     return Atomics.exchange(shared.flag, 0, 0) !== 0 && live(shared);
   };
-  helper.setup(writeLine, wait, () => live(shared), load);
+  helper.setup((line) => muted || writeLine(line), wait, () => live(shared), load);
   // Mounts first: making their folders is a change the guard refuses.
   const mounts = cfg.mounts ?? [];
   mountHostFolders(py, mounts);
@@ -199,7 +205,9 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     "/output",
     ...mounts.filter((m) => m.rw).map((m) => m.path),
   ]);
-  if (cfg.session) helper.keep_state();
+  // A session's state starts with its first call: warming calls before it
+  // run as stateless calls do and leave nothing behind.
+  let stateKept = !cfg.session;
   // Code mode: mcp_tools calls tools through the supervisor (toolcalls.ts).
   const mcpTools = py.pyimport("mcp_tools") as unknown as McpTools;
   const tools = toolChannel(lines, () => current, send);
@@ -228,9 +236,50 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     startup_ms: Math.round(performance.now() - began),
     snapshot: !!cfg.snapshot && !snapshotError,
     ...(snapshotError ? { snapshot_error: snapshotError } : {}),
+    ...(cfg.warm_calls ? { warm_calls: cfg.warm_calls } : {}),
   });
 
-  for await (const line of lines) {
+  // One run request, a warming call's too (warm.ts): its lines go to out.
+  const runCall = async (req: RunRequest, out: (line: string) => void) => {
+    beginCall(shared, req.interrupts ?? 0);
+    current = req.id;
+    mcpTools._begin(typeof req.tools === "string" ? req.tools : "");
+    try {
+      out(
+        await helper.run.callPromising(
+          req.id,
+          req.code,
+          req.globals ?? "",
+          req.max_output || 65536,
+          richOptions(req),
+        ),
+      );
+    } catch (e) {
+      out(JSON.stringify({
+        type: "error",
+        id: req.id,
+        error: `host failure: ${e instanceof Error ? e.message : e}`,
+      }));
+    }
+    current = "";
+    // Answers to host calls the run left outstanding come first.
+    await tools.idle();
+  };
+  const warming = warmer(cfg.warm_calls ?? 0, async (line) => {
+    const req = JSON.parse(line) as RunRequest;
+    // No signal sent so far is meant for it.
+    req.interrupts = Atomics.load(shared.count, 0);
+    muted = true;
+    try {
+      await runCall(req, () => {});
+    } finally {
+      muted = false;
+    }
+  });
+  for (;;) {
+    const next = await warming.untilLine(lines);
+    if (next.done) break;
+    const line = next.value;
     if (line === null) {
       send({ type: "error", error: `request line longer than ${cfg.max_line} bytes` });
       continue;
@@ -255,29 +304,12 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
           send({ type: "error", id: req.id, error: "bad request: globals must be JSON text" });
           break;
         }
-        beginCall(shared, req.interrupts ?? 0);
-        current = req.id;
-        mcpTools._begin(typeof req.tools === "string" ? req.tools : "");
-        try {
-          writeLine(
-            await helper.run.callPromising(
-              req.id,
-              req.code,
-              req.globals ?? "",
-              req.max_output || 65536,
-              richOptions(req),
-            ),
-          );
-        } catch (e) {
-          send({
-            type: "error",
-            id: req.id,
-            error: `host failure: ${e instanceof Error ? e.message : e}`,
-          });
+        warming.stop();
+        if (!stateKept) {
+          helper.keep_state();
+          stateKept = true;
         }
-        current = "";
-        // Answers to host calls the run left outstanding come first.
-        await tools.idle();
+        await runCall(req, writeLine);
         break;
       }
       default:
@@ -292,7 +324,9 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
 }
 
 /** A run's rich-result fields as pyrun_display takes them: JSON, or "" for none. */
-function richOptions(req: Extract<Request, { type: "run" }>): string {
+type RunRequest = Extract<Request, { type: "run" }>;
+
+function richOptions(req: RunRequest): string {
   const { keep_output, max_displays, max_display_bytes, max_files, max_file_bytes } = req;
   const files = req.input_files;
   if (

@@ -64,6 +64,9 @@ type Features struct {
 	// Tools: calls may make host tool calls (Job.Catalog, Job.Tools);
 	// false: never sent.
 	Tools bool
+	// Warming: a fresh worker runs Config.WarmCalls calls of its own while
+	// it waits for its first (HostConfig warm_calls); false: never told to.
+	Warming bool
 }
 
 // Permissions are an engine's own Deno flags.

@@ -22,7 +22,7 @@ func (pythonEngine) DefaultMemoryLimit() int64 { return 512 << 20 }
 func (pythonEngine) StartupWork() time.Duration { return 0 }
 
 func (pythonEngine) Features() Features {
-	return Features{Snapshots: true, Packages: true, Network: true, Mounts: true, Globals: true, Tools: true}
+	return Features{Snapshots: true, Packages: true, Network: true, Mounts: true, Globals: true, Tools: true, Warming: true}
 }
 
 func (pythonEngine) Program() string { return "main.ts" }
@@ -39,7 +39,7 @@ func (pythonEngine) Permissions(rt *Runtime) (Permissions, error) {
 	var read []string
 	for _, f := range []string{
 		"worker.ts", "lines.ts", "protocol.ts", "mounts.ts", "pyrun_helper.py", "pyrun_guard.py",
-		"guards.ts", "pyrun_display.py", "toolcalls.ts", "mcp_tools.py",
+		"guards.ts", "pyrun_display.py", "toolcalls.ts", "warm.ts", "mcp_tools.py",
 	} {
 		read = append(read, filepath.Join(rt.Dir, f))
 	}

@@ -99,3 +99,15 @@ func (fakeEngine) StartupWork() time.Duration                { return 0 }
 func (fakeEngine) Features() Features                        { return Features{} }
 func (e fakeEngine) Program() string                         { return string(e) + "/main.ts" }
 func (fakeEngine) Permissions(*Runtime) (Permissions, error) { return Permissions{}, nil }
+
+// ProcessCPU is the CPU time process pid has used so far.
+func ProcessCPU(t interface{ Fatal(...any) }, pid int) time.Duration {
+	used, _, err := procStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return used
+}
+
+// PID is the dedicated worker's process id.
+func (d *Dedicated) PID() int { return d.w.cmd.Process.Pid }

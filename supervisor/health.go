@@ -32,6 +32,10 @@ const (
 	spinChecks = 3
 	idleWindow = time.Second
 	idleWarmup = 3 * time.Second
+	// warmingLimit bounds how long after ready a worker's warming calls
+	// (Engine Features.Warming) go unjudged: measured at 1-5 s on two
+	// busy cores.
+	warmingLimit = 30 * time.Second
 	// quietWindows in a row within the idle CPU limit end an engine's
 	// start-up work (Engine.StartupWork): one alone may be a compile
 	// thread starved of CPU on a loaded machine.
@@ -134,9 +138,14 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 		if !isIdle {
 			continue
 		}
+		if err == nil && w.started.Load() == 0 && rss > w.freshRSS.Load() {
+			// No call had begun when rss was read: what it grew by is
+			// pyrun's own (warming calls, V8's optimised code), not a call's.
+			w.freshRSS.Store(rss)
+		}
 		if err == nil && w.worseMemory(rss, cfg) {
 			w.log.Info("a call left the worker holding more memory than when it was fresh",
-				"rss", rss, "fresh", w.freshRSS, "slack", cfg.IdleMemorySlack)
+				"rss", rss, "fresh", w.freshRSS.Load(), "slack", cfg.IdleMemorySlack)
 			spinning[w] = retireMemory
 			continue
 		}
@@ -219,6 +228,10 @@ func (p *Pool) startupDone(w *worker) startPhase {
 	switch {
 	case !w.settled && age < p.engine.StartupWork():
 		return startingWork
+	case w.ready.WarmCalls > 0 && w.started.Load() == 0 && age < warmingLimit:
+		// Warming calls before its first (pyodide-host/warm.ts) keep a CPU
+		// busy for a second or a few; only pyrun's own code has run in it.
+		return startingWork
 	case age < idleWarmup:
 		return warmingUp
 	}
@@ -256,7 +269,8 @@ func (w *worker) residentBytes() (int64, error) { return w.statm.resident(w.cmd.
 // worseMemory reports whether a worker holds more resident memory, rss,
 // than it did fresh by more than the slack.
 func (w *worker) worseMemory(rss int64, cfg Config) bool {
-	return w.freshRSS > 0 && rss > w.freshRSS+cfg.IdleMemorySlack
+	fresh := w.freshRSS.Load()
+	return fresh > 0 && rss > fresh+cfg.IdleMemorySlack
 }
 
 // retireReason says why a worker that cannot take calls is retired.

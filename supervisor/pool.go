@@ -613,7 +613,9 @@ func (p *Pool) startLocked() {
 		}
 		p.failures, p.startErr = 0, nil
 		w.gen, w.pkgs = gen, pkgs
-		w.freshRSS, _ = w.residentBytes() // what a call may not leave it worse than
+		if rss, err := w.residentBytes(); err == nil {
+			w.freshRSS.Store(rss) // what a call may not leave it worse than
+		}
 		w.readyAt = time.Now()
 		from := "plain"
 		if w.ready.Snapshot {

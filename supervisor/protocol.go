@@ -65,6 +65,9 @@ type event struct {
 	// given; SnapshotError, why it did not.
 	Snapshot      bool   `json:"snapshot"`
 	SnapshotError string `json:"snapshot_error"`
+	// WarmCalls are the calls of its own the worker runs while it waits
+	// for its first (pyodide-host/warm.ts).
+	WarmCalls int `json:"warm_calls"`
 
 	// output, package
 	Stream string `json:"stream"`

@@ -89,9 +89,11 @@ type worker struct {
 	pkgs *packages.Resolver
 
 	idleSince time.Time // when it last became idle; guarded by the pool's mu
-	freshRSS  int64     // resident bytes when it became ready; 0: unknown
-	statm     statmFile // its /proc/<pid>/statm, opened on first use
-	readyAt   time.Time // when it became ready
+	// freshRSS: resident bytes when it became ready, raised by the health
+	// check while it has had no call; 0: unknown.
+	freshRSS atomic.Int64
+	statm    statmFile // its /proc/<pid>/statm, opened on first use
+	readyAt  time.Time // when it became ready
 	// settled: the health check has seen it idle and quiet once, so its
 	// engine's start-up work is over (health.go). Only the health check's
 	// goroutine touches it.

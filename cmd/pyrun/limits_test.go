@@ -98,7 +98,7 @@ func TestLimits(t *testing.T) {
 // pool and the front end.
 func TestLimitFlags(t *testing.T) {
 	cfgFile := t.TempDir() + "/pyrun.json"
-	if err := writeFile(cfgFile, `{"max_queue": 5, "queue_timeout": "3s", "memory_limit": "300MiB", "worker_log_rate": "32KiB", "idle_cpu": 0.2}`); err != nil {
+	if err := writeFile(cfgFile, `{"max_queue": 5, "queue_timeout": "3s", "memory_limit": "300MiB", "worker_log_rate": "32KiB", "idle_cpu": 0.2, "warm_calls": 50}`); err != nil {
 		t.Fatal(err)
 	}
 	o, _, err := loadOptions("stdio", []string{"--config", cfgFile, "--timeout", "7s", "--max-output", "2KiB", "--max-code", "4KiB",
@@ -110,9 +110,13 @@ func TestLimitFlags(t *testing.T) {
 	want := supervisor.Config{Workers: got.Workers, Timeout: 7 * time.Second, MemoryLimit: 300 << 20, MaxOutput: 2 << 10,
 		MaxQueue: 5, QueueTimeout: 3 * time.Second, Network: supervisor.NetworkPublic, Isolation: supervisor.IsolationCall, PyPI: packages.DefaultPyPI,
 		MaxDisplays: 16, MaxDisplayBytes: 4 << 20, MaxFiles: 256, MaxFileBytes: 64 << 20,
-		MaxWorkerThreads: 32, IdleCPU: 0.2, IdleMemorySlack: 100 << 20, StderrLogPerCall: 8 << 10, StderrLogRate: 32 << 10}
+		MaxWorkerThreads: 32, IdleCPU: 0.2, IdleMemorySlack: 100 << 20, StderrLogPerCall: 8 << 10, StderrLogRate: 32 << 10, WarmCalls: 50}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("pool config %+v, want %+v", got, want)
+	}
+	// --warm-calls 0 is none, which the pool's Config spells -1.
+	if o, _, err := loadOptions("stdio", []string{"--warm-calls", "0"}); err != nil || o.poolConfig().WarmCalls != -1 {
+		t.Errorf("--warm-calls 0: %v, WarmCalls %d, want -1", err, o.poolConfig().WarmCalls)
 	}
 	if o.maxCode != 4<<10 {
 		t.Errorf("max code %d, want 4KiB", o.maxCode)
@@ -124,7 +128,7 @@ func TestLimitFlags(t *testing.T) {
 		{"--output-store-files", "0"}, {"--mount", "/nonexistent-pyrun:/data"}, {"--mount", t.TempDir() + ":relative"},
 		{"--mount", t.TempDir() + ":/tmp"}, {"--mount", t.TempDir() + ":/data:rx"},
 		{"--max-worker-threads", "4"}, {"--idle-cpu", "0"}, {"--idle-cpu", "2"}, {"--idle-memory-slack", "-1"},
-		{"--worker-log-per-call", "10"}, {"--worker-log-rate", "1GiB"},
+		{"--worker-log-per-call", "10"}, {"--worker-log-rate", "1GiB"}, {"--warm-calls", "-1"}, {"--warm-calls", "20000"},
 	} {
 		if _, _, err := loadOptions("stdio", bad); err == nil {
 			t.Errorf("%v accepted", bad)

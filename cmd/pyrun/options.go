@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -43,6 +44,7 @@ type options struct {
 
 	// What a call may leave a worker with, and what its stderr may log.
 	maxWorkerThreads int
+	warmCalls        int
 	idleCPU          float64
 	idleMemorySlack  byteSize
 	workerLogPerCall byteSize
@@ -131,6 +133,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.Var(&o.liveBuffer, "live-buffer", "output of one call waiting to be sent to a slow client as log messages; more is left out of the live stream, never out of the result (bytes or 256KiB)")
 	fs.DurationVar(&o.progressInterval, "progress-interval", time.Second, "gap between two progress notifications of a call that has a progress token")
 	fs.IntVar(&o.maxWorkerThreads, "max-worker-threads", supervisor.DefaultMaxWorkerThreads, "threads a worker process may have (JavaScript Worker threads made through import js count); past it the worker is killed and replaced")
+	fs.IntVar(&o.warmCalls, "warm-calls", supervisor.DefaultWarmCalls, "calls of its own a fresh Python worker runs while it waits for its first call, so that it serves that one at full speed (0: none; never under --isolation process)")
 	fs.Float64Var(&o.idleCPU, "idle-cpu", supervisor.DefaultIdleCPU, "share of one CPU an idle worker may use over a second (code a call left running); past it the worker is replaced")
 	fs.Var(&o.idleMemorySlack, "idle-memory-slack", "resident memory a worker may hold after a call beyond what it held fresh; past it the worker is replaced (bytes or 128MiB; default a quarter of memory-limit, at least 64MiB)")
 	fs.Var(&o.workerLogPerCall, "worker-log-per-call", "bytes of worker stderr (js.console.log, os.write(2)) logged per call; the rest is counted (bytes or 16KiB)")
@@ -350,6 +353,8 @@ func (o *options) check() error {
 		return fmt.Errorf("live-buffer must be between 4KiB and 64MiB, not %s", o.liveBuffer)
 	case o.maxWorkerThreads < 16 || o.maxWorkerThreads > 4096:
 		return fmt.Errorf("max-worker-threads must be between 16 and 4096, not %d", o.maxWorkerThreads)
+	case o.warmCalls < 0 || o.warmCalls > 10000:
+		return fmt.Errorf("warm-calls must be between 0 and 10000, not %d", o.warmCalls)
 	case !(o.idleCPU >= 0.01 && o.idleCPU <= 1):
 		return fmt.Errorf("idle-cpu must be between 0.01 and 1 (a share of one CPU), not %g", o.idleCPU)
 	case o.idleMemorySlack < 0:
@@ -448,6 +453,7 @@ func (o *options) poolConfig() supervisor.Config {
 		PyPI:         o.pypi,
 
 		MaxWorkerThreads: o.maxWorkerThreads,
+		WarmCalls:        cmp.Or(o.warmCalls, -1), // 0: none, which Config spells -1
 		IdleCPU:          o.idleCPU,
 		IdleMemorySlack:  int64(o.idleMemorySlack),
 		StderrLogPerCall: int(o.workerLogPerCall),

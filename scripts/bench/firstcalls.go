@@ -65,11 +65,11 @@ type firstCallsRun struct {
 	firstOther, settledOther                       time.Duration // means, other threads
 }
 
-func benchFirstCalls(ctx context.Context, rt *supervisor.Runtime, runs int, pause time.Duration) (*firstCallsReport, error) {
+func benchFirstCalls(ctx context.Context, rt *supervisor.Runtime, runs int, pause time.Duration, warm int) (*firstCallsReport, error) {
 	var ready, first, settled, firstIn, settledIn, one []time.Duration
 	var firstCPU, settledCPU, firstWait, settledWait, firstOther, settledOther []time.Duration
 	for r := range runs {
-		x, err := firstCallsOnce(ctx, rt, pause)
+		x, err := firstCallsOnce(ctx, rt, pause, warm)
 		if err != nil {
 			return nil, fmt.Errorf("run %d: %w", r+1, err)
 		}
@@ -100,10 +100,10 @@ func benchFirstCalls(ctx context.Context, rt *supervisor.Runtime, runs int, paus
 // settledTo calls, returning the ready time, the medians of the first and
 // the settled calls, and of their time inside the worker, and the first
 // call's time.
-func firstCallsOnce(ctx context.Context, rt *supervisor.Runtime, pause time.Duration) (x firstCallsRun, err error) {
+func firstCallsOnce(ctx context.Context, rt *supervisor.Runtime, pause time.Duration, warm int) (x firstCallsRun, err error) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "supervisor", Level: hclog.Warn, Output: os.Stderr})
 	began := time.Now()
-	pool, err := supervisor.NewPool(rt, supervisor.Config{Workers: 1}, log)
+	pool, err := supervisor.NewPool(rt, supervisor.Config{Workers: 1, WarmCalls: warm}, log)
 	if err != nil {
 		return
 	}

@@ -54,6 +54,8 @@ type opts struct {
 	profileDir string
 	nginxConf  string
 	firstPause time.Duration
+	firstIdle  time.Duration
+	warmCalls  int
 }
 
 // measurements, in the order they run.
@@ -82,6 +84,8 @@ func main() {
 	flag.StringVar(&only, "only", strings.Join(byDefault, ","), "measurements to run: "+strings.Join(measurements, ", "))
 	flag.StringVar(&o.nginxConf, "nginx-conf", filepath.Join("configs", "nginx", "pyrun.conf"), "lb: the nginx config to run (its instance addresses are replaced)")
 	flag.DurationVar(&o.firstPause, "firstcalls-pause", 0, "firstcalls: idle time between the worker's ready and its first call")
+	flag.DurationVar(&o.firstIdle, "firstcalls-idle", 3*time.Second, "firstcalls: the idle time of its second part, in which the worker runs its warming calls (0: no second part)")
+	flag.IntVar(&o.warmCalls, "warm-calls", 0, "firstcalls: the pool's Config.WarmCalls (0: its default, negative: none)")
 	pools := flag.String("pool", "2", "pool sizes to time from start to all ready, comma-separated")
 	flag.StringVar(&o.jsonFile, "json", "", "also write the JSON report to this file")
 	flag.StringVar(&o.profileDir, "profile", "", "write a Go CPU profile of pyrun during the warm stdio calls into this folder (pyrun-stdio.pprof)")
@@ -295,7 +299,12 @@ func run(ctx context.Context, o *opts) error {
 		}},
 		{"firstcalls", fmt.Sprintf("first %d calls of a fresh worker against calls %d-%d, %d runs", firstCalls, settledFrom, settledTo, o.runs),
 			func(ctx context.Context) (err error) {
-				rep.FirstCalls, err = benchFirstCalls(ctx, rt, o.runs, o.firstPause)
+				if rep.FirstCalls, err = benchFirstCalls(ctx, rt, o.runs, o.firstPause, o.warmCalls); err != nil || o.firstIdle <= 0 {
+					return err
+				}
+				// As a pool's fresh worker usually is when a call comes: it
+				// started ahead, and ran its warming calls meanwhile.
+				rep.FirstCallsIdle, err = benchFirstCalls(ctx, rt, o.runs, o.firstIdle, o.warmCalls)
 				return err
 			}},
 		{"languages", "each language alone: spawn to first result, warm calls, idle worker memory", func(ctx context.Context) (err error) {

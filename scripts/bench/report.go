@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 )
 
 // report is the benchmark's outcome; its JSON form is the last line printed.
@@ -33,12 +34,14 @@ type report struct {
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
 	Agent      *agentReport      `json:"agent_run,omitempty"`
 	FirstCalls *firstCallsReport `json:"first_calls,omitempty"`
-	Reuse      *reuseReport      `json:"after_replacement,omitempty"`
-	LB         *lbReport         `json:"load_balanced,omitempty"`
-	ToolCall   *toolCallReport   `json:"tool_call,omitempty"`
-	Languages  []languageReport  `json:"languages,omitempty"`
-	TSClient   *tsclientReport   `json:"tsclient,omitempty"`
-	Targets    []target          `json:"targets"`
+	// FirstCallsIdle is the same after the worker stood idle a while.
+	FirstCallsIdle *firstCallsReport `json:"first_calls_after_idle,omitempty"`
+	Reuse          *reuseReport      `json:"after_replacement,omitempty"`
+	LB             *lbReport         `json:"load_balanced,omitempty"`
+	ToolCall       *toolCallReport   `json:"tool_call,omitempty"`
+	Languages      []languageReport  `json:"languages,omitempty"`
+	TSClient       *tsclientReport   `json:"tsclient,omitempty"`
+	Targets        []target          `json:"targets"`
 }
 
 // poolReport times a pool of Workers from process start to all ready.
@@ -184,6 +187,10 @@ func (r *report) checkTargets() []target {
 	if f := r.FirstCalls; f != nil {
 		atMost("fresh worker: first 20 calls / settled", f.Ratio, 1.2, "x")
 		atMost("fresh worker: first 20 calls / settled, CPU", f.CPURatio, 1.2, "x")
+	}
+	if f := r.FirstCallsIdle; f != nil {
+		atMost(fmt.Sprintf("fresh worker after %s idle: first 20 / settled", time.Duration(f.PauseMS)*time.Millisecond), f.Ratio, 1.2, "x")
+		atMost(fmt.Sprintf("fresh worker after %s idle: first 20 / settled, CPU", time.Duration(f.PauseMS)*time.Millisecond), f.CPURatio, 1.2, "x")
 	}
 	if s := r.Spawn; s != nil {
 		atMost("process spawn to first result", s.P50MS/1000, 0.6, "s")
@@ -333,9 +340,16 @@ func (r *report) print(w io.Writer) {
 			u.Runs, settledFrom, settledTo, u.SettledMS, firstCalls, u.AfterMS, u.Ratio, u.OnFresh)
 		fmt.Fprintf(w, "  in CPU time of the threads running Python: %.0f us a call settled, %.0f us after: %.2fx\n", u.SettledCPUus, u.AfterCPUus, u.CPURatio)
 	}
-	if f := r.FirstCalls; f != nil {
-		fmt.Fprintf(w, "fresh worker (pool.Run, median of %d starts): ready %.1f ms; first call %.3f ms; calls 1-%d %.3f ms (in worker %.3f), calls %d-%d %.3f ms (in worker %.3f): %.2fx\n",
-			f.Runs, f.ReadyMS, f.FirstCallMS, firstCalls, f.FirstMS, f.FirstInWorkerMS, settledFrom, settledTo, f.SettledMS, f.SettledInWorkerMS, f.Ratio)
+	for _, f := range []*firstCallsReport{r.FirstCalls, r.FirstCallsIdle} {
+		if f == nil {
+			continue
+		}
+		idle := ""
+		if f.PauseMS > 0 {
+			idle = fmt.Sprintf(", then %s idle", time.Duration(f.PauseMS)*time.Millisecond)
+		}
+		fmt.Fprintf(w, "fresh worker (pool.Run, median of %d starts%s): ready %.1f ms; first call %.3f ms; calls 1-%d %.3f ms (in worker %.3f), calls %d-%d %.3f ms (in worker %.3f): %.2fx\n",
+			f.Runs, idle, f.ReadyMS, f.FirstCallMS, firstCalls, f.FirstMS, f.FirstInWorkerMS, settledFrom, settledTo, f.SettledMS, f.SettledInWorkerMS, f.Ratio)
 		fmt.Fprintf(w, "  in CPU time (schedstat): the thread running Python %.0f us a call against %.0f us settled (%.2fx), waiting for a CPU %.0f / %.0f us; the worker's other threads %.0f / %.0f us a call\n",
 			f.FirstCPUus, f.SettledCPUus, f.CPURatio, f.FirstWaitUS, f.SettledWaitUS, f.FirstOtherCPUus, f.SettledOtherCPUus)
 	}

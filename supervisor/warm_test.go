@@ -1,0 +1,132 @@
+package supervisor_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+func init() {
+	// "warming" announces warming calls in its ready event and keeps a CPU
+	// busy while it waits for its first call, as a real worker's warming
+	// calls do (pyodide-host/warm.ts); after "spin-after" it spins forever.
+	fakeModes["warming"] = func() {
+		fakeSend(map[string]any{"type": "ready", "engine": "python", "protocol": supervisor.ProtocolVersion,
+			"pyodide": "fake", "python": "fake", "warm_calls": 200})
+		warming := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-warming:
+					return
+				default:
+				}
+			}
+		}()
+		var once sync.Once
+		fakeServe(func(req map[string]any) {
+			once.Do(func() { close(warming) })
+			fakeEcho(req)
+			if req["code"] == "spin-after" {
+				go func() {
+					for {
+					}
+				}()
+			}
+		})
+	}
+}
+
+// TestWarmingWorkerIsNotKilledAsSpinning: a worker busy with its warming
+// calls before its first call is running only pyrun's own code, and is not
+// judged by the idle CPU checks; once it has had a call, it is.
+func TestWarmingWorkerIsNotKilledAsSpinning(t *testing.T) {
+	p := fakePool(t, "warming", supervisor.Config{Workers: 1})
+	waitFor(t, func() bool { return p.Stats().Ready == 1 })
+	// Without the exemption the spin is noticed within 3 checks (600 ms).
+	time.Sleep(10 * supervisor.HealthInterval)
+	if n := restarts(p.Stats()); n != 0 {
+		t.Fatalf("restarts %v while warming, want none", p.Stats().Counts.Restarts)
+	}
+	res, err := p.Run(t.Context(), supervisor.Job{ID: "1", Code: "spin-after"}, nil)
+	if err != nil || res.Status != supervisor.StatusSuccess || res.Worker != "worker-1" {
+		t.Fatalf("%v %+v, want success on worker-1", err, res)
+	}
+	start := time.Now()
+	waitFor(t, func() bool { s := p.Stats(); return s.Counts.Restarts[supervisor.RestartRecycle] == 1 && s.Ready == 1 })
+	within(t, "noticing the spin after a call", time.Since(start), 3*supervisor.HealthInterval, 5*time.Second)
+}
+
+// TestCallsDuringWarmingAreServed: a first call that comes while a fresh
+// worker runs its warming calls, at a moment of any kind (before warming
+// starts, mid-call, between two), gets its own output and nothing of
+// theirs, on a worker whose state starts with it.
+func TestCallsDuringWarmingAreServed(t *testing.T) {
+	p := realPool(t, supervisor.Config{Workers: 1, WarmCalls: 10000})
+	// Warming starts after 50 ms idle; a warming call takes a few
+	// milliseconds, and so does the rest after it.
+	for i, delay := range []time.Duration{0, 40, 55, 58, 63, 75, 110, 300} {
+		d, err := p.StartDedicated(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(delay * time.Millisecond)
+		code := fmt.Sprintf("print(%d)\nsorted(k for k in globals() if not k.startswith('__'))", i)
+		res, err := d.Run(t.Context(), supervisor.Job{ID: fmt.Sprint(i), Code: code}, nil)
+		if err != nil || res.Status != supervisor.StatusSuccess || res.Stdout != fmt.Sprintf("%d\n", i) || res.Stderr != "" || res.Value != "[]" {
+			t.Fatalf("call %d ms after ready: %v, %s, stdout %q, stderr %q, value %q: %s", delay, err, res.Status, res.Stdout, res.Stderr, res.Value, res.Error)
+		}
+		d.Close()
+	}
+}
+
+// TestWarmedWorkerIsFresh: a worker that has run all its warming calls
+// gives its first call fresh globals and an empty working folder, as any
+// worker does; a session's worker starts its state at its first call.
+func TestWarmedWorkerIsFresh(t *testing.T) {
+	p := realPool(t, supervisor.Config{Workers: 1, WarmCalls: 50})
+	waitLong(t, "the worker ready", func() bool { return p.Stats().Ready == 1 })
+	pid := p.WorkerPIDs()[0]
+	waitWarmed(t, pid)
+	check := "(sorted(k for k in globals() if not k.startswith('__')), __import__('os').listdir('.'))"
+	if res := run(t, p, supervisor.Job{Code: check}); res.Status != supervisor.StatusSuccess || res.Value != "[\n  [],\n  []\n]" || res.Stdout != "" {
+		t.Fatalf("after warming: %s, value %q, stdout %q: %s", res.Status, res.Value, res.Stdout, res.Error)
+	}
+
+	d, err := p.StartDedicated(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	waitWarmed(t, d.PID())
+	res, err := d.Run(t.Context(), supervisor.Job{ID: "s1", Code: "a = 1\nsorted(k for k in globals() if not k.startswith('__'))"}, nil)
+	if err != nil || res.Status != supervisor.StatusSuccess || res.Value != "[\n  \"a\"\n]" {
+		t.Fatalf("session's first call: %v %+v", err, res)
+	}
+	res, err = d.Run(t.Context(), supervisor.Job{ID: "s2", Code: "a + 1"}, nil)
+	if err != nil || res.Status != supervisor.StatusSuccess || res.Value != "2" {
+		t.Fatalf("session's second call: %v %+v", err, res)
+	}
+}
+
+// waitWarmed waits until the worker pid has used the CPU its warming calls
+// take (each at least a millisecond) and then stopped using it.
+func waitWarmed(t *testing.T, pid int) {
+	t.Helper()
+	var last time.Duration
+	quiet := 0
+	waitLong(t, "the warming calls run", func() bool {
+		used := supervisor.ProcessCPU(t, pid)
+		if used-last < 20*time.Millisecond {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		last = used
+		time.Sleep(200 * time.Millisecond)
+		return used > 150*time.Millisecond && quiet >= 3
+	})
+}
