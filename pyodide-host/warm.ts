@@ -3,9 +3,11 @@
 // code (Liftoff) until its optimising compiler (TurboFan) has compiled the
 // hot functions, which it starts only once they have run enough
 // (scripts/bench/README.md, "First calls"). So a worker that is idle before
-// its first call spends the wait running calls of its own, whose lines go
-// nowhere, until it has run HostConfig.warm_calls of them or a request
-// comes. A request waits for at most the one warming call that is running.
+// its first call, once the supervisor has said go (a warm request: when no
+// other worker is starting), spends the wait running calls of its own,
+// whose lines go nowhere, until it has run HostConfig.warm_calls of them or
+// a run request comes. A request waits for at most the one warming call
+// that is running.
 
 /** What warming calls run, in turn: the kinds of work calls do most. */
 export const warmCode: readonly string[] = [
@@ -37,6 +39,8 @@ export interface Warmer {
   untilLine(
     lines: AsyncGenerator<string | null>,
   ): Promise<IteratorResult<string | null>>;
+  /** The supervisor's go-ahead (a warm request): warm when idle. */
+  start(): void;
   /** No more warming calls: the worker has had a call of its own. */
   stop(): void;
 }
@@ -47,12 +51,13 @@ export interface Warmer {
  */
 export function warmer(calls: number, run: (line: string) => Promise<void>): Warmer {
   let left = calls;
+  let going = false; // the supervisor has said go
   let done = 0;
   return {
     async untilLine(lines) {
       const next = lines.next();
       let wait = idleBeforeWarming;
-      while (left > 0) {
+      while (going && left > 0) {
         let timer: ReturnType<typeof setTimeout> | undefined;
         const idle = new Promise<"idle">((r) => timer = setTimeout(() => r("idle"), wait));
         const first = await Promise.race([next, idle]);
@@ -68,6 +73,9 @@ export function warmer(calls: number, run: (line: string) => Promise<void>): War
         wait = performance.now() - began;
       }
       return await next;
+    },
+    start() {
+      going = true;
     },
     stop() {
       left = 0;

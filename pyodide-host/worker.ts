@@ -295,6 +295,9 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
       case "ping":
         send({ type: "pong", id: String(req.id) });
         break;
+      case "warm":
+        warming.start();
+        break;
       case "run": {
         if (typeof req.id !== "string" || typeof req.code !== "string") {
           send({ type: "error", id: req.id, error: "bad request: run needs id and code" });

@@ -89,6 +89,10 @@ func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, e
 	}
 	w.log.Debug("dedicated worker ready", "startup", time.Since(began).Round(time.Millisecond),
 		"in_worker_ms", w.ready.StartupMS, "from", from)
+	if w.ready.WarmCalls > 0 {
+		// Most often a spare for the next session, which waits idle.
+		w.warm()
+	}
 	return &Dedicated{pool: p, w: w, cfg: cfg}, nil
 }
 

@@ -89,6 +89,7 @@ type worker struct {
 	pkgs *packages.Resolver
 
 	idleSince time.Time // when it last became idle; guarded by the pool's mu
+	warmed    bool      // told to run its warming calls; guarded by the pool's mu
 	// freshRSS: resident bytes when it became ready, raised by the health
 	// check while it has had no call; 0: unknown.
 	freshRSS atomic.Int64
@@ -272,6 +273,20 @@ func (w *worker) relogStderr(r io.ReadCloser, logs *stderrBudget) {
 	}
 	// A line too long for the scanner: keep draining so the child never blocks.
 	_, _ = io.Copy(io.Discard, r)
+}
+
+// warmLine is the request that lets a fresh worker run its warming calls
+// (PROTOCOL.md, Warming calls).
+var warmLine = []byte(`{"type":"warm"}` + "\n")
+
+// warm lets an idle worker that has had no call run its warming calls now.
+// A worker that does not take the line is killed: the health check or the
+// next call finds it gone.
+func (w *worker) warm() {
+	_ = w.stdin.SetWriteDeadline(time.Now().Add(answerWriteLimit))
+	if _, err := w.stdin.Write(warmLine); err != nil {
+		w.kill("it did not accept a request")
+	}
 }
 
 // run sends job to the worker and collects its result.
