@@ -19,6 +19,10 @@ func memoryCeiling(limit int64) int64 {
 	return limit + max(limit/4, 128<<20)
 }
 
+// MemoryCeiling is memoryCeiling, for what sizes the memory of a machine
+// or container from the memory limit (configs/kubernetes, configs/pyrun.service).
+func MemoryCeiling(limit int64) int64 { return memoryCeiling(limit) }
+
 // Idle spinning: a worker that stayed idle over spinChecks checks in a row
 // and used at least spinShare of a CPU in each is running code no call
 // asked for (a JavaScript Worker thread or timer a call left behind) and is
