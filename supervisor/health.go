@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"maps"
 	"slices"
 	"time"
 )
@@ -104,6 +105,13 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	for w := range p.running {
 		workers = append(workers, w)
 	}
+	// Dedicated workers: memory and threads only. Between calls a
+	// session's code may go on running (asyncio tasks), so idle CPU is
+	// theirs.
+	own := maps.Clone(p.dedicated)
+	for w := range own {
+		workers = append(workers, w)
+	}
 	p.mu.Unlock()
 
 	for w := range cpu {
@@ -120,9 +128,13 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 			continue
 		default:
 		}
+		limit := ceiling
+		if c, ok := own[w]; ok {
+			limit = c
+		}
 		rss, err := w.residentBytes()
-		if err == nil && rss > ceiling {
-			w.log.Warn("killing worker: its memory is past the ceiling", "rss", rss, "ceiling", ceiling)
+		if err == nil && rss > limit {
+			w.log.Warn("killing worker: its memory is past the ceiling", "rss", rss, "ceiling", limit)
 			w.kill(killMemory)
 			gone = append(gone, w)
 			continue
@@ -169,6 +181,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	}
 	for _, w := range gone {
 		delete(cpu, w)
+		delete(p.dedicated, w) // its owner learns through the worker itself
 		i := slices.Index(p.idle, w)
 		if i < 0 {
 			continue
