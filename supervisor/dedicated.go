@@ -83,6 +83,12 @@ func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, e
 		return nil, fmt.Errorf("start a dedicated worker: %w", err)
 	}
 	w.gen, w.pkgs = gen, pkgs
+	// Outside the pool but not outside its limits: a session's code can
+	// grow JavaScript memory past the heap cap, or make threads, as a
+	// stateless call's can.
+	p.mu.Lock()
+	p.dedicated[w] = memoryCeiling(cfg.MemoryLimit)
+	p.mu.Unlock()
 	from := "plain"
 	if w.ready.Snapshot {
 		from = "snapshot"
@@ -211,6 +217,9 @@ func (d *Dedicated) Close() {
 	}
 	d.mu.Unlock()
 	d.w.close()
+	d.pool.mu.Lock()
+	delete(d.pool.dedicated, d.w)
+	d.pool.mu.Unlock()
 }
 
 // Kill stops the worker at once, a running call with it.

@@ -42,9 +42,6 @@ func (p *Pool) WorkerPIDs() []int {
 	return pids
 }
 
-// MemoryCeiling exposes memoryCeiling.
-var MemoryCeiling = memoryCeiling
-
 // HealthInterval exposes how often the pool checks its workers.
 const HealthInterval = healthInterval
 

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"maps"
 	"slices"
 	"time"
 )
@@ -18,6 +19,10 @@ const healthInterval = 200 * time.Millisecond
 func memoryCeiling(limit int64) int64 {
 	return limit + max(limit/4, 128<<20)
 }
+
+// MemoryCeiling is memoryCeiling, for what sizes the memory of a machine
+// or container from the memory limit (configs/kubernetes, configs/pyrun.service).
+func MemoryCeiling(limit int64) int64 { return memoryCeiling(limit) }
 
 // Idle spinning: a worker that stayed idle over spinChecks checks in a row
 // and used at least spinShare of a CPU in each is running code no call
@@ -104,6 +109,13 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	for w := range p.running {
 		workers = append(workers, w)
 	}
+	// Dedicated workers: memory and threads only. Between calls a
+	// session's code may go on running (asyncio tasks), so idle CPU is
+	// theirs.
+	own := maps.Clone(p.dedicated)
+	for w := range own {
+		workers = append(workers, w)
+	}
 	p.mu.Unlock()
 
 	for w := range cpu {
@@ -120,9 +132,13 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 			continue
 		default:
 		}
+		limit := ceiling
+		if c, ok := own[w]; ok {
+			limit = c
+		}
 		rss, err := w.residentBytes()
-		if err == nil && rss > ceiling {
-			w.log.Warn("killing worker: its memory is past the ceiling", "rss", rss, "ceiling", ceiling)
+		if err == nil && rss > limit {
+			w.log.Warn("killing worker: its memory is past the ceiling", "rss", rss, "ceiling", limit)
 			w.kill(killMemory)
 			gone = append(gone, w)
 			continue
@@ -174,6 +190,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	}
 	for _, w := range gone {
 		delete(cpu, w)
+		delete(p.dedicated, w) // its owner learns through the worker itself
 		i := slices.Index(p.idle, w)
 		if i < 0 {
 			continue

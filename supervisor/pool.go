@@ -72,6 +72,11 @@ type Pool struct {
 	headStart time.Time
 	startErr  error // the last failed start
 	counts    Counts
+
+	// dedicated are the Dedicated workers alive, to the memory ceiling of
+	// the limit each started with: the health check holds them to it and
+	// to the thread limit as it does the pool's own (health.go).
+	dedicated map[*worker]int64
 }
 
 // Counts are cumulative figures since the pool started.
@@ -200,6 +205,7 @@ func newPool(e Engine, newCmd func(Config, launch) (*exec.Cmd, error), snaps *sn
 			Calls: map[string]int64{}, Restarts: map[string]int64{}, Starts: map[string]int64{},
 		},
 	}
+	p.dedicated = map[*worker]int64{}
 	p.wg.Add(1)
 	go p.fill()
 	p.wg.Add(1)

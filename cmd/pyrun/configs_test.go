@@ -73,8 +73,9 @@ func TestReadmeNamesEveryFlag(t *testing.T) {
 // The systemd unit must verify cleanly, score as hardened, and start pyrun
 // with flags and a config that load. systemd-analyze comes with Debian's
 // systemd package, which .ci/run installs when it is missing.
-// The unit's TasksMax leaves room for the example config's pool at its
-// thread limit, so that a call making threads meets pyrun's limit first.
+// The unit's TasksMax leaves room for every worker the example config
+// allows (the pool's and the sessions') at its thread limit, so that a call
+// making threads meets pyrun's limit first.
 func TestSystemdTasksMax(t *testing.T) {
 	unit, err := os.ReadFile("../../configs/pyrun.service")
 	if err != nil {
@@ -89,9 +90,49 @@ func TestSystemdTasksMax(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if need := supervisor.TasksFor(o.workers, o.maxWorkerThreads); tasks < need {
-		t.Errorf("TasksMax=%d; %d workers of at most %d threads need %d", tasks, o.workers, o.maxWorkerThreads, need)
+	if need := supervisor.TasksFor(workersFor(o), o.maxWorkerThreads); tasks < need {
+		t.Errorf("TasksMax=%d; %d workers (%d pool, %d sessions) of at most %d threads need %d",
+			tasks, workersFor(o), o.workers, o.maxSessions, o.maxWorkerThreads, need)
 	}
+}
+
+// The unit's memory holds every worker the example config allows, the
+// pool's and the sessions', at the most each may hold (memoryFor), below
+// the point where the kernel throttles the service; and a worker the
+// kernel kills for memory does not stop the service.
+func TestSystemdMemory(t *testing.T) {
+	unit, err := os.ReadFile("../../configs/pyrun.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _, err := loadOptions("serve", []string{"--config", "../../configs/pyrun.json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	most, _ := memoryFor(o)
+	high, ceiling := systemdBytes(t, unit, "MemoryHigh"), systemdBytes(t, unit, "MemoryMax")
+	if high < most {
+		t.Errorf("MemoryHigh=%dM; %d workers and %d sessions of %s (languages %v) may hold %dM (pyrun.service's formula)",
+			high>>20, o.workers, o.maxSessions, o.memoryLimit, o.languages, most>>20)
+	}
+	if ceiling < high {
+		t.Errorf("MemoryMax=%dM is below MemoryHigh=%dM", ceiling>>20, high>>20)
+	}
+	if !regexp.MustCompile(`(?m)^OOMPolicy=continue$`).Match(unit) {
+		t.Error("no OOMPolicy=continue: a worker killed for memory would stop the whole service")
+	}
+}
+
+// systemdBytes is a unit's size setting (bytes, or K, M, G, T: powers of
+// 1024, as systemd reads them).
+func systemdBytes(t *testing.T, unit []byte, key string) int64 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + key + `=(\d+)([KMGT]?)$`).FindSubmatch(unit)
+	if m == nil {
+		t.Fatalf("pyrun.service sets no %s in bytes, K, M, G or T", key)
+	}
+	n, _ := strconv.ParseInt(string(m[1]), 10, 64)
+	return n << map[string]int{"": 0, "K": 10, "M": 20, "G": 30, "T": 40}[string(m[2])]
 }
 
 func TestSystemdUnit(t *testing.T) {

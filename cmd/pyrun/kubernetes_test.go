@@ -4,7 +4,7 @@ package main
 // real API types (k8s.io/api), decoded strictly: a misspelt or misplaced
 // field fails, as kubectl's server-side validation would. Then what ties
 // them to pyrun: the container's arguments are pyrun's own flags (parsed by
-// loadOptions), its memory follows --workers and --memory-limit, the probes
+// loadOptions), its memory follows the workers and sessions they allow, the probes
 // ask /healthz on the port pyrun listens on, the pod runs as non-root on a
 // read-only root file system with pyrun's writable folders mounted, and
 // every selector finds the pods. Nothing here needs a cluster.
@@ -165,16 +165,30 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Error("pyrun listens beyond loopback: it needs access control")
 		}
 
-		// Memory: workers x (memory-limit + 256Mi) + 256Mi (statefulset.yaml).
-		const mi = int64(1 << 20)
-		wantLimit := int64(opts.workers)*(int64(opts.memoryLimit)+256*mi) + 256*mi
-		lim, req := c.Resources.Limits, c.Resources.Requests
-		if got := lim.Memory().Value(); got < wantLimit {
-			t.Errorf("memory limit %s for %d workers of %s: want at least %s",
-				lim.Memory(), opts.workers, opts.memoryLimit, resource.NewQuantity(wantLimit, resource.BinarySI))
+		// Memory (statefulset.yaml, memoryFor): every worker that can exist
+		// at once, the pool's and the sessions', per language. The bounds
+		// it counts are stated, not left to defaults that may change.
+		for _, flag := range []string{"--languages=", "--max-sessions=", "--session-spares="} {
+			if !slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, flag) }) {
+				t.Errorf("args %v do not state %s...: the memory is sized from it", args, flag)
+			}
 		}
-		if got := req.Memory().Value(); got < int64(opts.workers)*256*mi || got > lim.Memory().Value() {
-			t.Errorf("memory request %s: want at least 256Mi a worker, and no more than the limit", req.Memory())
+		wantLimit, wantRequest := memoryFor(opts)
+		lim, req := c.Resources.Limits, c.Resources.Requests
+		if got := lim.Memory().Value(); got != wantLimit {
+			t.Errorf("memory limit %s; want %s: per language in %v, (workers + max-sessions %d) x (memory limit + max(a quarter, 128Mi) + 128Mi), plus 256Mi (statefulset.yaml)",
+				lim.Memory(), resource.NewQuantity(wantLimit, resource.BinarySI), opts.languages, opts.maxSessions)
+		}
+		if got := req.Memory().Value(); got != wantRequest {
+			t.Errorf("memory request %s; want %s: 256Mi for each of %d pool workers and %d session spares, and 128Mi (statefulset.yaml)",
+				req.Memory(), resource.NewQuantity(wantRequest, resource.BinarySI), opts.workers, opts.sessionSpares)
+		}
+		readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(readme), "("+lim.Memory().String()+" for") {
+			t.Errorf("README.md's Kubernetes table does not give the memory limit %s", lim.Memory())
 		}
 		if got := lim.Cpu().MilliValue(); got < int64(opts.workers)*1000 {
 			t.Errorf("cpu limit %s for %d workers: a busy worker takes a core", lim.Cpu(), opts.workers)

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// How configs/kubernetes/statefulset.yaml and configs/pyrun.service size
+// memory from pyrun's options; their tests compare the files against it.
+
+const mi = int64(1 << 20)
+
+// idleWorker is about what an idle worker of each language holds, rounded
+// up (README "Start-up, speed and memory per language": 205, 566 and
+// 111 MB measured).
+var idleWorker = map[string]int64{"python": 256 * mi, "r": 640 * mi, "javascript": 128 * mi}
+
+// workerMemory is the most one worker of memory limit limit holds: pyrun
+// kills it past supervisor.MemoryCeiling, looking every 200 ms, and 128Mi
+// is for what it can grow between two looks.
+func workerMemory(limit int64) int64 { return supervisor.MemoryCeiling(limit) + 128*mi }
+
+// memoryFor is the most memory a pyrun with options o holds at once, and
+// what it holds idle once a session has started. Per enabled language,
+// every worker that can exist at once: the pool's and one per session
+// (spares come out of max-sessions: the sessions package starts one only
+// while there is room for another session), each at workerMemory; plus
+// 256Mi for pyrun and headroom. Idle: the pool's workers and the spares,
+// plus 128Mi.
+func memoryFor(o *options) (most, idle int64) {
+	most, idle = 256*mi, 128*mi
+	for _, l := range o.enabledLanguages() {
+		most += int64(l.spec.workers(o)+o.maxSessions) * workerMemory(int64(l.spec.memoryLimit(o)))
+		idle += int64(l.spec.workers(o)+o.sessionSpares) * idleWorker[l.spec.name]
+	}
+	return most, idle
+}
+
+// workersFor is how many workers a pyrun with options o can have at once.
+func workersFor(o *options) int {
+	n := 0
+	for _, l := range o.enabledLanguages() {
+		n += l.spec.workers(o) + o.maxSessions
+	}
+	return n
+}
