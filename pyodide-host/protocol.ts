@@ -56,8 +56,8 @@ export interface PackageFile {
 
 /** Messages the supervisor sends, one JSON object per stdin line. */
 export type Request =
-  /** Run the warming calls now, while idle (warm.ts); no answer. */
-  | { type: "warm" }
+  /** Run up to calls of the warming calls now, while idle (warm.ts); no answer. */
+  | { type: "warm"; calls: number }
   | {
     type: "run";
     id: string;

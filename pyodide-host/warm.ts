@@ -3,11 +3,10 @@
 // code (Liftoff) until its optimising compiler (TurboFan) has compiled the
 // hot functions, which it starts only once they have run enough
 // (scripts/bench/README.md, "First calls"). So a worker that is idle before
-// its first call, once the supervisor has said go (a warm request: when no
-// other worker is starting), spends the wait running calls of its own,
-// whose lines go nowhere, until it has run HostConfig.warm_calls of them or
-// a run request comes. A request waits for at most the one warming call
-// that is running.
+// its first call spends the wait running calls of its own, whose lines go
+// nowhere, up to HostConfig.warm_calls of them, in batches the supervisor
+// lets it run (warm requests) while nothing else wants the CPU, until a run
+// request comes. A request waits for at most the one warming call running.
 
 /** What warming calls run, in turn: the kinds of work calls do most. */
 export const warmCode: readonly string[] = [
@@ -39,8 +38,8 @@ export interface Warmer {
   untilLine(
     lines: AsyncGenerator<string | null>,
   ): Promise<IteratorResult<string | null>>;
-  /** The supervisor's go-ahead (a warm request): warm when idle. */
-  start(): void;
+  /** The supervisor's go-ahead (a warm request): n more calls when idle. */
+  allow(n: number): void;
   /** No more warming calls: the worker has had a call of its own. */
   stop(): void;
 }
@@ -51,19 +50,20 @@ export interface Warmer {
  */
 export function warmer(calls: number, run: (line: string) => Promise<void>): Warmer {
   let left = calls;
-  let going = false; // the supervisor has said go
+  let allowed = 0; // of them, those the supervisor has let run so far
   let done = 0;
   return {
     async untilLine(lines) {
       const next = lines.next();
       let wait = idleBeforeWarming;
-      while (going && left > 0) {
+      while (allowed > 0 && left > 0) {
         let timer: ReturnType<typeof setTimeout> | undefined;
         const idle = new Promise<"idle">((r) => timer = setTimeout(() => r("idle"), wait));
         const first = await Promise.race([next, idle]);
         clearTimeout(timer);
         if (first !== "idle") return first;
         left--;
+        allowed--;
         const began = performance.now();
         await run(
           JSON.stringify({ type: "run", id: "warm", code: warmCode[done++ % warmCode.length] }),
@@ -74,8 +74,8 @@ export function warmer(calls: number, run: (line: string) => Promise<void>): War
       }
       return await next;
     },
-    start() {
-      going = true;
+    allow(n) {
+      allowed += Math.max(0, Math.floor(n));
     },
     stop() {
       left = 0;

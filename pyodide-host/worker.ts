@@ -296,7 +296,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
         send({ type: "pong", id: String(req.id) });
         break;
       case "warm":
-        warming.start();
+        warming.allow(Number(req.calls) || 0);
         break;
       case "run": {
         if (typeof req.id !== "string" || typeof req.code !== "string") {

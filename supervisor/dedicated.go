@@ -95,10 +95,6 @@ func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, e
 	}
 	w.log.Debug("dedicated worker ready", "startup", time.Since(began).Round(time.Millisecond),
 		"in_worker_ms", w.ready.StartupMS, "from", from)
-	if w.ready.WarmCalls > 0 {
-		// Most often a spare for the next session, which waits idle.
-		w.warm()
-	}
 	return &Dedicated{pool: p, w: w, cfg: cfg}, nil
 }
 
@@ -123,6 +119,8 @@ func (d *Dedicated) Current() bool {
 func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.pool.dedicatedBusy.Add(1) // no warming calls beside it (warmIdleLocked)
+	defer d.pool.dedicatedBusy.Add(-1)
 	if d.lost != "" {
 		return Result{}, fmt.Errorf("%w: %s", ErrWorkerLost, d.lost)
 	}

@@ -91,6 +91,9 @@ func (p *Pool) watchHealth() {
 		case <-tick.C:
 		}
 		p.checkHealth(cpu)
+		p.mu.Lock()
+		p.warmIdleLocked()
+		p.mu.Unlock()
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -77,6 +78,8 @@ type Pool struct {
 	// the limit each started with: the health check holds them to it and
 	// to the thread limit as it does the pool's own (health.go).
 	dedicated map[*worker]int64
+	// dedicatedBusy counts the calls running on dedicated workers.
+	dedicatedBusy atomic.Int64
 }
 
 // Counts are cumulative figures since the pool started.
@@ -451,26 +454,47 @@ func (p *Pool) putLocked(w *worker) {
 		// -only firstcalls). Among fresh workers the oldest comes first, as
 		// more of that compiling is behind it.
 		p.idle = slices.Insert(p.idle, 0, w)
-		p.warmIdleLocked()
 		return
 	}
 	p.idle = append(p.idle, w)
 }
 
-// warmIdleLocked lets the idle workers that have had no call run their
-// warming calls (PROTOCOL.md, Warming calls), once the pool is whole and
-// no worker of it is starting: warming takes about half a core, and a
-// start beside it took 25-30% longer (scripts/bench -only pool). p.mu is
-// held, so that no call is handed the worker while the line is written.
+// warmBatch is how many warming calls a worker is let run at each of the
+// health check's looks (every 200 ms) while the pool is idle: 10-100 ms of
+// them, so that a call that comes to another worker shares the CPU with
+// warming for no longer than that.
+const warmBatch = 20
+
+// warmIdleLocked lets the workers that have had no call, the pool's and the
+// dedicated ones, run a batch of their warming calls (PROTOCOL.md, Warming
+// calls), while nothing else wants the CPU: the pool whole, no worker
+// starting, no call running or waiting. Warming takes about half a core
+// and V8's compilers beside it; a start beside it took 25-30% longer
+// (scripts/bench -only pool) and a settled worker's calls 1.2x to 1.6x
+// (-only reuse). p.mu is held, so no pool call is handed a worker while
+// its line is written.
 func (p *Pool) warmIdleLocked() {
-	if p.starting > 0 || len(p.idle)+p.busy < p.cfg.Workers {
+	if p.closed || p.starting > 0 || p.busy > 0 || len(p.waiters) > 0 ||
+		len(p.idle) < p.cfg.Workers || p.dedicatedBusy.Load() > 0 {
 		return
 	}
 	for _, w := range p.idle {
-		if w.calls == 0 && w.ready.WarmCalls > 0 && !w.warmed {
-			w.warmed = true
-			w.warm()
+		if w.calls == 0 {
+			p.warmLocked(w)
 		}
+	}
+	for w := range p.dedicated {
+		if w.started.Load() == 0 {
+			p.warmLocked(w)
+		}
+	}
+}
+
+// warmLocked lets w run its next batch of warming calls, if any are left.
+func (p *Pool) warmLocked(w *worker) {
+	if n := min(warmBatch, w.ready.WarmCalls-w.warmSent); n > 0 {
+		w.warmSent += n
+		w.warm(n)
 	}
 }
 
@@ -609,7 +633,6 @@ func (p *Pool) startLocked() {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.starting--
-		defer p.warmIdleLocked() // the start is over, failed or not
 		if err != nil {
 			if p.closed {
 				return

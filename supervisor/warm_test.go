@@ -66,9 +66,10 @@ func TestWarmingWorkerIsNotKilledAsSpinning(t *testing.T) {
 // theirs, on a worker whose state starts with it.
 func TestCallsDuringWarmingAreServed(t *testing.T) {
 	p := realPool(t, supervisor.Config{Workers: 1, WarmCalls: 10000})
-	// Warming starts after 50 ms idle; a warming call takes a few
-	// milliseconds, and so does the rest after it.
-	for i, delay := range []time.Duration{0, 40, 55, 58, 63, 75, 110, 300} {
+	// Warming starts at one of the pool's health checks (every 200 ms)
+	// after 50 ms idle; a warming call takes a few milliseconds, and so
+	// does the rest after it; a batch, 20 of them.
+	for i, delay := range []time.Duration{0, 60, 150, 220, 260, 300, 340, 420, 600} {
 		d, err := p.StartDedicated(t.Context(), nil)
 		if err != nil {
 			t.Fatal(err)

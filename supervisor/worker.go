@@ -89,7 +89,7 @@ type worker struct {
 	pkgs *packages.Resolver
 
 	idleSince time.Time // when it last became idle; guarded by the pool's mu
-	warmed    bool      // told to run its warming calls; guarded by the pool's mu
+	warmSent  int       // warming calls it was let run; guarded by the pool's mu
 	// freshRSS: resident bytes when it became ready, raised by the health
 	// check while it has had no call; 0: unknown.
 	freshRSS atomic.Int64
@@ -275,16 +275,21 @@ func (w *worker) relogStderr(r io.ReadCloser, logs *stderrBudget) {
 	_, _ = io.Copy(io.Discard, r)
 }
 
-// warmLine is the request that lets a fresh worker run its warming calls
-// (PROTOCOL.md, Warming calls).
-var warmLine = []byte(`{"type":"warm"}` + "\n")
+// warmRequest lets a fresh worker run n of its warming calls now (PROTOCOL.md,
+// Warming calls).
+type warmRequest struct {
+	Type  string `json:"type"`
+	Calls int    `json:"calls"`
+}
 
-// warm lets an idle worker that has had no call run its warming calls now.
-// A worker that does not take the line is killed: the health check or the
-// next call finds it gone.
-func (w *worker) warm() {
+// warm lets a worker that has had no call run n of its warming calls. A
+// worker that does not take the line is killed: the health check or the
+// next call finds it gone. A call's request written at the same time comes
+// whole before or after it: writes to one os.File are serialised.
+func (w *worker) warm(n int) {
+	line, _ := json.Marshal(warmRequest{Type: "warm", Calls: n})
 	_ = w.stdin.SetWriteDeadline(time.Now().Add(answerWriteLimit))
-	if _, err := w.stdin.Write(warmLine); err != nil {
+	if _, err := w.stdin.Write(append(line, '\n')); err != nil {
 		w.kill("it did not accept a request")
 	}
 }
