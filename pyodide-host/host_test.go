@@ -219,6 +219,7 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 			filepath.Join(rt.Dir, "guards.ts"),
 			filepath.Join(rt.Dir, "pyrun_display.py"),
 			filepath.Join(rt.Dir, "toolcalls.ts"),
+			filepath.Join(rt.Dir, "warm.ts"),
 			filepath.Join(rt.Dir, "mcp_tools.py"),
 			filepath.Join(rt.Dir, "node_modules", "pyodide"),
 		}, ","),
