@@ -72,13 +72,15 @@ func TestDenoTools(t *testing.T) {
 //     "!interrupt" alone on a line sends it at once, and a request line
 //     prefixed with "!interrupt-after-output " is sent and the signal follows
 //     the request's first output event, repeated every 100ms until the
-//     request is answered.
+//     request is answered. "!idle 1s" leaves the worker idle that long,
+//     for what it does while it waits (warming calls).
 //   - "events": every line the worker wrote, from ready to its exit on stdin
 //     EOF, with duration_ms and startup_ms removed and the runtime folder
 //     written as $RUNTIME.
 //
 // After each request the replay reads events up to the one that answers it
-// (result, pong or error): the worker serves one request at a time.
+// (result, pong or error; a warm request has none): the worker serves one
+// request at a time.
 func TestTranscripts(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "*.txtar"))
 	if err != nil || len(files) == 0 {
@@ -156,6 +158,12 @@ func replayFile(t *testing.T, rt *supervisor.Runtime, file string, start startFu
 		switch {
 		case line == "!interrupt":
 			st.interrupt = true
+		case strings.HasPrefix(line, "!idle "):
+			d, err := time.ParseDuration(strings.TrimPrefix(line, "!idle "))
+			if err != nil {
+				t.Fatalf("%s: %q: %v", file, line, err)
+			}
+			st.idle = d
 		case strings.HasPrefix(line, "!interrupt-after-output "):
 			st.interruptAfterOutput = true
 			line = strings.TrimPrefix(line, "!interrupt-after-output ")
@@ -264,9 +272,10 @@ const (
 
 // step is one line of a requests section.
 type step struct {
-	line                 string // the request to send, if any
-	interrupt            bool   // send SIGUSR2 now
-	interruptAfterOutput bool   // send SIGUSR2 after the request's first output event
+	line                 string        // the request to send, if any
+	interrupt            bool          // send SIGUSR2 now
+	interruptAfterOutput bool          // send SIGUSR2 after the request's first output event
+	idle                 time.Duration // leave the worker idle this long (what it does meanwhile is under test)
 }
 
 // replay starts a worker, sends reqs one at a time and returns every event
@@ -381,6 +390,10 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 			signal()
 			continue
 		}
+		if st.idle > 0 {
+			time.Sleep(st.idle)
+			continue
+		}
 		line := strings.ReplaceAll(st.line, "$SENT", strconv.Itoa(sent))
 		var req struct{ Type, Call string }
 		_ = json.Unmarshal([]byte(line), &req)
@@ -399,6 +412,9 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 		}
 		if answer && len(pending) > 0 {
 			continue // the run waits for its other answers: no event is due
+		}
+		if req.Type == "warm" {
+			continue // answered by nothing (PROTOCOL.md, Warming calls)
 		}
 		signalled := !st.interruptAfterOutput
 		var tick <-chan time.Time
