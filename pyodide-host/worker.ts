@@ -195,7 +195,10 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     // Consume the interrupt here: the sleep raises KeyboardInterrupt itself.
     return Atomics.exchange(shared.flag, 0, 0) !== 0 && live(shared);
   };
-  helper.setup((line) => muted || writeLine(line), wait, () => live(shared), load);
+  const emit = (line: string) => {
+    if (!muted) writeLine(line);
+  };
+  helper.setup(emit, wait, () => live(shared), load);
   // Mounts first: making their folders is a change the guard refuses.
   const mounts = cfg.mounts ?? [];
   mountHostFolders(py, mounts);

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"io"
 	"os/exec"
+	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -98,7 +99,7 @@ func (e fakeEngine) Program() string                         { return string(e) 
 func (fakeEngine) Permissions(*Runtime) (Permissions, error) { return Permissions{}, nil }
 
 // ProcessCPU is the CPU time process pid has used so far.
-func ProcessCPU(t interface{ Fatal(...any) }, pid int) time.Duration {
+func ProcessCPU(t testing.TB, pid int) time.Duration {
 	used, _, err := procStat(pid)
 	if err != nil {
 		t.Fatal(err)
