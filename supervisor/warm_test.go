@@ -114,9 +114,10 @@ func TestWarmedWorkerIsFresh(t *testing.T) {
 }
 
 // waitWarmed waits until the worker pid, fresh and idle, has used the CPU
-// its warming calls take (200 of them: 2.2-2.4 s of CPU, its Python thread
-// and V8's compilers; an idle worker that does not warm used 0.3 s over the
-// same 4 s after ready) and then stopped using it.
+// its warming calls take (200 of them: about 2 s of CPU, its Python thread
+// and V8's compilers; an idle worker that does not warm used 0.25-0.32 s
+// over the same 4 s after ready: scripts/bench -only firstcalls) and then
+// stopped using it.
 func waitWarmed(t *testing.T, pid int) {
 	t.Helper()
 	start := supervisor.ProcessCPU(t, pid)

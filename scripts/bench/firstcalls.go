@@ -41,6 +41,9 @@ type firstCallsReport struct {
 	SettledInWorkerMS float64 `json:"settled_in_worker_ms"`
 	// FirstCallMS is the very first call, alone.
 	FirstCallMS float64 `json:"first_call_ms"`
+	// IdleCPUMS is the CPU the worker used during the pause (all its
+	// threads): its warming calls and V8's compiles they set off.
+	IdleCPUMS float64 `json:"idle_cpu_ms"`
 	// The same calls in CPU time rather than wall time, from the worker's
 	// /proc/PID/task/TID/schedstat: what the thread running Python spent
 	// on a CPU per call (median), how long it waited for one (mean), and
@@ -60,13 +63,14 @@ type firstCallsReport struct {
 // its calls.
 type firstCallsRun struct {
 	ready, first, settled, firstIn, settledIn, one time.Duration
+	idleCPU                                        time.Duration // during the pause
 	firstCPU, settledCPU                           time.Duration // medians, call thread
 	firstWait, settledWait                         time.Duration // means, call thread
 	firstOther, settledOther                       time.Duration // means, other threads
 }
 
 func benchFirstCalls(ctx context.Context, rt *supervisor.Runtime, runs int, pause time.Duration, warm int) (*firstCallsReport, error) {
-	var ready, first, settled, firstIn, settledIn, one []time.Duration
+	var ready, first, settled, firstIn, settledIn, one, idleCPU []time.Duration
 	var firstCPU, settledCPU, firstWait, settledWait, firstOther, settledOther []time.Duration
 	for r := range runs {
 		x, err := firstCallsOnce(ctx, rt, pause, warm)
@@ -78,6 +82,7 @@ func benchFirstCalls(ctx context.Context, rt *supervisor.Runtime, runs int, paus
 			us(x.firstCPU), us(x.settledCPU), float64(x.firstCPU)/float64(x.settledCPU), us(x.firstOther), us(x.settledOther))
 		ready, first, settled = append(ready, x.ready), append(first, x.first), append(settled, x.settled)
 		firstIn, settledIn, one = append(firstIn, x.firstIn), append(settledIn, x.settledIn), append(one, x.one)
+		idleCPU = append(idleCPU, x.idleCPU)
 		firstCPU, settledCPU = append(firstCPU, x.firstCPU), append(settledCPU, x.settledCPU)
 		firstWait, settledWait = append(firstWait, x.firstWait), append(settledWait, x.settledWait)
 		firstOther, settledOther = append(firstOther, x.firstOther), append(settledOther, x.settledOther)
@@ -86,7 +91,7 @@ func benchFirstCalls(ctx context.Context, rt *supervisor.Runtime, runs int, paus
 		Runs: runs, PauseMS: pause.Milliseconds(), ReadyMS: round1(ms(median(ready))),
 		FirstMS: round3(ms(median(first))), SettledMS: round3(ms(median(settled))),
 		FirstInWorkerMS: round3(ms(median(firstIn))), SettledInWorkerMS: round3(ms(median(settledIn))),
-		FirstCallMS: round3(ms(median(one))),
+		FirstCallMS: round3(ms(median(one))), IdleCPUMS: round1(ms(median(idleCPU))),
 	}
 	rep.Ratio = round2(float64(median(first)) / float64(median(settled)))
 	rep.FirstCPUus, rep.SettledCPUus = round1(us(median(firstCPU))), round1(us(median(settledCPU)))
@@ -135,12 +140,21 @@ func firstCallsOnce(ctx context.Context, rt *supervisor.Runtime, pause time.Dura
 	// -firstcalls-pause tells calls apart from time: whatever a fresh
 	// worker still does in the background (V8's compile jobs, its
 	// collector) has had the pause to finish before the first call.
+	idle0, err := th.read()
+	if err != nil {
+		return
+	}
 	select {
 	case <-ctx.Done():
 		err = ctx.Err()
 		return
 	case <-time.After(pause):
 	}
+	idle1, err := th.read()
+	if err != nil {
+		return
+	}
+	x.idleCPU = idle1.callRun + idle1.otherRun - idle0.callRun - idle0.otherRun
 	var wall, in, cpu, wait, other []time.Duration
 	for i := range settledTo {
 		before, e := th.read()

@@ -346,7 +346,7 @@ func (r *report) print(w io.Writer) {
 		}
 		idle := ""
 		if f.PauseMS > 0 {
-			idle = fmt.Sprintf(", then %s idle", time.Duration(f.PauseMS)*time.Millisecond)
+			idle = fmt.Sprintf(", then %s idle, using %.0f ms of CPU", time.Duration(f.PauseMS)*time.Millisecond, f.IdleCPUMS)
 		}
 		fmt.Fprintf(w, "fresh worker (pool.Run, median of %d starts%s): ready %.1f ms; first call %.3f ms; calls 1-%d %.3f ms (in worker %.3f), calls %d-%d %.3f ms (in worker %.3f): %.2fx\n",
 			f.Runs, idle, f.ReadyMS, f.FirstCallMS, firstCalls, f.FirstMS, f.FirstInWorkerMS, settledFrom, settledTo, f.SettledMS, f.SettledInWorkerMS, f.Ratio)
