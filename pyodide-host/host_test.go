@@ -357,9 +357,13 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 		}
 	}
 
-	if _, ev := next(startTimeout, "ready", nil, nil); ev["type"] != "ready" {
-		fail("first event is not ready: %v", ev)
+	_, ready := next(startTimeout, "ready", nil, nil)
+	if ready["type"] != "ready" {
+		fail("first event is not ready: %v", ready)
 	}
+	// A worker that settles says "idle" after each result, once it has
+	// cleaned up after the call (PROTOCOL.md, Idle): the answer's end.
+	settles := ready["settles"] == true
 	sent := 0 // SIGUSR2 signals sent, for $SENT
 	signal := func() {
 		t.Helper()
@@ -429,6 +433,11 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 				tick = repeat.C
 			}
 			if typ == "result" || typ == "pong" || typ == "error" || typ == "need" || typ == "tool_call" {
+				if typ == "result" && settles {
+					if _, idle := next(requestTimeout, "idle after "+line, nil, nil); idle["type"] != "idle" || idle["id"] != ev["id"] {
+						fail("after the result of %s: %v, want idle for the same call", line, idle)
+					}
+				}
 				break
 			}
 		}
@@ -490,7 +499,7 @@ func readLine(r *bufio.Reader) (string, error) {
 var eventTypes = map[string]bool{
 	"ready": true, "output": true, "package": true, "pong": true, "error": true, "result": true, "need": true,
 	"display": true, "file": true,
-	"tool_call": true,
+	"tool_call": true, "idle": true,
 }
 
 // volatile are the fields that differ from run to run, each on its event.

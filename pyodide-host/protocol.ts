@@ -1,7 +1,7 @@
 // The pipe protocol between pyrun's supervisor (Go) and this worker.
 // PROTOCOL.md is the specification; supervisor/protocol.go is the Go side.
 
-export const PROTOCOL_VERSION = 5;
+export const PROTOCOL_VERSION = 6;
 
 /** Start-up settings, passed as the one command-line argument (JSON). */
 export interface HostConfig {
@@ -112,6 +112,8 @@ export type Event =
     snapshot_error?: string;
     /** Warming calls it runs while it waits for its first request (warm.ts); absent: none. */
     warm_calls?: number;
+    /** It sends "idle" after each call's result, once it has cleaned up after the call. */
+    settles?: boolean;
   }
   | { type: "output"; id: string; stream: "stdout" | "stderr"; text: string }
   | { type: "package"; id: string; text: string }
@@ -135,6 +137,8 @@ export type Event =
     args: string;
   }
   | { type: "pong"; id: string }
+  /** After a call's result: cleaned up after it, ready for the next request. */
+  | { type: "idle"; id: string }
   | { type: "error"; id?: string; error: string };
 // The "result" event is built by pyrun_helper.py, which owns its fields;
 // the "display" and "file" events by pyrun_display.py.

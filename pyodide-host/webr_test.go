@@ -263,8 +263,8 @@ func TestRReadySaysEngineAndVersions(t *testing.T) {
 	var ev rEvent
 	b, _ := json.Marshal(w.ready)
 	_ = json.Unmarshal(b, &ev)
-	if w.ready["engine"] != "r" || w.ready["protocol"] != float64(5) {
-		t.Errorf("ready = %v, want engine r, protocol 5", w.ready)
+	if w.ready["engine"] != "r" || w.ready["protocol"] != float64(6) {
+		t.Errorf("ready = %v, want engine r, protocol 6", w.ready)
 	}
 	if ev.Versions["r"] != "4.6.0" || ev.Versions["webr"] != "0.6.0" {
 		t.Errorf("ready versions = %v, want r 4.6.0 and webr 0.6.0", ev.Versions)

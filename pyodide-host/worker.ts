@@ -48,6 +48,8 @@ interface Helper {
   interrupt(): boolean;
   /** Makes every later call share one interpreter state (a Python session). */
   keep_state(): void;
+  /** Cleans up after the last call; its result must be out first. */
+  settle(): void;
   /** Called through callPromising, so that Python may switch stacks. */
   run: {
     callPromising(
@@ -240,10 +242,12 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     snapshot: !!cfg.snapshot && !snapshotError,
     ...(snapshotError ? { snapshot_error: snapshotError } : {}),
     ...(cfg.warm_calls ? { warm_calls: cfg.warm_calls } : {}),
+    settles: true,
   });
 
-  // One run request, a warming call's too (warm.ts): its lines go to out.
-  const runCall = async (req: RunRequest, out: (line: string) => void) => {
+  // One run request, a warming call's too (warm.ts): its lines go to out;
+  // a supervisor's call is announced idle once it is cleaned up after.
+  const runCall = async (req: RunRequest, out: (line: string) => void, announce: boolean) => {
     beginCall(shared, req.interrupts ?? 0);
     current = req.id;
     mcpTools._begin(typeof req.tools === "string" ? req.tools : "");
@@ -265,8 +269,21 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
       }));
     }
     current = "";
+    // The clean-up after the call, once its result is out: the caller
+    // need not wait for it. A worker that cannot clean up serves no one.
+    try {
+      helper.settle();
+    } catch (e) {
+      console.error(
+        `pyrun worker: cleaning up after a call failed: ${e instanceof Error ? e.message : e}`,
+      );
+      self.postMessage({ type: "fatal" });
+      return;
+    }
     // Answers to host calls the run left outstanding come first.
     await tools.idle();
+    // The supervisor hands the worker no call before this (PROTOCOL.md, Idle).
+    if (announce) send({ type: "idle", id: req.id });
   };
   const warming = warmer(cfg.warm_calls ?? 0, async (line) => {
     const req = JSON.parse(line) as RunRequest;
@@ -274,7 +291,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     req.interrupts = Atomics.load(shared.count, 0);
     muted = true;
     try {
-      await runCall(req, () => {});
+      await runCall(req, () => {}, false);
     } finally {
       muted = false;
     }
@@ -315,7 +332,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
           helper.keep_state();
           stateKept = true;
         }
-        await runCall(req, writeLine);
+        await runCall(req, writeLine, true);
         break;
       }
       default:

@@ -124,6 +124,13 @@ func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error)
 	if d.lost != "" {
 		return Result{}, fmt.Errorf("%w: %s", ErrWorkerLost, d.lost)
 	}
+	if d.w.unsettled != "" {
+		// Its previous call's clean-up may still run (worker.settle).
+		if err := d.w.settle(d.pool.Config().Timeout); err != nil {
+			d.loseLocked(err.Error())
+			return Result{}, fmt.Errorf("%w: %v", ErrWorkerLost, err)
+		}
+	}
 	if why := d.w.stale(); why != "" {
 		d.loseLocked(why)
 		return Result{}, fmt.Errorf("%w: %s", ErrWorkerLost, why)

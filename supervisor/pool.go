@@ -54,14 +54,17 @@ type Pool struct {
 	wake   chan struct{}  // tells the filler to look again
 	logs   *stderrBudget  // what of workers' stderr reaches the log
 
-	mu       sync.Mutex
-	cfg      Config
-	pkgs     *packages.Resolver // of cfg; nil: no packages
-	gen      int                // bumped when a reconfiguration changes how workers start
-	idle     []*worker
-	waiters  []*waiter
-	running  map[*worker]bool // workers running a call
-	busy     int
+	mu      sync.Mutex
+	cfg     Config
+	pkgs    *packages.Resolver // of cfg; nil: no packages
+	gen     int                // bumped when a reconfiguration changes how workers start
+	idle    []*worker
+	waiters []*waiter
+	running map[*worker]bool // workers running a call, or cleaning up after one
+	busy    int
+	// settling counts the busy workers whose call has ended but which
+	// still clean up after it (settleLater).
+	settling int
 	starting int
 	closed   bool
 	drained  chan struct{} // closed when busy reaches 0 after Close
@@ -266,7 +269,11 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 	if ctx.Err() != nil {
 		status = "cancelled"
 	}
-	p.release(w, status)
+	if w.unsettled != "" && w.retire == "" && p.Config().Isolation != IsolationProcess {
+		p.settleLater(w, status)
+	} else {
+		p.release(w, status) // a worker to be retired need not clean up
+	}
 	p.calls.add("id", job.ID, "status", status, "duration", res.Duration.Round(time.Microsecond),
 		"queued", wait.Round(time.Microsecond), "worker", w.name, "session", job.Session, "client", job.Client)
 	if ctx.Err() != nil {
@@ -289,9 +296,11 @@ func (p *Pool) acquire(ctx context.Context, watch Watcher) (*worker, Config, err
 		return nil, cfg, fmt.Errorf("waiting for a worker: %w", err)
 	}
 	p.dropDeadIdleLocked()
-	if n := len(p.idle); n > 0 {
-		// Last in, first out: the most recently used worker has the warmest
-		// JIT; fresh workers wait at the bottom (putLocked).
+	// Last in, first out: the most recently used worker has the warmest
+	// JIT; fresh workers wait at the bottom (putLocked). A used worker
+	// still cleaning up after its call comes back within a fraction of a
+	// millisecond: a call waits for it rather than take a fresh one.
+	if n := len(p.idle); n > 0 && (p.idle[n-1].calls > 0 || p.settling == 0 || len(p.waiters) >= cfg.MaxQueue) {
 		w := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.busy++
@@ -391,16 +400,60 @@ func (p *Pool) brokenErr() error {
 func (p *Pool) release(w *worker, status string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.busy--
-	delete(p.running, w)
+	p.endedLocked(status)
+	p.takeBackLocked(w)
+}
+
+// settleLater counts the call as ended and takes w back once it has
+// cleaned up after the call (worker.settle), on a goroutine of the pool's:
+// the caller has its result meanwhile.
+func (p *Pool) settleLater(w *worker, status string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.endedLocked(status)
+	p.settling++
+	limit := p.cfg.Timeout
+	// Joins p.wg while w is busy, so before Close, which waits for busy
+	// workers first, waits on p.wg.
+	p.wg.Go(func() {
+		if err := w.settle(limit); err != nil {
+			w.log.Warn("worker replaced", "reason", err)
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.settling--
+		p.takeBackLocked(w)
+	})
+}
+
+// endedLocked counts a call that ended. p.mu is held.
+func (p *Pool) endedLocked(status string) {
 	p.counts.Calls[status]++
 	if !p.headStart.IsZero() {
 		p.headStart = time.Time{} // the first call is over: the rest of the pool starts
 		p.kick()
 	}
+}
+
+// takeBackLocked makes a busy worker idle again, or retires it. p.mu is held.
+func (p *Pool) takeBackLocked(w *worker) {
+	p.busy--
+	delete(p.running, w)
 	// putLocked first: the worker's retirement joins p.wg before Close,
 	// woken by drained, waits on it.
 	p.putLocked(w)
+	// Calls that waited for a settling worker (acquire) take an idle
+	// one if it did not come back.
+	for len(p.waiters) > 0 && len(p.idle) > 0 && p.settling == 0 {
+		n := len(p.idle)
+		next := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		wt := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		p.busy++
+		p.running[next] = true
+		wt.ch <- next
+	}
 	p.drainedLocked()
 }
 

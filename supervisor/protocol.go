@@ -13,7 +13,7 @@ import (
 
 // protocolVersion is the version of the pipe protocol (pyodide-host/PROTOCOL.md)
 // this supervisor speaks; a worker announcing another one is refused.
-const protocolVersion = 5
+const protocolVersion = 6
 
 // request is a line the supervisor writes to a worker's stdin.
 type request struct {
@@ -68,6 +68,9 @@ type event struct {
 	// WarmCalls are the calls of its own the worker runs while it waits
 	// for its first (pyodide-host/warm.ts).
 	WarmCalls int `json:"warm_calls"`
+	// Settles: after each call's result the worker cleans up after the
+	// call, then says "idle"; it reads no request before (worker.settle).
+	Settles bool `json:"settles"`
 
 	// output, package
 	Stream string `json:"stream"`
@@ -146,7 +149,7 @@ func parseEvent(line []byte) (event, error) {
 		return event{}, fmt.Errorf("%w: %v in %q", errGarbage, err, clip(line, 200))
 	}
 	switch ev.Type {
-	case "ready", "pong", "error":
+	case "ready", "pong", "error", "idle":
 	case "output":
 		if ev.Stream != "stdout" && ev.Stream != "stderr" {
 			return event{}, fmt.Errorf("%w: output on unknown stream %q", errGarbage, clip([]byte(ev.Stream), 64))

@@ -25,7 +25,7 @@ func restartKind(reason string) string {
 		return RestartInterrupt
 	case "it broke the protocol", "it did not accept a call", "it failed a call":
 		return RestartProtocol
-	case killSpin, killIdleCPU, retireMemory:
+	case killSpin, killIdleCPU, retireMemory, retireSettle:
 		return RestartRecycle // a call left code running or memory held behind it
 	case killThreads:
 		return RestartMemory // a resource limit, like memory

@@ -113,6 +113,9 @@ type worker struct {
 	calls       int    // calls run
 	retire      string // non-empty: do not reuse, and why
 	undelivered bool   // the last call never reached the worker: it died first
+	// unsettled: the call whose result came but whose "idle" has not
+	// (worker.settle); "": none.
+	unsettled string
 	// elsewhere: the last call's code did not run because it pinned another
 	// version of a package this worker had loaded; it goes to a fresh worker.
 	elsewhere bool
@@ -428,6 +431,9 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				// what a fresh worker would not have: the call goes to one.
 				// On a fresh worker (preloaded deps) the conflict stands.
 				w.elsewhere = conflict && ev.Status == "install-error" && stopped == "" && w.calls > 1
+				if w.ready.Settles {
+					w.unsettled = job.ID
+				}
 				return w.finish(res, ev, tr, stopped, cfg)
 			default:
 				fail(fmt.Errorf("%w: %q during a call", errGarbage, ev.Type), "it broke the protocol")
@@ -478,6 +484,38 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 		}
 	}
 }
+
+// settle waits for the worker to say "idle" after its last call's result:
+// it cleans up after a call (fresh globals, files and modules for the
+// next) once the result is out, so that the caller does not wait for
+// that, and reads no request before it is done. Clean-up can run the
+// call's own code (finalizers), so it gets no longer than a call, and a
+// worker that takes longer, or says anything else, is killed: the next
+// call goes to another worker, not charged for this one's leftovers.
+func (w *worker) settle(limit time.Duration) error {
+	id := w.unsettled
+	w.unsettled = ""
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case ev, ok := <-w.events:
+		switch {
+		case !ok:
+			return errors.New("the worker exited while it cleaned up after a call")
+		case ev.Type == "idle" && ev.ID == id:
+			return nil
+		}
+		w.kill("it broke the protocol")
+		return fmt.Errorf("%w: %q for call %q while it cleaned up after call %q", errGarbage, ev.Type, ev.ID, id)
+	case <-timer.C:
+		w.kill(retireSettle)
+		return fmt.Errorf("the worker did not clean up after call %s within %s", id, limit)
+	}
+}
+
+// retireSettle is why a worker is killed whose clean-up after a call
+// outlasted a call's time limit.
+const retireSettle = "it did not clean up after a call in time"
 
 // retireVersionConflict is why a worker is retired after a call that
 // needed another version of a package it has loaded.

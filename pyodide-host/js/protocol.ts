@@ -3,7 +3,7 @@
 // messages between its host thread (main.ts) and the Worker that runs the
 // user's code (runner.ts).
 
-export const PROTOCOL_VERSION = 5;
+export const PROTOCOL_VERSION = 6;
 
 /** Start-up settings, the one command-line argument (JSON). */
 export interface HostConfig {
