@@ -88,6 +88,7 @@ func (p *Pool) acquireLive(ctx context.Context, watch Watcher) (*worker, Config,
 // stale says why a worker taken from the pool cannot take a call, or ""
 // when it can: it died, the supervisor killed it, or it wrote an event with
 // no call running (a late line from a call that forged its own result).
+// The idle that ends the last call's clean-up (worker.settle) is taken.
 func (w *worker) stale() string {
 	if k := w.killedFor(); k != "" {
 		return k
@@ -96,6 +97,10 @@ func (w *worker) stale() string {
 	case ev, ok := <-w.events:
 		if !ok {
 			return "it exited"
+		}
+		if w.unsettled != "" && ev.Type == "idle" && ev.ID == w.unsettled {
+			w.unsettled = ""
+			return w.stale()
 		}
 		w.log.Warn("worker spoke while idle", "type", ev.Type, "id", ev.ID)
 		w.kill("it broke the protocol")

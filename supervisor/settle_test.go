@@ -73,6 +73,12 @@ func TestSessionCleanUpPastTheLimitEndsTheSession(t *testing.T) {
 	if err != nil || res.Status != supervisor.StatusSuccess {
 		t.Fatalf("first call: %v %+v", err, res)
 	}
+	// Its clean-up is over well within this; the idle that ends it is no
+	// sign of a broken worker to the sessions' look at it between calls.
+	time.Sleep(2 * time.Second)
+	if why := d.Lost(); why != "" {
+		t.Fatalf("between calls, after the clean-up: lost (%s)", why)
+	}
 	if res, err = d.Run(t.Context(), supervisor.Job{ID: "s2", Code: "s = Slow()\ns.me = s\ndel s\n'kept'"}, nil); err != nil || res.Value != `"kept"` {
 		t.Fatalf("second call, after a clean-up of 0.5 s: %v %+v", err, res)
 	}
