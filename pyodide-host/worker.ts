@@ -245,12 +245,17 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     settles: true,
   });
 
+  let lastCatalog = ""; // the tools catalog of the last call
   // One run request, a warming call's too (warm.ts): its lines go to out;
   // a supervisor's call is announced idle once it is cleaned up after.
   const runCall = async (req: RunRequest, out: (line: string) => void, announce: boolean) => {
     beginCall(shared, req.interrupts ?? 0);
     current = req.id;
-    mcpTools._begin(typeof req.tools === "string" ? req.tools : "");
+    const catalog = typeof req.tools === "string" ? req.tools : "";
+    // A call without tools after one without finds mcp_tools as _begin
+    // would leave it: spare the trip into Python (~30 us a call).
+    if (catalog || lastCatalog) mcpTools._begin(catalog);
+    lastCatalog = catalog;
     try {
       out(
         await helper.run.callPromising(
