@@ -283,7 +283,7 @@ class RWorker {
       // webR's answer came after the call's last console line, and each
       // line's message was queued as it arrived: after one turn of the
       // event loop readConsole has taken them all.
-      await new Promise((resolve) => setTimeout(resolve, 0));
+      await nextTurn();
       this.out = null;
       out.flush();
     }
@@ -373,6 +373,23 @@ function stamps(flat: string[]): Map<string, string> {
 }
 
 /**
+ * Resolves after one turn of the event loop, once every microtask queued
+ * before it has run: a message on a channel of its own, since a setTimeout
+ * takes a millisecond or more (measured: 2 ms in a loop), which every call
+ * would pay.
+ */
+const nextTurn = (() => {
+  const channel = new MessageChannel();
+  const waiting: (() => void)[] = [];
+  channel.port1.onmessage = () => waiting.shift()?.();
+  return (): Promise<void> =>
+    new Promise((resolve) => {
+      waiting.push(resolve);
+      channel.port2.postMessage(0);
+    });
+})();
+
+/**
  * Caps a call's stdout and stderr, each to max characters (PROTOCOL.md),
  * and sends them: the lines that come in one turn of the event loop go
  * together, at its end, as one event per run of one stream.
@@ -381,7 +398,7 @@ class OutputCap {
   private left: Record<string, number>;
   private cut: Record<string, number> = {};
   private pending: { stream: string; text: string } | null = null;
-  private timer: ReturnType<typeof setTimeout> | undefined;
+  private scheduled = false;
 
   constructor(private id: string, max: number) {
     this.left = { stdout: max, stderr: max };
@@ -400,12 +417,15 @@ class OutputCap {
     }
     this.flush();
     this.pending = { stream, text: piece };
-    this.timer = setTimeout(() => this.flush(), 0);
+    if (this.scheduled) return;
+    this.scheduled = true;
+    nextTurn().then(() => {
+      this.scheduled = false;
+      this.flush();
+    });
   }
 
   flush(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
     if (!this.pending) return;
     send({ type: "output", id: this.id, stream: this.pending.stream, text: this.pending.text });
     this.pending = null;
