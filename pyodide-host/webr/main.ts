@@ -374,20 +374,23 @@ function stamps(flat: string[]): Map<string, string> {
 
 /**
  * Resolves after one turn of the event loop, once every microtask queued
- * before it has run: a message on a channel of its own, since a setTimeout
- * takes a millisecond or more (measured: 2 ms in a loop), which every call
- * would pay.
+ * before it has run: a message on a channel of its own (~50 us), since a
+ * setTimeout takes a millisecond or more (2 ms in a loop, measured), which
+ * every call would pay. The channel is closed at once: an open one would
+ * keep the event loop alive, and a worker whose R thread has ended (code
+ * that calls Deno.exit there) must end too rather than hang.
  */
-const nextTurn = (() => {
-  const channel = new MessageChannel();
-  const waiting: (() => void)[] = [];
-  channel.port1.onmessage = () => waiting.shift()?.();
-  return (): Promise<void> =>
-    new Promise((resolve) => {
-      waiting.push(resolve);
-      channel.port2.postMessage(0);
-    });
-})();
+function nextTurn(): Promise<void> {
+  return new Promise((resolve) => {
+    const { port1, port2 } = new MessageChannel();
+    port1.onmessage = () => {
+      port1.close();
+      port2.close();
+      resolve();
+    };
+    port2.postMessage(0);
+  });
+}
 
 /**
  * Caps a call's stdout and stderr, each to max characters (PROTOCOL.md),
