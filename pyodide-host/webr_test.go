@@ -381,6 +381,7 @@ func TestRLiveOutput(t *testing.T) {
 		{"cat('next\\n')", "stdout: next\n"},
 		{"cat('a'); cat('b', file = stderr())", "stdout: a\nstderr: b\n"},
 		{"cat('c\\n'); message('d')", "stdout: c\nstderr: d\n"},
+		{"cat('é ü 漢 ✓\\n')", "stdout: é ü 漢 ✓\n"}, // a line is decoded whole
 	} {
 		if got := output(w.run(tc.code, nil), ""); got != tc.want {
 			t.Errorf("%s: output %q, want %q", tc.code, got, tc.want)
