@@ -141,8 +141,7 @@ func (w *rWorker) send(line string) []rEvent {
 
 // answer reads events up to the one that answers line. With interrupt
 // set it sends SIGUSR2 every 100ms meanwhile, as the supervisor does to
-// stop a call (R's output comes at the end of a call, so there is no
-// first output to wait for).
+// stop a call.
 func (w *rWorker) answer(line string, interrupt bool) []rEvent {
 	w.t.Helper()
 	var tick <-chan time.Time
@@ -221,15 +220,22 @@ func result(t *testing.T, evs []rEvent) rEvent {
 	return last
 }
 
-// output joins the output events of one stream ("" for both, tagged).
+// output joins the output events of one stream ("" for both, each run of
+// one stream tagged with it: how lines are grouped into events depends on
+// when they came).
 func output(evs []rEvent, stream string) string {
 	var b strings.Builder
+	last := ""
 	for _, ev := range evs {
 		if ev.Type != "output" {
 			continue
 		}
 		if stream == "" {
-			fmt.Fprintf(&b, "%s: %s", ev.Stream, ev.Text)
+			if ev.Stream != last {
+				fmt.Fprintf(&b, "%s: ", ev.Stream)
+				last = ev.Stream
+			}
+			b.WriteString(ev.Text)
 		} else if ev.Stream == stream {
 			b.WriteString(ev.Text)
 		}
@@ -341,6 +347,45 @@ func TestRPrintStreamsWarningsMessagesInOrder(t *testing.T) {
 	evs = w.run("options(warn = -1); log(-1)", nil)
 	if got := output(evs, "stderr"); got != "" {
 		t.Errorf("warn = -1: stderr %q, want none", got)
+	}
+}
+
+// R's lines are output events as R writes them, while the call runs: the
+// first ones come before the call ends (it would sleep ten minutes; SIGUSR2
+// ends it once they are in), in the order written across the streams. A
+// text left without a newline ends its call's output, with one, and does
+// not start the next call's.
+func TestRLiveOutput(t *testing.T) {
+	w := startR(t, rConfig)
+	line := w.request("cat('early\\n'); message('note'); cat('partial'); Sys.sleep(600)", nil)
+	if _, err := io.WriteString(w.stdin, line+"\n"); err != nil {
+		t.Fatalf("write request: %v", err)
+	}
+	var evs []rEvent
+	for output(evs, "") != "stdout: early\nstderr: note\n" {
+		var ev rEvent
+		raw := w.next(requestTimeout, "the call's first lines")
+		if err := json.Unmarshal([]byte(raw), &ev); err != nil || ev.Type != "output" {
+			t.Fatalf("while the call sleeps: %q; want its first lines as output events, got so far %q", raw, output(evs, ""))
+		}
+		evs = append(evs, ev)
+	}
+	evs = append(evs, w.answer(line, true)...)
+	if r := result(t, evs); r.Status != "interrupted" {
+		t.Fatalf("status %q (%s), want interrupted", r.Status, r.Error)
+	}
+	if got, want := output(evs, ""), "stdout: early\nstderr: note\nstdout: partial\n"; got != want {
+		t.Errorf("output %q, want %q", got, want)
+	}
+	for _, tc := range []struct{ code, want string }{
+		{"cat('next\\n')", "stdout: next\n"},
+		{"cat('a'); cat('b', file = stderr())", "stdout: a\nstderr: b\n"},
+		{"cat('c\\n'); message('d')", "stdout: c\nstderr: d\n"},
+		{"cat('é ü 漢 ✓\\n')", "stdout: é ü 漢 ✓\n"}, // a line is decoded whole
+	} {
+		if got := output(w.run(tc.code, nil), ""); got != tc.want {
+			t.Errorf("%s: output %q, want %q", tc.code, got, tc.want)
+		}
 	}
 }
 

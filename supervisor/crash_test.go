@@ -371,6 +371,7 @@ func busyPID(t *testing.T, p *supervisor.Pool) int {
 type outputWaiter struct {
 	mu      sync.Mutex
 	out     strings.Builder
+	chunks  []supervisor.Chunk
 	changed chan struct{}
 }
 
@@ -379,6 +380,7 @@ func newOutputWaiter() *outputWaiter { return &outputWaiter{changed: make(chan s
 func (o *outputWaiter) Output(c supervisor.Chunk) {
 	o.mu.Lock()
 	o.out.WriteString(c.Text)
+	o.chunks = append(o.chunks, c)
 	o.mu.Unlock()
 	select {
 	case o.changed <- struct{}{}:
@@ -404,6 +406,21 @@ func (o *outputWaiter) wait(t *testing.T, want string) {
 			t.Fatalf("output %q never came; got %q", want, got)
 		}
 	}
+}
+
+// lines is the output so far as runs of one stream, each run's text joined.
+func (o *outputWaiter) lines() []supervisor.Chunk {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var runs []supervisor.Chunk
+	for _, c := range o.chunks {
+		if n := len(runs); n > 0 && runs[n-1].Stream == c.Stream {
+			runs[n-1].Text += c.Text
+			continue
+		}
+		runs = append(runs, c)
+	}
+	return runs
 }
 
 type lockedBuffer struct {

@@ -3,8 +3,10 @@ package supervisor_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"image/png"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +83,58 @@ func TestRPoolRunsR(t *testing.T) {
 	res = run(t, p, supervisor.Job{Code: "1 + 1", Language: "r"})
 	if res.Status != supervisor.StatusSuccess || res.Value != "2" {
 		t.Errorf("after the crash: %+v", res)
+	}
+}
+
+// R's output reaches the call's Events while the call runs: the lines a
+// call writes before it sleeps for ten minutes come, in order across the
+// streams, while it sleeps (the test then cancels it), and the worker,
+// interrupted, serves on.
+func TestRPoolLiveOutput(t *testing.T) {
+	p := realRPool(t, supervisor.Config{Workers: 1, Timeout: 900 * time.Second})
+	first := run(t, p, supervisor.Job{Code: "1", Language: "r"}) // the worker is up
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := newOutputWaiter()
+	type ended struct {
+		res supervisor.Result
+		err error
+	}
+	done := make(chan ended, 1)
+	go func() {
+		code := "cat('early\\n'); message('note'); cat('more\\n'); Sys.sleep(600); cat('late\\n')"
+		res, err := p.Run(ctx, supervisor.Job{ID: "live", Code: code, Language: "r"}, out)
+		done <- ended{res, err}
+	}()
+	out.wait(t, "early\nnote\nmore\n")
+	select {
+	case e := <-done:
+		t.Fatalf("the call ended (%v %+v) before the test saw its first lines; they must come while it sleeps", e.err, e.res)
+	default:
+	}
+	cancel()
+	if e := <-done; !errors.Is(e.err, context.Canceled) {
+		t.Errorf("the cancelled call: %v %+v, want context.Canceled", e.err, e.res)
+	}
+	want := []supervisor.Chunk{
+		{Stream: supervisor.Stdout, Text: "early\n"},
+		{Stream: supervisor.Stderr, Text: "note\n"},
+		{Stream: supervisor.Stdout, Text: "more\n"},
+	}
+	if got := out.lines(); !slices.Equal(got, want) {
+		t.Errorf("the call's output %+v, want %+v: in the order written", got, want)
+	}
+	// The result holds the lines in order too; a text without a newline
+	// ends with one.
+	res := run(t, p, supervisor.Job{Code: "cat('next\\n'); message('b'); cat('c')", Language: "r"})
+	want = []supervisor.Chunk{
+		{Stream: supervisor.Stdout, Text: "next\n"},
+		{Stream: supervisor.Stderr, Text: "b\n"},
+		{Stream: supervisor.Stdout, Text: "c\n"},
+	}
+	if res.Status != supervisor.StatusSuccess || !slices.Equal(res.Output, want) || res.Stdout != "next\nc\n" ||
+		res.Stderr != "b\n" || res.Worker != first.Worker {
+		t.Errorf("after the cancel: %+v; want the same worker (%s) to serve on, output %+v", res, first.Worker, want)
 	}
 }
 

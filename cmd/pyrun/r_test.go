@@ -6,6 +6,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"image/png"
 	"slices"
@@ -99,4 +100,69 @@ func TestRTool(t *testing.T) {
 		// A stateless call does not see it.
 		wantValue(t, s.runIn(t, "run_r_code", "r_code", "exists('x')"), "false")
 	})
+}
+
+// TestRLive: R's output reaches the client as log messages while the call
+// runs (SPEC.md section 7), as Python's does: the lines a call writes
+// before it sleeps for ten minutes arrive, stdout at info and stderr at
+// warning, in order, while it sleeps; the client then cancels it and the
+// same worker, interrupted, serves the next call.
+func TestRLive(t *testing.T) {
+	needBinary(t)
+	n := newNotes()
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	s, err := startServerAt(ctx, sessionRevision, n.clientOptions(),
+		"--languages", "python,r", "--workers", "1", "--r-workers", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.session.Close(); err != nil {
+			t.Errorf("pyrun stdio did not exit cleanly: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("pyrun's stderr (last lines):\n%s", s.log.tail())
+		}
+	})
+	s.setLevel(t, "debug")
+	wantValue(t, s.runIn(t, "run_r_code", "r_code", "1"), "1") // R is up
+
+	callCtx, stop := context.WithCancel(t.Context())
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		p := &sdk.CallToolParams{Name: "run_r_code", Arguments: map[string]any{
+			"r_code": "cat('early\\n'); message('note'); cat('more\\n'); Sys.sleep(600); cat('late\\n')",
+		}}
+		p.SetProgressToken("r-live")
+		_, err := s.session.CallTool(callCtx, p)
+		done <- err
+	}()
+	logs := n.waitLogs(t, "r-live", "the call's first lines", hasStream("stdout", "more"))
+	select {
+	case err := <-done:
+		t.Fatalf("the call returned (%v) before its lines arrived; they must come while it sleeps", err)
+	default:
+	}
+	var got []string
+	for _, l := range logs {
+		got = append(got, l.level+" "+l.data.Stream+" "+l.data.Text)
+	}
+	want := []string{"info stdout early\n", "warning stderr note\n", "info stdout more\n"}
+	if !slices.Equal(got, want) {
+		t.Errorf("log messages %q, want %q", got, want)
+	}
+	stop()
+	if err := <-done; err == nil {
+		t.Error("the cancelled call returned no error to its client")
+	}
+	r := s.runIn(t, "run_r_code", "r_code", "cat('after\\n')")
+	wantStatus(t, r, "success")
+	if r.sc.Stdout != "after\n" {
+		t.Errorf("after the cancel: stdout %q", r.sc.Stdout)
+	}
+	if got := s.log.count("retiring worker"); got != 0 {
+		t.Errorf("%d workers retired; the interrupt should have stopped the call", got)
+	}
 }

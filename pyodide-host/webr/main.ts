@@ -86,6 +86,7 @@ async function start(cfg: RConfig): Promise<void> {
   const helper = await webR.evalR(source) as REnvironment;
   const shelter = await new webR.Shelter();
   const worker = new RWorker(webR, shelter, helper, cfg);
+  worker.readConsole();
 
   // [0]: interrupt signals so far; [1]: signals sent before the running
   // call began (the run's `interrupts`); a signal not above it is stale.
@@ -201,6 +202,8 @@ class RWorker {
   interrupted = false;
   /** The run's `interrupts`: signals up to this number were for earlier calls. */
   mark = 0;
+  /** Where R's console lines go: the running call's output; null: nowhere. */
+  private out: OutputCap | null = null;
 
   constructor(
     private webR: WebR,
@@ -208,6 +211,25 @@ class RWorker {
     private helper: REnvironment,
     private cfg: RConfig,
   ) {}
+
+  /**
+   * Hands R's console lines to the running call as they come. webR's
+   * worker thread posts each line R writes to stdout or stderr (print,
+   * cat, message, pyrun.R's warnings) as a message when its newline is
+   * written, in the order written across both streams; run() evaluates the
+   * call with captureStreams off, so that they come while it runs rather
+   * than all at its end. Lines while no call runs (R's banner, pyrun's own
+   * evaluations) are dropped. It runs as long as the worker does.
+   */
+  async readConsole(): Promise<void> {
+    for (;;) {
+      const msg = await this.webR.read();
+      if (msg.type === "closed") return;
+      if (this.out && (msg.type === "stdout" || msg.type === "stderr")) {
+        this.out.write(msg.type, String(msg.data) + "\n");
+      }
+    }
+  }
 
   /** Evaluates R code in pyrun.R's environment for its character vector. */
   private strings(code: string): Promise<string[]> {
@@ -240,11 +262,12 @@ class RWorker {
     this.mark = req.interrupts ?? 0;
     this.interrupted = false;
     this.running = true;
+    this.out = out;
     let captured;
     try {
       captured = await this.shelter.captureR("run(code)", {
         env: this.helper,
-        captureStreams: true,
+        captureStreams: false,
         captureConditions: false,
         captureGraphics: false,
         withAutoprint: false,
@@ -252,18 +275,18 @@ class RWorker {
       });
     } catch (e) {
       // An interrupt that lands in webR's own code around run()'s
-      // handlers comes out as a JavaScript error; its output is lost.
+      // handlers comes out as a JavaScript error; its output was sent.
       if (!interrupted(e)) throw e;
       return { type: "result", id, status: "interrupted", error: "interrupted", ...timing(began) };
     } finally {
       this.running = false;
+      // webR's answer came after the call's last console line, and each
+      // line's message was queued as it arrived: after one turn of the
+      // event loop readConsole has taken them all.
+      await nextTurn();
+      this.out = null;
+      out.flush();
     }
-    for (const item of captured.output) {
-      if (item.type === "stdout" || item.type === "stderr") {
-        out.write(item.type, String(item.data) + "\n");
-      }
-    }
-    out.flush();
     const res = toPlain(await (captured.result as RObject).toJs()) as Record<string, unknown>;
     await this.sendRich(rich, before, toStrings(res.rich));
     const ev: Event = { type: "result", id, status: String(res.status ?? "run-error") };
@@ -349,11 +372,36 @@ function stamps(flat: string[]): Map<string, string> {
   return m;
 }
 
-/** Caps a call's stdout and stderr, each to max characters (PROTOCOL.md). */
+/**
+ * Resolves after one turn of the event loop, once every microtask queued
+ * before it has run: a message on a channel of its own (~50 us), since a
+ * setTimeout takes a millisecond or more (2 ms in a loop, measured), which
+ * every call would pay. The channel is closed at once: an open one would
+ * keep the event loop alive, and a worker whose R thread has ended (code
+ * that calls Deno.exit there) must end too rather than hang.
+ */
+function nextTurn(): Promise<void> {
+  return new Promise((resolve) => {
+    const { port1, port2 } = new MessageChannel();
+    port1.onmessage = () => {
+      port1.close();
+      port2.close();
+      resolve();
+    };
+    port2.postMessage(0);
+  });
+}
+
+/**
+ * Caps a call's stdout and stderr, each to max characters (PROTOCOL.md),
+ * and sends them: the lines that come in one turn of the event loop go
+ * together, at its end, as one event per run of one stream.
+ */
 class OutputCap {
   private left: Record<string, number>;
   private cut: Record<string, number> = {};
   private pending: { stream: string; text: string } | null = null;
+  private scheduled = false;
 
   constructor(private id: string, max: number) {
     this.left = { stdout: max, stderr: max };
@@ -372,6 +420,12 @@ class OutputCap {
     }
     this.flush();
     this.pending = { stream, text: piece };
+    if (this.scheduled) return;
+    this.scheduled = true;
+    nextTurn().then(() => {
+      this.scheduled = false;
+      this.flush();
+    });
   }
 
   flush(): void {

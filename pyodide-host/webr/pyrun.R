@@ -69,6 +69,16 @@ local({
     function(...) stop(sprintf("%s is not available in pyrun: %s", what, why), call. = FALSE)
   }
   webr_ns <- asNamespace("webr")
+  # R's console lines reach main.ts as webR's stdout and stderr messages
+  # while a call runs. Emscripten holds a line until its newline: a text
+  # left without one (cat("x")) would start the next call's first line, so
+  # run() and cleanup() hand it on. The JavaScript runs in R's thread,
+  # through eval_js as it was before it is taken away below.
+  js <- get("eval_js", envir = webr_ns)
+  flush_console <- function() {
+    js("for (const fd of [1, 2]) { const s = Module.FS.getStream(fd); if (s && s.tty) s.stream_ops.fsync(s); }; 0")
+    invisible()
+  }
   replace_binding(webr_ns, "canvas", refuse("webr::canvas()", "use png() or svg(); plots come back as images"))
   replace_binding(webr_ns, "eval_js", refuse("webr::eval_js()", "R code runs without JavaScript"))
   for (name in c("eval_js_async", "install", "mount", "unmount")) {
@@ -133,6 +143,7 @@ local({
   # returns list(status, error, value, has_value); value is to_plain() of
   # the last expression's value when that was visible.
   run <- function(code) {
+    on.exit(flush_console())
     plots <<- list()
     call_start <<- Sys.time()
     exprs <- tryCatch(parse(text = code, keep.source = FALSE), error = function(e) e)
@@ -294,6 +305,7 @@ local({
   # cleanup() ends a call: pyrun's plot files go; a stateless call's
   # traces go too (reset), and /output/ unless kept.
   cleanup <- function(keep, session) {
+    flush_console()
     # A call interrupted outside run() did not close its devices.
     if (!is.null(grDevices::dev.list())) graphics.off()
     plots <<- list()
