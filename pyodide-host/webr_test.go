@@ -172,7 +172,14 @@ func (w *rWorker) answer(line string, interrupt bool) []rEvent {
 		}
 		evs = append(evs, ev)
 		switch ev.Type {
-		case "result", "pong", "error":
+		case "result":
+			// The R worker settles: idle follows, once R is reset (PROTOCOL.md, Idle).
+			var idle rEvent
+			if raw := w.next(requestTimeout, "idle after the answer to "+line); json.Unmarshal([]byte(raw), &idle) != nil || idle.Type != "idle" || idle.ID != ev.ID {
+				w.t.Fatalf("after the result of %s: %q, want idle for the same call", line, raw)
+			}
+			return evs
+		case "pong", "error":
 			return evs
 		}
 	}

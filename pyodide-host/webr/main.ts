@@ -57,6 +57,8 @@ function send(ev: Event): void {
 const HOME = "/home/web_user";
 /** A display or file event carries at most this many bytes (PROTOCOL.md, Rich results). */
 const PIECE = 1 << 20;
+/** How long a call's end waits for the marker line after its output (RWorker.run). */
+const MARKER_WAIT_MS = 1000;
 /** How long R may take to start before the worker gives up (status 70). */
 const START_TIMEOUT_MS = 120_000;
 
@@ -108,6 +110,7 @@ async function start(cfg: RConfig): Promise<void> {
     engine: "r",
     versions: { r: webR.versionR, webr: webR.version },
     startup_ms: Math.round(performance.now() - began),
+    settles: true,
   });
 
   for await (const line of readLines(Deno.stdin.readable, cfg.max_line)) {
@@ -130,13 +133,15 @@ async function start(cfg: RConfig): Promise<void> {
       case "ping":
         send({ type: "pong", id: String(req.id) });
         break;
-      case "run":
+      case "run": {
         if (typeof req.id !== "string" || typeof req.code !== "string") {
           send({ type: "error", id: req.id, error: "bad request: run needs id and code" });
           break;
         }
+        let answered = false; // with a result, which idle follows
         try {
           send(await worker.run(req as RunRequest));
+          answered = true;
         } catch (e) {
           send({
             type: "error",
@@ -151,7 +156,11 @@ async function start(cfg: RConfig): Promise<void> {
           console.error(`pyrun R worker: clean-up failed: ${e instanceof Error ? e.message : e}`);
           Deno.exit(70);
         }
+        // The reset after the call is done: the supervisor may send the
+        // next request (PROTOCOL.md, Idle).
+        if (answered) send({ type: "idle", id: req.id });
         break;
+      }
       default:
         send({ type: "error", error: `bad request: unknown type ${JSON.stringify(req.type)}` });
     }
@@ -204,6 +213,13 @@ class RWorker {
   mark = 0;
   /** Where R's console lines go: the running call's output; null: nowhere. */
   private out: OutputCap | null = null;
+  /**
+   * The line pyrun.R's run() writes after all of a call's own (its
+   * flush_console): random, so that no output of the call is taken for it.
+   */
+  private marker = `pyrun-end-${crypto.randomUUID()}`;
+  /** Resolves the running call's wait for its marker line. */
+  private ended: (() => void) | null = null;
 
   constructor(
     private webR: WebR,
@@ -225,6 +241,10 @@ class RWorker {
     for (;;) {
       const msg = await this.webR.read();
       if (msg.type === "closed") return;
+      if (msg.type === "stdout" && String(msg.data) === this.marker) {
+        this.ended?.();
+        continue;
+      }
       if (this.out && (msg.type === "stdout" || msg.type === "stderr")) {
         this.out.write(msg.type, String(msg.data) + "\n");
       }
@@ -263,9 +283,10 @@ class RWorker {
     this.interrupted = false;
     this.running = true;
     this.out = out;
+    const ended = new Promise<void>((resolve) => this.ended = resolve);
     let captured;
     try {
-      captured = await this.shelter.captureR("run(code)", {
+      captured = await this.shelter.captureR(`run(code, ${rString(this.marker)})`, {
         env: this.helper,
         captureStreams: false,
         captureConditions: false,
@@ -280,10 +301,17 @@ class RWorker {
       return { type: "result", id, status: "interrupted", error: "interrupted", ...timing(began) };
     } finally {
       this.running = false;
-      // webR's answer came after the call's last console line, and each
-      // line's message was queued as it arrived: after one turn of the
-      // event loop readConsole has taken them all.
-      await nextTurn();
+      // webR's answer can overtake the call's last console lines (seen
+      // under load): they are all in once the marker line run() wrote
+      // after them is. A call whose run() did not end (an interrupt in
+      // webR's own code) has none: a second is all it waits then.
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      await Promise.race([
+        ended,
+        new Promise<void>((resolve) => timer = setTimeout(resolve, MARKER_WAIT_MS)),
+      ]);
+      clearTimeout(timer);
+      this.ended = null;
       this.out = null;
       out.flush();
     }

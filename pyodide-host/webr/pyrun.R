@@ -75,8 +75,15 @@ local({
   # run() and cleanup() hand it on. The JavaScript runs in R's thread,
   # through eval_js as it was before it is taken away below.
   js <- get("eval_js", envir = webr_ns)
-  flush_console <- function() {
-    js("for (const fd of [1, 2]) { const s = Module.FS.getStream(fd); if (s && s.tty) s.stream_ops.fsync(s); }; 0")
+  # marker: a line written after the held text, to fd 1 below R (so that
+  # no sink() diverts it), by which main.ts knows it has read every line
+  # the call wrote: webR's answer to the call can overtake the last ones.
+  flush_console <- function(marker = "") {
+    end <- if (nzchar(marker)) {
+      paste0("{ const s = Module.FS.getStream(1); const b = new TextEncoder().encode(",
+        deparse(paste0(marker, "\n")), "); Module.FS.write(s, b, 0, b.length); } ")
+    } else ""
+    js(paste0("for (const fd of [1, 2]) { const s = Module.FS.getStream(fd); if (s && s.tty) s.stream_ops.fsync(s); }; ", end, "0"))
     invisible()
   }
   replace_binding(webr_ns, "canvas", refuse("webr::canvas()", "use png() or svg(); plots come back as images"))
@@ -142,8 +149,8 @@ local({
   # expression, printing each visible value as R's console does. It
   # returns list(status, error, value, has_value); value is to_plain() of
   # the last expression's value when that was visible.
-  run <- function(code) {
-    on.exit(flush_console())
+  run <- function(code, marker = "") {
+    on.exit(flush_console(marker))
     plots <<- list()
     call_start <<- Sys.time()
     exprs <- tryCatch(parse(text = code, keep.source = FALSE), error = function(e) e)
