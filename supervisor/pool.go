@@ -269,11 +269,7 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 	if ctx.Err() != nil {
 		status = "cancelled"
 	}
-	if w.unsettled != "" && w.retire == "" && p.Config().Isolation != IsolationProcess {
-		p.settleLater(w, status)
-	} else {
-		p.release(w, status) // a worker to be retired need not clean up
-	}
+	p.settleLater(w, status)
 	p.calls.add("id", job.ID, "status", status, "duration", res.Duration.Round(time.Microsecond),
 		"queued", wait.Round(time.Microsecond), "worker", w.name, "session", job.Session, "client", job.Client)
 	if ctx.Err() != nil {
@@ -396,21 +392,18 @@ func (p *Pool) brokenErr() error {
 	return fmt.Errorf("%w: %v", ErrNoWorkers, p.startErr)
 }
 
-// release takes a worker back after a call.
-func (p *Pool) release(w *worker, status string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.endedLocked(status)
-	p.takeBackLocked(w)
-}
-
-// settleLater counts the call as ended and takes w back once it has
-// cleaned up after the call (worker.settle), on a goroutine of the pool's:
-// the caller has its result meanwhile.
+// settleLater counts the call as ended and takes w back: at once when it
+// has nothing to clean up or is to be retired, else once it has cleaned up
+// after the call (worker.settle), on a goroutine of the pool's: the
+// caller has its result meanwhile.
 func (p *Pool) settleLater(w *worker, status string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.endedLocked(status)
+	if w.unsettled == "" || w.retire != "" || p.cfg.Isolation == IsolationProcess {
+		p.takeBackLocked(w) // a worker to be retired need not clean up
+		return
+	}
 	p.settling++
 	limit := p.cfg.Timeout
 	// Joins p.wg while w is busy, so before Close, which waits for busy
@@ -448,11 +441,7 @@ func (p *Pool) takeBackLocked(w *worker) {
 		n := len(p.idle)
 		next := p.idle[n-1]
 		p.idle = p.idle[:n-1]
-		wt := p.waiters[0]
-		p.waiters = p.waiters[1:]
-		p.busy++
-		p.running[next] = true
-		wt.ch <- next
+		p.putLocked(next) // to the first waiter
 	}
 	p.drainedLocked()
 }
