@@ -82,14 +82,7 @@ func newCodeModeServer(t *testing.T, lines *liveLines, args ...string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := s.session.Close(); err != nil {
-			t.Errorf("pyrun stdio did not exit cleanly after the client hung up: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("pyrun's stderr (last lines):\n%s", s.log.tail())
-		}
-	})
+	s.closeWithTest(t)
 	return s
 }
 

@@ -122,6 +122,13 @@ func newServer(t *testing.T, args ...string) *server {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s.closeWithTest(t)
+	return s
+}
+
+// closeWithTest stops s when t ends: pyrun stdio must exit cleanly once
+// its client hangs up, and a failed test shows pyrun's last lines of log.
+func (s *server) closeWithTest(t *testing.T) {
 	t.Cleanup(func() {
 		if err := s.session.Close(); err != nil {
 			t.Errorf("pyrun stdio did not exit cleanly after the client hung up: %v", err)
@@ -130,7 +137,6 @@ func newServer(t *testing.T, args ...string) *server {
 			t.Logf("pyrun's stderr (last lines):\n%s", s.log.tail())
 		}
 	})
-	return s
 }
 
 // shared is the two-worker server most tests use. It starts on first use and

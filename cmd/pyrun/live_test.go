@@ -217,14 +217,7 @@ func TestLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := s.session.Close(); err != nil {
-			t.Errorf("pyrun stdio did not exit cleanly: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("pyrun's stderr (last lines):\n%s", s.log.tail())
-		}
-	})
+	s.closeWithTest(t)
 
 	t.Run("no level set: no log messages", func(t *testing.T) {
 		// In the 2025 revisions this test speaks, a session gets log

@@ -117,14 +117,7 @@ func TestRLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := s.session.Close(); err != nil {
-			t.Errorf("pyrun stdio did not exit cleanly: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("pyrun's stderr (last lines):\n%s", s.log.tail())
-		}
-	})
+	s.closeWithTest(t)
 	s.setLevel(t, "debug")
 	wantValue(t, s.runIn(t, "run_r_code", "r_code", "1"), "1") // R is up
 

@@ -128,14 +128,7 @@ func TestRevision20260728Stdio(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := s.session.Close(); err != nil {
-			t.Errorf("pyrun stdio did not exit cleanly: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("pyrun's stderr (last lines):\n%s", s.log.tail())
-		}
-	})
+	s.closeWithTest(t)
 	checkRevision20260728(t, s, n)
 }
 
