@@ -1,0 +1,206 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// cpuCode spins for 50 ms of wall time, prints its token three times and
+// returns it.
+const cpuCode = `import time
+t = time.perf_counter()
+while time.perf_counter() - t < 0.05:
+    pass
+for _ in range(3):
+    print(TOKEN)
+TOKEN`
+
+// benchThroughput runs calls of cpuCode from 8 concurrent clients of one
+// session on a two-worker pool, and checks that every call got its own
+// output and value.
+func benchThroughput(ctx context.Context, o *opts) (*throughputReport, error) {
+	p, err := startPyrun(ctx, o, "debug", "--workers", "2")
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	if err := p.log.waitAlive(ctx, 2); err != nil {
+		return nil, err
+	}
+	var next, mixed atomic.Int64
+	var mu sync.Mutex
+	var errs []error
+	var ds []time.Duration
+	work := func(calls int64) {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for {
+					i := next.Add(1)
+					if i > calls {
+						return
+					}
+					token := fmt.Sprintf("token-%06d", i)
+					t0 := time.Now()
+					res, err := p.call(ctx, cpuCode, map[string]any{"TOKEN": token})
+					d := time.Since(t0)
+					mu.Lock()
+					ds = append(ds, d)
+					if err != nil {
+						errs = append(errs, err)
+					}
+					mu.Unlock()
+					if err == nil && !ownOutput(res, token) {
+						mixed.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}
+	work(16) // warm both workers
+	next.Store(0)
+	mixed.Store(0)
+	ds, errs = nil, nil
+	began := time.Now()
+	work(int64(o.cpuCalls))
+	wall := time.Since(began)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%d of %d calls failed; the first: %w", len(errs), o.cpuCalls, errs[0])
+	}
+	s := newSeries(ds)
+	return &throughputReport{
+		Calls: o.cpuCalls, Concurrency: 8, Workers: 2,
+		CallsPerS: round1(float64(o.cpuCalls) / wall.Seconds()),
+		Mixed:     mixed.Load(), P50MS: s.P50MS, P99MS: s.P99MS,
+	}, nil
+}
+
+// ownOutput reports whether a cpuCode result holds its own token, and
+// only it, in its output and return value.
+func ownOutput(res *sdk.CallToolResult, token string) bool {
+	sc, ok := res.StructuredContent.(map[string]any)
+	if !ok {
+		return false
+	}
+	want := strings.Repeat(token+"\n", 3)
+	return sc["stdout"] == want && sc["stderr"] == "" && sc["return_value"] == token &&
+		strings.Contains(contentText(res), want)
+}
+
+// ---- --isolation process --------------------------------------------------------
+
+// benchProcess measures --isolation process on two workers: calls per
+// second from two concurrent clients for procCalls calls, and the latency
+// of a call that finds a spare worker waiting.
+func benchProcess(ctx context.Context, o *opts) (*processReport, error) {
+	p, err := startPyrun(ctx, o, "debug", "--workers", "2", "--isolation", "process")
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	if err := p.log.waitAlive(ctx, 2); err != nil {
+		return nil, err
+	}
+	// A call that finds a spare: wait until the pool is whole each time.
+	var spare []time.Duration
+	for range o.runs {
+		if err := p.log.waitAlive(ctx, 2); err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		if _, err := p.call(ctx, code, nil); err != nil {
+			return nil, err
+		}
+		spare = append(spare, time.Since(t0))
+	}
+	if err := p.log.waitAlive(ctx, 2); err != nil {
+		return nil, err
+	}
+	var next atomic.Int64
+	var mu sync.Mutex
+	var ds []time.Duration
+	var firstErr error
+	began := time.Now()
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for next.Add(1) <= int64(o.procCalls) {
+				t0 := time.Now()
+				_, err := p.call(ctx, code, nil)
+				mu.Lock()
+				ds = append(ds, time.Since(t0))
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(began)
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	s, sp := newSeries(ds), newSeries(spare)
+	return &processReport{
+		Calls: o.procCalls, Concurrency: 2, Workers: 2,
+		CallsPerS: round1(float64(o.procCalls) / wall.Seconds()),
+		P50MS:     s.P50MS, P90MS: s.P90MS,
+		SpareP50MS: sp.P50MS, SpareRuns: len(spare),
+	}, nil
+}
+
+// ---- memory ----------------------------------------------------------------------
+
+// benchMemory starts a two-worker pool, makes a few calls, lets it idle
+// and reads the resident (RSS) and proportional (PSS: shared pages split
+// between the processes that map them) set sizes of pyrun and its workers.
+func benchMemory(ctx context.Context, o *opts) (*memoryReport, error) {
+	p, err := startPyrun(ctx, o, "debug", "--workers", "2")
+	if err != nil {
+		return nil, err
+	}
+	defer p.close()
+	if err := p.log.waitAlive(ctx, 2); err != nil {
+		return nil, err
+	}
+	for range 20 {
+		if _, err := p.call(ctx, code, nil); err != nil {
+			return nil, err
+		}
+	}
+	time.Sleep(2 * time.Second) // idle, as the measurement asks
+	m := &memoryReport{}
+	rss, pss, err := memory(p.cmd.Process.Pid)
+	if err != nil {
+		return nil, err
+	}
+	m.PyrunRSSMB, m.PyrunPSSMB = mb(rss), mb(pss)
+	m.TotalRSSMB, m.TotalPSSMB = mb(rss), mb(pss)
+	for _, pid := range p.workers() {
+		rss, pss, err := memory(pid)
+		if err != nil {
+			return nil, err
+		}
+		m.Workers++
+		m.WorkerRSSMB = append(m.WorkerRSSMB, mb(rss))
+		m.TotalRSSMB = round1(m.TotalRSSMB + mb(rss))
+		m.TotalPSSMB = round1(m.TotalPSSMB + mb(pss))
+	}
+	if m.Workers != 2 {
+		return nil, fmt.Errorf("found %d worker processes, want 2", m.Workers)
+	}
+	return m, nil
+}
+
+// mb is bytes in megabytes (10^6), the unit of the targets.
+func mb(b int64) float64 { return round1(float64(b) / 1e6) }
+
+// ---- statistics ------------------------------------------------------------------
