@@ -226,6 +226,8 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 			filepath.Join(rt.Dir, "pyrun_guard.py"),
 			filepath.Join(rt.Dir, "guards.ts"),
 			filepath.Join(rt.Dir, "pyrun_display.py"),
+			filepath.Join(rt.Dir, "pyrun_needs.py"),
+			filepath.Join(rt.Dir, "pyrun_values.py"),
 			filepath.Join(rt.Dir, "toolcalls.ts"),
 			filepath.Join(rt.Dir, "warm.ts"),
 			filepath.Join(rt.Dir, "mcp_tools.py"),

@@ -14,32 +14,27 @@ hot path of every ``print(1)``.
 
 import ast
 import asyncio
-import base64
 import builtins
 import contextvars
-import dataclasses
-import datetime
-import decimal
-import enum
 import gc
 import io
 import json
 import linecache
 import math
 import os
-import re
 import signal
 import sys
 import time
 import traceback
-import uuid
 
 import pyrun_guard as _guard  # hooks a call must not leave behind (issue 12)
-from pyodide.code import find_imports, should_quiet
+from pyodide.code import should_quiet
 from pyodide.ffi import run_sync as _run_sync
 from textwrap import dedent as _dedent
 
 import pyrun_display as _display  # rich results: display(), figures, files
+import pyrun_needs as _needs  # what a call needs installed
+import pyrun_values as _values  # a call's value as JSON
 
 FILENAME = "main.py"
 WORKDIR = "/home/pyodide"
@@ -49,6 +44,8 @@ SCRATCH = ("/tmp",)
 _INTERNAL_PREFIXES = (
     __file__,
     _display.__file__,
+    _needs.__file__,
+    _values.__file__,
     os.path.join(os.path.dirname(__file__), "mcp_tools.py"),  # code mode's functions
     "/lib/python314.zip/_pyodide/",
     "/lib/python3.14/site-packages/_pyodide/",
@@ -58,7 +55,6 @@ _INTERNAL_PREFIXES = (
 
 # pyrun's own references, taken before any call runs: a call that patches
 # json or linecache must not change how pyrun reports the next call.
-_dumps = json.dumps
 # Protocol lines: one encoder, made once.
 _encode_line = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 _loads = json.loads
@@ -487,7 +483,7 @@ def _execute(call, code, globals_json, result):
     _linecache_cache[FILENAME] = (len(code), None, code.splitlines(True), FILENAME)
     tree, compiled, keep = _compile(code)
     try:
-        need = _need(call.id, code)
+        need = _needs.need(call.id, code, _host.loaded)
     except ValueError as e:
         result.update(status="install-error", error=str(e))
         return
@@ -529,7 +525,7 @@ def _execute(call, code, globals_json, result):
     result["status"] = "success"
     if value is not None:
         _display.last(call, value)
-        result["value"] = dump_json(value)
+        result["value"] = _values.dump_json(value)
 
 
 def _await(call, awaitable):
@@ -648,80 +644,6 @@ def _finish(call, result, started):
     return _encode_line(result)
 
 
-def _need(cid, code):
-    """What the code needs installed before it runs, as a need event; None
-    when nothing.
-
-    A PEP 723 block's dependencies win over the imports. Without one, the
-    imports Pyodide's own analysis finds (``find_imports``) that this worker
-    cannot import now go to the supervisor, which knows which packages of
-    the index and the wheelhouse provide them.
-    """
-    if "# /// script" in code:
-        meta = _script_metadata(code)
-        if meta is not None:
-            need = {"type": "need", "id": cid, "requires": meta[0], "loaded": _host.loaded}
-            if meta[1]:
-                need["requires_python"] = meta[1]
-            return need
-    if "import" not in code:
-        return None
-    missing = []
-    for name in find_imports(code):
-        if "." in name or name in sys.modules or name in missing:
-            continue
-        try:
-            if _find_spec(name) is not None:
-                continue
-        except (ImportError, ValueError):
-            pass
-        missing.append(name)
-    if not missing:
-        return None
-    return {"type": "need", "id": cid, "imports": missing, "loaded": _host.loaded}
-
-
-def _find_spec(name):
-    import importlib.util
-
-    return importlib.util.find_spec(name)
-
-
-# PEP 723's reference expression for a block of inline script metadata.
-_PEP723 = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
-
-
-def _script_metadata(code):
-    """The dependencies and requires-python of the code's PEP 723 ``script``
-    block, or None if it has none. A malformed block raises ValueError, which
-    the call reports."""
-    blocks = [m for m in _PEP723.finditer(code) if m.group("type") == "script"]
-    if not blocks:
-        return None
-    if len(blocks) > 1:
-        raise ValueError("PEP 723: the code has more than one `# /// script` block")
-    import tomllib
-
-    content = "".join(
-        line[2:] if line.startswith("# ") else line[1:]
-        for line in blocks[0].group("content").splitlines(keepends=True)
-    )
-    try:
-        meta = tomllib.loads(content)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"PEP 723: the `# /// script` block is not valid TOML: {e}") from None
-    deps = meta.get("dependencies", [])
-    if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
-        raise ValueError("PEP 723: `dependencies` must be a list of strings")
-    python = meta.get("requires-python", "")
-    if not isinstance(python, str):
-        raise ValueError("PEP 723: `requires-python` must be a string")
-    return deps, python
-
-
-# --- results --------------------------------------------------------------
-
-
 def _format_exception(exc):
     te = traceback.TracebackException.from_exception(exc, capture_locals=False)
     _strip_internal(te, set())
@@ -743,101 +665,3 @@ def _strip_internal(te, seen):
 
 def _internal(filename):
     return filename.startswith(_INTERNAL_PREFIXES)
-
-
-def dump_json(value):
-    """The JSON text of a call's return value.
-
-    JSON types map to themselves; tuples, sets and frozensets become arrays (sets
-    sorted when their items sort); bytes become text when they are UTF-8 and
-    ``{"$bytes_base64": ...}`` otherwise; dataclasses and objects with
-    ``model_dump`` (pydantic) become objects; numpy-like values use ``tolist()``
-    or ``item()``; dates and times become ISO 8601 text; Decimal, UUID and
-    complex become text; NaN and infinities become the strings "NaN",
-    "Infinity" and "-Infinity"; anything else becomes its ``repr()``.
-    """
-    return _dumps(_jsonable(value, 0, set()), indent=2, ensure_ascii=False)
-
-
-_MAX_DEPTH = 200
-
-
-def _jsonable(v, depth, seen):
-    if v is None or isinstance(v, bool):
-        return v
-    if isinstance(v, enum.Enum):
-        return _jsonable(v.value, depth + 1, seen)
-    if isinstance(v, int):
-        return int(v)
-    if isinstance(v, str):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "NaN"
-        if math.isinf(v):
-            return "Infinity" if v > 0 else "-Infinity"
-        return float(v)
-    if depth > _MAX_DEPTH:
-        return repr(v)
-    if isinstance(v, (dict, list, tuple, set, frozenset)) or dataclasses.is_dataclass(v):
-        if id(v) in seen:
-            return "<cycle>"
-        seen = seen | {id(v)}
-    d = depth + 1
-    if isinstance(v, dict):
-        return {_key(k): _jsonable(x, d, seen) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x, d, seen) for x in v]
-    if isinstance(v, (set, frozenset)):
-        items = list(v)
-        try:
-            items.sort()
-        except TypeError:
-            pass
-        return [_jsonable(x, d, seen) for x in items]
-    if isinstance(v, (bytes, bytearray, memoryview)):
-        b = bytes(v)
-        try:
-            return b.decode("utf-8")
-        except UnicodeDecodeError:
-            return {"$bytes_base64": base64.b64encode(b).decode("ascii")}
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return {
-            f.name: _jsonable(getattr(v, f.name), d, seen) for f in dataclasses.fields(v)
-        }
-    if isinstance(v, (datetime.datetime, datetime.date, datetime.time)):
-        return v.isoformat()
-    if isinstance(v, datetime.timedelta):
-        return v.total_seconds()
-    if isinstance(v, (decimal.Decimal, uuid.UUID, complex)):
-        return str(v)
-    kind = type(v)
-    module = getattr(kind, "__module__", "") or ""
-    if module.startswith("numpy") or module.startswith("pandas"):
-        for attr in ("tolist", "item", "to_dict"):
-            fn = getattr(v, attr, None)
-            if callable(fn):
-                try:
-                    return _jsonable(fn(), d, seen)
-                except Exception:
-                    break
-    if module.startswith("pyodide.ffi"):
-        try:
-            return _jsonable(v.to_py(), d, seen)
-        except Exception:
-            pass
-    dump = getattr(v, "model_dump", None)
-    if callable(dump) and not isinstance(v, type):
-        try:
-            return _jsonable(dump(mode="json"), d, seen)
-        except Exception:
-            pass
-    return repr(v)
-
-
-def _key(k):
-    if isinstance(k, str):
-        return k
-    if k is None or isinstance(k, (bool, int, float)):
-        return _dumps(k)
-    return str(k)

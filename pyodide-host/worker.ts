@@ -380,13 +380,23 @@ function beginCall(s: Shared, want: number): void {
   Atomics.store(s.flag, 0, 0);
 }
 
+/** pyrun's Python modules: the helper and what it imports, and code mode's. */
+const PYTHON_MODULES = [
+  "pyrun_helper.py",
+  "pyrun_guard.py",
+  "pyrun_display.py",
+  "pyrun_needs.py",
+  "pyrun_values.py",
+  "mcp_tools.py",
+];
+
 /**
  * Imports pyrun's helper, and mcp_tools (which calls import themselves and
  * find in sys.modules), from the runtime folder into Pyodide.
  */
 async function importHelper(py: PyodideInterface): Promise<Helper> {
   py.FS.mkdirTree("/lib/pyrun");
-  for (const name of ["pyrun_helper.py", "pyrun_guard.py", "pyrun_display.py", "mcp_tools.py"]) {
+  for (const name of PYTHON_MODULES) {
     const source = await Deno.readTextFile(new URL(`./${name}`, import.meta.url));
     py.FS.writeFile(`/lib/pyrun/${name}`, source);
   }

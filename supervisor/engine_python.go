@@ -39,7 +39,8 @@ func (pythonEngine) Permissions(rt *Runtime) (Permissions, error) {
 	var read []string
 	for _, f := range []string{
 		"worker.ts", "lines.ts", "protocol.ts", "mounts.ts", "pyrun_helper.py", "pyrun_guard.py",
-		"guards.ts", "pyrun_display.py", "toolcalls.ts", "warm.ts", "mcp_tools.py",
+		"guards.ts", "pyrun_display.py", "pyrun_needs.py", "pyrun_values.py", "toolcalls.ts", "warm.ts",
+		"mcp_tools.py",
 	} {
 		read = append(read, filepath.Join(rt.Dir, f))
 	}
