@@ -156,7 +156,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   py.setInterruptBuffer(shared.flag);
   const helper = py.pyimport("pyrun_helper") as unknown as Helper;
   let current = "";
-  const lines = readLines(Deno.stdin.readable, cfg.max_line);
+  const lines = readLines(Deno.stdin, cfg.max_line);
   const loadFiles = packageLoader(py);
   if (cfg.preload.length) {
     const errors = await loadFiles(cfg.preload, (text) => console.error(text));

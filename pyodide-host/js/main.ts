@@ -476,7 +476,7 @@ async function main(): Promise<void> {
     versions: { deno: Deno.version.deno, v8: Deno.version.v8, typescript: ts.version },
     startup_ms: Math.round(performance.now() - began),
   });
-  for await (const line of readLines(Deno.stdin.readable, cfg.max_line)) {
+  for await (const line of readLines(Deno.stdin, cfg.max_line)) {
     if (line === null) {
       send({ type: "error", error: `request line longer than ${cfg.max_line} bytes` });
       continue;

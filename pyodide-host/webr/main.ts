@@ -113,7 +113,7 @@ async function start(cfg: RConfig): Promise<void> {
     settles: true,
   });
 
-  for await (const line of readLines(Deno.stdin.readable, cfg.max_line)) {
+  for await (const line of readLines(Deno.stdin, cfg.max_line)) {
     if (line === null) {
       send({ type: "error", error: `request line longer than ${cfg.max_line} bytes` });
       continue;
