@@ -41,6 +41,15 @@ type firstCallsReport struct {
 	SettledInWorkerMS float64 `json:"settled_in_worker_ms"`
 	// FirstCallMS is the very first call, alone.
 	FirstCallMS float64 `json:"first_call_ms"`
+	// After a pause only: the same worker, settled, left idle as long
+	// again, then firstCalls more calls (ControlMS, their median). A
+	// settled worker's calls after idle time are slower too on this kind
+	// of machine (caches, the host's scheduling of an idle virtual CPU):
+	// FirstOverControl is a fresh worker's first calls against a settled
+	// one's after the same idle, the part that is the fresh worker's own.
+	ControlMS        float64 `json:"settled_after_idle_ms,omitempty"`
+	ControlRatio     float64 `json:"settled_after_idle_over_settled,omitempty"`
+	FirstOverControl float64 `json:"first20_over_settled_after_idle,omitempty"`
 	// IdleCPUMS is the CPU the worker used during the pause (all its
 	// threads): its warming calls and V8's compiles they set off.
 	IdleCPUMS float64 `json:"idle_cpu_ms"`
@@ -63,6 +72,7 @@ type firstCallsReport struct {
 // its calls.
 type firstCallsRun struct {
 	ready, first, settled, firstIn, settledIn, one time.Duration
+	control                                        time.Duration // after a pause only
 	idleCPU                                        time.Duration // during the pause
 	firstCPU, settledCPU                           time.Duration // medians, call thread
 	firstWait, settledWait                         time.Duration // means, call thread
@@ -70,7 +80,7 @@ type firstCallsRun struct {
 }
 
 func benchFirstCalls(ctx context.Context, rt *supervisor.Runtime, runs int, pause time.Duration, warm int) (*firstCallsReport, error) {
-	var ready, first, settled, firstIn, settledIn, one, idleCPU []time.Duration
+	var ready, first, settled, firstIn, settledIn, one, idleCPU, control []time.Duration
 	var firstCPU, settledCPU, firstWait, settledWait, firstOther, settledOther []time.Duration
 	for r := range runs {
 		x, err := firstCallsOnce(ctx, rt, pause, warm)
@@ -83,6 +93,7 @@ func benchFirstCalls(ctx context.Context, rt *supervisor.Runtime, runs int, paus
 		ready, first, settled = append(ready, x.ready), append(first, x.first), append(settled, x.settled)
 		firstIn, settledIn, one = append(firstIn, x.firstIn), append(settledIn, x.settledIn), append(one, x.one)
 		idleCPU = append(idleCPU, x.idleCPU)
+		control = append(control, x.control)
 		firstCPU, settledCPU = append(firstCPU, x.firstCPU), append(settledCPU, x.settledCPU)
 		firstWait, settledWait = append(firstWait, x.firstWait), append(settledWait, x.settledWait)
 		firstOther, settledOther = append(firstOther, x.firstOther), append(settledOther, x.settledOther)
@@ -94,6 +105,11 @@ func benchFirstCalls(ctx context.Context, rt *supervisor.Runtime, runs int, paus
 		FirstCallMS: round3(ms(median(one))), IdleCPUMS: round1(ms(median(idleCPU))),
 	}
 	rep.Ratio = round2(float64(median(first)) / float64(median(settled)))
+	if pause > 0 {
+		rep.ControlMS = round3(ms(median(control)))
+		rep.ControlRatio = round2(float64(median(control)) / float64(median(settled)))
+		rep.FirstOverControl = round2(float64(median(first)) / float64(median(control)))
+	}
 	rep.FirstCPUus, rep.SettledCPUus = round1(us(median(firstCPU))), round1(us(median(settledCPU)))
 	rep.CPURatio = round2(float64(median(firstCPU)) / float64(median(settledCPU)))
 	rep.FirstWaitUS, rep.SettledWaitUS = round1(us(median(firstWait))), round1(us(median(settledWait)))
@@ -183,6 +199,11 @@ func firstCallsOnce(ctx context.Context, rt *supervisor.Runtime, pause time.Dura
 		other = append(other, after.otherRun-before.otherRun)
 	}
 	x.first, x.settled = median(wall[:firstCalls]), median(wall[settledFrom:])
+	if pause > 0 {
+		if x.control, err = settledAfterIdle(ctx, pool, pause); err != nil {
+			return
+		}
+	}
 	x.firstIn, x.settledIn, x.one = median(in[:firstCalls]), median(in[settledFrom:]), wall[0]
 	x.firstCPU, x.settledCPU = median(cpu[:firstCalls]), median(cpu[settledFrom:])
 	x.firstWait, x.settledWait = mean(wait[:firstCalls]), mean(wait[settledFrom:])
@@ -204,4 +225,28 @@ func median[T cmp.Ordered](xs []T) T {
 	s := slices.Clone(xs)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// settledAfterIdle leaves a settled pool idle for pause, then returns the
+// median of its next firstCalls calls: what idle time alone costs the
+// calls after it, without anything left for the worker to compile.
+func settledAfterIdle(ctx context.Context, pool *supervisor.Pool, pause time.Duration) (time.Duration, error) {
+	select {
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(pause):
+	}
+	var wall []time.Duration
+	for i := range firstCalls {
+		t0 := time.Now()
+		res, err := pool.Run(ctx, supervisor.Job{ID: fmt.Sprint("control-", i+1), Code: code}, nil)
+		if err != nil {
+			return 0, err
+		}
+		if res.Status != supervisor.StatusSuccess || res.Stdout != "1\n" {
+			return 0, fmt.Errorf("control call %d: status %s, stdout %q: %s", i+1, res.Status, res.Stdout, res.Error)
+		}
+		wall = append(wall, time.Since(t0))
+	}
+	return median(wall), nil
 }

@@ -191,6 +191,9 @@ func (r *report) checkTargets() []target {
 	if f := r.FirstCallsIdle; f != nil {
 		atMost(fmt.Sprintf("fresh worker after %s idle: first 20 / settled", time.Duration(f.PauseMS)*time.Millisecond), f.Ratio, 1.2, "x")
 		atMost(fmt.Sprintf("fresh worker after %s idle: first 20 / settled, CPU", time.Duration(f.PauseMS)*time.Millisecond), f.CPURatio, 1.2, "x")
+		if f.ControlMS > 0 {
+			atMost(fmt.Sprintf("fresh worker after %s idle: first 20 / a settled worker's after the same idle", time.Duration(f.PauseMS)*time.Millisecond), f.FirstOverControl, 1.2, "x")
+		}
 	}
 	if s := r.Spawn; s != nil {
 		atMost("process spawn to first result", s.P50MS/1000, 0.6, "s")
@@ -352,6 +355,10 @@ func (r *report) print(w io.Writer) {
 			f.Runs, idle, f.ReadyMS, f.FirstCallMS, firstCalls, f.FirstMS, f.FirstInWorkerMS, settledFrom, settledTo, f.SettledMS, f.SettledInWorkerMS, f.Ratio)
 		fmt.Fprintf(w, "  in CPU time (schedstat): the thread running Python %.0f us a call against %.0f us settled (%.2fx), waiting for a CPU %.0f / %.0f us; the worker's other threads %.0f / %.0f us a call\n",
 			f.FirstCPUus, f.SettledCPUus, f.CPURatio, f.FirstWaitUS, f.SettledWaitUS, f.FirstOtherCPUus, f.SettledOtherCPUus)
+		if f.ControlMS > 0 {
+			fmt.Fprintf(w, "  the same worker, settled, then %s idle again: its next %d calls %.3f ms (%.2fx settled); the fresh worker's first %d against them: %.2fx\n",
+				time.Duration(f.PauseMS)*time.Millisecond, firstCalls, f.ControlMS, f.ControlRatio, firstCalls, f.FirstOverControl)
+		}
 	}
 	if l := r.LB; l != nil {
 		fmt.Fprintf(w, "\nbehind nginx, %d clients, %d calls of %s each (load average %s / %s / %s):\n", l.Concurrency, l.Calls, l.Code, l.Load[0], l.Load[1], l.Load[2])
