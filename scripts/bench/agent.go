@@ -58,14 +58,11 @@ type agentReport struct {
 const agentPause = 3 * time.Second
 
 func benchAgent(ctx context.Context, o *opts) (*agentReport, error) {
-	p, err := startPyrun(ctx, o, "debug", "--workers", "2")
+	p, err := startTwoWorkers(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer p.close()
-	if err := p.log.waitAlive(ctx, 2); err != nil {
-		return nil, err
-	}
 	var sess, start, rest, stateless []time.Duration
 	for range o.runs {
 		// Stateless replay on the warm pool.

@@ -25,14 +25,11 @@ TOKEN`
 // session on a two-worker pool, and checks that every call got its own
 // output and value.
 func benchThroughput(ctx context.Context, o *opts) (*throughputReport, error) {
-	p, err := startPyrun(ctx, o, "debug", "--workers", "2")
+	p, err := startTwoWorkers(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer p.close()
-	if err := p.log.waitAlive(ctx, 2); err != nil {
-		return nil, err
-	}
 	var next, mixed atomic.Int64
 	var mu sync.Mutex
 	var errs []error
@@ -100,14 +97,11 @@ func ownOutput(res *sdk.CallToolResult, token string) bool {
 // second from two concurrent clients for procCalls calls, and the latency
 // of a call that finds a spare worker waiting.
 func benchProcess(ctx context.Context, o *opts) (*processReport, error) {
-	p, err := startPyrun(ctx, o, "debug", "--workers", "2", "--isolation", "process")
+	p, err := startTwoWorkers(ctx, o, "--isolation", "process")
 	if err != nil {
 		return nil, err
 	}
 	defer p.close()
-	if err := p.log.waitAlive(ctx, 2); err != nil {
-		return nil, err
-	}
 	// A call that finds a spare: wait until the pool is whole each time.
 	var spare []time.Duration
 	for range o.runs {
@@ -163,14 +157,11 @@ func benchProcess(ctx context.Context, o *opts) (*processReport, error) {
 // and reads the resident (RSS) and proportional (PSS: shared pages split
 // between the processes that map them) set sizes of pyrun and its workers.
 func benchMemory(ctx context.Context, o *opts) (*memoryReport, error) {
-	p, err := startPyrun(ctx, o, "debug", "--workers", "2")
+	p, err := startTwoWorkers(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer p.close()
-	if err := p.log.waitAlive(ctx, 2); err != nil {
-		return nil, err
-	}
 	for range 20 {
 		if _, err := p.call(ctx, code, nil); err != nil {
 			return nil, err

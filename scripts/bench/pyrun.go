@@ -50,6 +50,21 @@ func startPyrun(ctx context.Context, o *opts, logLevel string, args ...string) (
 
 func (p *pyrunProc) close() { _ = p.session.Close() }
 
+// startTwoWorkers starts pyrun stdio on a pool of two workers, logging at
+// debug level (the tiers read its worker lines), and waits until both are
+// alive.
+func startTwoWorkers(ctx context.Context, o *opts, args ...string) (*pyrunProc, error) {
+	p, err := startPyrun(ctx, o, "debug", append([]string{"--workers", "2"}, args...)...)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.log.waitAlive(ctx, 2); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
 // call runs code through run_python_code and checks that it succeeded.
 func (p *pyrunProc) call(ctx context.Context, code string, globals map[string]any) (*sdk.CallToolResult, error) {
 	args := map[string]any{"python_code": code}

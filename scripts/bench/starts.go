@@ -61,14 +61,11 @@ func benchPoolReady(ctx context.Context, o *opts, n int, extra []string) (*serie
 // benchReplace kills an idle worker of a two-worker pool with SIGKILL and
 // times until its replacement is ready, from pyrun's log.
 func benchReplace(ctx context.Context, o *opts) (*series, error) {
-	p, err := startPyrun(ctx, o, "debug", "--workers", "2")
+	p, err := startTwoWorkers(ctx, o)
 	if err != nil {
 		return nil, err
 	}
 	defer p.close()
-	if err := p.log.waitAlive(ctx, 2); err != nil {
-		return nil, err
-	}
 	var ds []time.Duration
 	for i := range o.runs {
 		pids := p.workers()
