@@ -18,8 +18,6 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -138,42 +136,7 @@ func lbOnce(ctx context.Context, o *opts, nginx, taskset, conf string, cores []i
 	defer session.Close()
 	p := &pyrunProc{session: session}
 
-	var next atomic.Int64
-	var mu sync.Mutex
-	var ds []time.Duration
-	var errs []error
-	work := func(calls int64) time.Duration {
-		began := time.Now()
-		var wg sync.WaitGroup
-		for range lbConcurrency {
-			wg.Go(func() {
-				for {
-					i := next.Add(1)
-					if i > calls {
-						return
-					}
-					token := fmt.Sprintf("token-%06d", i)
-					t0 := time.Now()
-					res, err := p.call(ctx, cpuCode, map[string]any{"TOKEN": token})
-					d := time.Since(t0)
-					if err == nil && !ownOutput(res, token) {
-						err = fmt.Errorf("call %d: not its own output: %s", i, contentText(res))
-					}
-					mu.Lock()
-					ds = append(ds, d)
-					if err != nil {
-						errs = append(errs, err)
-					}
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		return time.Since(began)
-	}
-	work(int64(4 * len(cores))) // warm every worker
-	next.Store(0)
-	ds, errs = nil, nil
+	cpuCalls(ctx, p, lbConcurrency, 4*len(cores)) // warm every worker
 	before := make([]time.Duration, len(procs))
 	served := make([]float64, len(procs))
 	for i, c := range procs {
@@ -182,14 +145,17 @@ func lbOnce(ctx context.Context, o *opts, nginx, taskset, conf string, cores []i
 			return nil, err
 		}
 	}
-	wall := work(int64(o.cpuCalls))
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%d of %d calls failed; the first: %w", len(errs), o.cpuCalls, errs[0])
+	l := cpuCalls(ctx, p, lbConcurrency, o.cpuCalls)
+	if len(l.errs) > 0 {
+		return nil, fmt.Errorf("%d of %d calls failed; the first: %w", len(l.errs), o.cpuCalls, l.errs[0])
 	}
-	s := newSeries(ds)
-	r := &lbRun{CallsPerS: round1(float64(o.cpuCalls) / wall.Seconds()), P50MS: s.P50MS, P99MS: s.P99MS}
+	if l.mixed > 0 {
+		return nil, fmt.Errorf("%d of %d calls did not get their own output", l.mixed, o.cpuCalls)
+	}
+	s := newSeries(l.ds)
+	r := &lbRun{CallsPerS: round1(float64(o.cpuCalls) / l.wall.Seconds()), P50MS: s.P50MS, P99MS: s.P99MS}
 	for i, c := range procs {
-		r.CPUPerS = append(r.CPUPerS, round2((treeCPU(c.Process.Pid)-before[i]).Seconds()/wall.Seconds()))
+		r.CPUPerS = append(r.CPUPerS, round2((treeCPU(c.Process.Pid)-before[i]).Seconds()/l.wall.Seconds()))
 		n, err := callsTotal(ctx, addrs[i])
 		if err != nil {
 			return nil, err

@@ -30,53 +30,62 @@ func benchThroughput(ctx context.Context, o *opts) (*throughputReport, error) {
 		return nil, err
 	}
 	defer p.close()
-	var next, mixed atomic.Int64
-	var mu sync.Mutex
-	var errs []error
-	var ds []time.Duration
-	work := func(calls int64) {
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				for {
-					i := next.Add(1)
-					if i > calls {
-						return
-					}
-					token := fmt.Sprintf("token-%06d", i)
-					t0 := time.Now()
-					res, err := p.call(ctx, cpuCode, map[string]any{"TOKEN": token})
-					d := time.Since(t0)
-					mu.Lock()
-					ds = append(ds, d)
-					if err != nil {
-						errs = append(errs, err)
-					}
-					mu.Unlock()
-					if err == nil && !ownOutput(res, token) {
-						mixed.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
+	cpuCalls(ctx, p, 8, 16) // warm both workers
+	l := cpuCalls(ctx, p, 8, o.cpuCalls)
+	if len(l.errs) > 0 {
+		return nil, fmt.Errorf("%d of %d calls failed; the first: %w", len(l.errs), o.cpuCalls, l.errs[0])
 	}
-	work(16) // warm both workers
-	next.Store(0)
-	mixed.Store(0)
-	ds, errs = nil, nil
-	began := time.Now()
-	work(int64(o.cpuCalls))
-	wall := time.Since(began)
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%d of %d calls failed; the first: %w", len(errs), o.cpuCalls, errs[0])
-	}
-	s := newSeries(ds)
+	s := newSeries(l.ds)
 	return &throughputReport{
 		Calls: o.cpuCalls, Concurrency: 8, Workers: 2,
-		CallsPerS: round1(float64(o.cpuCalls) / wall.Seconds()),
-		Mixed:     mixed.Load(), P50MS: s.P50MS, P99MS: s.P99MS,
+		CallsPerS: round1(float64(o.cpuCalls) / l.wall.Seconds()),
+		Mixed:     l.mixed, P50MS: s.P50MS, P99MS: s.P99MS,
 	}, nil
+}
+
+// cpuLoad is what cpuCalls measured.
+type cpuLoad struct {
+	ds    []time.Duration // each call's latency
+	wall  time.Duration   // all of them
+	mixed int64           // results without their own token, or with another's
+	errs  []error         // calls that failed
+}
+
+// cpuCalls makes calls calls of cpuCode through p, each with a token of
+// its own, from clients goroutines at once, and checks each result holds
+// its own token and only it.
+func cpuCalls(ctx context.Context, p *pyrunProc, clients, calls int) cpuLoad {
+	var next, mixed atomic.Int64
+	var mu sync.Mutex
+	var l cpuLoad
+	began := time.Now()
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for {
+				i := next.Add(1)
+				if i > int64(calls) {
+					return
+				}
+				token := fmt.Sprintf("token-%06d", i)
+				t0 := time.Now()
+				res, err := p.call(ctx, cpuCode, map[string]any{"TOKEN": token})
+				d := time.Since(t0)
+				if err == nil && !ownOutput(res, token) {
+					mixed.Add(1)
+				}
+				mu.Lock()
+				l.ds = append(l.ds, d)
+				if err != nil {
+					l.errs = append(l.errs, err)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	l.wall, l.mixed = time.Since(began), mixed.Load()
+	return l
 }
 
 // ownOutput reports whether a cpuCode result holds its own token, and
