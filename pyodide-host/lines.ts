@@ -22,8 +22,9 @@ export interface Reader {
 /**
  * Yields the reader's lines; a line longer than max is reported as null and
  * skipped. It reads with r.read into one buffer rather than through
- * Deno.stdin.readable: a ReadableStream costs every request a fresh 64 KiB
- * chunk and a chain of promises, JavaScript a fresh worker runs cold.
+ * Deno.stdin.readable, whose ReadableStream cost every request a fresh
+ * 64 KiB chunk and a chain of promises (about a quarter of a Python worker's CPU
+ * per warm call, scripts/bench -only warm).
  */
 export async function* readLines(r: Reader, max: number): AsyncGenerator<string | null> {
   // The start of a line that spans chunks, kept as pieces and joined once.
