@@ -99,7 +99,7 @@ type Counts struct {
 type Stats struct {
 	Workers  int // the configured pool size
 	Ready    int // idle workers waiting for a call
-	Busy     int // workers running a call
+	Busy     int // workers running a call or cleaning up after one
 	Starting int // workers starting up
 	Queued   int // calls waiting for a worker
 	// StartError is the last failed worker start while starts are failing.

@@ -499,9 +499,12 @@ func TestServe(t *testing.T) {
 			t.Errorf("busy workers %v, queue depth %v; want 2 and 1", m[`pyrun_workers{state="busy"}`], m["pyrun_queue_depth"])
 		}
 		wg.Wait()
+		// A worker counts as busy until it has cleaned up after its call,
+		// which ends after the result has gone out.
+		s.waitHealth(t, "the workers back from their calls", func(h health) bool { return h.WorkersBusy == 0 })
 		m = s.metrics(t)
-		if m[`pyrun_workers{state="busy"}`] != 0 || m["pyrun_queue_depth"] != 0 {
-			t.Errorf("after the calls: busy workers %v, queue depth %v; want 0 and 0", m[`pyrun_workers{state="busy"}`], m["pyrun_queue_depth"])
+		if m[`pyrun_workers{state="busy"}`] != 0 || m["pyrun_queue_depth"] != 0 || m[`pyrun_workers{state="idle"}`] != 2 {
+			t.Errorf("after the calls: busy workers %v, queue depth %v, idle workers %v; want 0, 0 and 2", m[`pyrun_workers{state="busy"}`], m["pyrun_queue_depth"], m[`pyrun_workers{state="idle"}`])
 		}
 		if q := m[`pyrun_queue_wait_seconds_bucket{le="1"}`]; m["pyrun_queue_wait_seconds_count"]-q < 1 {
 			t.Errorf("no queue wait above 1s recorded, though one call waited 2s")
