@@ -15,6 +15,15 @@ func describeJavaScript(l Language, o Options) string {
 The code runs%s as a module (top-level await works; TypeScript types are stripped, not checked) in a sandbox with no permissions: no files, network, environment or processes; only node: built-in modules can be imported (no npm:, jsr: or URL imports).
 console.log/info/debug go to stdout and console.warn/error to stderr, up to %s each. The value of the last expression statement is returned as JSON (Map as an object, Set as an array, BigInt as a number, functions as their text); an uncaught error or unhandled rejection returns its stack.
 The call is stopped after %s (timeout_seconds may set a shorter limit).
-%sThere is no file system; a global pyrun object carries files: pyrun.readTextFile(path) / pyrun.readFile(path) (a Uint8Array) read the files given in the "files" argument by their relative path; pyrun.writeFile("/output/name.ext", data) (a string or Uint8Array) returns a file as a resource; pyrun.display(data, mimeType) shows content such as an SVG ("image/svg+xml") or HTML; pyrun.files() lists them.`,
-		in, humanBytes(o.MaxOutput), o.Timeout, languageSessionsDescription(l, o.Sessions))
+%sThere is no file system; a global pyrun object carries files: pyrun.readTextFile(path) / pyrun.readFile(path) (a Uint8Array) read the files given in the "files" argument by their relative path; pyrun.writeFile("/output/name.ext", data) (a string or Uint8Array) returns a file as a resource; pyrun.display(data, mimeType) shows content such as an SVG ("image/svg+xml") or HTML; pyrun.files() lists them.%s`,
+		in, humanBytes(o.MaxOutput), o.Timeout, languageSessionsDescription(l, o.Sessions), javascriptMountText(o.Mounts))
+}
+
+// javascriptMountText tells a model where the mounted folders are and how
+// the pyrun object reaches them, since the code has no open() of its own.
+func javascriptMountText(paths []string) string {
+	if len(paths) == 0 {
+		return ""
+	}
+	return mountText(paths) + ` pyrun.readFile(path) and pyrun.readTextFile(path) read their files by absolute path, pyrun.readDir(path) lists a folder's names (a folder's ending in "/"), and pyrun.writeFile(path, data) writes into a writable one.`
 }

@@ -11,7 +11,8 @@ import (
 // pyodide-host/js/main.ts, whose host thread runs each call's code in a
 // Deno Worker that has no permissions at all (PROTOCOL.md, Engines:
 // JavaScript). No snapshots (a worker starts in ~0.3 s), no packages, no
-// network, no mounts, no globals, no tool calls.
+// network, no globals, no tool calls; mounts, read and written through the
+// runner's pyrun API.
 type javascriptEngine struct{}
 
 // JavaScript is the engine of JavaScript/TypeScript in Deno Workers.
@@ -52,7 +53,7 @@ func (javascriptEngine) DefaultMemoryLimit() int64 { return 512 << 20 }
 
 func (javascriptEngine) StartupWork() time.Duration { return 0 }
 
-func (javascriptEngine) Features() Features { return Features{} }
+func (javascriptEngine) Features() Features { return Features{Mounts: true} }
 
 func (javascriptEngine) Program() string { return "js/main.ts" }
 
@@ -63,9 +64,12 @@ func (javascriptEngine) Program() string { return "js/main.ts" }
 //     the Worker as a blob: module) and of TypeScript's compiler file, whose
 //     parser finds a call's syntax errors, last expression and top-level
 //     declarations. Nothing else: the Worker reads nothing at all.
-//   - no env (TypeScript is loaded without `process`), no net, run, write,
-//     ffi, sys or import: the user's Worker could not use them anyway, and
-//     the host needs none.
+//   - the host folders of --mount, added by the pool (Features.Mounts):
+//     read of each, write of those mounted :rw, which the host passes on
+//     to the Worker (js/main.ts, workerPermissions) and nothing more.
+//   - no env (TypeScript is loaded without `process`), no net, run, ffi,
+//     sys or import: the user's Worker could not use them anyway, and the
+//     host needs none.
 //
 // No --v8-flags heap cap: Permissions cannot see the configured memory
 // limit, and the host's own check of RSS against heap_limit during each

@@ -15,10 +15,11 @@ import (
 // (PROTOCOL.md, "Engines: R").
 var R Engine = rEngine{}
 
-// rEngine takes part in none of the pool's optional machinery: webR has
+// rEngine takes part in little of the pool's optional machinery: webR has
 // no memory snapshot pyrun can make (PROTOCOL.md says why), R packages
 // beyond the 16 bundled ones would need the network, and the network,
-// mounts, globals and host tool calls are Python's.
+// globals and host tool calls are Python's. Mounts it has: R's data is
+// often a folder of files.
 type rEngine struct{}
 
 func (rEngine) Name() string { return "r" }
@@ -62,7 +63,7 @@ func (rEngine) DefaultMemoryLimit() int64 { return 1 << 30 }
 // quiet, or after a minute.
 func (rEngine) StartupWork() time.Duration { return time.Minute }
 
-func (rEngine) Features() Features { return Features{} }
+func (rEngine) Features() Features { return Features{Mounts: true} }
 
 func (rEngine) Program() string { return "webr/main.ts" }
 
@@ -72,7 +73,8 @@ func (rEngine) Program() string { return "webr/main.ts" }
 //     base package or draws text). The worker also imports ../protocol.ts,
 //     which as a static import needs no permission. Nothing else is read:
 //     R's own file system is webR's in-memory one, so R's readLines on
-//     /etc/passwd finds no such file.
+//     /etc/passwd finds no such file. The host folders of --mount are
+//     added by the pool (Features.Mounts), as for Python.
 //   - env TEXT_ENCODING and TEXT_DECODER only: the msgpack bundled in webR
 //     reads them (FACTS.md); never the host's other variables.
 //   - --node-modules-dir=manual: with --no-config, Deno resolves the bare

@@ -97,9 +97,11 @@ func ParseMount(s string) (Mount, error) {
 	if !strings.HasPrefix(sb, "/") || path.Clean(sb) != sb || sb == "/" {
 		return m, fmt.Errorf("mount %q: the sandbox path must be absolute and clean, like /data", s)
 	}
-	for _, own := range []string{"/home/pyodide", "/tmp", "/output", "/lib", "/dev", "/proc"} {
+	// Pyodide's home and standard library, R's home (which a stateless
+	// call's reset empties) and R's installation under /usr.
+	for _, own := range []string{"/home/pyodide", "/home/web_user", "/tmp", "/output", "/lib", "/usr", "/dev", "/proc"} {
 		if sb == own || strings.HasPrefix(sb, own+"/") || strings.HasPrefix(own, sb+"/") {
-			return m, fmt.Errorf("mount %q: %s is pyrun's or Pyodide's own folder", s, own)
+			return m, fmt.Errorf("mount %q: %s is pyrun's own folder or a language's (Pyodide's, R's)", s, own)
 		}
 	}
 	m.Path = sb

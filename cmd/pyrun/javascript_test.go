@@ -4,8 +4,11 @@ package main
 // python,javascript` with a real go-sdk client and real Deno workers.
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +19,15 @@ import (
 )
 
 func TestJavaScriptTool(t *testing.T) {
-	s := newLanguageServer(t, "python,javascript", "--workers", "1", "--js-workers", "1")
+	ro, rw := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(ro, "in.csv"), []byte("n\n1\n2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(ro, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := newLanguageServer(t, "python,javascript", "--workers", "1", "--js-workers", "1",
+		"--mount", ro+":/data", "--mount", rw+":/shared/out:rw")
 	if got := s.toolNames(t); strings.Join(got, ",") != "run_javascript_code,run_python_code" {
 		t.Fatalf("tools %v, want run_javascript_code and run_python_code", got)
 	}
@@ -72,6 +83,56 @@ func TestJavaScriptTool(t *testing.T) {
 		}
 		if len(r.sc.Displays) != 1 || r.sc.Displays[0].MIMEType != "image/svg+xml" {
 			t.Errorf("displays %+v", r.sc.Displays)
+		}
+	})
+	t.Run("mounts", func(t *testing.T) {
+		// pyrun's API reads a mounted folder at its sandbox path and writes
+		// only into a :rw one; the Worker's own grants are the mounts' and
+		// nothing more: Deno refuses a write to the read-only folder, and
+		// a path cannot climb out of its mount by name.
+		host, _ := filepath.EvalSymlinks(ro)
+		r := js(`const fails = (f: () => unknown) => { try { f(); return "no error"; } catch (e) { return (e as Error).message; } };
+pyrun.writeFile("/shared/out/sub/r.txt", "from JS");
+({
+  text: pyrun.readTextFile("/data/in.csv"),
+  ls: pyrun.readDir("/data"),
+  ro: fails(() => pyrun.writeFile("/data/x.txt", "no")),
+  direct: fails(() => Deno.writeTextFileSync(` + strconv.Quote(host+"/x.txt") + `, "no")),
+  passwd: fails(() => Deno.readTextFileSync("/etc/passwd")),
+  climb: fails(() => pyrun.readFile("/data/../../etc/passwd")),
+  missing: fails(() => pyrun.readFile("/data/nope.csv")),
+  back: pyrun.readTextFile("/shared/out/sub/r.txt"),
+})`)
+		var v map[string]any
+		if err := json.Unmarshal(r.sc.ReturnValue, &v); err != nil {
+			t.Fatalf("return_value %s: %v", r.sc.ReturnValue, err)
+		}
+		for key, want := range map[string]string{
+			"text":    "n\n1\n2\n",
+			"ls":      "[in.csv sub/]",
+			"ro":      "pyrun.writeFile: /data/x.txt: /data is mounted read-only",
+			"climb":   "pyrun.readFile: no such file: /data/../../etc/passwd",
+			"missing": "pyrun.readFile: /data/nope.csv: no such file or folder",
+			"back":    "from JS",
+		} {
+			if got := fmt.Sprint(v[key]); got != want {
+				t.Errorf("%s: %q, want %q", key, got, want)
+			}
+		}
+		for _, key := range []string{"direct", "passwd"} {
+			if got := fmt.Sprint(v[key]); !strings.Contains(got, "Requires") {
+				t.Errorf("%s: %q, want Deno's refusal", key, got)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(ro, "x.txt")); err == nil {
+			t.Error("the read-only mount was written")
+		}
+		if b, err := os.ReadFile(filepath.Join(rw, "sub", "r.txt")); err != nil || string(b) != "from JS" {
+			t.Errorf("the :rw mount holds %q (%v)", b, err)
+		}
+		if d := s.toolDescription(t, "run_javascript_code"); !strings.Contains(d, "at: /data, /shared/out (writable)") ||
+			!strings.Contains(d, "pyrun.readDir") {
+			t.Errorf("run_javascript_code's description does not tell of the mounts:\n%s", d)
 		}
 	})
 	t.Run("timeout", func(t *testing.T) {

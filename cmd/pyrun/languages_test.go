@@ -41,6 +41,22 @@ func (s *server) toolNames(t *testing.T) []string {
 	return names
 }
 
+// toolDescription is the description the server lists for tool.
+func (s *server) toolDescription(t *testing.T, tool string) string {
+	t.Helper()
+	res, err := s.session.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tl := range res.Tools {
+		if tl.Name == tool {
+			return tl.Description
+		}
+	}
+	t.Fatalf("no tool %s listed", tool)
+	return ""
+}
+
 // callToolRaw calls tool with args. Safe from any goroutine.
 func (s *server) callToolRaw(ctx context.Context, tool string, args map[string]any) (*sdk.CallToolResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)

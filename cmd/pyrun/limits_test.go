@@ -127,6 +127,7 @@ func TestLimitFlags(t *testing.T) {
 		{"--max-displays", "0"}, {"--max-display-bytes", "10"}, {"--output-ttl", "0s"}, {"--output-store", "1"},
 		{"--output-store-files", "0"}, {"--mount", "/nonexistent-pyrun:/data"}, {"--mount", t.TempDir() + ":relative"},
 		{"--mount", t.TempDir() + ":/tmp"}, {"--mount", t.TempDir() + ":/data:rx"},
+		{"--mount", t.TempDir() + ":/home/web_user/data"}, {"--mount", t.TempDir() + ":/usr/lib/R"},
 		{"--max-worker-threads", "4"}, {"--idle-cpu", "0"}, {"--idle-cpu", "2"}, {"--idle-memory-slack", "-1"},
 		{"--worker-log-per-call", "10"}, {"--worker-log-rate", "1GiB"}, {"--warm-calls", "-1"}, {"--warm-calls", "20000"},
 	} {

@@ -9,6 +9,8 @@ import (
 	"context"
 	"encoding/base64"
 	"image/png"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +20,11 @@ import (
 )
 
 func TestRTool(t *testing.T) {
-	s := newLanguageServer(t, "python,r", "--workers", "1", "--r-workers", "1")
+	ro, rw := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(ro, "in.csv"), []byte("n\n1\n2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := newLanguageServer(t, "python,r", "--workers", "1", "--r-workers", "1", "--mount", ro+":/data", "--mount", rw+":/shared/out:rw")
 	if got := s.toolNames(t); !slices.Equal(got, []string{"run_python_code", "run_r_code"}) {
 		t.Fatalf("tools %v, want run_python_code and run_r_code", got)
 	}
@@ -74,6 +80,27 @@ func TestRTool(t *testing.T) {
 		}
 		if _, err := png.Decode(bytes.NewReader(data)); err != nil {
 			t.Errorf("the image is not a PNG: %v", err)
+		}
+	})
+
+	t.Run("mounts", func(t *testing.T) {
+		// A read-only mount is readable and refuses a write with R's own
+		// error; a :rw one takes writes that reach the host and outlast a
+		// stateless call's reset.
+		r := s.runIn(t, "run_r_code", "r_code", `d <- read.csv("/data/in.csv")
+refused <- tryCatch({ writeLines("no", "/data/x.txt"); "written" }, warning = function(w) conditionMessage(w))
+writeLines("from R", "/shared/out/r.txt")
+list(n = sum(d$n), refused = refused, files = list.files("/data"))`)
+		wantValue(t, r, `{"n":3,"refused":"cannot open file '/data/x.txt': Permission denied","files":"in.csv"}`)
+		if _, err := os.Stat(filepath.Join(ro, "x.txt")); err == nil {
+			t.Error("the read-only mount was written")
+		}
+		if b, err := os.ReadFile(filepath.Join(rw, "r.txt")); err != nil || string(b) != "from R\n" {
+			t.Errorf("the :rw mount holds %q (%v), want R's line", b, err)
+		}
+		wantValue(t, s.runIn(t, "run_r_code", "r_code", `readLines("/shared/out/r.txt")`), `"from R"`)
+		if d := s.toolDescription(t, "run_r_code"); !strings.Contains(d, "mounted read-only (unless marked writable) at: /data, /shared/out (writable)") {
+			t.Errorf("run_r_code's description does not name the mounts:\n%s", d)
 		}
 	})
 

@@ -1,10 +1,11 @@
 // pyrun's JavaScript/TypeScript worker process (PROTOCOL.md, Engines:
 // JavaScript). This host thread owns the pipes and may read only its own
-// program files and TypeScript's parser; each call's code runs in a Deno
-// Worker with no permissions at all (runner.ts): a fresh single-use Worker
-// per call (one is always started ahead), or one Worker for every call of a
-// session. The host treats the Worker's messages as untrusted: it ignores
-// those without the Worker's token and caps everything it passes on.
+// program files, TypeScript's parser and the mounted folders; each call's
+// code runs in a Deno Worker with no permissions at all but the mounted
+// folders' (runner.ts): a fresh single-use Worker per call (one is always
+// started ahead), or one Worker for every call of a session. The host
+// treats the Worker's messages as untrusted: it ignores those without the
+// Worker's token and caps everything it passes on.
 
 import type * as TS from "../node_modules/typescript/lib/typescript.d.ts";
 import { readLines, writeLine } from "../lines.ts";
@@ -14,6 +15,7 @@ import {
   type Event,
   type FromRunner,
   type HostConfig,
+  type Mount,
   PROTOCOL_VERSION,
   type Request,
   type Result,
@@ -33,7 +35,14 @@ export function parseConfig(args: string[]): HostConfig {
     heap_limit: Number(raw.heap_limit ?? 0),
     max_line: Number(raw.max_line ?? 16 << 20),
     session: raw.session === true,
+    mounts: parseMounts(raw.mounts),
   };
+}
+
+/** The HostConfig's mounts (the supervisor sends them checked and clean). */
+function parseMounts(raw: unknown): Mount[] {
+  if (!Array.isArray(raw)) return [];
+  return raw.map((m) => ({ path: String(m.path), host: String(m.host), rw: m.rw === true }));
 }
 
 function send(ev: Event): void {
@@ -76,6 +85,26 @@ function fromBase64(s: string): Uint8Array {
   return (Uint8Array as unknown as { fromBase64(s: string): Uint8Array }).fromBase64(s);
 }
 
+/**
+ * The user Worker's permissions: none at all, but read of the host folders
+ * of --mount and write of those mounted :rw, which the runner's pyrun API
+ * reads and writes for the code. The process holds the same grants
+ * (supervisor/config.go); a Worker cannot have more than its process.
+ */
+function workerPermissions(mounts: Mount[]): Deno.PermissionOptions {
+  if (!mounts.length) return "none";
+  return {
+    read: mounts.map((m) => m.host),
+    write: mounts.filter((m) => m.rw).map((m) => m.host),
+    env: false,
+    ffi: false,
+    import: false,
+    net: false,
+    run: false,
+    sys: false,
+  };
+}
+
 /** One user Worker with its token. */
 class Slot {
   readonly worker: Worker;
@@ -87,11 +116,11 @@ class Slot {
   onFail: ((why: string) => void) | null = null;
   failed = "";
 
-  constructor(url: string) {
+  constructor(url: string, mounts: Mount[]) {
     this.worker = new Worker(url, {
       type: "module",
       name: "pyrun-javascript",
-      deno: { permissions: "none" },
+      deno: { permissions: workerPermissions(mounts) },
     } as WorkerOptions);
     let ok!: () => void;
     let fail!: (e: Error) => void;
@@ -112,7 +141,7 @@ class Slot {
       fail(new Error(this.failed));
       this.onFail?.(this.failed);
     };
-    this.worker.postMessage({ type: "init", token: this.token });
+    this.worker.postMessage({ type: "init", token: this.token, mounts });
   }
 
   terminate(): void {
@@ -185,7 +214,7 @@ class Host {
 
   /** Starts the first Worker; resolves when it can take a call. */
   async start(): Promise<void> {
-    const slot = new Slot(this.url);
+    const slot = new Slot(this.url, this.cfg.mounts);
     if (this.cfg.session) this.session = slot;
     else this.spare = slot;
     await slot.ready;
@@ -193,10 +222,10 @@ class Host {
 
   private take(): Slot {
     if (this.cfg.session) {
-      if (!this.session) this.session = new Slot(this.url);
+      if (!this.session) this.session = new Slot(this.url, this.cfg.mounts);
       return this.session;
     }
-    const slot = this.spare ?? new Slot(this.url);
+    const slot = this.spare ?? new Slot(this.url, this.cfg.mounts);
     this.spare = null;
     return slot;
   }
@@ -449,7 +478,7 @@ class Host {
    * start, where it would slow the call down.
    */
   prepareNext(): void {
-    if (!this.cfg.session && !this.spare) this.spare = new Slot(this.url);
+    if (!this.cfg.session && !this.spare) this.spare = new Slot(this.url, this.cfg.mounts);
   }
 }
 

@@ -13,6 +13,15 @@ export interface HostConfig {
   max_line: number;
   /** Calls share one Worker, so state lasts (a session). */
   session: boolean;
+  /** Host folders the code sees (--mount); empty: none. */
+  mounts: Mount[];
+}
+
+/** A host folder seen at path (a clean absolute path); writable only when rw. */
+export interface Mount {
+  path: string;
+  host: string;
+  rw: boolean;
 }
 
 export interface InputFile {
@@ -80,7 +89,7 @@ export interface Caps {
 
 /** Host to runner. */
 export type ToRunner =
-  | { type: "init"; token: string }
+  | { type: "init"; token: string; mounts: Mount[] }
   | {
     type: "run";
     seq: number;

@@ -1,5 +1,6 @@
 // The Worker of the JavaScript engine that runs the user's code, with no
-// Deno permissions at all (main.ts starts it with permissions "none"). The
+// Deno permissions at all (main.ts starts it with permissions "none"), or
+// with read of the host folders of --mount (write of those mounted :rw). The
 // host loads this file as a blob: module, so it imports nothing at run time
 // (the type import below is erased). Everything the code can do beyond plain
 // JavaScript goes through postMessage to the host: console output, the
@@ -13,7 +14,7 @@
 
 /// <reference lib="deno.worker" />
 
-import type { Caps, FromRunner, ToRunner } from "./protocol.ts";
+import type { Caps, FromRunner, Mount, ToRunner } from "./protocol.ts";
 
 /** Keep in step with rewrite.ts's VALUE_EXPORT. */
 const VALUE_EXPORT = "__pyrun_value__";
@@ -40,6 +41,11 @@ const apply = Reflect.apply;
 const includes = String.prototype.includes;
 const stringify = JSON.stringify;
 const rawJSON = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
+// The mounted folders' file access, taken before the code could replace it.
+const hostRead = Deno.readFileSync.bind(Deno);
+const hostWrite = Deno.writeFileSync.bind(Deno);
+const hostMkdir = Deno.mkdirSync.bind(Deno);
+const hostReadDir = Deno.readDirSync.bind(Deno);
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const here = import.meta.url;
@@ -93,6 +99,53 @@ function outputName(path: string): string | null {
   return rel;
 }
 
+/** The host folders of --mount (init), seen at their sandbox paths. */
+let mounts: Mount[] = [];
+
+/**
+ * Where a sandbox path under a mount is on the host, with its mount; null
+ * for a path under none. The path is resolved as POSIX does ("." and ".."
+ * taken away, never above "/"), so no path leaves its mount's folder by
+ * name; Deno's read and write grants, the mounted folders only, are the
+ * rule besides.
+ */
+function mounted(path: unknown): { host: string; mount: Mount } | null {
+  if (typeof path !== "string" || !path.startsWith("/")) return null;
+  const parts: string[] = [];
+  for (const p of path.split("/")) {
+    if (p === "" || p === ".") continue;
+    if (p === "..") parts.pop();
+    else parts.push(p);
+  }
+  const clean = "/" + parts.join("/");
+  for (const m of mounts) {
+    if (clean === m.path || clean.startsWith(m.path + "/")) {
+      return { host: m.host + clean.slice(m.path.length), mount: m };
+    }
+  }
+  return null;
+}
+
+/**
+ * Runs a file operation on a mounted folder; a failure is an Error that
+ * names the sandbox path and the reason, never the host path.
+ */
+function onHost<T>(what: string, path: string, op: () => T): T {
+  try {
+    return op();
+  } catch (e) {
+    const why: Record<string, string> = {
+      NotFound: "no such file or folder",
+      NotCapable: "permission denied",
+      PermissionDenied: "permission denied",
+      AlreadyExists: "it exists",
+      IsADirectory: "it is a folder",
+      NotADirectory: "not a folder",
+    };
+    throw new Error(`${what}: ${path}: ${why[(e as Error)?.name] ?? "it failed"}`);
+  }
+}
+
 function inputName(path: string): string {
   return String(path).replace(/^(\.\/)+/, "");
 }
@@ -111,8 +164,13 @@ const MIME = /^[A-Za-z0-9][\w.+-]*\/[\w.+-]+$/;
 
 /** The API the code has instead of a file system (PROTOCOL.md, Engines: JavaScript). */
 const pyrun = Object.freeze({
-  /** The bytes of an input file (a path relative to the working folder) or of an output under /output/. */
+  /**
+   * The bytes of an input file (a path relative to the working folder), of
+   * an output under /output/, or of a file in a mounted folder.
+   */
   readFile(path: string): Uint8Array {
+    const at = mounted(path);
+    if (at) return onHost("pyrun.readFile", path, () => hostRead(at.host));
     const out = outputName(path);
     const bytes = out !== null ? outputs.get(out) : inputs.get(inputName(path));
     if (!bytes) throw new Error(`pyrun.readFile: no such file: ${path}`);
@@ -121,12 +179,28 @@ const pyrun = Object.freeze({
   readTextFile(path: string): string {
     return decoder.decode(pyrun.readFile(path));
   },
-  /** Writes a file under /output/, which the call returns when it ends. */
+  /**
+   * Writes a file under /output/, which the call returns when it ends, or
+   * into a folder mounted writable (its parent folders made).
+   */
   writeFile(path: string, data: string | Uint8Array | ArrayBuffer): void {
+    const at = mounted(path);
+    if (at) {
+      const bytes = bytesOf(data, "pyrun.writeFile");
+      if (!at.mount.rw) {
+        throw new Error(`pyrun.writeFile: ${path}: ${at.mount.path} is mounted read-only`);
+      }
+      return onHost("pyrun.writeFile", path, () => {
+        const parent = at.host.slice(0, at.host.lastIndexOf("/"));
+        if (parent.length > at.mount.host.length) hostMkdir(parent, { recursive: true });
+        hostWrite(at.host, bytes);
+      });
+    }
     const name = outputName(path);
     if (name === null) {
       throw new TypeError(
-        `pyrun.writeFile: ${stringify(path)} is not a file under /output/ (write "/output/name")`,
+        `pyrun.writeFile: ${stringify(path)} is not a file under /output/ (write "/output/name")` +
+          (mounts.some((m) => m.rw) ? " or in a writable mounted folder" : ""),
       );
     }
     outputs.set(name, bytesOf(data, "pyrun.writeFile"));
@@ -135,6 +209,16 @@ const pyrun = Object.freeze({
   /** The input files and the files under /output/, sorted. */
   files(): string[] {
     return [...inputs.keys(), ...[...outputs.keys()].map((p) => "/output/" + p)].sort();
+  },
+  /** The names in a mounted folder, sorted; a folder's name ends in "/". */
+  readDir(path: string): string[] {
+    const at = mounted(path);
+    if (!at) throw new Error(`pyrun.readDir: ${stringify(path)} is not in a mounted folder`);
+    return onHost("pyrun.readDir", path, () => {
+      const names: string[] = [];
+      for (const e of hostReadDir(at.host)) names.push(e.isDirectory ? e.name + "/" : e.name);
+      return names.sort();
+    });
   },
   /**
    * Shows data with a mime type: a string (sent as UTF-8) or bytes. Without
@@ -498,6 +582,7 @@ listen("message", (e: MessageEvent<ToRunner>) => {
     case "init":
       if (token) return;
       token = m.token;
+      mounts = Array.isArray(m.mounts) ? m.mounts : [];
       post({ type: "ready" });
       return;
     case "run":

@@ -9,7 +9,7 @@
 // stateless call) is pyrun.R.
 
 import { type REnvironment, type RObject, type Shelter, WebR } from "webr";
-import { PROTOCOL_VERSION } from "../protocol.ts";
+import { type Mount, PROTOCOL_VERSION } from "../protocol.ts";
 import { readLines, writeLine } from "../lines.ts";
 import { toJSON, toPlain } from "./value.ts";
 
@@ -21,6 +21,8 @@ export interface RConfig {
   max_line: number;
   /** A session's worker: calls share the global environment and files. */
   session: boolean;
+  /** Host folders to mount (--mount); empty: none. */
+  mounts: Mount[];
 }
 
 export function parseConfig(args: string[]): RConfig {
@@ -29,6 +31,7 @@ export function parseConfig(args: string[]): RConfig {
     heap_limit: Number(raw.heap_limit ?? 0),
     max_line: Number(raw.max_line ?? 16 << 20),
     session: raw.session === true,
+    mounts: Array.isArray(raw.mounts) ? raw.mounts : [],
   };
 }
 
@@ -84,6 +87,7 @@ async function start(cfg: RConfig): Promise<void> {
   ]);
   clearTimeout(timer);
   await setUpRThread(webR, cfg.heap_limit);
+  await mountHostFolders(webR, cfg.mounts);
   const source = await Deno.readTextFile(new URL("./pyrun.R", import.meta.url));
   const helper = await webR.evalR(source) as REnvironment;
   const shelter = await new webR.Shelter();
@@ -201,6 +205,34 @@ async function setUpRThread(webR: WebR, limit: number): Promise<void> {
     return 1;
   })()`;
   await webR.evalRVoid(`invisible(webr::eval_js(${JSON.stringify(js)}))`);
+}
+
+/**
+ * Mounts each host folder at its sandbox path with Emscripten's NODEFS in
+ * R's thread, where Deno's node:fs reaches the host; Deno's permissions
+ * decide what R may do there (read for every mount, write only for the
+ * read-write ones). It runs before pyrun.R takes webr::mount away.
+ *
+ * A refused operation throws Deno's NotCapable, which has no `code`; NODEFS
+ * turns only errors with a code into an errno, and anything else would end
+ * R's thread. Giving NotCapable the code EACCES in that thread makes a
+ * write to a read-only mount an R error ("cannot open file ...:
+ * Permission denied") instead.
+ */
+async function mountHostFolders(webR: WebR, mounts: Mount[]): Promise<void> {
+  if (!mounts.length) return;
+  const js = `(() => {
+    Object.defineProperty(Deno.errors.NotCapable.prototype, "code", { value: "EACCES", configurable: true });
+    return 1;
+  })()`;
+  await webR.evalRVoid(`invisible(webr::eval_js(${JSON.stringify(js)}))`);
+  for (const m of mounts) {
+    // webR's FS has no recursive mkdir; R's dir.create has.
+    await webR.evalRVoid(
+      `dir.create(${JSON.stringify(m.path)}, recursive = TRUE, showWarnings = FALSE)`,
+    );
+    await webR.FS.mount("NODEFS", { root: m.host }, m.path);
+  }
 }
 
 /** One R process's calls, one at a time. */
