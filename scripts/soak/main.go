@@ -9,6 +9,10 @@
 //	go run ./scripts/soak -clients 32 -calls 10000 -kill-every 1s
 //	go run ./scripts/soak -pyrun /tmp/pyrun -json
 //
+// With -languages python,r,javascript it serves R and JavaScript too (one
+// worker each) and mixes their calls in (LanguageMix): results, errors,
+// busy loops, and for JavaScript a call stuck in an await.
+//
 // Every call prints and returns a token of its own; a result holding any
 // other call's token is "mixed". A call that gets no answer at all (the
 // client gives up after -call-timeout) is "lost". Both must be 0; soak exits
@@ -51,12 +55,13 @@ type Config struct {
 	Clients     int           // concurrent MCP sessions
 	Calls       int           // calls in all
 	Workers     int           // pyrun's --workers
+	Languages   []string      // pyrun's --languages; nil: Python alone. Each other language gets one worker.
 	KillEvery   time.Duration // mean time between kills of a random worker; 0: none
 	Timeout     time.Duration // pyrun's --timeout
 	MemoryLimit string        // pyrun's --memory-limit
 	CallTimeout time.Duration // how long a client waits for an answer before the call counts as lost
 	Seed        uint64
-	Mix         map[string]int // kind of call -> weight; nil: DefaultMix
+	Mix         map[string]int // kind of call -> weight; nil: DefaultMix, with LanguageMix's kinds of Languages
 	Log         io.Writer      // progress; nil: none
 }
 
@@ -68,12 +73,27 @@ var DefaultMix = map[string]int{
 	"c-loop": 2, "memory": 2, "js-memory": 1, "crash": 2, "exit": 1,
 }
 
-// kinds are the calls soak makes; T is the call's token.
-var kinds = map[string]struct {
-	code    string
-	timeout float64  // timeout_seconds; 0: pyrun's
-	want    []string // statuses that are right for it, besides crashed when its worker was killed
-}{
+// LanguageMix weighs the calls of R and JavaScript (kinds r-* and js-*),
+// added to DefaultMix for the languages a run serves besides Python.
+var LanguageMix = map[string]map[string]int{
+	"r":          {"r-ok": 12, "r-error": 4, "r-timeout": 2},
+	"javascript": {"js-ok": 12, "js-error": 4, "js-loop": 1, "js-await": 2},
+}
+
+// kind is one kind of call soak makes.
+type kind struct {
+	// language is the tool's language; "": Python. Python's code reads
+	// the call's token as the global T; the others' have TOKEN replaced
+	// by it, quoted.
+	language string
+	code     string
+	timeout  float64  // timeout_seconds; 0: pyrun's
+	want     []string // statuses that are right for it, besides crashed when its worker was killed
+}
+
+// kinds are the calls soak makes. js-memory is Python's: a bomb in
+// JavaScript memory made from Python.
+var kinds = map[string]kind{
 	"ok":        {code: "print(T)\nT", want: []string{"success"}},
 	"error":     {code: "print(T)\nraise ValueError(T)", want: []string{"run-error"}},
 	"stderr":    {code: "import sys\nfor i in range(200):\n    print(T, i, file=sys.stderr if i % 2 else sys.stdout)\nT", want: []string{"success"}},
@@ -85,6 +105,21 @@ var kinds = map[string]struct {
 	"js-memory": {code: "print(T)\nimport js, time\nx = [js.Uint8Array.new(32 * 2**20).fill(1) for _ in range(64)]\ntime.sleep(30)", want: []string{"memory-error"}},
 	"crash":     {code: "print(T)\nimport os\nos._exit(3)", want: []string{"crashed"}},
 	"exit":      {code: "print(T)\nimport js\njs.Deno.exit(0)", want: []string{"crashed"}},
+
+	"r-ok":      {language: "r", code: "cat(TOKEN, \"\\n\")\nTOKEN", want: []string{"success"}},
+	"r-error":   {language: "r", code: "cat(TOKEN, \"\\n\")\nstop(TOKEN)", want: []string{"run-error"}},
+	"r-timeout": {language: "r", code: "cat(TOKEN, \"\\n\")\nwhile (TRUE) {}", timeout: 1, want: []string{"timeout"}},
+	"js-ok":     {language: "javascript", code: "console.log(TOKEN);\nTOKEN", want: []string{"success"}},
+	"js-error":  {language: "javascript", code: "console.log(TOKEN);\nthrow new Error(TOKEN);", want: []string{"run-error"}},
+	"js-loop":   {language: "javascript", code: "console.log(TOKEN);\nwhile (true) {}", timeout: 0.5, want: []string{"timeout"}},
+	"js-await":  {language: "javascript", code: "console.log(TOKEN);\nawait new Promise(() => {});", timeout: 0.5, want: []string{"timeout"}},
+}
+
+// tools are the tool and code argument of each language.
+var tools = map[string][2]string{
+	"":           {"run_python_code", "python_code"},
+	"r":          {"run_r_code", "r_code"},
+	"javascript": {"run_javascript_code", "javascript_code"},
 }
 
 // Report is what a soak run found.
@@ -108,6 +143,7 @@ func main() {
 	flag.IntVar(&c.Clients, "clients", 16, "concurrent MCP sessions")
 	flag.IntVar(&c.Calls, "calls", 3000, "calls in all")
 	flag.IntVar(&c.Workers, "workers", 2, "pyrun's --workers")
+	languages := flag.String("languages", "python", "pyrun's --languages: python, r, javascript, comma-separated")
 	flag.DurationVar(&c.KillEvery, "kill-every", 3*time.Second, "mean time between kills of a random worker (0: none)")
 	flag.DurationVar(&c.Timeout, "timeout", 5*time.Second, "pyrun's --timeout")
 	flag.StringVar(&c.MemoryLimit, "memory-limit", "256MiB", "pyrun's --memory-limit")
@@ -115,6 +151,7 @@ func main() {
 	flag.Uint64Var(&c.Seed, "seed", uint64(time.Now().UnixNano()), "random seed")
 	asJSON := flag.Bool("json", false, "print the report as JSON")
 	flag.Parse()
+	c.Languages = strings.Split(*languages, ",")
 	c.Log = os.Stderr
 	rep, err := Run(context.Background(), c)
 	if err != nil {
@@ -152,7 +189,15 @@ func (r Report) Print(w io.Writer) {
 // Run starts pyrun serve, soaks it and stops it.
 func Run(ctx context.Context, c Config) (Report, error) {
 	if c.Mix == nil {
-		c.Mix = DefaultMix
+		c.Mix = maps.Clone(DefaultMix)
+		for _, l := range c.Languages {
+			maps.Copy(c.Mix, LanguageMix[l])
+		}
+	}
+	for k := range c.Mix {
+		if l := kinds[k].language; l != "" && !slices.Contains(c.Languages, l) {
+			return Report{}, fmt.Errorf("kind of call %q needs -languages to hold %s", k, l)
+		}
 	}
 	if c.Log == nil {
 		c.Log = io.Discard
@@ -189,9 +234,15 @@ type serve struct {
 }
 
 func startServe(ctx context.Context, c Config) (*serve, error) {
-	cmd := exec.Command(c.Pyrun, "serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "info",
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "info",
 		"--workers", strconv.Itoa(c.Workers), "--timeout", c.Timeout.String(), "--memory-limit", c.MemoryLimit,
-		"--queue-timeout", c.CallTimeout.String(), "--network", "none")
+		"--queue-timeout", c.CallTimeout.String(), "--network", "none"}
+	ready := c.Workers // workers to wait for: each other language has one
+	if len(c.Languages) > 0 {
+		args = append(args, "--languages", strings.Join(c.Languages, ","), "--r-workers", "1", "--js-workers", "1")
+		ready += len(c.Languages) - 1
+	}
+	cmd := exec.Command(c.Pyrun, args...)
 	pr, pw := io.Pipe()
 	s := &serve{cmd: cmd, stderr: &tail{max: 16 << 10}, done: make(chan struct{})}
 	cmd.Stderr = pw
@@ -235,7 +286,7 @@ func startServe(ctx context.Context, c Config) (*serve, error) {
 	}
 	// Wait until workers are ready, so that start-up is not counted.
 	for deadline := time.Now().Add(5 * time.Minute); ; {
-		if h, err := s.health(); err == nil && h.WorkersReady >= c.Workers {
+		if h, err := s.health(); err == nil && h.WorkersReady >= ready {
 			return s, nil
 		}
 		if time.Now().After(deadline) {
@@ -389,13 +440,17 @@ func soak(ctx context.Context, c Config, srv *serve) (Report, error) {
 // result, or an error when no answer came.
 func call(ctx context.Context, cs *sdk.ClientSession, kind, token string, wait time.Duration) (string, string, error) {
 	k := kinds[kind]
-	args := map[string]any{"python_code": k.code, "global_variables": map[string]any{"T": token}}
+	tool := tools[k.language]
+	args := map[string]any{tool[1]: strings.ReplaceAll(k.code, "TOKEN", strconv.Quote(token))}
+	if k.language == "" {
+		args["global_variables"] = map[string]any{"T": token}
+	}
 	if k.timeout > 0 {
 		args["timeout_seconds"] = k.timeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code", Arguments: args})
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: tool[0], Arguments: args})
 	if err != nil {
 		return "", "", err
 	}

@@ -45,6 +45,50 @@ func TestSoakShort(t *testing.T) {
 	}
 }
 
+// TestSoakLanguages: R and JavaScript calls mixed with Python's on one
+// pyrun, while workers of all three are killed from outside: every call is
+// answered with its own output and a status of its kind.
+func TestSoakLanguages(t *testing.T) {
+	if testing.Short() {
+		t.Skip("soak: skipped with -short")
+	}
+	rep, err := Run(t.Context(), Config{
+		Clients:     4,
+		Calls:       120,
+		Workers:     1,
+		Languages:   []string{"python", "r", "javascript"},
+		KillEvery:   8 * time.Second,
+		Timeout:     5 * time.Second,
+		MemoryLimit: "256MiB",
+		CallTimeout: 2 * time.Minute,
+		Seed:        uint64(time.Now().UnixNano()),
+		Mix: map[string]int{
+			"ok": 20, "error": 5, "timeout": 3, "crash": 1,
+			"r-ok": 20, "r-error": 6, "r-timeout": 3,
+			"js-ok": 20, "js-error": 6, "js-loop": 2, "js-await": 3,
+		},
+		Log: testLog{t},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b logBuffer
+	rep.Print(&b)
+	t.Log("\n" + string(b))
+	if rep.Lost != 0 || rep.Mixed != 0 || rep.Answered != rep.Sent || rep.Sent != 120 {
+		t.Errorf("sent %d, answered %d, lost %d, mixed %d; want all 120 answered, none lost or mixed",
+			rep.Sent, rep.Answered, rep.Lost, rep.Mixed)
+	}
+	if rep.Unexpected != 0 {
+		t.Errorf("%d calls ended with a status that is not theirs", rep.Unexpected)
+	}
+	for _, k := range []string{"r-ok", "js-ok"} {
+		if rep.Statuses[k]["success"] == 0 {
+			t.Errorf("no %s call succeeded: %v", k, rep.Statuses[k])
+		}
+	}
+}
+
 type testLog struct{ t *testing.T }
 
 func (l testLog) Write(p []byte) (int, error) {
