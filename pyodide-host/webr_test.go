@@ -676,7 +676,7 @@ func TestRMemoryLimit(t *testing.T) {
 // type checker, offline, as TestDenoTools keeps the Python worker's.
 func TestRDenoTools(t *testing.T) {
 	rt := provision(t)
-	sources := []string{"webr/main.ts", "webr/value.ts"}
+	sources := []string{"webr/main.ts", "webr/thread.ts", "webr/value.ts"}
 	for _, tool := range [][]string{
 		append([]string{"fmt", "--check"}, sources...),
 		append([]string{"lint"}, sources...),

@@ -1,0 +1,69 @@
+// R's thread, set up before pyrun.R loads and takes webr::eval_js and
+// webr::mount away (PROTOCOL.md, Engines: R): console.* there, the heap's
+// cap, the mounted host folders. For the R worker (main.ts).
+
+import type { WebR } from "webr";
+import type { Mount } from "../protocol.ts";
+
+/**
+ * Sets up R's thread, through webR's eval_js, before pyrun.R takes that
+ * away: console.* there writes to this process's stdout, the protocol, so
+ * it goes to stderr as in the main thread; and R's wasm heap is capped.
+ *
+ * Emscripten grows memory through WebAssembly.Memory.prototype.grow, and a
+ * grow that throws makes malloc fail, which R reports as an error ("cannot
+ * allocate vector"). heap_limit bounds the whole worker: of a webR
+ * worker's ~500 MiB resident at start only ~55 MiB is R's heap (the rest
+ * is Deno, two V8 isolates, R.wasm's code and R's library in webR's
+ * in-memory file system), so the heap may grow to heap_limit less what the
+ * worker holds outside it now, and never less than 64 MiB more than it
+ * has. 0: no cap but wasm32's 4 GiB.
+ */
+export async function setUpRThread(webR: WebR, limit: number): Promise<void> {
+  const heap = await webR.evalRNumber(`webr::eval_js("Module.HEAPU8.length")`);
+  const outside = Math.max(0, Deno.memoryUsage().rss - heap);
+  const cap = limit > 0 ? Math.max(limit - outside, heap + (64 << 20)) : 0;
+  const js = `(() => {
+    console.log = console.info = console.debug = console.error;
+    const cap = ${cap};
+    if (cap > 0) {
+      const grow = WebAssembly.Memory.prototype.grow;
+      WebAssembly.Memory.prototype.grow = function (delta) {
+        if (this.buffer.byteLength + delta * 65536 > cap) {
+          throw new RangeError("pyrun: memory limit of " + cap + " bytes reached");
+        }
+        return grow.call(this, delta);
+      };
+    }
+    return 1;
+  })()`;
+  await webR.evalRVoid(`invisible(webr::eval_js(${JSON.stringify(js)}))`);
+}
+
+/**
+ * Mounts each host folder at its sandbox path with Emscripten's NODEFS in
+ * R's thread, where Deno's node:fs reaches the host; Deno's permissions
+ * decide what R may do there (read for every mount, write only for the
+ * read-write ones). It runs before pyrun.R takes webr::mount away.
+ *
+ * A refused operation throws Deno's NotCapable, which has no `code`; NODEFS
+ * turns only errors with a code into an errno, and anything else would end
+ * R's thread. Giving NotCapable the code EACCES in that thread makes a
+ * write to a read-only mount an R error ("cannot open file ...:
+ * Permission denied") instead.
+ */
+export async function mountHostFolders(webR: WebR, mounts: Mount[]): Promise<void> {
+  if (!mounts.length) return;
+  const js = `(() => {
+    Object.defineProperty(Deno.errors.NotCapable.prototype, "code", { value: "EACCES", configurable: true });
+    return 1;
+  })()`;
+  await webR.evalRVoid(`invisible(webr::eval_js(${JSON.stringify(js)}))`);
+  for (const m of mounts) {
+    // webR's FS has no recursive mkdir; R's dir.create has.
+    await webR.evalRVoid(
+      `dir.create(${JSON.stringify(m.path)}, recursive = TRUE, showWarnings = FALSE)`,
+    );
+    await webR.FS.mount("NODEFS", { root: m.host }, m.path);
+  }
+}
