@@ -63,7 +63,7 @@ func (javascriptEngine) Program() string { return "js/main.ts" }
 //   - read of js/ (the host program and runner.ts, which the host hands to
 //     the Worker as a blob: module) and of TypeScript's compiler file, whose
 //     parser finds a call's syntax errors, last expression and top-level
-//     declarations. Nothing else: the Worker reads nothing at all.
+//     declarations. The Worker reads none of it.
 //   - the host folders of --mount, added by the pool (Features.Mounts):
 //     read of each, write of those mounted :rw, which the host passes on
 //     to the Worker (js/main.ts, workerPermissions) and nothing more.
