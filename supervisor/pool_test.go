@@ -78,7 +78,9 @@ func TestRealWorkerLifecycle(t *testing.T) {
 		} {
 			start := time.Now()
 			res := run(t, p, supervisor.Job{Code: code, Timeout: 500 * time.Millisecond})
-			within(t, "the timed-out call", time.Since(start), 450*time.Millisecond, 900*time.Millisecond)
+			// The ceiling leaves room for a loaded machine; that the
+			// interrupt, not a kill, ended it is the worker kept (below).
+			within(t, "the timed-out call", time.Since(start), 450*time.Millisecond, 2*time.Second)
 			if res.Status != supervisor.StatusTimeout || res.Stdout != "spinning\n" {
 				t.Errorf("%q: status %s stdout %q, want timeout with the output so far", code, res.Status, res.Stdout)
 			}
