@@ -10,13 +10,17 @@ func describeJavaScript(l Language, o Options) string {
 	if v := l.Versions["deno"]; v != "" {
 		in = " in Deno " + v
 	}
+	files := "no files"
+	if len(o.Mounts) > 0 {
+		files = "no files but the mounted folders below"
+	}
 	return fmt.Sprintf(`Run JavaScript or TypeScript code and return its output and the value of its last expression.
 
-The code runs%s as a module (top-level await works; TypeScript types are stripped, not checked) in a sandbox with no permissions: no files, network, environment or processes; only node: built-in modules can be imported (no npm:, jsr: or URL imports).
+The code runs%s as a module (top-level await works; TypeScript types are stripped, not checked) in a sandbox with no permissions: %s, network, environment or processes; only node: built-in modules can be imported (no npm:, jsr: or URL imports).
 console.log/info/debug go to stdout and console.warn/error to stderr, up to %s each. The value of the last expression statement is returned as JSON (Map as an object, Set as an array, BigInt as a number, functions as their text); an uncaught error or unhandled rejection returns its stack.
 The call is stopped after %s (timeout_seconds may set a shorter limit).
-%sThere is no file system; a global pyrun object carries files: pyrun.readTextFile(path) / pyrun.readFile(path) (a Uint8Array) read the files given in the "files" argument by their relative path; pyrun.writeFile("/output/name.ext", data) (a string or Uint8Array) returns a file as a resource; pyrun.display(data, mimeType) shows content such as an SVG ("image/svg+xml") or HTML; pyrun.files() lists them.%s`,
-		in, humanBytes(o.MaxOutput), o.Timeout, languageSessionsDescription(l, o.Sessions), javascriptMountText(o.Mounts))
+%sThere is no file system of its own; a global pyrun object carries files: pyrun.readTextFile(path) / pyrun.readFile(path) (a Uint8Array) read the files given in the "files" argument by their relative path; pyrun.writeFile("/output/name.ext", data) (a string or Uint8Array) returns a file as a resource; pyrun.display(data, mimeType) shows content such as an SVG ("image/svg+xml") or HTML; pyrun.files() lists them.%s`,
+		in, files, humanBytes(o.MaxOutput), o.Timeout, languageSessionsDescription(l, o.Sessions), javascriptMountText(o.Mounts))
 }
 
 // javascriptMountText tells a model where the mounted folders are and how

@@ -25,7 +25,7 @@ func TestJavaScriptDescription(t *testing.T) {
 		t.Errorf("without mounts the description tells of some:\n%s", d)
 	}
 	d = l.Describe(l, Options{MaxOutput: 65536, Timeout: 30 * time.Second, Mounts: []string{"/data", "/scratch (writable)"}})
-	for _, want := range []string{"at: /data, /scratch (writable).", "pyrun.readDir(path)", "writes into a writable one"} {
+	for _, want := range []string{"no files but the mounted folders below", "at: /data, /scratch (writable).", "pyrun.readDir(path)", "writes into a writable one"} {
 		if !strings.Contains(d, want) {
 			t.Errorf("description with mounts lacks %q:\n%s", want, d)
 		}
