@@ -27,19 +27,7 @@ func TestSoakShort(t *testing.T) {
 		},
 		Log: testLog{t},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b logBuffer
-	rep.Print(&b)
-	t.Log("\n" + string(b))
-	if rep.Lost != 0 || rep.Mixed != 0 || rep.Answered != rep.Sent || rep.Sent != 150 {
-		t.Errorf("sent %d, answered %d, lost %d, mixed %d; want all 150 answered, none lost or mixed",
-			rep.Sent, rep.Answered, rep.Lost, rep.Mixed)
-	}
-	if rep.Unexpected != 0 {
-		t.Errorf("%d calls ended with a status that is not theirs", rep.Unexpected)
-	}
+	checkReport(t, rep, err, 150)
 	if rep.PeakRSSMiB > 150 {
 		t.Errorf("pyrun's peak RSS was %.1f MiB", rep.PeakRSSMiB)
 	}
@@ -69,23 +57,30 @@ func TestSoakLanguages(t *testing.T) {
 		},
 		Log: testLog{t},
 	})
+	checkReport(t, rep, err, 120)
+	for _, k := range []string{"r-ok", "js-ok"} {
+		if rep.Statuses[k]["success"] == 0 {
+			t.Errorf("no %s call succeeded: %v", k, rep.Statuses[k])
+		}
+	}
+}
+
+// checkReport logs a soak's report and fails the test unless all calls
+// were sent and answered, none lost or mixed, each with a status of its kind.
+func checkReport(t *testing.T, rep Report, err error, calls int64) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b logBuffer
 	rep.Print(&b)
 	t.Log("\n" + string(b))
-	if rep.Lost != 0 || rep.Mixed != 0 || rep.Answered != rep.Sent || rep.Sent != 120 {
-		t.Errorf("sent %d, answered %d, lost %d, mixed %d; want all 120 answered, none lost or mixed",
-			rep.Sent, rep.Answered, rep.Lost, rep.Mixed)
+	if rep.Lost != 0 || rep.Mixed != 0 || rep.Answered != rep.Sent || rep.Sent != calls {
+		t.Errorf("sent %d, answered %d, lost %d, mixed %d; want all %d answered, none lost or mixed",
+			rep.Sent, rep.Answered, rep.Lost, rep.Mixed, calls)
 	}
 	if rep.Unexpected != 0 {
 		t.Errorf("%d calls ended with a status that is not theirs", rep.Unexpected)
-	}
-	for _, k := range []string{"r-ok", "js-ok"} {
-		if rep.Statuses[k]["success"] == 0 {
-			t.Errorf("no %s call succeeded: %v", k, rep.Statuses[k])
-		}
 	}
 }
 
