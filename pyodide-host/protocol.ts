@@ -31,7 +31,7 @@ export interface HostConfig {
   warm_calls?: number;
 }
 
-/** A host folder visible to Python at path; writable only when rw. */
+/** A host folder the code sees at path; writable only when rw. Every engine's. */
 export interface Mount {
   path: string;
   host: string;

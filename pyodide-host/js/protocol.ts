@@ -3,6 +3,8 @@
 // messages between its host thread (main.ts) and the Worker that runs the
 // user's code (runner.ts).
 
+import type { Mount } from "../protocol.ts";
+
 export const PROTOCOL_VERSION = 6;
 
 /** Start-up settings, the one command-line argument (JSON). */
@@ -17,12 +19,8 @@ export interface HostConfig {
   mounts: Mount[];
 }
 
-/** A host folder seen at path (a clean absolute path); writable only when rw. */
-export interface Mount {
-  path: string;
-  host: string;
-  rw: boolean;
-}
+/** The host folders of --mount, as every engine is sent them. */
+export type { Mount };
 
 export interface InputFile {
   path: string;
