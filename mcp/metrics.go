@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -139,8 +140,32 @@ func (m *Metrics) observe(ctx context.Context, began time.Time, language string,
 		m.queueWait.Observe(res.QueueWait.Seconds())
 		m.duration.Observe(res.Duration.Seconds())
 	}
+	// Both come from pyrun's own code today; bounded here all the same, so
+	// that no path a client or a worker can reach adds label values.
+	status = bounded(status, callStatuses)
 	m.calls.WithLabelValues(status).Inc()
-	m.langCalls.WithLabelValues(language, status).Inc()
+	m.langCalls.WithLabelValues(bounded(language, engineNames), status).Inc()
+}
+
+// otherLabel stands for any label value pyrun's code or configuration did
+// not name in advance.
+const otherLabel = "other"
+
+// engineNames are the values of the language labels.
+var engineNames = func() []string {
+	var names []string
+	for _, e := range supervisor.Engines() {
+		names = append(names, e.Name())
+	}
+	return names
+}()
+
+// bounded is v if it is one of known, else otherLabel.
+func bounded(v string, known []string) string {
+	if slices.Contains(known, v) {
+		return v
+	}
+	return otherLabel
 }
 
 // poolCollector reads the pool's state at scrape time.

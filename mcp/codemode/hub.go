@@ -91,7 +91,9 @@ func (h *Hub) OnChange(f func()) {
 }
 
 // Observe registers f, called after every tool call with its server,
-// status and duration (for metrics).
+// status and duration (for metrics). server is a configured server's name,
+// or OtherServer for a call that named none: the code chooses the names it
+// calls, so they must not become label values.
 func (h *Hub) Observe(f func(server, status string, d time.Duration)) {
 	h.mu.Lock()
 	h.observe = f
