@@ -224,6 +224,7 @@ func (m *Metrics) CodeMode(hub *codemode.Hub) {
 	}, []string{"server"})
 	m.reg.MustRegister(calls, duration, &hubCollector{hub: hub})
 	hub.Observe(func(server, status string, d time.Duration) {
+		status = bounded(status, codemode.Statuses)
 		calls.WithLabelValues(server, status).Inc()
 		duration.WithLabelValues(server).Observe(d.Seconds())
 	})
@@ -233,9 +234,16 @@ var serverUpDesc = prometheus.NewDesc("pyrun_mcp_server_up",
 	"Code mode: 1 when pyrun is connected to the MCP server, 0 while it connects or is down.",
 	[]string{"server"}, nil)
 
+var messagesRefusedDesc = prometheus.NewDesc("pyrun_mcp_messages_refused_total",
+	"Code mode: messages from an MCP server that pyrun refused, by server and reason: too-large (past max_tool_message) or malformed (not a JSON-RPC message). Each failed the tool call it answered, if any; the connection was kept.",
+	[]string{"server", "reason"}, nil)
+
 type hubCollector struct{ hub *codemode.Hub }
 
-func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) { ch <- serverUpDesc }
+func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- serverUpDesc
+	ch <- messagesRefusedDesc
+}
 
 func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range c.hub.Stats() {
@@ -244,5 +252,8 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(serverUpDesc, prometheus.GaugeValue, up, s.Server)
+		for _, r := range codemode.RefusedReasons {
+			ch <- prometheus.MustNewConstMetric(messagesRefusedDesc, prometheus.CounterValue, float64(s.Refused[r]), s.Server, r)
+		}
 	}
 }

@@ -39,11 +39,12 @@ const (
 	StatusCancelled   = "cancelled"         // the run ended or was stopped
 	StatusUnavailable = "unavailable"       // the server is down or connecting
 	StatusFailed      = "failed"            // the connection failed during the call
+	StatusBadAnswer   = "bad-answer"        // the server's answer was too large or broken (max_tool_message)
 )
 
 // Statuses lists every status, for metrics.
 var Statuses = []string{StatusOK, StatusToolError, StatusInvalid, StatusNotAllowed, StatusLimit,
-	StatusTimeout, StatusCancelled, StatusUnavailable, StatusFailed}
+	StatusTimeout, StatusCancelled, StatusUnavailable, StatusFailed, StatusBadAnswer}
 
 // Call makes one tool call: checks it against the allow list, the run's
 // limits and the tool's input schema, calls the server and returns the
@@ -149,10 +150,17 @@ func (c *Caller) callOn(ctx context.Context, u *upstream, server, toolName strin
 		return nil, StatusTimeout, fmt.Errorf("pyrun: %s.%s did not answer within %s (the server's timeout)", server, toolName, timeout)
 	default:
 		var wire *jsonrpc.Error
+		if errors.As(err, &wire) && wire.Code == codeRefusedAnswer {
+			return nil, StatusBadAnswer, errors.New(wire.Message)
+		}
 		if !errors.As(err, &wire) {
 			// Not an answer from the server: the connection failed (a
-			// crash, say). A new one is made for the next call.
-			u.broken(cs, err)
+			// crash, say), and a new one is made for the next call; or the
+			// answer did not fit the call (a result that does not decode).
+			if !u.broken(cs, err) {
+				return nil, StatusBadAnswer, fmt.Errorf("pyrun: the MCP server %q answered with a result pyrun cannot read (%s); this call failed, the connection is kept",
+					server, clipName(err.Error()))
+			}
 			return nil, StatusFailed, fmt.Errorf("pyrun: the MCP server %q failed during the call (%v); pyrun reconnects it", server, err)
 		}
 		return nil, StatusFailed, fmt.Errorf("the MCP server %q refused the call: %v", server, err)
