@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pyrun/pyrun/mcp/codemode"
@@ -32,6 +33,11 @@ const misbehaveEnv = "PYRUN_TEST_UPSTREAM"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(misbehaveEnv) == "stdio" {
+		// Servers print their settings: some their whole environment.
+		fmt.Fprintf(os.Stderr, "starting with SECRET_TOKEN=%s \x1b[31mred\u202e\n", os.Getenv("SECRET_TOKEN"))
+		for i := range stderrFloodLines(os.Getenv("STDERR_FLOOD")) {
+			fmt.Fprintf(os.Stderr, "line %d %s\n", i, strings.Repeat("e", 2000))
+		}
 		out := &serverOut{w: os.Stdout}
 		err := misbehaving(out).Run(context.Background(), &sdk.IOTransport{Reader: os.Stdin, Writer: out})
 		if err != nil {
@@ -41,6 +47,11 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
+}
+
+func stderrFloodLines(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
 
 // Markers in a tool's result that make serverOut rewrite the message
@@ -286,4 +297,59 @@ func checkBadAnswers(t *testing.T, hub *codemode.Hub, limit int, lines bool) {
 	if refused[codemode.RefusedTooLarge] != wantLarge || refused[codemode.RefusedMalformed] != wantBroken {
 		t.Errorf("refused %v, want %d too-large, %d malformed", refused, wantLarge, wantBroken)
 	}
+}
+
+// TestServerStderr: what a stdio server writes to its stderr (here its
+// secret) is not in pyrun's log at info level; at debug level it is,
+// escaped, each line cut, and at most 64 KiB of it.
+func TestServerStderr(t *testing.T) {
+	for _, level := range []hclog.Level{hclog.Info, hclog.Debug} {
+		t.Run(level.String(), func(t *testing.T) {
+			var logged lockedBuffer
+			hub := codemode.New(codemode.Options{}, "test", hclog.New(&hclog.LoggerOptions{Output: &logged, Level: level}))
+			hub.Configure(map[string]codemode.Server{
+				"bad": {Command: os.Args[0], Allow: []string{"pid"},
+					Env: map[string]string{misbehaveEnv: "stdio", "SECRET_TOKEN": "tok-5ec12e7", "STDERR_FLOOD": "500"}},
+			})
+			c, _ := hub.ForRun(t.Context(), "run-1")
+			if _, err := call(t, c, t.Context(), "bad", "pid", map[string]any{}); err != nil {
+				t.Fatal(err)
+			}
+			hub.Close() // the server's stderr is read to its end
+			log := logged.String()
+			secret := strings.Contains(log, "tok-5ec12e7")
+			switch {
+			case level == hclog.Info && secret:
+				t.Errorf("the server's stderr is in the log at info level:\n%.2000s", log)
+			case level == hclog.Debug && !secret:
+				t.Errorf("the server's stderr is not in the log at debug level:\n%.2000s", log)
+			}
+			if strings.ContainsAny(log, "\x1b\u202e") {
+				t.Errorf("the log holds the server's control characters raw")
+			}
+			if len(log) > 100<<10 {
+				t.Errorf("%d bytes logged for 1 MB of stderr", len(log))
+			}
+			if level == hclog.Debug && (!strings.Contains(log, `red\u202e`) || !strings.Contains(log, "the rest is not logged")) {
+				t.Errorf("debug log:\n%.3000s", log)
+			}
+		})
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

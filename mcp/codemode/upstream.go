@@ -110,7 +110,11 @@ func (u *upstream) run() {
 		if err != nil {
 			failures++
 			delay := backoff(failures)
-			u.log.Warn("MCP server not available; left out until it is", "error", err, "retry_in", delay)
+			args := []any{"error", err, "retry_in", delay}
+			if u.cfg.stdio() {
+				args = append(args, "stderr", "logged at debug level only (--log-level debug)")
+			}
+			u.log.Warn("MCP server not available; left out until it is", args...)
 			u.setState(down, nil, err)
 			if !u.sleep(delay) {
 				break
@@ -195,7 +199,7 @@ func (u *upstream) connect() (*sdk.ClientSession, error) {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
 		cmd.Dir = u.cfg.Cwd
-		cmd.Stderr = u.log.StandardWriter(&hclog.StandardLoggerOptions{ForceLevel: hclog.Info})
+		cmd.Stderr = &serverStderr{log: u.log}
 		// A grandchild that keeps stderr open does not hold up Close.
 		cmd.WaitDelay = terminateDelay
 		tr = &commandTransport{cmd: cmd, terminate: terminateDelay, guard: g}
