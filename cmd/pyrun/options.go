@@ -136,7 +136,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.DurationVar(&o.progressInterval, "progress-interval", time.Second, "gap between two progress notifications of a call that has a progress token")
 	fs.IntVar(&o.maxWorkerThreads, "max-worker-threads", supervisor.DefaultMaxWorkerThreads, "threads a worker process may have (JavaScript Worker threads made through import js count); past it the worker is killed and replaced")
 	fs.IntVar(&o.warmCalls, "warm-calls", supervisor.DefaultWarmCalls, "calls of its own a fresh Python worker runs while it waits for its first call, so that it serves that one at full speed (0: none; never under --isolation process)")
-	fs.Float64Var(&o.idleCPU, "idle-cpu", supervisor.DefaultIdleCPU, "share of one CPU an idle worker may use over a second (code a call left running); past it the worker is replaced")
+	fs.Float64Var(&o.idleCPU, "idle-cpu", supervisor.DefaultIdleCPU, "share of one CPU an idle worker may use over a second (code a call left running); past it the worker is replaced. A session's worker may use as much over 10s between its calls; past it the session ends")
 	fs.Var(&o.idleMemorySlack, "idle-memory-slack", "resident memory a worker may hold after a call beyond what it held fresh; past it the worker is replaced (bytes or 128MiB; default a quarter of memory-limit, at least 64MiB)")
 	fs.Var(&o.workerLogPerCall, "worker-log-per-call", "bytes of worker stderr (js.console.log, os.write(2)) logged per call; the rest is counted (bytes or 16KiB)")
 	fs.Var(&o.workerLogRate, "worker-log-rate", "bytes of worker stderr logged a second, for all workers together (bytes or 64KiB)")
