@@ -159,10 +159,10 @@ func (e *envelope) endValue() {
 }
 
 // answerFor is the id of the call the message answers, if it answers one
-// pyrun could have made: it has an id and no method.
+// pyrun could have made: it has an id, a result or an error, and no method.
 func (e *envelope) answerFor() (jsonrpc.ID, bool) {
 	e.endValue() // a message cut off just after its id
-	if !e.object || e.hasMethod || !e.idDone {
+	if !e.object || e.hasMethod || !e.hasPayload || !e.idDone {
 		return jsonrpc.ID{}, false
 	}
 	var v any

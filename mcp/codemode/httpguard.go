@@ -144,8 +144,11 @@ type sseEvent struct {
 }
 
 // sseSlack is room past the limit for an event's fields other than its
-// data (id, event, retry).
-const sseSlack = 1 << 10
+// data (id, event, retry), each at most maxSSEField.
+const (
+	sseSlack    = 1 << 10
+	maxSSEField = 256
+)
 
 // nextEvent reads one event into s.out; it returns the stream's error
 // once it has ended.
@@ -169,9 +172,9 @@ func (s *sseGuard) nextEvent() error {
 	}
 }
 
-// line reads one line, without its end. Once the event passes the limit,
-// its data is no longer kept: what it had and the rest go to its envelope
-// only (skipped is true for such a line), and the event is marked over.
+// line reads one line, without its end. A line past the limit is not
+// kept: the event is marked over, and its data (what the event had, and
+// the rest of the line) goes to the envelope only (skipped is true).
 func (s *sseGuard) line(ev *sseEvent, limit int) (line []byte, skipped bool, err error) {
 	for {
 		var frag []byte
@@ -180,7 +183,7 @@ func (s *sseGuard) line(ev *sseEvent, limit int) (line []byte, skipped bool, err
 		switch {
 		case skipped:
 			ev.env.feed(frag)
-		case ev.size > limit+sseSlack:
+		case len(line)+len(frag) > limit+sseSlack:
 			skipped = true
 			if !ev.over {
 				ev.over = true
@@ -208,6 +211,9 @@ func (s *sseGuard) field(ev *sseEvent, line []byte) {
 	}
 	name, value, _ := bytes.Cut(line, []byte{':'}) // a line without ':' is a field with no value
 	value = bytes.TrimPrefix(value, []byte{' '})
+	if string(name) != "data" && len(value) > maxSSEField {
+		return // no id, event name or retry is that long: not passed on
+	}
 	switch string(name) {
 	case "id":
 		ev.id = strings.TrimSpace(string(value))
@@ -266,6 +272,9 @@ func (s *sseGuard) emit(ev *sseEvent) {
 		}
 	} else if !ev.over {
 		data = ev.data
+	}
+	if ev.id == "" && ev.name == "" && ev.retry == "" && len(data) == 0 {
+		return // all it had was refused
 	}
 	if ev.id != "" {
 		s.out.WriteString("id: " + ev.id + "\n")
