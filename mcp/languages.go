@@ -225,8 +225,18 @@ func languageSessionsDescription(l Language, o SessionOptions) string {
 	}
 	return fmt.Sprintf(`Without session_id, each call starts from a fresh state and an empty working directory, and nothing is kept between calls.
 With session_id "new", the call starts %s %s session whose variables and files last across its calls. The result gives the session_id (in <session_id> and structuredContent.session_id); pass it in the next calls to continue, and end_session: true when done. A session's calls run one at a time, in order; a session belongs to the language that started it.
-A session ends after %s without a call, %s after it started, when it is ended, when pyrun restarts, or when a call kills its worker; its state is then gone; start a new session then. At most %d %s sessions can be open at once.
-`, l.Article, l.Title, shortDuration(o.Idle), shortDuration(o.MaxAge), o.Max, l.Title)
+A session ends after %s without a call, %s after it started, when it is ended, when pyrun restarts, when a call kills its worker%s; its state is then gone; start a new session then. At most %d %s sessions can be open at once.
+`, l.Article, l.Title, shortDuration(o.Idle), shortDuration(o.MaxAge), languageIdleCPUText(l, o), o.Max, l.Title)
+}
+
+// languageIdleCPUText is idleCPUText for a language whose code can leave
+// work running between calls: JavaScript's timers and promises (R's
+// cannot).
+func languageIdleCPUText(l Language, o SessionOptions) string {
+	if l.Name != "javascript" {
+		return ""
+	}
+	return idleCPUText(o, "a timer, a promise")
 }
 
 // instructions tell a client which tools to call.

@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -139,8 +140,32 @@ func (m *Metrics) observe(ctx context.Context, began time.Time, language string,
 		m.queueWait.Observe(res.QueueWait.Seconds())
 		m.duration.Observe(res.Duration.Seconds())
 	}
+	// Both come from pyrun's own code today; bounded here all the same, so
+	// that no path a client or a worker can reach adds label values.
+	status = bounded(status, callStatuses)
 	m.calls.WithLabelValues(status).Inc()
-	m.langCalls.WithLabelValues(language, status).Inc()
+	m.langCalls.WithLabelValues(bounded(language, engineNames), status).Inc()
+}
+
+// otherLabel stands for any label value pyrun's code or configuration did
+// not name in advance.
+const otherLabel = "other"
+
+// engineNames are the values of the language labels.
+var engineNames = func() []string {
+	var names []string
+	for _, e := range supervisor.Engines() {
+		names = append(names, e.Name())
+	}
+	return names
+}()
+
+// bounded is v if it is one of known, else otherLabel.
+func bounded(v string, known []string) string {
+	if slices.Contains(known, v) {
+		return v
+	}
+	return otherLabel
 }
 
 // poolCollector reads the pool's state at scrape time.
@@ -199,6 +224,7 @@ func (m *Metrics) CodeMode(hub *codemode.Hub) {
 	}, []string{"server"})
 	m.reg.MustRegister(calls, duration, &hubCollector{hub: hub})
 	hub.Observe(func(server, status string, d time.Duration) {
+		status = bounded(status, codemode.Statuses)
 		calls.WithLabelValues(server, status).Inc()
 		duration.WithLabelValues(server).Observe(d.Seconds())
 	})
@@ -208,9 +234,16 @@ var serverUpDesc = prometheus.NewDesc("pyrun_mcp_server_up",
 	"Code mode: 1 when pyrun is connected to the MCP server, 0 while it connects or is down.",
 	[]string{"server"}, nil)
 
+var messagesRefusedDesc = prometheus.NewDesc("pyrun_mcp_messages_refused_total",
+	"Code mode: messages from an MCP server that pyrun refused, by server and reason: too-large (past max_tool_message) or malformed (not a JSON-RPC message). Each failed the tool call it answered, if any; the connection was kept.",
+	[]string{"server", "reason"}, nil)
+
 type hubCollector struct{ hub *codemode.Hub }
 
-func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) { ch <- serverUpDesc }
+func (c *hubCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- serverUpDesc
+	ch <- messagesRefusedDesc
+}
 
 func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range c.hub.Stats() {
@@ -219,5 +252,8 @@ func (c *hubCollector) Collect(ch chan<- prometheus.Metric) {
 			up = 1
 		}
 		ch <- prometheus.MustNewConstMetric(serverUpDesc, prometheus.GaugeValue, up, s.Server)
+		for _, r := range codemode.RefusedReasons {
+			ch <- prometheus.MustNewConstMetric(messagesRefusedDesc, prometheus.CounterValue, float64(s.Refused[r]), s.Server, r)
+		}
 	}
 }

@@ -30,6 +30,18 @@ type SessionOptions struct {
 	Idle   time.Duration // a session ends after this long without a call
 	MaxAge time.Duration // and this long after it started
 	Max    int           // open sessions at once
+	// IdleCPU is the share of a CPU a session's code may use between its
+	// calls (--idle-cpu); 0: the description does not say.
+	IdleCPU float64
+}
+
+// idleCPUText is the description's clause on the CPU a session may use
+// between calls.
+func idleCPUText(o SessionOptions, what string) string {
+	if o.IdleCPU <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(", or when code it left running (%s) keeps using more than %.0f%% of a CPU between calls", what, 100*o.IdleCPU)
 }
 
 // maxSessionID bounds a session_id argument; ids pyrun mints are an
@@ -86,8 +98,8 @@ func sessionsDescription(o SessionOptions) string {
 	}
 	return fmt.Sprintf(`Without session_id, each call starts from fresh globals and an empty working directory, and nothing is kept between calls.
 With session_id "new", the call starts a Python session: globals, imports, loaded packages, files in the working directory and running asyncio tasks last across its calls, as in a notebook. The result gives the session_id (in <session_id> and structuredContent.session_id); pass it in the next calls to continue, and end_session: true when done. A session's calls run one at a time, in order.
-A session ends after %s without a call, %s after it started, when it is ended, when pyrun restarts, or when a call kills its worker (a time limit the interrupt cannot stop, memory, a crash): its state is then gone, and a call with its id is an error; start a new session then. At most %d sessions can be open at once.
-`, shortDuration(o.Idle), shortDuration(o.MaxAge), o.Max)
+A session ends after %s without a call, %s after it started, when it is ended, when pyrun restarts, when a call kills its worker (a time limit the interrupt cannot stop, memory, a crash)%s: its state is then gone, and a call with its id is an error; start a new session then. At most %d sessions can be open at once.
+`, shortDuration(o.Idle), shortDuration(o.MaxAge), idleCPUText(o, "an asyncio task, a timer"), o.Max)
 }
 
 // InstrumentSessions returns a SessionRunner that runs calls on r and
@@ -127,7 +139,7 @@ var (
 	pySessionStartFailuresDesc = prometheus.NewDesc("pyrun_python_session_start_failures_total",
 		"New Python sessions whose worker did not start.", nil, nil)
 	pySessionEndsDesc = prometheus.NewDesc("pyrun_python_session_ends_total",
-		"Python sessions ended, by reason: ended (by the client), idle, max-age, lost (the worker was killed or died), shutdown.",
+		"Python sessions ended, by reason: ended (by the client), idle, max-age, lost (the worker was killed or died), shutdown, idle-cpu (its code kept using more CPU between calls than --idle-cpu allows).",
 		[]string{"reason"}, nil)
 	pySessionSparesDesc = prometheus.NewDesc("pyrun_python_session_spares",
 		"Workers started ahead for new Python sessions (--session-spares), ready now.", nil, nil)

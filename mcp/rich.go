@@ -98,7 +98,7 @@ func (s *Server) richContent(res supervisor.Result, owner string) ([]sdk.Content
 		size := int64(len(f.Data))
 		content = append(content, &sdk.ResourceLink{
 			URI: uri, Name: f.Path, MIMEType: f.MIMEType, Size: &size,
-			Description: "a file the call wrote to /output/" + f.Path + "; readable with resources/read for " + s.outputs.TTL().String(),
+			Description: "a file the call wrote to /output/" + lineText(f.Path) + "; readable with resources/read for " + s.outputs.TTL().String(),
 		})
 	}
 	return content, displays, files
@@ -113,9 +113,14 @@ func escapePath(p string) string {
 	return strings.Join(parts, "/")
 }
 
-// lineText is s for one line of the text block: quoted if it holds a line break.
+// lineText is s (a name the code chose) for one line of the text block:
+// quoted, with Go's escapes, if it holds a line break or any other
+// character that is not printable (an ESC that starts a terminal sequence,
+// a bidirectional override that shows a name reversed, a zero-width
+// character) or bytes that are not UTF-8. A model or a person reading the
+// block sees what the name is, not what it makes a terminal do.
 func lineText(s string) string {
-	if strings.ContainsAny(s, "\r\n") {
+	if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) }) {
 		return strconv.Quote(s)
 	}
 	return s
@@ -140,7 +145,7 @@ func formatRich(b *strings.Builder, r supervisor.Result) {
 	if len(r.Displays) > 0 || r.DisplaysDropped > 0 {
 		b.WriteString("<displays>\n")
 		for _, d := range r.Displays {
-			fmt.Fprintf(b, "%s %s\n", escapeTag("displays", d.MIMEType), sizeText(len(d.Data)))
+			fmt.Fprintf(b, "%s %s\n", escapeTag("displays", lineText(d.MIMEType)), sizeText(len(d.Data)))
 		}
 		if n := r.DisplaysDropped; n > 0 {
 			fmt.Fprintf(b, "[pyrun: %d more %s dropped: over the limit of displays a call (max_displays, max_display_bytes)]\n", n, plural(n, "display was", "displays were"))
@@ -150,7 +155,7 @@ func formatRich(b *strings.Builder, r supervisor.Result) {
 	if len(r.Files) > 0 || r.FilesDropped > 0 {
 		b.WriteString("<files>\n")
 		for _, f := range r.Files {
-			fmt.Fprintf(b, "/output/%s %s %s\n", escapeTag("files", lineText(f.Path)), escapeTag("files", f.MIMEType), sizeText(len(f.Data)))
+			fmt.Fprintf(b, "/output/%s %s %s\n", escapeTag("files", lineText(f.Path)), escapeTag("files", lineText(f.MIMEType)), sizeText(len(f.Data)))
 		}
 		if n := r.FilesDropped; n > 0 {
 			fmt.Fprintf(b, "[pyrun: %d more %s not returned: over the limit of output files a call (output_store, output_store_files)]\n", n, plural(n, "file was", "files were"))

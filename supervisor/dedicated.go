@@ -87,7 +87,7 @@ func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, e
 	// grow JavaScript memory past the heap cap, or make threads, as a
 	// stateless call's can.
 	p.mu.Lock()
-	p.dedicated[w] = memoryCeiling(cfg.MemoryLimit)
+	p.dedicated[w] = dedicatedState{ceiling: memoryCeiling(cfg.MemoryLimit), idleSince: time.Now()}
 	p.mu.Unlock()
 	from := "plain"
 	if w.ready.Snapshot {
@@ -121,6 +121,10 @@ func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error)
 	defer d.mu.Unlock()
 	d.pool.dedicatedBusy.Add(1) // no warming calls beside it (warmIdleLocked)
 	defer d.pool.dedicatedBusy.Add(-1)
+	// While the call runs, the CPU is the call's; its idle spell starts
+	// again when it ends.
+	d.pool.setDedicatedIdle(d.w, time.Time{})
+	defer func() { d.pool.setDedicatedIdle(d.w, time.Now()) }()
 	if d.lost != "" {
 		return Result{}, fmt.Errorf("%w: %s", ErrWorkerLost, d.lost)
 	}
@@ -229,3 +233,22 @@ func (d *Dedicated) Close() {
 
 // Kill stops the worker at once, a running call with it.
 func (d *Dedicated) Kill(why string) { d.w.kill(why) }
+
+// dedicatedState is what the health check knows of a Dedicated worker.
+type dedicatedState struct {
+	ceiling int64 // the memory ceiling of the limit it started with
+	// idleSince is when its last call ended (or it became ready); zero
+	// while a call runs.
+	idleSince time.Time
+}
+
+// setDedicatedIdle records when w's idle spell began, or zero while it
+// runs a call.
+func (p *Pool) setDedicatedIdle(w *worker, since time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if st, ok := p.dedicated[w]; ok {
+		st.idleSince = since
+		p.dedicated[w] = st
+	}
+}

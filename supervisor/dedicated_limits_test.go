@@ -1,6 +1,7 @@
 package supervisor_test
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -96,5 +97,65 @@ func TestHostileMemoryInADedicatedWorker(t *testing.T) {
 				t.Error("the session's worker killed for memory is not lost")
 			}
 		})
+	}
+}
+
+// A Dedicated worker (a session's) that keeps using CPU between its calls
+// (a task or timer its code left running) is killed once a whole
+// SessionIdleWindow of its idle spell was over the idle CPU limit, and says
+// why; one busy only during its calls is not.
+func TestIdleCPUKillsADedicatedWorker(t *testing.T) {
+	p := fakePool(t, "spin", supervisor.Config{Workers: 1, IdleCPU: 0.1})
+	quiet, err := p.StartDedicated(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close()
+	exited := make(chan struct{})
+	d, err := p.StartDedicated(t.Context(), func() { close(exited) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if res, err := d.Run(t.Context(), supervisor.Job{ID: "1", Code: "spin-after"}, nil); err != nil || res.Status != supervisor.StatusSuccess {
+		t.Fatalf("%v %+v", err, res)
+	}
+	start := time.Now()
+	// Meanwhile the other one runs calls that use the CPU: theirs to use.
+	stop := make(chan struct{})
+	busy := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				busy <- nil
+				return
+			default:
+			}
+			if res, err := quiet.Run(t.Context(), supervisor.Job{ID: fmt.Sprint("q", i), Code: "spin:300ms"}, nil); err != nil || res.Status != supervisor.StatusSuccess {
+				busy <- fmt.Errorf("%v %+v", err, res)
+				return
+			}
+		}
+	}()
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the dedicated worker burning CPU between calls was not killed")
+	}
+	close(stop)
+	if err := <-busy; err != nil {
+		t.Errorf("the busy dedicated worker's calls: %v", err)
+	}
+	within(t, "noticing the burn", time.Since(start), supervisor.SessionIdleWindow, supervisor.SessionIdleWindow+20*time.Second)
+	if why := d.Lost(); !strings.HasPrefix(why, supervisor.LostIdleCPU) || !strings.Contains(why, "--idle-cpu allows 10%") {
+		t.Errorf("lost for %q, want %q and the figures", why, supervisor.LostIdleCPU)
+	}
+	if _, err := d.Run(t.Context(), supervisor.Job{ID: "2", Code: "x"}, nil); !errors.Is(err, supervisor.ErrWorkerLost) ||
+		!strings.Contains(err.Error(), supervisor.LostIdleCPU) {
+		t.Errorf("a call after the kill: %v", err)
+	}
+	if why := quiet.Lost(); why != "" {
+		t.Errorf("the worker busy only in its calls was lost: %s", why)
 	}
 }

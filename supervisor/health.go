@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -47,7 +48,21 @@ const (
 	quietWindows = 3
 	killSpin     = "it kept a CPU busy while idle"
 	killIdleCPU  = "it kept using CPU while idle"
+	// sessionIdleWindow is the window over which a Dedicated worker's (a
+	// session's) CPU between calls is held to Config.IdleCPU: longer than
+	// idleWindow, and no spin rule, because a session's code may leave
+	// work running on purpose (an asyncio task, a timer), and a burst of it
+	// is no fault; a task or timer that keeps burning is (measured: one
+	// kept 90-96% of a CPU for a session's whole idle time, up to 8 h).
+	sessionIdleWindow = 10 * time.Second
 )
+
+// LostIdleCPU begins the reason a Dedicated worker is killed for using
+// more CPU between its calls than Config.IdleCPU allows (Dedicated.Lost).
+const LostIdleCPU = "its code kept using CPU between calls"
+
+// SessionIdleWindow is sessionIdleWindow, for what documents it.
+const SessionIdleWindow = sessionIdleWindow
 
 // Other things a call can leave a worker worse off than a fresh one with.
 const (
@@ -70,8 +85,9 @@ type cpuSample struct {
 	// The start of the current idleWindow of the spell.
 	windowUsed time.Duration
 	windowAt   time.Time
-	slow       bool // the last window used more than the idle CPU limit
-	quiet      int  // windows in a row that used no more than the idle CPU limit
+	slow       bool    // the last window used more than the idle CPU limit
+	share      float64 // of a CPU, used over the last window
+	quiet      int     // windows in a row that used no more than the idle CPU limit
 }
 
 // watchHealth runs until the pool closes. Every healthInterval it kills
@@ -112,22 +128,26 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	for w := range p.running {
 		workers = append(workers, w)
 	}
-	// Dedicated workers: memory and threads only. Between calls a
-	// session's code may go on running (asyncio tasks), so idle CPU is
-	// theirs.
+	// Dedicated workers: memory and threads as the pool's; between calls,
+	// CPU over a longer window (sessionIdleWindow).
 	own := maps.Clone(p.dedicated)
 	for w := range own {
 		workers = append(workers, w)
 	}
 	p.mu.Unlock()
 
-	for w := range cpu {
-		if _, ok := idle[w]; !ok {
-			delete(cpu, w) // busy, or gone: a call may use all the CPU it likes
+	for w, s := range cpu {
+		if t, ok := idle[w]; ok && t.Equal(s.idleSince) {
+			continue
 		}
+		if st, ok := own[w]; ok && !st.idleSince.IsZero() && st.idleSince.Equal(s.idleSince) {
+			continue
+		}
+		delete(cpu, w) // busy, or gone: a call may use all the CPU it likes
 	}
 	var gone []*worker
 	spinning := map[*worker]string{} // idle workers to kill, and why
+	burning := map[*worker]string{}  // idle dedicated workers to kill, and why
 	for _, w := range workers {
 		select {
 		case <-w.exited:
@@ -136,8 +156,9 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 		default:
 		}
 		limit := ceiling
-		if c, ok := own[w]; ok {
-			limit = c
+		st, isDedicated := own[w]
+		if isDedicated {
+			limit = st.ceiling
 		}
 		rss, err := w.residentBytes()
 		if err == nil && rss > limit {
@@ -151,6 +172,15 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 			w.log.Warn("killing worker: it made more threads than its limit", "threads", threads, "limit", cfg.MaxWorkerThreads)
 			w.kill(killThreads)
 			gone = append(gone, w)
+			continue
+		}
+		if isDedicated {
+			if statErr == nil && !st.idleSince.IsZero() {
+				if share, ok := burnt(w, used, st.idleSince, cpu, cfg.IdleCPU, p.startupDone(w)); ok {
+					burning[w] = fmt.Sprintf("%s (%.0f%% of a CPU over %s; --idle-cpu allows %.0f%%): a task or timer it left running",
+						LostIdleCPU, 100*share, sessionIdleWindow, 100*cfg.IdleCPU)
+				}
+			}
 			continue
 		}
 		since, isIdle := idle[w]
@@ -175,7 +205,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 			}
 		}
 	}
-	if len(gone)+len(spinning) == 0 {
+	if len(gone)+len(spinning)+len(burning) == 0 {
 		return
 	}
 	// Idle workers that died or were killed leave the pool now; a running
@@ -187,6 +217,15 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	for w, why := range spinning {
 		if i := slices.Index(p.idle, w); i >= 0 && w.idleSince.Equal(idle[w]) {
 			w.log.Warn("killing idle worker", "reason", why)
+			w.kill(why)
+			gone = append(gone, w)
+		}
+	}
+	// A dedicated worker is killed only if no call has taken it since it
+	// was sampled; its owner learns why from the worker (Dedicated.Lost).
+	for w, why := range burning {
+		if st, ok := p.dedicated[w]; ok && st.idleSince.Equal(own[w].idleSince) {
+			w.log.Warn("killing a session's worker", "reason", why)
 			w.kill(why)
 			gone = append(gone, w)
 		}
@@ -211,7 +250,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 // or used more than share of a CPU over an idleWindow of it.
 func spun(w *worker, used time.Duration, since time.Time, cpu map[*worker]cpuSample, share float64, phase startPhase) bool {
 	prev, seen := cpu[w]
-	next := nextSample(prev, seen, used, time.Now(), since, share)
+	next := nextSample(prev, seen, used, time.Now(), since, share, idleWindow)
 	if next.quiet >= quietWindows {
 		w.settled = true
 	}
@@ -224,6 +263,21 @@ func spun(w *worker, used time.Duration, since time.Time, cpu map[*worker]cpuSam
 	}
 	cpu[w] = next
 	return next.hot >= spinChecks || next.slow
+}
+
+// burnt records the CPU time used by a Dedicated worker idle since since
+// and reports whether it used more than limit of a CPU over a
+// sessionIdleWindow of that idle spell, and how much it used. The engine's
+// start-up work and warming calls are not judged (phase), as for the pool.
+func burnt(w *worker, used time.Duration, since time.Time, cpu map[*worker]cpuSample, limit float64, phase startPhase) (float64, bool) {
+	prev, seen := cpu[w]
+	next := nextSample(prev, seen, used, time.Now(), since, limit, sessionIdleWindow)
+	if phase != settled {
+		next.slow = false
+		next.windowUsed, next.windowAt = used, next.at
+	}
+	cpu[w] = next
+	return next.share, next.slow
 }
 
 // startPhase is where a worker is in settling after its start, for the idle
@@ -260,17 +314,19 @@ func (p *Pool) startupDone(w *worker) startPhase {
 
 // nextSample counts a check as hot when the worker used at least spinShare
 // of a CPU since the previous check of the same idle spell, and a window
-// as slow when it used more than share of a CPU over the idleWindow that
-// ends at this check. The first sample of a spell starts its first window.
-func nextSample(prev cpuSample, seen bool, used time.Duration, now, since time.Time, share float64) cpuSample {
+// as slow when it used more than share of a CPU over the window (at least
+// window long) that ends at this check. The first sample of a spell starts
+// its first window.
+func nextSample(prev cpuSample, seen bool, used time.Duration, now, since time.Time, share float64, window time.Duration) cpuSample {
 	next := cpuSample{used: used, at: now, idleSince: since, windowUsed: used, windowAt: now}
 	if seen && prev.idleSince.Equal(since) {
 		if wall := now.Sub(prev.at); wall > 0 && float64(used-prev.used) >= spinShare*float64(wall) {
 			next.hot = prev.hot + 1
 		}
 		next.windowUsed, next.windowAt = prev.windowUsed, prev.windowAt
-		if wall := now.Sub(prev.windowAt); wall >= idleWindow {
-			next.slow = float64(used-prev.windowUsed) > share*float64(wall)
+		if wall := now.Sub(prev.windowAt); wall >= window {
+			next.share = float64(used-prev.windowUsed) / float64(wall)
+			next.slow = next.share > share
 			next.windowUsed, next.windowAt = used, now
 			next.quiet = 0
 			if !next.slow {

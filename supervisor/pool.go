@@ -77,10 +77,11 @@ type Pool struct {
 	startErr  error // the last failed start
 	counts    Counts
 
-	// dedicated are the Dedicated workers alive, to the memory ceiling of
-	// the limit each started with: the health check holds them to it and
-	// to the thread limit as it does the pool's own (health.go).
-	dedicated map[*worker]int64
+	// dedicated are the Dedicated workers alive: the health check holds
+	// them to the memory ceiling of the limit each started with and to the
+	// thread limit as it does the pool's own, and to the idle CPU limit
+	// between their calls (health.go).
+	dedicated map[*worker]dedicatedState
 	// dedicatedBusy counts the calls running on dedicated workers.
 	dedicatedBusy atomic.Int64
 }
@@ -206,7 +207,7 @@ func newPool(e Engine, newCmd func(Config, launch) (*exec.Cmd, error), snaps *sn
 			Calls: map[string]int64{}, Restarts: map[string]int64{}, Starts: map[string]int64{},
 		},
 	}
-	p.dedicated = map[*worker]int64{}
+	p.dedicated = map[*worker]dedicatedState{}
 	p.wg.Add(1)
 	go p.fill()
 	p.wg.Add(1)

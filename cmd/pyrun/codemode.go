@@ -40,6 +40,7 @@ func (o *options) hubOptions() codemode.Options {
 		Concurrency: o.toolConcurrency,
 		MaxResult:   int(o.maxOutput),
 		MaxListing:  int(o.maxToolListing),
+		MaxMessage:  int(o.maxToolMessage),
 	}
 }
 

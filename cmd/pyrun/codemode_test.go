@@ -472,19 +472,19 @@ func TestCodeModeFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := o.hubOptions(); h.MaxCalls != 50 || h.Concurrency != 4 || h.MaxListing != 8<<10 || h.MaxResult != 64<<10 {
+	if h := o.hubOptions(); h.MaxCalls != 50 || h.Concurrency != 4 || h.MaxListing != 8<<10 || h.MaxResult != 64<<10 || h.MaxMessage != 16<<20 {
 		t.Errorf("defaults: %+v", h)
 	}
 	cfg := filepath.Join(t.TempDir(), "pyrun.json")
 	if err := writeFile(cfg, `{"mcp_servers": {"m": {"command": "node", "args": ["x.js"], "allow": ["a"], "timeout": "5s"}},
-		"max_tool_calls": 7, "tool_concurrency": 2, "max_tool_listing": "2KiB", "max_output": "4KiB"}`); err != nil {
+		"max_tool_calls": 7, "tool_concurrency": 2, "max_tool_listing": "2KiB", "max_output": "4KiB", "max_tool_message": "1MiB"}`); err != nil {
 		t.Fatal(err)
 	}
 	o, _, err = loadOptions("stdio", []string{"--config", cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h := o.hubOptions(); h.MaxCalls != 7 || h.Concurrency != 2 || h.MaxListing != 2<<10 || h.MaxResult != 4<<10 {
+	if h := o.hubOptions(); h.MaxCalls != 7 || h.Concurrency != 2 || h.MaxListing != 2<<10 || h.MaxResult != 4<<10 || h.MaxMessage != 1<<20 {
 		t.Errorf("from the file: %+v", h)
 	}
 	if m := o.mcpServers.servers["m"]; m.Command != "node" || len(m.Allow) != 1 || time.Duration(m.Timeout) != 5*time.Second {
@@ -497,6 +497,7 @@ func TestCodeModeFlags(t *testing.T) {
 		{[]string{"--max-tool-calls", "0"}, "max-tool-calls"},
 		{[]string{"--tool-concurrency", "100"}, "tool-concurrency"},
 		{[]string{"--max-tool-listing", "10"}, "max-tool-listing"},
+		{[]string{"--max-tool-message", "1KiB"}, "max-tool-message"},
 		{[]string{"--mcp-servers", `{"m": {"command": "x", "alow": []}}`}, "mcp_servers.m"},
 	} {
 		if _, _, err := loadOptions("stdio", bad.args); err == nil || !strings.Contains(err.Error(), bad.want) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/packages"
 )
@@ -100,6 +101,7 @@ type options struct {
 	maxToolCalls          int
 	toolConcurrency       int
 	maxToolListing        byteSize
+	maxToolMessage        byteSize
 	// Languages (languages.go).
 	languages     stringList
 	rWorkers      int
@@ -115,7 +117,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	o.memoryLimit, o.maxOutput, o.maxCode, o.liveBuffer = 512<<20, 64<<10, 1<<20, 256<<10
 	o.workerLogPerCall, o.workerLogRate = supervisor.DefaultStderrLogPerCall, supervisor.DefaultStderrLogRate
-	o.maxToolListing = 8 << 10
+	o.maxToolListing, o.maxToolMessage = 8<<10, codemode.DefaultMaxMessage
 	fs.StringVar(&o.configFile, "config", "", "JSON config `file`; its keys are these flags' names in snake_case")
 	fs.IntVar(&o.workers, "workers", supervisor.DefaultWorkers(), "warm pool size")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
@@ -134,7 +136,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.DurationVar(&o.progressInterval, "progress-interval", time.Second, "gap between two progress notifications of a call that has a progress token")
 	fs.IntVar(&o.maxWorkerThreads, "max-worker-threads", supervisor.DefaultMaxWorkerThreads, "threads a worker process may have (JavaScript Worker threads made through import js count); past it the worker is killed and replaced")
 	fs.IntVar(&o.warmCalls, "warm-calls", supervisor.DefaultWarmCalls, "calls of its own a fresh Python worker runs while it waits for its first call, so that it serves that one at full speed (0: none; never under --isolation process)")
-	fs.Float64Var(&o.idleCPU, "idle-cpu", supervisor.DefaultIdleCPU, "share of one CPU an idle worker may use over a second (code a call left running); past it the worker is replaced")
+	fs.Float64Var(&o.idleCPU, "idle-cpu", supervisor.DefaultIdleCPU, "share of one CPU an idle worker may use over a second (code a call left running); past it the worker is replaced. A session's worker may use as much over 10s between its calls; past it the session ends")
 	fs.Var(&o.idleMemorySlack, "idle-memory-slack", "resident memory a worker may hold after a call beyond what it held fresh; past it the worker is replaced (bytes or 128MiB; default a quarter of memory-limit, at least 64MiB)")
 	fs.Var(&o.workerLogPerCall, "worker-log-per-call", "bytes of worker stderr (js.console.log, os.write(2)) logged per call; the rest is counted (bytes or 16KiB)")
 	fs.Var(&o.workerLogRate, "worker-log-rate", "bytes of worker stderr logged a second, for all workers together (bytes or 64KiB)")
@@ -170,6 +172,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.IntVar(&o.maxToolCalls, "max-tool-calls", 50, "code mode: tool calls one run may make")
 	fs.IntVar(&o.toolConcurrency, "tool-concurrency", 4, "code mode: tool calls of one run in progress at once")
 	fs.Var(&o.maxToolListing, "max-tool-listing", "code mode: size of the function list in the tool description; a longer one is summarised (bytes or 8KiB)")
+	fs.Var(&o.maxToolMessage, "max-tool-message", "code mode: largest message pyrun reads from an MCP server; a larger or broken one fails the tool call it answers, and the connection is kept (bytes or 16MiB)")
 	return fs
 }
 
@@ -391,6 +394,8 @@ func (o *options) check() error {
 		return fmt.Errorf("tool-concurrency must be between 1 and 64, not %d", o.toolConcurrency)
 	case o.maxToolListing < 1<<10 || o.maxToolListing > 1<<20:
 		return fmt.Errorf("max-tool-listing must be between 1KiB and 1MiB, not %s", o.maxToolListing)
+	case o.maxToolMessage < 64<<10 || o.maxToolMessage > 256<<20:
+		return fmt.Errorf("max-tool-message must be between 64KiB and 256MiB, not %s", o.maxToolMessage)
 	case o.authIssuer == "" && (o.authJWKSURL != "" || len(o.authAudience) > 0):
 		return errors.New("auth-jwks-url and auth-audience need auth-issuer: the authorization server whose tokens to accept")
 	}

@@ -68,7 +68,7 @@ func (o *options) sessionLimits() sessions.Limits {
 }
 
 func (o *options) mcpSessionOptions() mcp.SessionOptions {
-	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions}
+	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, IdleCPU: o.idleCPU}
 }
 
 // startSessions keeps Python sessions on workers pool starts for them.

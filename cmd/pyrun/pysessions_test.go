@@ -321,3 +321,57 @@ func TestSessionWorkerKilledWhileIdle(t *testing.T) {
 	s.sessionToolError(t, map[string]any{"python_code": "x", "session_id": id}, id, "lost", `session_id "new"`)
 	wantValue(t, s.inSession(t, "new", "2"), "2")
 }
+
+// TestSessionIdleCPU: a Python session whose asyncio task, and a
+// JavaScript session whose timer, keep burning a CPU between calls are
+// ended, and their next call says why; a session whose task sleeps
+// between its ticks is kept, its task still running.
+func TestSessionIdleCPU(t *testing.T) {
+	s := newServer(t, "--workers", "1", "--languages", "python,javascript", "--idle-cpu", "0.1")
+	burner := s.inSession(t, "new", `import asyncio
+async def burn():
+    while True:
+        sum(range(20000))
+        await asyncio.sleep(0)
+task = asyncio.ensure_future(burn())
+"armed"`)
+	wantValue(t, burner, `"armed"`)
+	quiet := s.inSession(t, "new", `import asyncio
+ticks = 0
+async def tick():
+    global ticks
+    while True:
+        ticks += 1
+        await asyncio.sleep(0.5)
+task = asyncio.ensure_future(tick())
+"armed"`)
+	wantValue(t, quiet, `"armed"`)
+	js, err := s.callTool(t.Context(), "run_javascript_code", map[string]any{"session_id": "new",
+		"javascript_code": `setInterval(() => { const end = Date.now() + 90; while (Date.now() < end) {} }, 100); "armed"`})
+	if err != nil || js.sc.SessionID == "" {
+		t.Fatalf("JavaScript session: %v %+v", err, js)
+	}
+	wantValue(t, js, `"armed"`)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 2*callTimeout)
+	defer cancel()
+	if err := s.log.waitFor(ctx, "the burning sessions to end", func(c map[string]int) bool {
+		return c["python session ended"] >= 2
+	}); err != nil {
+		t.Fatal(err)
+	}
+	why := []string{"kept using CPU between calls", "--idle-cpu allows 10%", `session_id "new"`}
+	s.sessionToolError(t, map[string]any{"python_code": "task", "session_id": burner.sc.SessionID}, why...)
+	res, err := s.callToolRaw(t.Context(), "run_javascript_code", map[string]any{"javascript_code": "1", "session_id": js.sc.SessionID})
+	if err != nil || !res.IsError {
+		t.Fatalf("the JavaScript session's next call: %v %+v", err, res)
+	}
+	for _, w := range why {
+		if !strings.Contains(textOf(res), w) {
+			t.Errorf("the JavaScript session's next call does not say %q:\n%s", w, textOf(res))
+		}
+	}
+	// The quiet one's task ran all along.
+	r := s.inSession(t, quiet.sc.SessionID, "ticks > 4 and not task.done()")
+	wantValue(t, r, "true")
+}

@@ -392,6 +392,18 @@ func TestOutputFilesOverStdio(t *testing.T) {
 	if res, err := readResource(t, s, r.sc.Files[0].URI); err != nil || res.Contents[0].Text != "odd" {
 		t.Errorf("read %s: %v", r.sc.Files[0].URI, err)
 	}
+	// A name with an ESC sequence and a bidirectional override reaches the
+	// text block escaped, and reads back.
+	r = s.run(t, `open("/output/red\x1b[31m\u202etxt.exe", "w").write("odd")`)
+	if strings.ContainsAny(r.text, "\x1b\u202e") || !strings.Contains(r.text, `/output/"red\x1b[31m\u202etxt.exe" `) {
+		t.Errorf("text block:\n%q", r.text)
+	}
+	if len(r.sc.Files) != 1 || r.sc.Files[0].Path != "red\x1b[31m\u202etxt.exe" {
+		t.Fatalf("files %+v", r.sc.Files)
+	}
+	if res, err := readResource(t, s, r.sc.Files[0].URI); err != nil || string(res.Contents[0].Blob) != "odd" {
+		t.Errorf("read %s: %v", r.sc.Files[0].URI, err)
+	}
 	if _, err := readResource(t, s, "pyrun://output/0123456789abcdef0123456789abcdef/x.txt"); err == nil ||
 		!strings.Contains(err.Error(), "no such output") {
 		t.Errorf("an unknown output: %v", err)

@@ -39,11 +39,12 @@ const (
 	StatusCancelled   = "cancelled"         // the run ended or was stopped
 	StatusUnavailable = "unavailable"       // the server is down or connecting
 	StatusFailed      = "failed"            // the connection failed during the call
+	StatusBadAnswer   = "bad-answer"        // the server's answer was too large or broken (max_tool_message)
 )
 
 // Statuses lists every status, for metrics.
 var Statuses = []string{StatusOK, StatusToolError, StatusInvalid, StatusNotAllowed, StatusLimit,
-	StatusTimeout, StatusCancelled, StatusUnavailable, StatusFailed}
+	StatusTimeout, StatusCancelled, StatusUnavailable, StatusFailed, StatusBadAnswer}
 
 // Call makes one tool call: checks it against the allow list, the run's
 // limits and the tool's input schema, calls the server and returns the
@@ -51,37 +52,66 @@ var Statuses = []string{StatusOK, StatusToolError, StatusInvalid, StatusNotAllow
 // error is what the code raises as mcp_tools.ToolError.
 func (c *Caller) Call(ctx context.Context, server, toolName string, args json.RawMessage) (json.RawMessage, error) {
 	began := time.Now()
-	res, status, err := c.call(ctx, server, toolName, args)
+	res, status, label, err := c.call(ctx, server, toolName, args)
 	d := time.Since(began)
 	log := c.hub.log
+	// The names are the code's: clipped, so that a log line stays a line.
+	logServer, logTool := clipName(server), clipName(toolName)
 	if err != nil {
-		log.Info("tool call", "run", c.run, "server", server, "tool", toolName, "duration", d.Round(time.Microsecond),
+		log.Info("tool call", "run", c.run, "server", logServer, "tool", logTool, "duration", d.Round(time.Microsecond),
 			"status", status, "error", err.Error())
 	} else {
-		log.Info("tool call", "run", c.run, "server", server, "tool", toolName, "duration", d.Round(time.Microsecond),
+		log.Info("tool call", "run", c.run, "server", logServer, "tool", logTool, "duration", d.Round(time.Microsecond),
 			"status", status, "result_bytes", len(res))
 	}
 	if log.IsDebug() {
-		log.Debug("tool call arguments", "run", c.run, "server", server, "tool", toolName, "arguments", string(args))
+		log.Debug("tool call arguments", "run", c.run, "server", logServer, "tool", logTool, "arguments", string(args))
 	}
 	c.hub.mu.RLock()
 	observe := c.hub.observe
 	c.hub.mu.RUnlock()
 	if observe != nil {
-		observe(server, status, d)
+		observe(label, status, d)
 	}
 	return res, err
 }
 
-func (c *Caller) call(ctx context.Context, server, toolName string, args json.RawMessage) (json.RawMessage, string, error) {
+// OtherServer is the server Hub.Observe reports for a call that named no
+// configured server: metric labels come from the configuration only, never
+// from the code (which could name a new server at every call).
+const OtherServer = "other"
+
+// maxLoggedName bounds a server or tool name as the log shows it.
+const maxLoggedName = 128
+
+func clipName(s string) string {
+	if len(s) <= maxLoggedName {
+		return s
+	}
+	return cut(s, maxLoggedName) + "..."
+}
+
+// call makes the tool call; label is server when that names a configured
+// server, else OtherServer.
+func (c *Caller) call(ctx context.Context, server, toolName string, args json.RawMessage) (res json.RawMessage, status, label string, err error) {
+	u := c.hub.acquire(server)
+	if u == nil {
+		label = OtherServer
+	} else {
+		label = server
+		defer u.release()
+	}
+	res, status, err = c.callOn(ctx, u, server, toolName, args)
+	return res, status, label, err
+}
+
+func (c *Caller) callOn(ctx context.Context, u *upstream, server, toolName string, args json.RawMessage) (json.RawMessage, string, error) {
 	if n := c.calls.Add(1); n > int64(c.opts.MaxCalls) {
 		return nil, StatusLimit, fmt.Errorf("pyrun: this run reached its limit of %d tool calls (max_tool_calls)", c.opts.MaxCalls)
 	}
-	u := c.hub.acquire(server)
 	if u == nil {
-		return nil, StatusNotAllowed, fmt.Errorf("pyrun: there is no MCP server %q (servers: %s)", server, c.hub.names())
+		return nil, StatusNotAllowed, fmt.Errorf("pyrun: there is no MCP server %q (servers: %s)", clipName(server), c.hub.names())
 	}
-	defer u.release()
 	if !u.cfg.allowed(toolName) {
 		return nil, StatusNotAllowed, fmt.Errorf("pyrun: the tool %q of the MCP server %q is not allowed (its allow list in mcp_servers)", toolName, server)
 	}
@@ -120,10 +150,17 @@ func (c *Caller) call(ctx context.Context, server, toolName string, args json.Ra
 		return nil, StatusTimeout, fmt.Errorf("pyrun: %s.%s did not answer within %s (the server's timeout)", server, toolName, timeout)
 	default:
 		var wire *jsonrpc.Error
+		if errors.As(err, &wire) && wire.Code == codeRefusedAnswer {
+			return nil, StatusBadAnswer, errors.New(wire.Message)
+		}
 		if !errors.As(err, &wire) {
 			// Not an answer from the server: the connection failed (a
-			// crash, say). A new one is made for the next call.
-			u.broken(cs, err)
+			// crash, say), and a new one is made for the next call; or the
+			// answer did not fit the call (a result that does not decode).
+			if !u.broken(cs, err) {
+				return nil, StatusBadAnswer, fmt.Errorf("pyrun: the MCP server %q answered with a result pyrun cannot read (%s); this call failed, the connection is kept",
+					server, clipName(err.Error()))
+			}
 			return nil, StatusFailed, fmt.Errorf("pyrun: the MCP server %q failed during the call (%v); pyrun reconnects it", server, err)
 		}
 		return nil, StatusFailed, fmt.Errorf("the MCP server %q refused the call: %v", server, err)

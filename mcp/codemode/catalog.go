@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -41,10 +42,11 @@ func (h *Hub) Catalog() json.RawMessage {
 	for _, u := range h.sorted() {
 		cs := catalogServer{Name: u.name, Tools: []catalogTool{}}
 		if st := u.status(); st != "" {
-			cs.Note = "This server is " + st + "."
+			cs.Note = "This server is " + cleanText(st, maxNote) + "."
 		}
 		for _, t := range u.toolList() {
-			cs.Tools = append(cs.Tools, catalogTool{Name: t.sdk.Name, Description: t.sdk.Description, InputSchema: t.schema, Pending: t.pending})
+			cs.Tools = append(cs.Tools, catalogTool{Name: t.sdk.Name, Description: cleanText(t.sdk.Description, maxToolDoc),
+				InputSchema: t.schema, Pending: t.pending})
 		}
 		servers = append(servers, cs)
 	}
@@ -75,14 +77,16 @@ func (h *Hub) Describe() string {
 	head := fmt.Sprintf(`
 Code mode: the code can call the tools of other MCP servers through the module mcp_tools, one namespace per server and one async function per tool, with keyword arguments: `+"`import mcp_tools; graph = await mcp_tools.memory.read_graph()`"+`. Call several tools in one program, combine and filter their results in Python, and return only what is needed; asyncio.gather runs up to %d calls at once. A function returns the tool's structured content, else its text (JSON-decoded when it parses), an mcp_tools.Image for an image; a failure raises mcp_tools.ToolError. At most %d tool calls per run. help(mcp_tools.<server>) shows each function's full signature and docstring.
 Available functions:`, opts.Concurrency, opts.MaxCalls)
-	// Three levels of detail; the richest that fits is used.
+	// Three levels of detail; the richest that fits is used. What the
+	// servers wrote (descriptions, enum values and defaults in schemas, the
+	// errors in notes) is cleaned: it reaches the model as pyrun's words.
 	for level := 0; level < 3; level++ {
 		var b strings.Builder
 		for _, u := range servers {
 			listServer(&b, u, level)
 		}
-		if b.Len() <= opts.MaxListing || level == 2 {
-			body := b.String()
+		body := cleanText(b.String(), len(b.String()))
+		if len(body) <= opts.MaxListing || level == 2 {
 			if len(body) > opts.MaxListing {
 				body = cut(body, opts.MaxListing) + "\n(more servers; dir(mcp_tools) lists them)"
 			}
@@ -92,11 +96,44 @@ Available functions:`, opts.Concurrency, opts.MaxCalls)
 	return head
 }
 
+// maxToolDoc bounds a tool's description in the catalog, where its
+// function's docstring comes from (help() in Python).
+const maxToolDoc = 4 << 10
+
+// maxLiteral bounds an enum value or a default in a signature.
+const maxLiteral = 64
+
+// maxNote bounds what a server's state says (its last error, say).
+const maxNote = 300
+
+// cleanText is text a server wrote, made fit to show a model or a
+// terminal: control characters other than newline and tab, and format
+// characters (bidirectional overrides and isolates, zero-width ones) are
+// dropped, bytes that are not UTF-8 become U+FFFD, and it is cut at max
+// bytes with "...".
+func cleanText(s string, max int) string {
+	var b strings.Builder
+	for _, r := range s {
+		if (unicode.IsControl(r) && r != '\n' && r != '\t') || unicode.Is(unicode.Cf, r) {
+			continue
+		}
+		b.WriteRune(r)
+		if b.Len() > max {
+			break
+		}
+	}
+	out := b.String()
+	if len(out) > max {
+		out = cut(out, max-3) + "..."
+	}
+	return out
+}
+
 func listServer(b *strings.Builder, u *upstream, level int) {
 	tools := u.toolList()
 	note := ""
 	if st := u.status(); st != "" {
-		note = " (" + st + ")"
+		note = " (" + cleanText(st, maxNote) + ")"
 	}
 	ns := pyName(u.name)
 	switch level {
@@ -265,16 +302,16 @@ func pyLiteral(v any) string {
 		}
 		return "False"
 	case string:
-		b, _ := json.Marshal(v)
+		b, _ := json.Marshal(cleanText(v, maxLiteral))
 		return "'" + strings.ReplaceAll(strings.Trim(string(b), `"`), "'", `\'`) + "'"
 	}
 	b, _ := json.Marshal(v)
-	return string(b)
+	return cleanText(string(b), maxLiteral)
 }
 
 // summary is a description's first sentence, at most 120 bytes.
 func summary(desc string) string {
-	desc = strings.Join(strings.Fields(desc), " ")
+	desc = strings.Join(strings.Fields(cleanText(desc, len(desc))), " ")
 	if i := strings.Index(desc, ". "); i >= 0 {
 		desc = desc[:i+1]
 	}

@@ -18,6 +18,7 @@ package codemode
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -40,6 +41,10 @@ type Options struct {
 	// Settle bounds how long a run waits for servers still connecting
 	// before it starts (after pyrun's start or a reload). 0: 10s.
 	Settle time.Duration
+	// MaxMessage bounds one message from a server, in bytes: one past it
+	// fails the call it answers, and the connection is kept. It applies to
+	// connections made after it is set. 0: DefaultMaxMessage.
+	MaxMessage int
 }
 
 func (o Options) withDefaults() Options {
@@ -58,6 +63,9 @@ func (o Options) withDefaults() Options {
 	if o.Settle <= 0 {
 		o.Settle = 10 * time.Second
 	}
+	if o.MaxMessage <= 0 {
+		o.MaxMessage = DefaultMaxMessage
+	}
 	return o
 }
 
@@ -75,11 +83,15 @@ type Hub struct {
 	catalog  json.RawMessage // cached; nil: to be built
 	closed   bool
 	retiring sync.WaitGroup
+	// refused counts the messages refused from each server (by the name
+	// in the config), by reason; it outlives reloads.
+	refused map[string]map[string]int64
 }
 
 // New makes a hub with no servers.
 func New(opts Options, version string, log hclog.Logger) *Hub {
-	return &Hub{log: log, version: version, opts: opts.withDefaults(), servers: map[string]*upstream{}}
+	return &Hub{log: log, version: version, opts: opts.withDefaults(), servers: map[string]*upstream{},
+		refused: map[string]map[string]int64{}}
 }
 
 // OnChange registers f, called (on some goroutine) whenever the catalog
@@ -91,7 +103,9 @@ func (h *Hub) OnChange(f func()) {
 }
 
 // Observe registers f, called after every tool call with its server,
-// status and duration (for metrics).
+// status and duration (for metrics). server is a configured server's name,
+// or OtherServer for a call that named none: the code chooses the names it
+// calls, so they must not become label values.
 func (h *Hub) Observe(f func(server, status string, d time.Duration)) {
 	h.mu.Lock()
 	h.observe = f
@@ -129,7 +143,7 @@ func (h *Hub) Configure(servers map[string]Server) {
 		if _, ok := h.servers[name]; ok {
 			continue
 		}
-		h.servers[name] = startUpstream(name, cfg, h.version, h.log.Named(name), h.changed)
+		h.servers[name] = startUpstream(h, name, cfg)
 	}
 	h.catalog = nil
 	h.retiring.Add(len(retire))
@@ -231,6 +245,9 @@ type Stats struct {
 	Server string
 	State  string // connecting, connected, down
 	Tools  int    // allowed tools offered
+	// Refused counts the messages from the server refused since pyrun
+	// started, by reason (RefusedReasons).
+	Refused map[string]int64
 }
 
 // Stats reports every server's state.
@@ -238,10 +255,23 @@ func (h *Hub) Stats() []Stats {
 	var out []Stats
 	for _, u := range h.sorted() {
 		u.mu.Lock()
-		out = append(out, Stats{Server: u.name, State: u.state.String(), Tools: len(u.tools)})
+		st := Stats{Server: u.name, State: u.state.String(), Tools: len(u.tools)}
 		u.mu.Unlock()
+		h.mu.RLock()
+		st.Refused = maps.Clone(h.refused[u.name])
+		h.mu.RUnlock()
+		out = append(out, st)
 	}
 	return out
+}
+
+func (h *Hub) countRefused(server, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.refused[server] == nil {
+		h.refused[server] = map[string]int64{}
+	}
+	h.refused[server][reason]++
 }
 
 // ForRun returns the caller for one run's tool calls and the catalog its

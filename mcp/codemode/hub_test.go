@@ -464,3 +464,50 @@ func TestDescribeBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestDescriptionsCleaned: what a server writes about its tools reaches
+// the model's tool description and the code's docstrings without control
+// or bidirectional characters, and bounded.
+func TestDescriptionsCleaned(t *testing.T) {
+	srv := sdk.NewServer(&sdk.Implementation{Name: "noisy", Version: "1"}, nil)
+	desc := "Reads\x1b[2J\x1b]0;owned\x07 the \u202egnirts\u202c file\u200b. " + strings.Repeat("More words. ", 20000)
+	schema := map[string]any{"type": "object", "properties": map[string]any{
+		"mode": map[string]any{"type": "string", "enum": []any{"fast\u202e", strings.Repeat("slow", 1000)}},
+		"path": map[string]any{"type": "string", "default": "/tmp/\x1b[31m" + strings.Repeat("p", 1000)},
+	}}
+	srv.AddTool(&sdk.Tool{Name: "read", Description: desc, InputSchema: schema},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return nil, errors.New("unused")
+		})
+	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	hub := newHub(t, codemode.Options{MaxListing: 64 << 10}, map[string]codemode.Server{"noisy": {URL: hs.URL, Allow: []string{"read"}}})
+	hub.ForRun(t.Context(), "settle")
+
+	d := hub.Describe()
+	var catalog struct {
+		Servers []struct {
+			Tools []struct{ Description string }
+		}
+	}
+	if err := json.Unmarshal(hub.Catalog(), &catalog); err != nil || len(catalog.Servers) != 1 || len(catalog.Servers[0].Tools) != 1 {
+		t.Fatalf("catalog: %v %s", err, hub.Catalog())
+	}
+	doc := catalog.Servers[0].Tools[0].Description
+	for what, s := range map[string]string{"the description": d, "the docstring": doc} {
+		if i := strings.IndexFunc(s, func(r rune) bool {
+			return r == 0x1b || r == 0x07 || r == '\u202e' || r == '\u202c' || r == '\u200b'
+		}); i >= 0 {
+			t.Errorf("%s holds %q: %q", what, []rune(s[i:])[0], s[max(0, i-20):min(len(s), i+20)])
+		}
+	}
+	if !strings.Contains(d, "async def read(*, mode: Literal['fast', 'slow") || !strings.Contains(d, ": Reads[2J]0;owned the gnirts file.") {
+		t.Errorf("description:\n%s", d)
+	}
+	if len(d) > 3<<10 {
+		t.Errorf("description of %d bytes for one tool:\n%s", len(d), d)
+	}
+	if len(doc) > 4<<10 || !strings.HasPrefix(doc, "Reads[2J]0;owned the gnirts file. More words.") || !strings.HasSuffix(doc, "...") {
+		t.Errorf("docstring of %d bytes: %.200q...", len(doc), doc)
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/hashicorp/go-hclog"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -28,6 +29,12 @@ var (
 	// connectTimeout bounds a connection's start: the process or HTTP
 	// request, MCP's initialize and the tool list.
 	connectTimeout = 30 * time.Second
+	// terminateDelay is how long a stdio server is given to exit after its
+	// stdin is closed, and again after SIGTERM, before SIGKILL.
+	terminateDelay = 2 * time.Second
+	// pingTimeout bounds the ping that tells whether a connection that
+	// failed a call is still up.
+	pingTimeout = 5 * time.Second
 )
 
 // upstream is one configured server: its connection, kept up by run, and
@@ -38,6 +45,10 @@ type upstream struct {
 	log     hclog.Logger
 	version string
 	changed func() // the tools or the state changed
+	// maxMessage is Options.MaxMessage in force, read at each connection;
+	// refused counts a message refused (reason), for metrics.
+	maxMessage func() int
+	refused    func(reason string)
 
 	ctx    context.Context // ends when the upstream is closed
 	cancel context.CancelFunc
@@ -77,10 +88,12 @@ type tool struct {
 	pending  bool                 // an allowed tool of a server that has not listed its tools yet
 }
 
-func startUpstream(name string, cfg Server, version string, log hclog.Logger, changed func()) *upstream {
+func startUpstream(h *Hub, name string, cfg Server) *upstream {
 	u := &upstream{
-		name: name, cfg: cfg, log: log, version: version, changed: changed,
-		done: make(chan struct{}), ready: make(chan struct{}),
+		name: name, cfg: cfg, log: h.log.Named(name), version: h.version, changed: h.changed,
+		maxMessage: func() int { return h.options().MaxMessage },
+		refused:    func(reason string) { h.countRefused(name, reason) },
+		done:       make(chan struct{}), ready: make(chan struct{}),
 	}
 	u.ctx, u.cancel = context.WithCancel(context.Background())
 	go u.run()
@@ -97,7 +110,11 @@ func (u *upstream) run() {
 		if err != nil {
 			failures++
 			delay := backoff(failures)
-			u.log.Warn("MCP server not available; left out until it is", "error", err, "retry_in", delay)
+			args := []any{"error", err, "retry_in", delay}
+			if u.cfg.stdio() {
+				args = append(args, "stderr", "logged at debug level only (--log-level debug)")
+			}
+			u.log.Warn("MCP server not available; left out until it is", args...)
 			u.setState(down, nil, err)
 			if !u.sleep(delay) {
 				break
@@ -171,6 +188,9 @@ func (u *upstream) connect() (*sdk.ClientSession, error) {
 			u.refreshSoon()
 		},
 	})
+	// What the server sends is read through a guard: a message too large
+	// or broken fails its own call, not the connection every run shares.
+	g := &guard{server: u.name, max: u.maxMessage(), log: u.log, counted: u.refused}
 	var tr sdk.Transport
 	if u.cfg.stdio() {
 		cmd := exec.Command(u.cfg.Command, u.cfg.Args...)
@@ -179,13 +199,18 @@ func (u *upstream) connect() (*sdk.ClientSession, error) {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
 		cmd.Dir = u.cfg.Cwd
-		cmd.Stderr = u.log.StandardWriter(&hclog.StandardLoggerOptions{ForceLevel: hclog.Info})
-		tr = &sdk.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+		cmd.Stderr = &serverStderr{log: u.log}
+		// A grandchild that keeps stderr open does not hold up Close.
+		cmd.WaitDelay = terminateDelay
+		tr = &commandTransport{cmd: cmd, terminate: terminateDelay, guard: g}
 	} else {
 		tr = &sdk.StreamableClientTransport{
 			Endpoint:   u.cfg.URL,
-			HTTPClient: &http.Client{Transport: headers{h: u.cfg.Headers, rt: http.DefaultTransport}},
+			HTTPClient: &http.Client{Transport: httpGuard{guard: g, rt: headers{h: u.cfg.Headers, rt: http.DefaultTransport}}},
 			MaxRetries: 2,
+			// The guard keeps events within the limit; the SDK's own cap,
+			// which fails the connection, stays out of its way.
+			MaxEventSize: g.max + 4*sseSlack,
 		}
 	}
 	cs, err := client.Connect(ctx, tr, nil)
@@ -381,16 +406,38 @@ func (u *upstream) waitSettled(ctx context.Context) {
 	}
 }
 
-// broken closes a connection that failed a call, so that run makes a new
-// one. Calls from now on wait for it rather than try the broken one.
-func (u *upstream) broken(cs *sdk.ClientSession, err error) {
-	u.mu.Lock()
-	current := u.session == cs && u.state == connected
-	u.mu.Unlock()
-	if current {
+// broken is told of a call that failed with err, which is no answer of the
+// server's, and reports whether the connection failed. If it did (a crash,
+// say), it is closed so that run makes a new one, and calls from now on
+// wait for that rather than try the broken one. A failure of the call's own
+// (a result that does not decode) leaves the connection to the other calls
+// on it: a ping tells the two apart, and only one that fails for want of a
+// connection closes it (a server too busy to answer is not taken for dead).
+func (u *upstream) broken(cs *sdk.ClientSession, err error) bool {
+	if !u.current(cs) {
+		return true // run has seen it end already
+	}
+	ctx, cancel := context.WithTimeout(u.ctx, pingTimeout)
+	defer cancel()
+	perr := cs.Ping(ctx, nil)
+	var wire *jsonrpc.Error
+	if perr == nil || ctx.Err() != nil || errors.As(perr, &wire) {
+		u.log.Debug("a tool call failed, but the connection answers; it is kept", "error", err)
+		return false
+	}
+	if u.current(cs) {
+		u.log.Warn("a tool call failed and the connection does not answer; reconnecting", "error", err, "ping", perr)
 		u.setState(connecting, nil, err)
 		_ = cs.Close()
 	}
+	return true
+}
+
+// current says whether cs is the connection in use.
+func (u *upstream) current(cs *sdk.ClientSession) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.session == cs && u.state == connected
 }
 
 // release ends a call counted by Hub.acquire.

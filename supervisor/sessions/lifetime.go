@@ -23,7 +23,7 @@ func (m *Manager) expire() {
 			}
 			// No call runs, so Lost does not wait.
 			if why := s.w.Lost(); why != "" {
-				m.endLocked(s, EndLost, fmt.Errorf("%w: session %q ended because its worker was lost while idle (%s), and its state with it", ErrLost, s.id, why))
+				m.endLocked(s, lostReason(why), fmt.Errorf("%w: session %q ended because its worker was lost while idle (%s), and its state with it", ErrLost, s.id, why))
 				continue
 			}
 			idleAt := s.lastUsed.Add(m.limits.Idle)

@@ -62,10 +62,22 @@ const (
 	EndMaxAge   = "max-age"  // older than Limits.MaxAge
 	EndLost     = "lost"     // its worker was killed or died
 	EndShutdown = "shutdown" // pyrun stopped
+	// EndIdleCPU: its code kept using more CPU between calls than
+	// --idle-cpu allows (a task or timer left running), and its worker was
+	// killed (supervisor.LostIdleCPU).
+	EndIdleCPU = "idle-cpu"
 )
 
 // EndReasons lists every end reason, for metrics.
-var EndReasons = []string{EndClient, EndIdle, EndMaxAge, EndLost, EndShutdown}
+var EndReasons = []string{EndClient, EndIdle, EndMaxAge, EndLost, EndShutdown, EndIdleCPU}
+
+// lostReason is the end reason of a session whose worker was lost for why.
+func lostReason(why string) string {
+	if strings.HasPrefix(why, supervisor.LostIdleCPU) {
+		return EndIdleCPU
+	}
+	return EndLost
+}
 
 // Worker is what a session runs its calls on, one at a time.
 type Worker interface {
@@ -475,7 +487,7 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	switch {
 	case lost != "":
 		e := fmt.Errorf("%w: session %q ended because its worker was lost (%s), and its state with it", ErrLost, s.id, lost)
-		m.endLocked(s, EndLost, e)
+		m.endLocked(s, lostReason(lost), e)
 		if res.Status == "" {
 			return res, e
 		}
