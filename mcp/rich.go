@@ -1,13 +1,14 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -175,29 +176,53 @@ func plural(n int, one, many string) string {
 
 // --- files in ----------------------------------------------------------------
 
+// DefaultMaxInputFiles is how many entries the files argument may hold
+// unless Options.MaxInputFiles says otherwise.
+const DefaultMaxInputFiles = 1000
+
+// errTooManyInputFiles is wrapped by decodeFiles' error for a files
+// argument with more entries than max_input_files.
+var errTooManyInputFiles = errors.New("too many input files")
+
 // decodeFiles checks and decodes the files argument: an object of relative
 // path to content, a string for text or {"base64": "..."} for bytes, at most
-// maxBytes in total.
-func decodeFiles(raw json.RawMessage, maxBytes int) ([]supervisor.InputFile, error) {
+// maxFiles entries and maxBytes in total. Its cost is linear in the
+// argument's size (a sort of the paths aside): the entries are counted as
+// they are read, so an argument with too many is refused before they are
+// decoded, and it stops when ctx ends (the client has gone).
+func decodeFiles(ctx context.Context, raw json.RawMessage, maxBytes, maxFiles int) ([]supervisor.InputFile, error) {
 	if len(raw) == 0 {
 		return nil, nil
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
-		return nil, errors.New("invalid arguments: files must be an object of relative path to content")
+	if maxFiles <= 0 {
+		maxFiles = DefaultMaxInputFiles
 	}
-	paths := make([]string, 0, len(m))
-	for p := range m {
-		paths = append(paths, p)
+	notObject := errors.New("invalid arguments: files must be an object of relative path to content")
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, notObject
 	}
-	sort.Strings(paths)
 	var files []supervisor.InputFile
 	total := 0
-	for _, p := range paths {
+	for dec.More() {
+		if len(files)%256 == 255 && ctx.Err() != nil {
+			return nil, fmt.Errorf("checking the files argument: %w", context.Cause(ctx))
+		}
+		if len(files) >= maxFiles {
+			return nil, fmt.Errorf("invalid arguments: files holds more than the limit of %d entries (max_input_files): %w", maxFiles, errTooManyInputFiles)
+		}
+		tok, err := dec.Token()
+		p, ok := tok.(string)
+		if err != nil || !ok {
+			return nil, notObject
+		}
 		if err := supervisor.CheckInputPath(p); err != nil {
 			return nil, fmt.Errorf("invalid arguments: files: %w", err)
 		}
-		v := m[p]
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, notObject
+		}
 		var data []byte
 		var text string
 		var bin struct {
@@ -207,7 +232,6 @@ func decodeFiles(raw json.RawMessage, maxBytes int) ([]supervisor.InputFile, err
 		case json.Unmarshal(v, &text) == nil:
 			data = []byte(text)
 		case json.Unmarshal(v, &bin) == nil && bin.Base64 != nil:
-			var err error
 			if data, err = base64.StdEncoding.DecodeString(*bin.Base64); err != nil {
 				return nil, fmt.Errorf("invalid arguments: files: %q: base64 does not decode: %v", p, err)
 			}
@@ -220,14 +244,44 @@ func decodeFiles(raw json.RawMessage, maxBytes int) ([]supervisor.InputFile, err
 		}
 		files = append(files, supervisor.InputFile{Path: p, Data: data})
 	}
-	for i := range files {
-		for j := range files {
-			if strings.HasPrefix(files[j].Path, files[i].Path+"/") {
-				return nil, fmt.Errorf("invalid arguments: files: %q is a file and a folder of %q", files[i].Path, files[j].Path)
-			}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, notObject
+	}
+	// Sorted with "/" below every other character (NUL is refused above),
+	// a folder's files follow it at once: comparing neighbours finds every
+	// path that is both a file and a folder of another, and every path
+	// given twice.
+	slices.SortFunc(files, func(a, b supervisor.InputFile) int { return comparePaths(a.Path, b.Path) })
+	for i := 1; i < len(files); i++ {
+		prev, p := files[i-1].Path, files[i].Path
+		switch {
+		case p == prev:
+			return nil, fmt.Errorf("invalid arguments: files: %q is given twice", p)
+		case strings.HasPrefix(p, prev+"/"):
+			return nil, fmt.Errorf("invalid arguments: files: %q is a file and a folder of %q", prev, p)
 		}
 	}
 	return files, nil
+}
+
+// comparePaths orders paths as strings in which "/" comes before every
+// other byte.
+func comparePaths(a, b string) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] == b[i] {
+			continue
+		}
+		switch {
+		case a[i] == '/':
+			return -1
+		case b[i] == '/':
+			return 1
+		case a[i] < b[i]:
+			return -1
+		}
+		return 1
+	}
+	return len(a) - len(b)
 }
 
 // --- resources/read ------------------------------------------------------------

@@ -34,6 +34,9 @@ type Options struct {
 	Timeout        time.Duration // the per-call limit, for the tool description
 	MaxOutput      int           // bytes per stream, for the tool description
 	MaxCode        int           // largest python_code accepted, in bytes
+	// MaxInputFiles bounds the entries of a call's files argument; 0:
+	// DefaultMaxInputFiles.
+	MaxInputFiles int
 	Network        supervisor.Network
 	Live           LiveOptions    // what a call sends its client while it runs
 	Delivery       DeliveryLimits // results waiting to be written (delivery.go)

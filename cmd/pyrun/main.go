@@ -158,6 +158,7 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		Timeout:        cfg.Timeout,
 		MaxOutput:      cfg.MaxOutput,
 		MaxCode:        int(o.maxCode),
+		MaxInputFiles:  o.maxInputFiles,
 		Network:        cfg.Network,
 		Live:           mcp.LiveOptions{Buffer: int(o.liveBuffer), ProgressInterval: o.progressInterval},
 		Sessions:       o.mcpSessionOptions(),

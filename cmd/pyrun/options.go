@@ -24,20 +24,21 @@ import (
 type options struct {
 	configFile string
 
-	workers      int
-	timeout      time.Duration
-	memoryLimit  byteSize
-	maxOutput    byteSize
-	maxCode      byteSize
-	maxQueue     int
-	queueTimeout time.Duration
-	deps         stringList
-	packageIndex string
-	wheelhouse   string
-	pypi         string
-	network      string
-	isolation    string
-	runtimeDir   string
+	workers       int
+	timeout       time.Duration
+	memoryLimit   byteSize
+	maxOutput     byteSize
+	maxCode       byteSize
+	maxInputFiles int
+	maxQueue      int
+	queueTimeout  time.Duration
+	deps          stringList
+	packageIndex  string
+	wheelhouse    string
+	pypi          string
+	network       string
+	isolation     string
+	runtimeDir    string
 
 	liveBuffer       byteSize
 	progressInterval time.Duration
@@ -122,6 +123,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.Var(&o.memoryLimit, "memory-limit", "memory limit per worker (bytes, or with a unit: 512MiB, 1GiB)")
 	fs.Var(&o.maxOutput, "max-output", "cap on each of stdout, stderr and the return value, per call (bytes or 64KiB)")
 	fs.Var(&o.maxCode, "max-code", "largest python_code accepted, and largest global_variables as JSON (bytes or 1MiB)")
+	fs.IntVar(&o.maxInputFiles, "max-input-files", mcp.DefaultMaxInputFiles, "entries a call's files argument may hold; more are refused with a tool error")
 	fs.IntVar(&o.maxQueue, "max-queue", 0, "calls that may wait for a free worker (default 64 per worker)")
 	fs.DurationVar(&o.queueTimeout, "queue-timeout", 60*time.Second, "longest a call waits for a free worker")
 	fs.Var(&o.deps, "deps", "comma-separated packages (PEP 508: numpy, attrs==23.2) every worker loads before it takes a call")
@@ -345,6 +347,8 @@ func (o *options) check() error {
 		return fmt.Errorf("max-output must be at most 64MiB, not %s", o.maxOutput)
 	case o.maxCode < 1<<10 || o.maxCode > 32<<20:
 		return fmt.Errorf("max-code must be between 1KiB and 32MiB, not %s", o.maxCode)
+	case o.maxInputFiles < 1 || o.maxInputFiles > 100000:
+		return fmt.Errorf("max-input-files must be between 1 and 100000, not %d", o.maxInputFiles)
 	case o.maxQueue < 0:
 		return fmt.Errorf("max-queue must not be negative, not %d", o.maxQueue)
 	case o.queueTimeout <= 0:
