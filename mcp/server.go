@@ -37,9 +37,9 @@ type Options struct {
 	// MaxInputFiles bounds the entries of a call's files argument; 0:
 	// DefaultMaxInputFiles.
 	MaxInputFiles int
-	Network        supervisor.Network
-	Live           LiveOptions    // what a call sends its client while it runs
-	Delivery       DeliveryLimits // results waiting to be written (delivery.go)
+	Network       supervisor.Network
+	Live          LiveOptions    // what a call sends its client while it runs
+	Delivery      DeliveryLimits // results waiting to be written (delivery.go)
 	// Sessions are the Python sessions' lifetimes and bound, for the tool
 	// description; zero: no sessions (see UseSessions).
 	Sessions SessionOptions
