@@ -155,7 +155,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&o.publicURL, "public-url", "", "serve: the URL clients reach pyrun at, for OAuth metadata (default: http:// and the listen address)")
 	fs.BoolVar(&o.metricsAuth, "metrics-auth", true, "serve: with access control, /metrics needs a token too")
 	fs.BoolVar(&o.insecureNoAuth, "insecure-no-auth", false, "serve: listen beyond loopback without access control: anyone who reaches pyrun runs code")
-	fs.IntVar(&o.clientMaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker (default: the pool size)")
+	fs.IntVar(&o.clientMaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker, its session calls included (default: the pool size)")
 	fs.IntVar(&o.clientMaxQueue, "client-max-queue", 16, "serve, with access control: more calls of one client that may wait for those places; more are refused")
 	o.sessionFlags(fs)
 	o.maxDisplayBytes, o.outputStore = 4<<20, 64<<20

@@ -84,14 +84,18 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	metrics.CountConnections(conns.Stats)
 	metrics.CodeMode(s.hub)
 	var runner mcp.Runner = pools
+	s.py = startLanguageSessions(o, pools, log)
+	var sessionRunner mcp.SessionRunner = s.py
 	if guard != nil {
-		runner = mcp.LimitClients(pools, s.clientLimits, log.Named("pool"))
+		// A client's calls take the same places in the pool and in its
+		// sessions.
+		limiter := mcp.LimitClients(pools, s.clientLimits, log.Named("pool"))
+		runner, sessionRunner = limiter, limiter.Sessions(s.py)
 	}
 	mopts := mcpOptions(o, rt)
 	mopts.CodeMode = s.hub
 	s.srv = mcp.New(metrics.Instrument(runner), mopts, log)
-	s.py = startLanguageSessions(o, pools, log)
-	s.srv.UseSessions(metrics.InstrumentSessions(s.py))
+	s.srv.UseSessions(metrics.InstrumentSessions(sessionRunner))
 	if py := s.py.Manager(supervisor.Python.Name()); py != nil {
 		metrics.CountPythonSessions(py.Stats)
 	}
