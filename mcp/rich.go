@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"slices"
 	"strconv"
@@ -85,18 +86,26 @@ func (s *Server) richContent(res supervisor.Result, owner string) ([]sdk.Content
 	var files []FileInfo
 	for _, f := range res.Files {
 		uri := outputURIPrefix + token + "/" + escapePath(f.Path)
+		// Image files are also shown, under the display caps: read before
+		// the store takes the file.
+		var image []byte
+		if rasterImage(f.MIMEType) && shown < opts.MaxDisplays && shownBytes+int(f.Size) <= opts.MaxDisplayBytes {
+			if b, err := f.Data.ReadAll(); err == nil {
+				image = b
+			}
+		}
 		if !s.outputs.Put(owner, uri, f.MIMEType, f.Data) {
-			s.log.Warn("an output file is larger than the output store", "path", f.Path, "bytes", len(f.Data))
+			f.Data.Remove()
+			s.log.Warn("an output file is larger than the output store, or could not be moved into it", "path", f.Path, "bytes", f.Size)
 			continue
 		}
-		files = append(files, FileInfo{Path: f.Path, URI: uri, MIMEType: f.MIMEType, Bytes: len(f.Data)})
-		// Image files are also shown, under the display caps.
-		if rasterImage(f.MIMEType) && shown < opts.MaxDisplays && shownBytes+len(f.Data) <= opts.MaxDisplayBytes {
+		files = append(files, FileInfo{Path: f.Path, URI: uri, MIMEType: f.MIMEType, Bytes: int(f.Size)})
+		if image != nil {
 			shown++
-			shownBytes += len(f.Data)
-			content = append(content, &sdk.ImageContent{Data: f.Data, MIMEType: f.MIMEType})
+			shownBytes += len(image)
+			content = append(content, &sdk.ImageContent{Data: image, MIMEType: f.MIMEType})
 		}
-		size := int64(len(f.Data))
+		size := f.Size
 		content = append(content, &sdk.ResourceLink{
 			URI: uri, Name: f.Path, MIMEType: f.MIMEType, Size: &size,
 			Description: "a file the call wrote to /output/" + f.Path + "; readable with resources/read for " + s.outputs.TTL().String(),
@@ -151,7 +160,7 @@ func formatRich(b *strings.Builder, r supervisor.Result) {
 	if len(r.Files) > 0 || r.FilesDropped > 0 {
 		b.WriteString("<files>\n")
 		for _, f := range r.Files {
-			fmt.Fprintf(b, "/output/%s %s %s\n", escapeTag("files", lineText(f.Path)), escapeTag("files", f.MIMEType), sizeText(len(f.Data)))
+			fmt.Fprintf(b, "/output/%s %s %s\n", escapeTag("files", lineText(f.Path)), escapeTag("files", f.MIMEType), sizeText(int(f.Size)))
 		}
 		if n := r.FilesDropped; n > 0 {
 			fmt.Fprintf(b, "[pyrun: %d more %s not returned: over the limit of output files a call (output_store, output_store_files)]\n", n, plural(n, "file was", "files were"))
@@ -294,10 +303,14 @@ var outputTemplate = &sdk.ResourceTemplate{
 	Description: "A file a run_python_code call wrote under /output/, readable by the client that ran the call until it expires (output_ttl).",
 }
 
-// readOutput answers resources/read for an /output/ file.
+// readOutput answers resources/read for an /output/ file. The file is
+// read into memory to be sent (as text, or base64 in the JSON answer):
+// reads wait for one another beyond maxReading bytes at once, so that a
+// client reading large files many times at once cannot make pyrun hold
+// them all.
 func (s *Server) readOutput(ctx context.Context, req *sdk.ReadResourceRequest) (*sdk.ReadResourceResult, error) {
 	uri := req.Params.URI
-	mime, data, err := s.outputs.Get(clientOfExtra(ctx, req.Extra), uri)
+	mime, f, size, err := s.outputs.Get(clientOfExtra(ctx, req.Extra), uri)
 	if err != nil {
 		msg := fmt.Sprintf("%s: no such output for this client (unknown, or written by another client's call)", uri)
 		switch {
@@ -308,6 +321,16 @@ func (s *Server) readOutput(ctx context.Context, req *sdk.ReadResourceRequest) (
 		}
 		return nil, &jsonrpc.Error{Code: sdk.CodeResourceNotFound, Message: msg, Data: json.RawMessage(fmt.Sprintf(`{"uri":%q}`, uri))}
 	}
+	defer f.Close()
+	weight := min(size, maxReading)
+	if err := s.reading.Acquire(ctx, weight); err != nil {
+		return nil, fmt.Errorf("waiting to read %s: %w", uri, err)
+	}
+	defer s.reading.Release(weight)
+	data := make([]byte, size)
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", uri, err)
+	}
 	c := &sdk.ResourceContents{URI: uri, MIMEType: mime}
 	if textual(mime) && utf8.Valid(data) {
 		c.Text = string(data)
@@ -316,3 +339,7 @@ func (s *Server) readOutput(ctx context.Context, req *sdk.ReadResourceRequest) (
 	}
 	return &sdk.ReadResourceResult{Contents: []*sdk.ResourceContents{c}}, nil
 }
+
+// maxReading bounds the bytes of /output/ files read into memory for
+// resources/read at once; a larger file is read alone.
+const maxReading = 32 << 20

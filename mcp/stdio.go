@@ -32,7 +32,7 @@ func (s *Server) runIO(ctx context.Context, r io.ReadCloser, w io.Writer) error 
 	defer st.close()
 	out := &stdioWriter{w: w, st: st}
 	in := &stdioReader{r: r, br: bufio.NewReaderSize(r, 64<<10), out: out, st: st, ctx: ctx, log: s.log.Named("stdio"),
-		max: max(4<<20, 2*s.options().MaxCode+1<<20), counters: s.front.counters}
+		max: int(MaxRequestBody(s.options().MaxCode)), counters: s.front.counters, bytes: s.front.bytes}
 	ctx = context.WithValue(ctx, outStreamKey{}, st)
 	return s.sdk.Run(ctx, &sdk.IOTransport{Reader: in, Writer: out, MaxLineLength: -1})
 }
@@ -69,6 +69,7 @@ type stdioReader struct {
 	max int // longest line, in bytes
 
 	counters *frontCounters
+	bytes    *requestBytes // what the calls in flight hold: read nothing more past the client's share
 
 	buf []byte // the rest of the line being passed on
 }
@@ -109,6 +110,14 @@ func (in *stdioReader) next() ([]byte, error) {
 			case <-in.ctx.Done():
 				return nil, in.ctx.Err()
 			}
+		}
+		// And nothing while the calls in flight hold the client's share of
+		// request bytes (client_max_request_bytes): the next line may be
+		// as large as a line can be.
+		if waited, err := in.bytes.wait(in.ctx, Anonymous, int64(in.max)); err != nil {
+			return nil, err
+		} else if waited {
+			in.log.Info("the calls in flight hold the client's share of request bytes (client_max_request_bytes); read the next request once they ended")
 		}
 		line, tooLong, err := in.readLine()
 		if tooLong != nil {

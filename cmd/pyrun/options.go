@@ -83,8 +83,13 @@ type options struct {
 	outputTTL        time.Duration
 	outputStore      byteSize
 	outputStoreFiles int
-	mounts           mountList
-	out              string
+	outputDir        string
+	// outputs is the folder pyrun made in outputDir for this run (serve,
+	// stdio): the output store's files and those on their way to it.
+	// Not a flag; "" until made.
+	outputs string
+	mounts  mountList
+	out     string
 	// What one client may hold of pyrun (mcp's delivery.go, sessioncap.go;
 	// mcp/netguard).
 	writeTimeout          time.Duration
@@ -93,6 +98,9 @@ type options struct {
 	clientPendingBytes    byteSize
 	maxMCPSessions        int
 	clientMaxMCPSessions  int
+	maxRequestBytes       byteSize
+	clientMaxRequestBytes byteSize
+	goMemoryLimit         byteSize
 	headerTimeout         time.Duration
 	bodyTimeout           time.Duration
 	maxConns              int
@@ -164,6 +172,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.DurationVar(&o.outputTTL, "output-ttl", 15*time.Minute, "how long a call's /output/ files stay readable with resources/read")
 	fs.Var(&o.outputStore, "output-store", "bytes of /output/ files pyrun holds for resources/read, and returns from one call; the oldest are dropped first (bytes or 64MiB)")
 	fs.IntVar(&o.outputStoreFiles, "output-store-files", 256, "/output/ files pyrun holds, and returns from one call; the oldest are dropped first")
+	fs.StringVar(&o.outputDir, "output-dir", "", "`directory` in which pyrun keeps calls' /output/ files on disk (a folder of its own, made at start and removed at exit; default: the system's temporary directory)")
 	fs.Var(&o.mounts, "mount", "host folder every call sees: `HOST_DIR:SANDBOX_DIR` read-only, or HOST_DIR:SANDBOX_DIR:rw writable; repeat or separate with commas")
 	fs.StringVar(&o.out, "out", "", "run: `directory` to save the call's displays (display-N.png, ...) and /output/ files in")
 	o.flagLimits(fs)
@@ -183,6 +192,9 @@ func (o *options) flagLimits(fs *flag.FlagSet) {
 	fs.IntVar(&o.sessionPendingResults, "session-pending-results", mcp.DefaultSessionResults, "results that may wait to be written to one session; past it, calls are refused (on stdio, no more requests are read)")
 	fs.Var(&o.sessionPendingBytes, "session-pending-bytes", "bytes of results that may wait to be written to one session (bytes or 8MiB)")
 	fs.Var(&o.clientPendingBytes, "client-pending-bytes", "bytes of results that may wait to be written to one client's sessions (bytes or 32MiB)")
+	fs.Var(&o.maxRequestBytes, "max-request-bytes", "bytes of requests pyrun holds at once for all clients: bodies being read and the arguments of calls in flight; a request past it is refused before it is decoded (bytes or 64MiB; 0: 64MiB, or four times client-max-request-bytes if more)")
+	fs.Var(&o.clientMaxRequestBytes, "client-max-request-bytes", "the same for one client (token, or IP address; on stdio, no more requests are read) (bytes or 16MiB; 0: 16MiB, or two of the largest request bodies if more)")
+	fs.Var(&o.goMemoryLimit, "go-memory-limit", "soft limit on pyrun's own Go heap, so that its garbage is collected before it grows past what the other limits let clients make pyrun hold (bytes or 512MiB; 0: derived from them, see the README; GOMEMLIMIT wins)")
 	fs.IntVar(&o.maxMCPSessions, "max-mcp-sessions", mcp.DefaultMaxSessions, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
 	fs.IntVar(&o.clientMaxMCPSessions, "client-max-mcp-sessions", mcp.DefaultClientMaxSessions, "serve: MCP sessions one client (token, or remote address) may have open; a new one closes its session idle the longest")
 	fs.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "serve: longest a request's headers may take to arrive")
@@ -210,6 +222,15 @@ func (o *options) checkLimits() error {
 		return fmt.Errorf("header-timeout must be at least 100ms, not %s", o.headerTimeout)
 	case o.bodyTimeout < 100*time.Millisecond:
 		return fmt.Errorf("body-timeout must be at least 100ms, not %s", o.bodyTimeout)
+	case o.maxRequestBytes < 0 || o.clientMaxRequestBytes < 0 || o.goMemoryLimit < 0:
+		return errors.New("max-request-bytes, client-max-request-bytes and go-memory-limit must not be negative")
+	case o.clientMaxRequestBytes != 0 && int64(o.clientMaxRequestBytes) < mcp.MaxRequestBody(int(o.maxCode)):
+		return fmt.Errorf("client-max-request-bytes (%s) must be at least the largest request body (%s: twice max-code plus 1MiB, at least 4MiB)",
+			o.clientMaxRequestBytes, byteSize(mcp.MaxRequestBody(int(o.maxCode))))
+	case o.maxRequestBytes != 0 && o.maxRequestBytes < byteSize(o.requestLimits().ClientMaxBytes):
+		return fmt.Errorf("max-request-bytes (%s) must be at least client-max-request-bytes (%s)", o.maxRequestBytes, byteSize(o.requestLimits().ClientMaxBytes))
+	case o.goMemoryLimit != 0 && o.goMemoryLimit < 64<<20:
+		return fmt.Errorf("go-memory-limit must be at least 64MiB, not %s", o.goMemoryLimit)
 	case o.maxConns < 0:
 		return fmt.Errorf("max-conns must not be negative, not %d", o.maxConns)
 	case o.maxConnsPerAddr < 1:
@@ -409,6 +430,11 @@ func (o *options) check() error {
 			return fmt.Errorf("deps: %w", err)
 		}
 	}
+	if o.outputDir != "" {
+		if st, err := os.Stat(o.outputDir); err != nil || !st.IsDir() {
+			return fmt.Errorf("output-dir %s is not a directory", o.outputDir)
+		}
+	}
 	if o.wheelhouse != "" {
 		if st, err := os.Stat(o.wheelhouse); err != nil || !st.IsDir() {
 			return fmt.Errorf("wheelhouse %s is not a directory", o.wheelhouse)
@@ -467,6 +493,7 @@ func (o *options) poolConfig() supervisor.Config {
 		// A call returns no more than the store can hold.
 		MaxFiles:     o.outputStoreFiles,
 		MaxFileBytes: int(o.outputStore),
+		SpoolDir:     o.outputs,
 		Mounts:       mounts,
 	}
 }
@@ -599,4 +626,30 @@ func (o *options) keepRestartOnly(old *options) {
 		}
 	}
 	*o = c
+}
+
+// makeOutputs makes the folder of this run's /output/ files in
+// output-dir (o.outputs) and returns a function that removes it.
+func (o *options) makeOutputs() (func(), error) {
+	dir, err := os.MkdirTemp(o.outputDir, "pyrun-outputs-")
+	if err != nil {
+		return nil, fmt.Errorf("output-dir: %w", err)
+	}
+	o.outputs = dir
+	return func() { _ = os.RemoveAll(dir) }, nil
+}
+
+// requestLimits are the request byte limits in force, defaults resolved:
+// room for two of the largest requests per client and four clients' worth
+// in all.
+func (o *options) requestLimits() mcp.RequestLimits {
+	client := int64(o.clientMaxRequestBytes)
+	if client == 0 {
+		client = max(mcp.DefaultClientMaxRequestBytes, 2*mcp.MaxRequestBody(int(o.maxCode)))
+	}
+	total := int64(o.maxRequestBytes)
+	if total == 0 {
+		total = max(mcp.DefaultMaxRequestBytes, 4*client)
+	}
+	return mcp.RequestLimits{MaxBytes: total, ClientMaxBytes: client}
 }
