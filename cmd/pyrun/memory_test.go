@@ -63,3 +63,44 @@ func TestServeGoMemoryLimit(t *testing.T) {
 		t.Errorf("go_gc_gomemlimit_bytes is %v with --go-memory-limit 300MiB", got)
 	}
 }
+
+// The request byte limits resolve their defaults from --max-code (room
+// for two of the largest requests per client, four clients' worth in all)
+// and refuse values that would refuse every large request.
+func TestRequestLimitFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args          []string
+		client, total int64
+		maxInputFiles int
+		goMemoryLimit int64
+	}{
+		{nil, 16 << 20, 64 << 20, 1000, 0},
+		{[]string{"--max-code", "8MiB"}, 34 << 20, 136 << 20, 1000, 0},
+		{[]string{"--client-max-request-bytes", "4MiB", "--max-request-bytes", "4MiB", "--max-input-files", "3", "--go-memory-limit", "200MiB"}, 4 << 20, 4 << 20, 3, 200 << 20},
+	} {
+		o, _, err := loadOptions("serve", tc.args)
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if l := o.requestLimits(); l.ClientMaxBytes != tc.client || l.MaxBytes != tc.total {
+			t.Errorf("%v: request limits %+v, want client %d and total %d", tc.args, l, tc.client, tc.total)
+		}
+		if o.maxInputFiles != tc.maxInputFiles {
+			t.Errorf("%v: max-input-files %d", tc.args, o.maxInputFiles)
+		}
+		if tc.goMemoryLimit != 0 && o.goHeapLimit() != tc.goMemoryLimit {
+			t.Errorf("%v: go memory limit %d", tc.args, o.goHeapLimit())
+		}
+	}
+	for _, bad := range [][]string{
+		{"--client-max-request-bytes", "1MiB"},
+		{"--max-code", "8MiB", "--client-max-request-bytes", "16MiB"},
+		{"--client-max-request-bytes", "32MiB", "--max-request-bytes", "16MiB"},
+		{"--go-memory-limit", "1MiB"}, {"--max-input-files", "0"}, {"--max-input-files", "1000000"},
+		{"--output-dir", "/nonexistent-pyrun"},
+	} {
+		if _, _, err := loadOptions("serve", bad); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}
