@@ -430,11 +430,6 @@ func (o *options) check() error {
 			return fmt.Errorf("deps: %w", err)
 		}
 	}
-	if o.outputDir != "" {
-		if st, err := os.Stat(o.outputDir); err != nil || !st.IsDir() {
-			return fmt.Errorf("output-dir %s is not a directory", o.outputDir)
-		}
-	}
 	if o.wheelhouse != "" {
 		if st, err := os.Stat(o.wheelhouse); err != nil || !st.IsDir() {
 			return fmt.Errorf("wheelhouse %s is not a directory", o.wheelhouse)
@@ -629,7 +624,9 @@ func (o *options) keepRestartOnly(old *options) {
 }
 
 // makeOutputs makes the folder of this run's /output/ files in
-// output-dir (o.outputs) and returns a function that removes it.
+// output-dir (o.outputs) and returns a function that removes it. The
+// directory is looked at only here, as pyrun starts (a manifest's path
+// need not exist where its options are checked).
 func (o *options) makeOutputs() (func(), error) {
 	dir, err := os.MkdirTemp(o.outputDir, "pyrun-outputs-")
 	if err != nil {
