@@ -82,7 +82,7 @@ func FuzzParseArgs(f *testing.F) {
 		if ts := args.TimeoutSeconds; ts != nil && (math.IsNaN(*ts) || math.IsInf(*ts, 0) || *ts <= 0) {
 			t.Errorf("accepted timeout_seconds %v", *ts)
 		}
-		files, err := decodeFiles(args.Files, fuzzMaxCode)
+		files, err := decodeFiles(t.Context(), args.Files, fuzzMaxCode, 0)
 		if err != nil {
 			if msg := err.Error(); !strings.HasPrefix(msg, "invalid arguments: files") || len(msg) > 2000 {
 				t.Errorf("files error %q", msg)

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
 // ErrClientBusy is wrapped by the error of a call refused because its client
@@ -35,14 +36,16 @@ type ClientLimits struct {
 // at every call, so they may change), per client. Calls of the Anonymous
 // client are not limited: without credentials there is one client.
 // A call refused by a limit gets an error wrapping ErrClientBusy and is
-// logged as pyrun's pool logs calls it refuses.
-func LimitClients(r Runner, limits func() ClientLimits, log hclog.Logger) Runner {
-	return &clientLimiter{r: r, limits: limits, log: log, clients: map[string]*clientLine{}}
+// logged as pyrun's pool logs calls it refuses. Calls in sessions take
+// the same places: see ClientLimiter.Sessions.
+func LimitClients(r Runner, limits func() ClientLimits, log hclog.Logger) *ClientLimiter {
+	return &ClientLimiter{r: r, limits: limits, log: log, clients: map[string]*clientLine{}}
 }
 
-// clientLimiter keeps one line per client with calls in flight. Its
-// methods are safe for concurrent use.
-type clientLimiter struct {
+// ClientLimiter keeps one line per client with calls in flight, whether
+// they run in the pool or in sessions. Its methods are safe for
+// concurrent use.
+type ClientLimiter struct {
 	r      Runner
 	limits func() ClientLimits
 	log    hclog.Logger
@@ -61,9 +64,33 @@ type clientWaiter struct {
 	granted bool
 }
 
-func (l *clientLimiter) Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
+// Run runs a stateless call in the pool, within its client's places.
+func (l *ClientLimiter) Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
+	return l.within(ctx, job, func() (supervisor.Result, error) { return l.r.Run(ctx, job, ev) })
+}
+
+// Sessions returns a SessionRunner that runs calls on r within the same
+// places as the pool's calls: a call to a session counts against its
+// client's client_max_calls and client_max_queue like any other, also
+// while it waits for its session's earlier calls, so that no client can
+// queue more behind a busy session than it may in the pool.
+func (l *ClientLimiter) Sessions(r SessionRunner) SessionRunner {
+	return &limitedSessions{l: l, r: r}
+}
+
+type limitedSessions struct {
+	l *ClientLimiter
+	r SessionRunner
+}
+
+func (s *limitedSessions) Run(ctx context.Context, c sessions.Call, ev supervisor.Events) (supervisor.Result, error) {
+	return s.l.within(ctx, c.Job, func() (supervisor.Result, error) { return s.r.Run(ctx, c, ev) })
+}
+
+// within runs run once job's client has a place.
+func (l *ClientLimiter) within(ctx context.Context, job supervisor.Job, run func() (supervisor.Result, error)) (supervisor.Result, error) {
 	if job.Client == Anonymous || job.Client == "" {
-		return l.r.Run(ctx, job, ev)
+		return run()
 	}
 	began := time.Now()
 	if err := l.acquire(ctx, job.Client); err != nil {
@@ -77,14 +104,14 @@ func (l *clientLimiter) Run(ctx context.Context, job supervisor.Job, ev supervis
 	}
 	defer l.release(job.Client)
 	wait := time.Since(began)
-	res, err := l.r.Run(ctx, job, ev)
+	res, err := run()
 	if res.Status != "" {
 		res.QueueWait += wait
 	}
 	return res, err
 }
 
-func (l *clientLimiter) current() ClientLimits {
+func (l *ClientLimiter) current() ClientLimits {
 	lim := l.limits()
 	lim.MaxCalls = max(lim.MaxCalls, 1)
 	lim.MaxQueue = max(lim.MaxQueue, 0)
@@ -96,7 +123,7 @@ func (l *clientLimiter) current() ClientLimits {
 
 // acquire takes one of client's places in the pool, waiting in its line
 // when they are all taken.
-func (l *clientLimiter) acquire(ctx context.Context, client string) error {
+func (l *ClientLimiter) acquire(ctx context.Context, client string) error {
 	lim := l.current()
 	l.mu.Lock()
 	line := l.clients[client]
@@ -145,7 +172,7 @@ func (l *clientLimiter) acquire(ctx context.Context, client string) error {
 }
 
 // release gives back a place of client's.
-func (l *clientLimiter) release(client string) {
+func (l *ClientLimiter) release(client string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	line := l.clients[client]
@@ -154,7 +181,7 @@ func (l *clientLimiter) release(client string) {
 }
 
 // handOnLocked gives free places to the calls first in line.
-func (l *clientLimiter) handOnLocked(client string, line *clientLine) {
+func (l *ClientLimiter) handOnLocked(client string, line *clientLine) {
 	maxCalls := l.current().MaxCalls
 	for line.inPool < maxCalls && len(line.waiting) > 0 {
 		w := line.waiting[0]
@@ -166,7 +193,7 @@ func (l *clientLimiter) handOnLocked(client string, line *clientLine) {
 	l.forgetLocked(client, line)
 }
 
-func (l *clientLimiter) forgetLocked(client string, line *clientLine) {
+func (l *ClientLimiter) forgetLocked(client string, line *clientLine) {
 	if line.inPool == 0 && len(line.waiting) == 0 {
 		delete(l.clients, client)
 	}

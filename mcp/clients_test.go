@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
 // gate is a Runner whose calls run until the test lets them finish; it
@@ -198,4 +199,90 @@ func TestClientLimits(t *testing.T) {
 		g.release("erin")
 		<-busy
 	})
+}
+
+// sessionGate is a SessionRunner that runs its calls on a gate.
+type sessionGate struct{ g *gate }
+
+func (s sessionGate) Run(ctx context.Context, c sessions.Call, ev supervisor.Events) (supervisor.Result, error) {
+	return s.g.Run(ctx, c.Job, ev)
+}
+
+// A session's calls take the same places as the client's pool calls: they
+// count against client_max_calls and client_max_queue, also while they
+// wait behind the session's busy call (120 large calls queued behind one
+// busy session were all accepted).
+func TestClientLimitsCountSessionCalls(t *testing.T) {
+	g := newGate()
+	lim := LimitClients(g, func() ClientLimits { return ClientLimits{MaxCalls: 1, MaxQueue: 2, QueueTimeout: time.Minute} }, testLogger(t))
+	sess := lim.Sessions(sessionGate{g})
+	type outcome struct {
+		res supervisor.Result
+		err error
+	}
+	inSession := func(client string) chan outcome {
+		out := make(chan outcome, 1)
+		go func() {
+			res, err := sess.Run(t.Context(), sessions.Call{Session: "s1", Job: supervisor.Job{ID: "1", Client: client}}, nil)
+			out <- outcome{res, err}
+		}()
+		return out
+	}
+	busy := inSession("alice")
+	g.waitStarted(t, "alice")
+	// Of seven more in the session and one in the pool, two wait for her
+	// place and the rest are refused at once.
+	type indexed struct {
+		i int
+		o outcome
+	}
+	done := make(chan indexed, 8)
+	for i := range 8 {
+		go func() {
+			var o outcome
+			if i < 7 {
+				o.res, o.err = sess.Run(t.Context(), sessions.Call{Session: "s1", Job: supervisor.Job{ID: "1", Client: "alice"}}, nil)
+			} else {
+				o.res, o.err = lim.Run(t.Context(), supervisor.Job{ID: "2", Client: "alice"}, nil)
+			}
+			done <- indexed{i, o}
+		}()
+	}
+	for range 6 {
+		select {
+		case d := <-done:
+			if !errors.Is(d.o.err, ErrClientBusy) {
+				t.Fatalf("a call past alice's places: %v %v, want ErrClientBusy", d.o.res, d.o.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("fewer than 6 of alice's 8 calls past her place were refused")
+		}
+	}
+	lim.mu.Lock()
+	waitingNow := len(lim.clients["alice"].waiting)
+	lim.mu.Unlock()
+	if waitingNow != 2 {
+		t.Errorf("%d of alice's calls wait for a place, want 2 (client_max_queue)", waitingNow)
+	}
+	g.noneStarted(t)
+	// Session calls of anonymous clients are not limited.
+	anon := inSession(Anonymous)
+	g.waitStarted(t, Anonymous)
+	g.release(Anonymous)
+	for i := range 3 {
+		g.release("alice")
+		if i < 2 {
+			g.waitStarted(t, "alice")
+		}
+	}
+	for range 2 {
+		if d := <-done; d.o.err != nil {
+			t.Error(d.o.err)
+		}
+	}
+	for _, ch := range []chan outcome{busy, anon} {
+		if o := <-ch; o.err != nil {
+			t.Error(o.err)
+		}
+	}
 }

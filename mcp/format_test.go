@@ -15,7 +15,7 @@ func TestFormatEscapesNames(t *testing.T) {
 	r := supervisor.Result{
 		Status: supervisor.StatusSuccess,
 		Files: []supervisor.OutputFile{
-			{Path: "a\x1b[2J\x1b]0;owned\x07b.txt", MIMEType: "text/plain", Data: []byte("x")},
+			{Path: "a\x1b[2J\x1b]0;owned\x07b.txt", MIMEType: "text/plain", Size: 1},
 			{Path: "invoice\u202efdp.exe", MIMEType: "application/octet-stream"},
 			{Path: "zero\u200bwidth\u2066.txt", MIMEType: "text/plain"},
 			{Path: "bad\xffutf8.bin", MIMEType: "application/octet-stream"},

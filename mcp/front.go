@@ -3,8 +3,10 @@ package mcp
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -25,7 +28,8 @@ import (
 type frontState struct {
 	counters *frontCounters
 	out      *deliveries
-	posts    sync.Map // deliveryHeader value -> *outStream of a Streamable HTTP POST
+	bytes    *requestBytes // request bytes held (requestbytes.go)
+	posts    sync.Map      // deliveryHeader value -> *outStream of a Streamable HTTP POST
 	seq      atomic.Uint64
 	calls    sessionCalls
 }
@@ -33,6 +37,7 @@ type frontState struct {
 func (f *frontState) init() {
 	f.counters = newFrontCounters()
 	f.out = newDeliveries(f.counters)
+	f.bytes = newRequestBytes(f.counters)
 	f.calls.m = map[string]map[*callRef]struct{}{}
 }
 
@@ -51,6 +56,22 @@ func (s *Server) handle(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Cal
 	var sid string
 	if req != nil && req.Session != nil {
 		sid = req.Session.ID()
+	}
+	// A Streamable HTTP POST's bytes are held from its body's first byte
+	// to its answer (front); the arguments of the others' calls (HTTP+SSE,
+	// whose POST is answered once the call is queued, and stdio) are
+	// counted here, until the result.
+	if st != nil && st.transport != "streamable" && req != nil && req.Params != nil {
+		n := int64(len(req.Params.Arguments))
+		if st.transport == "stdio" {
+			defer s.front.bytes.force(st.client, n)() // its reader waits for room instead
+		} else {
+			release, err := s.front.bytes.reserve(st.client, n)
+			if err != nil {
+				return st.finish(toolError(err)), nil
+			}
+			defer release()
+		}
 	}
 	ctx, untrack := s.front.calls.track(ctx, sid)
 	res, err := s.runCall(ctx, req)
@@ -118,6 +139,20 @@ func (h *HTTPHandler) front(transport string, next http.Handler) http.Handler {
 		defer cancel()
 		r = r.WithContext(ctx)
 		client := clientKey(r)
+		if r.Method == http.MethodPost {
+			// Counted before a byte of it is decoded: the body's declared
+			// length, or the most a body may be.
+			n := r.ContentLength
+			if n < 0 || n > h.maxBody {
+				n = h.maxBody
+			}
+			release, err := f.bytes.reserve(client, n)
+			if err != nil {
+				h.refuseBody(w, r, transport, err)
+				return
+			}
+			defer release()
+		}
 		lim := f.out.limits()
 		switch {
 		case transport == "sse" && r.Method == http.MethodGet:
@@ -235,6 +270,39 @@ func (s *Server) liveSessions() map[string]bool {
 	}
 	return m
 }
+
+// refuseBody answers a POST refused before its body was decoded: over
+// Streamable HTTP a JSON-RPC error with the request's own id, which an
+// idScanner reads as the body goes by (never kept whole); over HTTP+SSE,
+// whose answers go out on the event stream, and for a message without an
+// id, 503 with Retry-After. The body is read to its end (at most the
+// largest body), so that the client, still sending, gets the answer.
+func (h *HTTPHandler) refuseBody(w http.ResponseWriter, r *http.Request, transport string, err error) {
+	var sc idScanner
+	_, _ = io.Copy(&sc, http.MaxBytesReader(w, r.Body, h.maxBody))
+	id, hasID := sc.ID()
+	_, hasMethod := sc.Method()
+	h.srv.log.Info("request refused before it was decoded", "client", clientKey(r), "transport", transport,
+		"bytes", r.ContentLength, "id", id.Raw(), "error", err.Error())
+	w.Header().Set("Retry-After", "5")
+	w.Header().Set("Content-Type", "application/json")
+	resp := struct {
+		JSONRPC string         `json:"jsonrpc"`
+		ID      any            `json:"id"`
+		Error   *jsonrpc.Error `json:"error"`
+	}{"2.0", nil, &jsonrpc.Error{Code: codeBusy, Message: err.Error()}}
+	if transport == "streamable" && hasID && hasMethod {
+		resp.ID = id.Raw()
+		w.WriteHeader(http.StatusOK)
+	} else {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
+	_ = json.NewEncoder(w).Encode(resp)
+}
+
+// codeBusy is the JSON-RPC error code of a request refused for a limit
+// on what pyrun holds (a server error, in JSON-RPC's range for them).
+const codeBusy = -32000
 
 // refuseSession answers a new session refused by a cap: 503 with
 // Retry-After and a JSON-RPC error a client can show.

@@ -16,7 +16,12 @@ type frontCounters struct {
 	sessionsRefused *prometheus.CounterVec
 	sessionsEvicted prometheus.Counter
 	deleteCancelled prometheus.Counter
+	refused         *prometheus.CounterVec
 }
+
+// refusalLimits are the values of pyrun_requests_refused_total's limit
+// label: the bound a request was refused for.
+var refusalLimits = []string{"max_input_files", "max_request_bytes", "client_max_request_bytes", "stdio_max_line"}
 
 func newFrontCounters() *frontCounters {
 	c := &frontCounters{
@@ -41,6 +46,13 @@ func newFrontCounters() *frontCounters {
 			Help: "Calls stopped because their client ended the session (HTTP DELETE) while they ran.",
 		}),
 	}
+	c.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pyrun_requests_refused_total",
+		Help: "Requests refused by a bound on what they carry, before their call ran, by limit: max_input_files (entries of the files argument), max_request_bytes and client_max_request_bytes (request bytes held at once, by all clients and by one), stdio_max_line (a stdio line longer than pyrun reads).",
+	}, []string{"limit"})
+	for _, l := range refusalLimits {
+		c.refused.WithLabelValues(l)
+	}
 	for _, tr := range []string{"sse", "streamable", "stdio"} {
 		c.stalls.WithLabelValues(tr)
 		for _, what := range []string{"call", "result"} {
@@ -54,7 +66,7 @@ func newFrontCounters() *frontCounters {
 }
 
 func (c *frontCounters) collectors() []prometheus.Collector {
-	return []prometheus.Collector{c.stalls, c.heldBack, c.sessionsRefused, c.sessionsEvicted, c.deleteCancelled}
+	return []prometheus.Collector{c.stalls, c.heldBack, c.sessionsRefused, c.sessionsEvicted, c.deleteCancelled, c.refused}
 }
 
 // CountConnections adds the HTTP connection counts of a netguard.Listener.

@@ -63,6 +63,9 @@ type HTTPHandler struct {
 	srv  *Server
 	opts HTTPOptions
 	mux  *http.ServeMux
+	// maxBody is the largest request body taken (the SDK's
+	// MaxRequestBodyBytes).
+	maxBody int64
 
 	draining atomic.Bool
 	// accepted counts the POSTs taken in before Drain. Their calls run to
@@ -84,6 +87,12 @@ const (
 	DefaultKeepAlive      = 15 * time.Second
 )
 
+// MaxRequestBody is the largest request body pyrun takes, over HTTP or as
+// one stdio line, for a --max-code of maxCode: the code and the globals,
+// each at most maxCode, JSON-escaped, and 1 MiB for the rest; at least
+// 4 MiB.
+func MaxRequestBody(maxCode int) int64 { return max(int64(4<<20), 2*int64(maxCode)+1<<20) }
+
 // HTTPHandler builds the HTTP front end around s.
 func (s *Server) HTTPHandler(o HTTPOptions) *HTTPHandler {
 	if o.SessionTimeout <= 0 {
@@ -101,7 +110,8 @@ func (s *Server) HTTPHandler(o HTTPOptions) *HTTPHandler {
 	h.caps.setLimits(o.Sessions)
 	getServer := func(*http.Request) *sdk.Server { return s.sdk }
 	// A request body carries the code and its globals, JSON-escaped.
-	maxBody := max(int64(4<<20), 2*int64(s.options().MaxCode)+1<<20)
+	maxBody := MaxRequestBody(s.options().MaxCode)
+	h.maxBody = maxBody
 	streamable := sdk.NewStreamableHTTPHandler(getServer, &sdk.StreamableHTTPOptions{
 		Stateless:                    o.Stateless,
 		PropagateRequestCancellation: o.Stateless,
@@ -131,6 +141,7 @@ func (s *Server) HTTPHandler(o HTTPOptions) *HTTPHandler {
 	if o.Metrics != nil {
 		o.Metrics.countSessions(s.sessionCount)
 		o.Metrics.countFront(s.front.counters, s.front.out.waitingBytes, h.caps.counts)
+		o.Metrics.countRequestBytes(s.front.bytes.held)
 		metrics := o.Metrics.handler()
 		if o.ProtectMetrics {
 			metrics = protect(metrics)

@@ -104,6 +104,14 @@ func (m *Metrics) countFront(c *frontCounters, waiting func() int64, sessions fu
 	}, func() float64 { _, n := sessions(); return float64(n) }))
 }
 
+// countRequestBytes adds a gauge of the request bytes held.
+func (m *Metrics) countRequestBytes(held func() int64) {
+	_ = m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "pyrun_request_bytes_held",
+		Help: "Bytes of requests pyrun holds: bodies being read, and the arguments of calls in flight (max_request_bytes).",
+	}, func() float64 { return float64(held()) }))
+}
+
 func (m *Metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }

@@ -27,6 +27,7 @@ func (s *Server) SetOptions(opts Options) {
 	opts = opts.withDefaults()
 	s.outputs.SetConfig(opts.Outputs)
 	s.front.out.setLimits(opts.Delivery)
+	s.front.bytes.setLimits(opts.Requests)
 	s.mu.Lock()
 	old := s.opts
 	s.opts = opts

@@ -1,13 +1,15 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/url"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -84,18 +86,26 @@ func (s *Server) richContent(res supervisor.Result, owner string) ([]sdk.Content
 	var files []FileInfo
 	for _, f := range res.Files {
 		uri := outputURIPrefix + token + "/" + escapePath(f.Path)
+		// Image files are also shown, under the display caps: read before
+		// the store takes the file.
+		var image []byte
+		if rasterImage(f.MIMEType) && shown < opts.MaxDisplays && shownBytes+int(f.Size) <= opts.MaxDisplayBytes {
+			if b, err := f.Data.ReadAll(); err == nil {
+				image = b
+			}
+		}
 		if !s.outputs.Put(owner, uri, f.MIMEType, f.Data) {
-			s.log.Warn("an output file is larger than the output store", "path", f.Path, "bytes", len(f.Data))
+			f.Data.Remove()
+			s.log.Warn("an output file is larger than the output store, or could not be moved into it", "path", f.Path, "bytes", f.Size)
 			continue
 		}
-		files = append(files, FileInfo{Path: f.Path, URI: uri, MIMEType: f.MIMEType, Bytes: len(f.Data)})
-		// Image files are also shown, under the display caps.
-		if rasterImage(f.MIMEType) && shown < opts.MaxDisplays && shownBytes+len(f.Data) <= opts.MaxDisplayBytes {
+		files = append(files, FileInfo{Path: f.Path, URI: uri, MIMEType: f.MIMEType, Bytes: int(f.Size)})
+		if image != nil {
 			shown++
-			shownBytes += len(f.Data)
-			content = append(content, &sdk.ImageContent{Data: f.Data, MIMEType: f.MIMEType})
+			shownBytes += len(image)
+			content = append(content, &sdk.ImageContent{Data: image, MIMEType: f.MIMEType})
 		}
-		size := int64(len(f.Data))
+		size := f.Size
 		content = append(content, &sdk.ResourceLink{
 			URI: uri, Name: f.Path, MIMEType: f.MIMEType, Size: &size,
 			Description: "a file the call wrote to /output/" + lineText(f.Path) + "; readable with resources/read for " + s.outputs.TTL().String(),
@@ -155,7 +165,7 @@ func formatRich(b *strings.Builder, r supervisor.Result) {
 	if len(r.Files) > 0 || r.FilesDropped > 0 {
 		b.WriteString("<files>\n")
 		for _, f := range r.Files {
-			fmt.Fprintf(b, "/output/%s %s %s\n", escapeTag("files", lineText(f.Path)), escapeTag("files", lineText(f.MIMEType)), sizeText(len(f.Data)))
+			fmt.Fprintf(b, "/output/%s %s %s\n", escapeTag("files", lineText(f.Path)), escapeTag("files", lineText(f.MIMEType)), sizeText(int(f.Size)))
 		}
 		if n := r.FilesDropped; n > 0 {
 			fmt.Fprintf(b, "[pyrun: %d more %s not returned: over the limit of output files a call (output_store, output_store_files)]\n", n, plural(n, "file was", "files were"))
@@ -180,29 +190,53 @@ func plural(n int, one, many string) string {
 
 // --- files in ----------------------------------------------------------------
 
+// DefaultMaxInputFiles is how many entries the files argument may hold
+// unless Options.MaxInputFiles says otherwise.
+const DefaultMaxInputFiles = 1000
+
+// errTooManyInputFiles is wrapped by decodeFiles' error for a files
+// argument with more entries than max_input_files.
+var errTooManyInputFiles = errors.New("too many input files")
+
 // decodeFiles checks and decodes the files argument: an object of relative
 // path to content, a string for text or {"base64": "..."} for bytes, at most
-// maxBytes in total.
-func decodeFiles(raw json.RawMessage, maxBytes int) ([]supervisor.InputFile, error) {
+// maxFiles entries and maxBytes in total. Its cost is linear in the
+// argument's size (a sort of the paths aside): the entries are counted as
+// they are read, so an argument with too many is refused before they are
+// decoded, and it stops when ctx ends (the client has gone).
+func decodeFiles(ctx context.Context, raw json.RawMessage, maxBytes, maxFiles int) ([]supervisor.InputFile, error) {
 	if len(raw) == 0 {
 		return nil, nil
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
-		return nil, errors.New("invalid arguments: files must be an object of relative path to content")
+	if maxFiles <= 0 {
+		maxFiles = DefaultMaxInputFiles
 	}
-	paths := make([]string, 0, len(m))
-	for p := range m {
-		paths = append(paths, p)
+	notObject := errors.New("invalid arguments: files must be an object of relative path to content")
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, notObject
 	}
-	sort.Strings(paths)
 	var files []supervisor.InputFile
 	total := 0
-	for _, p := range paths {
+	for dec.More() {
+		if len(files)%256 == 255 && ctx.Err() != nil {
+			return nil, fmt.Errorf("checking the files argument: %w", context.Cause(ctx))
+		}
+		if len(files) >= maxFiles {
+			return nil, fmt.Errorf("invalid arguments: files holds more than the limit of %d entries (max_input_files): %w", maxFiles, errTooManyInputFiles)
+		}
+		tok, err := dec.Token()
+		p, ok := tok.(string)
+		if err != nil || !ok {
+			return nil, notObject
+		}
 		if err := supervisor.CheckInputPath(p); err != nil {
 			return nil, fmt.Errorf("invalid arguments: files: %w", err)
 		}
-		v := m[p]
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, notObject
+		}
 		var data []byte
 		var text string
 		var bin struct {
@@ -212,7 +246,6 @@ func decodeFiles(raw json.RawMessage, maxBytes int) ([]supervisor.InputFile, err
 		case json.Unmarshal(v, &text) == nil:
 			data = []byte(text)
 		case json.Unmarshal(v, &bin) == nil && bin.Base64 != nil:
-			var err error
 			if data, err = base64.StdEncoding.DecodeString(*bin.Base64); err != nil {
 				return nil, fmt.Errorf("invalid arguments: files: %q: base64 does not decode: %v", p, err)
 			}
@@ -225,14 +258,44 @@ func decodeFiles(raw json.RawMessage, maxBytes int) ([]supervisor.InputFile, err
 		}
 		files = append(files, supervisor.InputFile{Path: p, Data: data})
 	}
-	for i := range files {
-		for j := range files {
-			if strings.HasPrefix(files[j].Path, files[i].Path+"/") {
-				return nil, fmt.Errorf("invalid arguments: files: %q is a file and a folder of %q", files[i].Path, files[j].Path)
-			}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, notObject
+	}
+	// Sorted with "/" below every other character (NUL is refused above),
+	// a folder's files follow it at once: comparing neighbours finds every
+	// path that is both a file and a folder of another, and every path
+	// given twice.
+	slices.SortFunc(files, func(a, b supervisor.InputFile) int { return comparePaths(a.Path, b.Path) })
+	for i := 1; i < len(files); i++ {
+		prev, p := files[i-1].Path, files[i].Path
+		switch {
+		case p == prev:
+			return nil, fmt.Errorf("invalid arguments: files: %q is given twice", p)
+		case strings.HasPrefix(p, prev+"/"):
+			return nil, fmt.Errorf("invalid arguments: files: %q is a file and a folder of %q", prev, p)
 		}
 	}
 	return files, nil
+}
+
+// comparePaths orders paths as strings in which "/" comes before every
+// other byte.
+func comparePaths(a, b string) int {
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] == b[i] {
+			continue
+		}
+		switch {
+		case a[i] == '/':
+			return -1
+		case b[i] == '/':
+			return 1
+		case a[i] < b[i]:
+			return -1
+		}
+		return 1
+	}
+	return len(a) - len(b)
 }
 
 // --- resources/read ------------------------------------------------------------
@@ -245,10 +308,14 @@ var outputTemplate = &sdk.ResourceTemplate{
 	Description: "A file a run_python_code call wrote under /output/, readable by the client that ran the call until it expires (output_ttl).",
 }
 
-// readOutput answers resources/read for an /output/ file.
+// readOutput answers resources/read for an /output/ file. The file is
+// read into memory to be sent (as text, or base64 in the JSON answer):
+// reads wait for one another beyond maxReading bytes at once, so that a
+// client reading large files many times at once cannot make pyrun hold
+// them all.
 func (s *Server) readOutput(ctx context.Context, req *sdk.ReadResourceRequest) (*sdk.ReadResourceResult, error) {
 	uri := req.Params.URI
-	mime, data, err := s.outputs.Get(clientOfExtra(ctx, req.Extra), uri)
+	mime, f, size, err := s.outputs.Get(clientOfExtra(ctx, req.Extra), uri)
 	if err != nil {
 		msg := fmt.Sprintf("%s: no such output for this client (unknown, or written by another client's call)", uri)
 		switch {
@@ -259,6 +326,16 @@ func (s *Server) readOutput(ctx context.Context, req *sdk.ReadResourceRequest) (
 		}
 		return nil, &jsonrpc.Error{Code: sdk.CodeResourceNotFound, Message: msg, Data: json.RawMessage(fmt.Sprintf(`{"uri":%q}`, uri))}
 	}
+	defer f.Close()
+	weight := min(size, maxReading)
+	if err := s.reading.Acquire(ctx, weight); err != nil {
+		return nil, fmt.Errorf("waiting to read %s: %w", uri, err)
+	}
+	defer s.reading.Release(weight)
+	data := make([]byte, size)
+	if _, err := io.ReadFull(f, data); err != nil {
+		return nil, fmt.Errorf("reading %s: %w", uri, err)
+	}
 	c := &sdk.ResourceContents{URI: uri, MIMEType: mime}
 	if textual(mime) && utf8.Valid(data) {
 		c.Text = string(data)
@@ -267,3 +344,7 @@ func (s *Server) readOutput(ctx context.Context, req *sdk.ReadResourceRequest) (
 	}
 	return &sdk.ReadResourceResult{Contents: []*sdk.ResourceContents{c}}, nil
 }
+
+// maxReading bounds the bytes of /output/ files read into memory for
+// resources/read at once; a larger file is read alone.
+const maxReading = 32 << 20

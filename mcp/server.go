@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/outputs"
@@ -34,9 +35,12 @@ type Options struct {
 	Timeout        time.Duration // the per-call limit, for the tool description
 	MaxOutput      int           // bytes per stream, for the tool description
 	MaxCode        int           // largest python_code accepted, in bytes
-	Network        supervisor.Network
-	Live           LiveOptions    // what a call sends its client while it runs
-	Delivery       DeliveryLimits // results waiting to be written (delivery.go)
+	// MaxInputFiles bounds the entries of a call's files argument; 0:
+	// DefaultMaxInputFiles.
+	MaxInputFiles int
+	Network       supervisor.Network
+	Live          LiveOptions    // what a call sends its client while it runs
+	Delivery      DeliveryLimits // results waiting to be written (delivery.go)
 	// Sessions are the Python sessions' lifetimes and bound, for the tool
 	// description; zero: no sessions (see UseSessions).
 	Sessions SessionOptions
@@ -53,6 +57,8 @@ type Options struct {
 	// Languages are the languages served, a tool each, in order; nil:
 	// Python alone. The pool runs each call by its Job.Language.
 	Languages []Language
+	// Requests bound the request bytes pyrun holds (requestbytes.go).
+	Requests RequestLimits
 	// CodeMode gives calls the tools of other MCP servers (mcp_tools in
 	// Python); nil: none. Its changes reach clients as a changed tool
 	// description (see New).
@@ -69,8 +75,10 @@ type Server struct {
 	// levels knows the sessions that set a log level, for wantsLive.
 	levels logLevels
 	posts  posts // HTTP requests that carry calls, for CancelOnDisconnect
-	// outputs holds the /output/ files of calls for resources/read.
+	// outputs holds the /output/ files of calls for resources/read;
+	// reading bounds the bytes of them read into memory at once.
 	outputs *outputs.Store
+	reading *semaphore.Weighted
 	front   frontState
 
 	// tools are the languages' tools, by tool name; fixed at New.
@@ -86,9 +94,11 @@ type Server struct {
 func New(pool Runner, opts Options, log hclog.Logger) *Server {
 	opts = opts.withDefaults()
 	s := &Server{pool: pool, opts: opts, log: log, outputs: outputs.New(opts.Outputs),
-		tools: newLanguageTools(opts.languages()), published: map[string]string{}}
+		reading: semaphore.NewWeighted(maxReading),
+		tools:   newLanguageTools(opts.languages()), published: map[string]string{}}
 	s.front.init()
 	s.front.out.setLimits(opts.Delivery)
+	s.front.bytes.setLimits(opts.Requests)
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: "pyrun", Title: "pyrun: Python in a sandbox", Version: opts.Version},
 		&sdk.ServerOptions{
 			Instructions: instructions(opts.languages()),

@@ -32,7 +32,7 @@ func (s *Server) runIO(ctx context.Context, r io.ReadCloser, w io.Writer) error 
 	defer st.close()
 	out := &stdioWriter{w: w, st: st}
 	in := &stdioReader{r: r, br: bufio.NewReaderSize(r, 64<<10), out: out, st: st, ctx: ctx, log: s.log.Named("stdio"),
-		max: max(4<<20, 2*s.options().MaxCode+1<<20)}
+		max: int(MaxRequestBody(s.options().MaxCode)), counters: s.front.counters, bytes: s.front.bytes}
 	ctx = context.WithValue(ctx, outStreamKey{}, st)
 	return s.sdk.Run(ctx, &sdk.IOTransport{Reader: in, Writer: out, MaxLineLength: -1})
 }
@@ -67,6 +67,9 @@ type stdioReader struct {
 	ctx context.Context
 	log hclog.Logger
 	max int // longest line, in bytes
+
+	counters *frontCounters
+	bytes    *requestBytes // what the calls in flight hold: read nothing more past the client's share
 
 	buf []byte // the rest of the line being passed on
 }
@@ -108,10 +111,17 @@ func (in *stdioReader) next() ([]byte, error) {
 				return nil, in.ctx.Err()
 			}
 		}
+		// And nothing while the calls in flight hold the client's share of
+		// request bytes (client_max_request_bytes): the next line may be
+		// as large as a line can be.
+		if waited, err := in.bytes.wait(in.ctx, Anonymous, int64(in.max)); err != nil {
+			return nil, err
+		} else if waited {
+			in.log.Info("the calls in flight hold the client's share of request bytes (client_max_request_bytes); read the next request once they ended")
+		}
 		line, tooLong, err := in.readLine()
-		if tooLong {
-			in.answer(jsonrpc.ID{}, jsonrpc.CodeInvalidRequest,
-				fmt.Sprintf("invalid request: a message is longer than %d bytes, the most pyrun reads", in.max))
+		if tooLong != nil {
+			in.refuseLong(tooLong)
 		} else if t := bytes.TrimSpace(line); len(t) > 0 {
 			if id, code, msg := checkLine(t); code == 0 {
 				return append(t, '\n'), nil
@@ -125,23 +135,48 @@ func (in *stdioReader) next() ([]byte, error) {
 	}
 }
 
-// readLine reads one line, without its newline; a line longer than in.max
-// is skipped and reported as tooLong.
-func (in *stdioReader) readLine() (line []byte, tooLong bool, err error) {
+// readLine reads one line, without its newline. A line longer than
+// in.max is not kept: its bytes go through an idScanner, returned as
+// tooLong, which finds the id to answer with in bounded memory.
+func (in *stdioReader) readLine() (line []byte, tooLong *idScanner, err error) {
 	for {
 		chunk, err := in.br.ReadSlice('\n')
-		if !tooLong {
-			if len(line)+len(chunk) > in.max+1 {
-				tooLong, line = true, nil
-			} else {
-				line = append(line, chunk...)
-			}
+		switch {
+		case tooLong != nil:
+			_, _ = tooLong.Write(chunk)
+		case len(line)+len(chunk) > in.max+1:
+			tooLong = &idScanner{}
+			_, _ = tooLong.Write(line)
+			_, _ = tooLong.Write(chunk)
+			line = nil
+		default:
+			line = append(line, chunk...)
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
 		return bytes.TrimSuffix(line, []byte("\n")), tooLong, err
 	}
+}
+
+// refuseLong answers a line longer than pyrun reads: with the request's
+// own id, so that its client need not wait for its own timeout, and a
+// message naming the limit. A response (an id and no method) gets none:
+// its peer is waiting for nothing.
+func (in *stdioReader) refuseLong(sc *idScanner) {
+	in.counters.refused.WithLabelValues("stdio_max_line").Inc()
+	id, hasID := sc.ID()
+	method, hasMethod := sc.Method()
+	in.log.Warn("refused a message longer than pyrun reads on stdio", "limit", in.max, "id", id.Raw(), "method", method)
+	if hasID && !hasMethod {
+		return
+	}
+	what := "a message"
+	if hasMethod {
+		what = fmt.Sprintf("the %s request", method)
+	}
+	in.answer(id, jsonrpc.CodeInvalidRequest,
+		fmt.Sprintf("invalid request: %s is longer than %d bytes, the most pyrun reads as one message on stdio (twice max_code plus 1 MiB, at least 4 MiB); none of it was run", what, in.max))
 }
 
 // checkLine says whether t is a JSON-RPC message or a batch of them; when

@@ -231,8 +231,9 @@ func parseArgsCheckedFor(raw json.RawMessage, lt *languageTool) (toolArgs, error
 		raw = json.RawMessage("{}")
 	}
 	var generic any
-	if err := json.Unmarshal(raw, &generic); err != nil {
-		return args, argError(decodeError(raw, err))
+	shallow := shallowArgs(raw)
+	if err := json.Unmarshal(shallow, &generic); err != nil {
+		return args, argError(decodeError(shallow, err))
 	}
 	if err := lt.resolved.Validate(generic); err != nil {
 		return args, argError(err)
@@ -249,6 +250,32 @@ func parseArgsCheckedFor(raw json.RawMessage, lt *languageTool) (toolArgs, error
 		return args, errors.New("invalid arguments: timeout_seconds must be a finite number of seconds")
 	}
 	return args, nil
+}
+
+// shallowArgs is raw, an object of arguments, with every object or array
+// value replaced by an empty one, for the schema's validator: it needs a
+// decoded value, and decoding a large object of small entries (global
+// variables, files) costs ten times its size in memory. What it leaves out
+// is checked where the value is used (decodeFiles, the worker). raw
+// itself when it is not an object.
+func shallowArgs(raw json.RawMessage) json.RawMessage {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil || fields == nil {
+		return raw
+	}
+	for name, v := range fields {
+		switch t := bytes.TrimSpace(v); {
+		case len(t) > 0 && t[0] == '{':
+			fields[name] = json.RawMessage("{}")
+		case len(t) > 0 && t[0] == '[':
+			fields[name] = json.RawMessage("[]")
+		}
+	}
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return raw
+	}
+	return b
 }
 
 // decodeError names the argument whose value does not decode (a number too
@@ -301,8 +328,11 @@ func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Ca
 	if err != nil {
 		return toolError(err), nil
 	}
-	files, err := decodeFiles(args.Files, s.options().MaxCode)
+	files, err := decodeFiles(ctx, args.Files, s.options().MaxCode, s.options().MaxInputFiles)
 	if err != nil {
+		if errors.Is(err, errTooManyInputFiles) {
+			s.front.counters.refused.WithLabelValues("max_input_files").Inc()
+		}
 		return toolError(err), nil
 	}
 	job := supervisor.Job{

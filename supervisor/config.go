@@ -79,6 +79,10 @@ type Config struct {
 	// returns. 0: 256 and 64 MiB.
 	MaxFiles     int
 	MaxFileBytes int
+	// SpoolDir is where the files a call writes under /output/ wait on
+	// disk as they come from the worker, so that pyrun never holds one in
+	// memory (OutputFile). "": os.TempDir().
+	SpoolDir string
 	// Mounts are host folders every worker sees (read-only unless RW).
 	// nil: none.
 	Mounts []Mount

@@ -183,6 +183,9 @@ func (t *transcript) fill(r *Result) {
 	}
 	r.Stdout, r.Stderr = string(out), string(errs)
 	t.rich.fill(r)
+	if err := t.rich.spoolErr; err != nil {
+		t.notice(true, "an /output/ file was dropped: %v", err)
+	}
 }
 
 // cutUTF8 returns the longest prefix of s of at most n bytes that does not

@@ -3,11 +3,14 @@ package supervisor
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Rich results (SPEC.md section 9): what a call shows, the files it writes
@@ -21,11 +24,15 @@ type Display struct {
 	Data     []byte
 }
 
-// OutputFile is a file a call wrote under /output/.
+// OutputFile is a file a call wrote under /output/. Its bytes wait on
+// disk (Config.SpoolDir), never whole in pyrun's memory; whoever gets the
+// Result moves them where it keeps them (Spooled.MoveTo), reads them or
+// removes them. Spooled files nobody took are removed once unreachable.
 type OutputFile struct {
 	Path     string // relative to /output/, with forward slashes
 	MIMEType string // guessed from the name; application/octet-stream if unknown
-	Data     []byte
+	Size     int64
+	Data     *Spooled
 }
 
 // InputFile is a file written into a call's working directory before its
@@ -164,18 +171,22 @@ func checkRichEvent(ev event) error {
 // richResults collects a call's displays and files within the pool's
 // caps: a worker is untrusted, so its own caps are checked again. An item
 // larger than one event's worth comes as events marked More, which must
-// follow each other.
+// follow each other. A file's parts go to a spool file as they come.
 type richResults struct {
 	displays                []Display
 	files                   []OutputFile
 	displayBytes, fileBytes int
 	dropDisplays, dropFiles int
 	pending                 *richItem // an item whose last part has not come
+	// spoolErr is why a file could not be kept on disk, if one could not.
+	spoolErr error
 }
 
 type richItem struct {
 	typ, mime, path string
-	data            []byte
+	data            []byte   // a display's bytes
+	spool           *os.File // a file's bytes, on disk
+	size            int
 	drop            bool // over a cap: the rest of its parts are read and dropped
 }
 
@@ -185,13 +196,22 @@ func (r *richResults) add(ev event, cfg Config) error {
 		p = &richItem{typ: ev.Type, mime: ev.MIMEType, path: ev.Path}
 		r.pending = p
 	} else if ev.Type != p.typ || ev.MIMEType != p.mime || ev.Path != p.path {
+		r.abandon()
 		return fmt.Errorf("%w: a %s event in the middle of a %s split over events", errGarbage, ev.Type, p.typ)
 	}
 	if !p.drop {
-		p.data = append(p.data, ev.Data...)
-		if p.typ == "display" && r.displayBytes+len(p.data) > cfg.MaxDisplayBytes ||
-			p.typ == "file" && r.fileBytes+len(p.data) > cfg.MaxFileBytes {
-			p.drop, p.data = true, nil
+		p.size += len(ev.Data)
+		switch {
+		case p.typ == "display" && r.displayBytes+p.size > cfg.MaxDisplayBytes,
+			p.typ == "file" && r.fileBytes+p.size > cfg.MaxFileBytes:
+			p.discard()
+		case p.typ == "display":
+			p.data = append(p.data, ev.Data...)
+		default:
+			if err := p.write(ev.Data, cfg.SpoolDir); err != nil {
+				r.spoolErr = err
+				p.discard()
+			}
 		}
 	}
 	if ev.More {
@@ -206,21 +226,71 @@ func (r *richResults) add(ev event, cfg Config) error {
 		r.displays = append(r.displays, Display{MIMEType: p.mime, Data: p.data})
 	case p.drop || len(r.files) >= cfg.MaxFiles ||
 		slices.ContainsFunc(r.files, func(f OutputFile) bool { return f.Path == p.path }):
+		p.discard()
 		r.dropFiles++
 	default:
-		r.fileBytes += len(p.data)
-		r.files = append(r.files, OutputFile{Path: p.path, MIMEType: p.mime, Data: p.data})
+		f, err := p.keep(cfg.SpoolDir)
+		if err != nil {
+			r.spoolErr = err
+			r.dropFiles++
+			return nil
+		}
+		r.fileBytes += p.size
+		r.files = append(r.files, f)
 	}
 	return nil
 }
 
-// dropped adds the counts the worker's result reports, and an item whose
-// last part never came.
-func (r *richResults) dropped(ev event) {
-	r.dropDisplays += max(ev.DisplaysDropped, 0)
-	r.dropFiles += max(ev.FilesDropped, 0)
+// write adds a part of a file to its spool file.
+func (p *richItem) write(b []byte, dir string) error {
+	if p.spool == nil {
+		if dir == "" {
+			dir = os.TempDir()
+		}
+		f, err := os.CreateTemp(dir, "output-*")
+		if err != nil {
+			return fmt.Errorf("spool an /output/ file: %w", err)
+		}
+		p.spool = f
+	}
+	if _, err := p.spool.Write(b); err != nil {
+		return fmt.Errorf("spool an /output/ file: %w", err)
+	}
+	return nil
+}
+
+// keep closes a whole file's spool file and hands it over as an OutputFile.
+func (p *richItem) keep(dir string) (OutputFile, error) {
+	if p.spool == nil { // an empty file
+		if err := p.write(nil, dir); err != nil {
+			return OutputFile{}, err
+		}
+	}
+	name := p.spool.Name()
+	if err := p.spool.Close(); err != nil {
+		_ = os.Remove(name)
+		return OutputFile{}, fmt.Errorf("spool an /output/ file: %w", err)
+	}
+	p.spool = nil
+	return OutputFile{Path: p.path, MIMEType: p.mime, Size: int64(p.size), Data: newSpooled(name, int64(p.size))}, nil
+}
+
+// discard drops what was kept of an item: it is over a cap, or broken.
+func (p *richItem) discard() {
+	p.drop, p.data = true, nil
+	if p.spool != nil {
+		name := p.spool.Name()
+		_ = p.spool.Close()
+		_ = os.Remove(name)
+		p.spool = nil
+	}
+}
+
+// abandon drops an item whose last part never came.
+func (r *richResults) abandon() {
 	if p := r.pending; p != nil {
 		r.pending = nil
+		p.discard()
 		if p.typ == "display" {
 			r.dropDisplays++
 		} else {
@@ -229,7 +299,104 @@ func (r *richResults) dropped(ev event) {
 	}
 }
 
+// dropped adds the counts the worker's result reports, and an item whose
+// last part never came.
+func (r *richResults) dropped(ev event) {
+	r.dropDisplays += max(ev.DisplaysDropped, 0)
+	r.dropFiles += max(ev.FilesDropped, 0)
+	r.abandon()
+}
+
 func (r *richResults) fill(res *Result) {
+	r.abandon() // the call ended without its result: the worker died
 	res.Displays, res.Files = r.displays, r.files
 	res.DisplaysDropped, res.FilesDropped = r.dropDisplays, r.dropFiles
+}
+
+// Spooled is a file's bytes on disk, owned by one holder at a time. Safe
+// for concurrent use.
+type Spooled struct {
+	mu   sync.Mutex
+	path string // "" once moved or removed
+	size int64
+}
+
+func newSpooled(path string, size int64) *Spooled {
+	s := &Spooled{path: path, size: size}
+	// A file nobody took (a result dropped on the way) is removed when
+	// its handle is collected.
+	runtime.AddCleanup(s, func(p string) { _ = os.Remove(p) }, path)
+	return s
+}
+
+// ErrSpoolGone is the error of a Spooled whose file was moved or removed.
+var ErrSpoolGone = errors.New("the spooled file was moved or removed")
+
+// Size is the file's size in bytes.
+func (s *Spooled) Size() int64 { return s.size }
+
+// ReadAll reads the whole file into memory: for small files only (an
+// image shown in a result, a test).
+func (s *Spooled) ReadAll() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.path == "" {
+		return nil, ErrSpoolGone
+	}
+	return os.ReadFile(s.path)
+}
+
+// MoveTo moves the file to dst (a rename; a copy when dst is on another
+// file system). Afterwards the file is dst's holder's.
+func (s *Spooled) MoveTo(dst string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.path == "" {
+		return ErrSpoolGone
+	}
+	if err := os.Rename(s.path, dst); err != nil {
+		if err := copyFile(s.path, dst); err != nil {
+			return err
+		}
+		_ = os.Remove(s.path)
+	}
+	s.path = ""
+	return nil
+}
+
+// Remove deletes the file; later calls do nothing.
+func (s *Spooled) Remove() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.path != "" {
+		_ = os.Remove(s.path)
+		s.path = ""
+	}
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		_ = os.Remove(dst)
+		return err
+	}
+	return out.Close()
+}
+
+// RemoveFiles removes the spooled files of a result that nobody keeps.
+func (r *Result) RemoveFiles() {
+	for _, f := range r.Files {
+		if f.Data != nil {
+			f.Data.Remove()
+		}
+	}
 }

@@ -58,7 +58,8 @@ Svg()
 // written under /output/ come back, and /output/ is empty at the next
 // stateless call unless the call keeps it.
 func TestFilesInAndOut(t *testing.T) {
-	p := realPool(t, supervisor.Config{Workers: 1, Network: supervisor.NetworkNone})
+	spool := t.TempDir()
+	p := realPool(t, supervisor.Config{Workers: 1, Network: supervisor.NetworkNone, SpoolDir: spool})
 	bin := []byte{0, 1, 2, 255, 254}
 	res := run(t, p, supervisor.Job{
 		Files: []supervisor.InputFile{{Path: "data/in.txt", Data: []byte("héllo")}, {Path: "b.bin", Data: bin}},
@@ -71,9 +72,17 @@ sorted(os.listdir("."))`})
 	if res.Status != supervisor.StatusSuccess || res.Value != "[\n  \"b.bin\",\n  \"data\"\n]" {
 		t.Fatalf("status %s value %s: %s", res.Status, res.Value, res.Error)
 	}
-	if len(res.Files) != 2 || res.Files[0].Path != "copy.bin" || !bytes.Equal(res.Files[0].Data, bin) ||
-		res.Files[1].Path != "sub/out.csv" || string(res.Files[1].Data) != "HÉLLO" || res.Files[1].MIMEType != "text/csv" {
+	if len(res.Files) != 2 || res.Files[0].Path != "copy.bin" || !bytes.Equal(fileData(t, res.Files[0]), bin) ||
+		res.Files[1].Path != "sub/out.csv" || string(fileData(t, res.Files[1])) != "HÉLLO" || res.Files[1].MIMEType != "text/csv" {
 		t.Fatalf("files: %+v", res.Files)
+	}
+	// They wait in the spool folder, for the result's holder to take.
+	if entries, _ := os.ReadDir(spool); len(entries) != 2 {
+		t.Errorf("%d files in the spool folder, want 2", len(entries))
+	}
+	res.RemoveFiles()
+	if entries, _ := os.ReadDir(spool); len(entries) != 0 {
+		t.Errorf("%d files in the spool folder after RemoveFiles, want none", len(entries))
 	}
 	res = run(t, p, supervisor.Job{Code: `import os; os.listdir("/output")`})
 	if res.Value != "[]" || len(res.Files) != 0 {
@@ -87,11 +96,12 @@ data = random.Random(1).randbytes(2_500_000)
 open("/output/big.bin", "wb").write(data)
 display({"image/png": data[:2_100_000]}, raw=True)
 hashlib.sha256(data).hexdigest()`})
-	if len(res.Files) != 1 || len(res.Displays) != 1 || len(res.Files[0].Data) != 2_500_000 {
+	if len(res.Files) != 1 || len(res.Displays) != 1 || res.Files[0].Size != 2_500_000 {
 		t.Fatalf("big file and display: %s %s", res.Status, res.Error)
 	}
-	sum := sha256.Sum256(res.Files[0].Data)
-	if res.Value != `"`+hex.EncodeToString(sum[:])+`"` || !bytes.Equal(res.Displays[0].Data, res.Files[0].Data[:2_100_000]) {
+	big := fileData(t, res.Files[0])
+	sum := sha256.Sum256(big)
+	if res.Value != `"`+hex.EncodeToString(sum[:])+`"` || !bytes.Equal(res.Displays[0].Data, big[:2_100_000]) {
 		t.Errorf("big file or display differs: sha256 %s, worker says %s", hex.EncodeToString(sum[:]), res.Value)
 	}
 	run(t, p, supervisor.Job{Code: `open("/output/kept.txt", "w").write("1")`, KeepOutput: true})
@@ -138,4 +148,17 @@ r`})
 	if res.Value != `"from the host"` {
 		t.Errorf("the next call on the same worker: %s %s", res.Value, res.Error)
 	}
+}
+
+// fileData reads an /output/ file of a result.
+func fileData(t *testing.T, f supervisor.OutputFile) []byte {
+	t.Helper()
+	b, err := f.Data.ReadAll()
+	if err != nil {
+		t.Fatalf("/output/%s: %v", f.Path, err)
+	}
+	if int64(len(b)) != f.Size {
+		t.Errorf("/output/%s: %d bytes, its size says %d", f.Path, len(b), f.Size)
+	}
+	return b
 }

@@ -77,11 +77,17 @@ type worker struct {
 	cmd   *exec.Cmd
 	stdin *os.File
 
-	events  chan event    // from readEvents; closed when stdout ends or breaks
-	readErr error         // why events closed; written before the close
-	exited  chan struct{} // closed once the process has been reaped
-	waitErr error         // from cmd.Wait; written before exited closes
-	stderr  *tailBuffer
+	events chan event // from readEvents; closed when stdout ends or breaks
+	// richQueued holds a token for each display or file event in events:
+	// readEvents queues at most richQueue of them (each up to a MiB of
+	// data), however fast a worker writes them; the call that takes one
+	// gives its token back (tookRich).
+	richQueued chan struct{}
+	killed     chan struct{} // closed by kill
+	readErr    error         // why events closed; written before the close
+	exited     chan struct{} // closed once the process has been reaped
+	waitErr    error         // from cmd.Wait; written before exited closes
+	stderr     *tailBuffer
 
 	ready event // the worker's ready announcement
 	gen   int   // the pool configuration generation it was started with
@@ -136,8 +142,11 @@ func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, lo
 		log:    log,
 		cmd:    cmd,
 		events: make(chan event, 64),
-		exited: make(chan struct{}),
-		stderr: &tailBuffer{max: 4 << 10},
+
+		richQueued: make(chan struct{}, richQueue),
+		killed:     make(chan struct{}),
+		exited:     make(chan struct{}),
+		stderr:     &tailBuffer{max: 4 << 10},
 	}
 	stdinR, stdinW, err := os.Pipe()
 	if err != nil {
@@ -251,7 +260,26 @@ func (w *worker) readEvents(r io.ReadCloser, max int) {
 			}
 			return
 		}
+		if ev.Type == "display" || ev.Type == "file" {
+			select {
+			case w.richQueued <- struct{}{}:
+			case <-w.killed:
+				continue // nobody takes it: read on to the end
+			}
+		}
 		w.events <- ev
+	}
+}
+
+// richQueue bounds the display and file events waiting for their call to
+// take them, per worker: at most richQueue MiB of data decoded and held.
+const richQueue = 4
+
+// tookRich gives back the token of a display or file event the call took.
+func (w *worker) tookRich() {
+	select {
+	case <-w.richQueued:
+	default:
 	}
 }
 
@@ -290,6 +318,7 @@ func (w *worker) kill(reason string) {
 		return
 	}
 	w.killReason = reason
+	close(w.killed)
 	_ = w.cmd.Process.Kill()
 }
 

@@ -154,6 +154,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			case "error":
 				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), "it failed a call")
 			case "display", "file":
+				w.tookRich()
 				if err := tr.rich.add(ev, cfg); err != nil {
 					fail(err, "it broke the protocol")
 				}

@@ -238,10 +238,11 @@ func TestKubernetesManifests(t *testing.T) {
 		for _, m := range c.VolumeMounts {
 			mounted[m.MountPath] = m.Name
 		}
-		empty := map[string]bool{}
+		empty, inMemory := map[string]bool{}, map[string]bool{}
 		for _, v := range pod.Spec.Volumes {
 			if v.EmptyDir != nil {
 				empty[v.Name] = true
+				inMemory[v.Name] = v.EmptyDir.Medium == "Memory"
 			}
 		}
 		for _, dir := range []string{"deno-cache", "work", "packages"} {
@@ -249,6 +250,19 @@ func TestKubernetesManifests(t *testing.T) {
 			if name, ok := mounted[p]; !ok || !empty[name] {
 				t.Errorf("%s is not a writable (emptyDir) volume: pyrun writes there", p)
 			}
+		}
+		// pyrun's own share of the memory limit holds its Go heap and the
+		// rest of its process.
+		if lim := opts.goHeapLimit(); lim+64<<20 > 256<<20 {
+			t.Errorf("pyrun's Go memory limit is %d MiB: more than its 256Mi share less 64Mi for the rest of the process", lim>>20)
+		}
+		if l := opts.requestLimits(); 3*l.MaxBytes > opts.goHeapLimit()/2 {
+			t.Errorf("the requests pyrun may hold (%d MiB, about three times that in memory) leave too little of its Go memory limit", l.MaxBytes>>20)
+		}
+		// Calls' /output/ files go to disk, not to a tmpfs that counts as
+		// the pod's memory.
+		if name, ok := mounted[opts.outputDir]; !ok || !empty[name] || inMemory[name] {
+			t.Errorf("--output-dir %q is not a writable (emptyDir) volume on disk", opts.outputDir)
 		}
 	})
 

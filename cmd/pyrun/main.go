@@ -158,21 +158,29 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		Timeout:        cfg.Timeout,
 		MaxOutput:      cfg.MaxOutput,
 		MaxCode:        int(o.maxCode),
+		MaxInputFiles:  o.maxInputFiles,
 		Network:        cfg.Network,
 		Live:           mcp.LiveOptions{Buffer: int(o.liveBuffer), ProgressInterval: o.progressInterval},
 		Sessions:       o.mcpSessionOptions(),
 
 		MaxDisplays:     cfg.MaxDisplays,
 		MaxDisplayBytes: cfg.MaxDisplayBytes,
-		Outputs:         outputs.Config{TTL: o.outputTTL, MaxBytes: int64(o.outputStore), MaxFiles: o.outputStoreFiles},
+		Outputs:         outputs.Config{TTL: o.outputTTL, MaxBytes: int64(o.outputStore), MaxFiles: o.outputStoreFiles, Dir: o.outputs},
 		Mounts:          mountPaths(cfg.Mounts),
 		Languages:       o.mcpLanguages(rt),
+		Requests:        o.requestLimits(),
 		Delivery: mcp.DeliveryLimits{WriteTimeout: o.writeTimeout, SessionResults: o.sessionPendingResults,
 			SessionBytes: int64(o.sessionPendingBytes), ClientBytes: int64(o.clientPendingBytes)},
 	}
 }
 
 func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stderr io.Writer, log hclog.Logger) error {
+	removeOutputs, err := o.makeOutputs()
+	if err != nil {
+		return err
+	}
+	defer removeOutputs()
+	applyMemoryLimit(o, log)
 	hub := startHub(o, log) // connects while the pool starts
 	defer hub.Close()
 	rt, pools, err := startPools(ctx, o, o.enabledLanguages(), 0, stderr, log)

@@ -25,20 +25,21 @@ import (
 type options struct {
 	configFile string
 
-	workers      int
-	timeout      time.Duration
-	memoryLimit  byteSize
-	maxOutput    byteSize
-	maxCode      byteSize
-	maxQueue     int
-	queueTimeout time.Duration
-	deps         stringList
-	packageIndex string
-	wheelhouse   string
-	pypi         string
-	network      string
-	isolation    string
-	runtimeDir   string
+	workers       int
+	timeout       time.Duration
+	memoryLimit   byteSize
+	maxOutput     byteSize
+	maxCode       byteSize
+	maxInputFiles int
+	maxQueue      int
+	queueTimeout  time.Duration
+	deps          stringList
+	packageIndex  string
+	wheelhouse    string
+	pypi          string
+	network       string
+	isolation     string
+	runtimeDir    string
 
 	liveBuffer       byteSize
 	progressInterval time.Duration
@@ -83,8 +84,13 @@ type options struct {
 	outputTTL        time.Duration
 	outputStore      byteSize
 	outputStoreFiles int
-	mounts           mountList
-	out              string
+	outputDir        string
+	// outputs is the folder pyrun made in outputDir for this run (serve,
+	// stdio): the output store's files and those on their way to it.
+	// Not a flag; "" until made.
+	outputs string
+	mounts  mountList
+	out     string
 	// What one client may hold of pyrun (mcp's delivery.go, sessioncap.go;
 	// mcp/netguard).
 	writeTimeout          time.Duration
@@ -93,6 +99,9 @@ type options struct {
 	clientPendingBytes    byteSize
 	maxMCPSessions        int
 	clientMaxMCPSessions  int
+	maxRequestBytes       byteSize
+	clientMaxRequestBytes byteSize
+	goMemoryLimit         byteSize
 	headerTimeout         time.Duration
 	bodyTimeout           time.Duration
 	maxConns              int
@@ -124,6 +133,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.Var(&o.memoryLimit, "memory-limit", "memory limit per worker (bytes, or with a unit: 512MiB, 1GiB)")
 	fs.Var(&o.maxOutput, "max-output", "cap on each of stdout, stderr and the return value, per call (bytes or 64KiB)")
 	fs.Var(&o.maxCode, "max-code", "largest python_code accepted, and largest global_variables as JSON (bytes or 1MiB)")
+	fs.IntVar(&o.maxInputFiles, "max-input-files", mcp.DefaultMaxInputFiles, "entries a call's files argument may hold; more are refused with a tool error")
 	fs.IntVar(&o.maxQueue, "max-queue", 0, "calls that may wait for a free worker (default 64 per worker)")
 	fs.DurationVar(&o.queueTimeout, "queue-timeout", 60*time.Second, "longest a call waits for a free worker")
 	fs.Var(&o.deps, "deps", "comma-separated packages (PEP 508: numpy, attrs==23.2) every worker loads before it takes a call")
@@ -155,7 +165,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&o.publicURL, "public-url", "", "serve: the URL clients reach pyrun at, for OAuth metadata (default: http:// and the listen address)")
 	fs.BoolVar(&o.metricsAuth, "metrics-auth", true, "serve: with access control, /metrics needs a token too")
 	fs.BoolVar(&o.insecureNoAuth, "insecure-no-auth", false, "serve: listen beyond loopback without access control: anyone who reaches pyrun runs code")
-	fs.IntVar(&o.clientMaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker (default: the pool size)")
+	fs.IntVar(&o.clientMaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker, its session calls included (default: the pool size)")
 	fs.IntVar(&o.clientMaxQueue, "client-max-queue", 16, "serve, with access control: more calls of one client that may wait for those places; more are refused")
 	o.sessionFlags(fs)
 	o.maxDisplayBytes, o.outputStore = 4<<20, 64<<20
@@ -164,6 +174,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.DurationVar(&o.outputTTL, "output-ttl", 15*time.Minute, "how long a call's /output/ files stay readable with resources/read")
 	fs.Var(&o.outputStore, "output-store", "bytes of /output/ files pyrun holds for resources/read, and returns from one call; the oldest are dropped first (bytes or 64MiB)")
 	fs.IntVar(&o.outputStoreFiles, "output-store-files", 256, "/output/ files pyrun holds, and returns from one call; the oldest are dropped first")
+	fs.StringVar(&o.outputDir, "output-dir", "", "`directory` in which pyrun keeps calls' /output/ files on disk (a folder of its own, made at start and removed at exit; default: the system's temporary directory)")
 	fs.Var(&o.mounts, "mount", "host folder every call sees: `HOST_DIR:SANDBOX_DIR` read-only, or HOST_DIR:SANDBOX_DIR:rw writable; repeat or separate with commas")
 	fs.StringVar(&o.out, "out", "", "run: `directory` to save the call's displays (display-N.png, ...) and /output/ files in")
 	o.flagLimits(fs)
@@ -184,6 +195,9 @@ func (o *options) flagLimits(fs *flag.FlagSet) {
 	fs.IntVar(&o.sessionPendingResults, "session-pending-results", mcp.DefaultSessionResults, "results that may wait to be written to one session; past it, calls are refused (on stdio, no more requests are read)")
 	fs.Var(&o.sessionPendingBytes, "session-pending-bytes", "bytes of results that may wait to be written to one session (bytes or 8MiB)")
 	fs.Var(&o.clientPendingBytes, "client-pending-bytes", "bytes of results that may wait to be written to one client's sessions (bytes or 32MiB)")
+	fs.Var(&o.maxRequestBytes, "max-request-bytes", "bytes of requests pyrun holds at once for all clients: bodies being read and the arguments of calls in flight; a request past it is refused before it is decoded (bytes or 64MiB; 0: 64MiB, or four times client-max-request-bytes if more)")
+	fs.Var(&o.clientMaxRequestBytes, "client-max-request-bytes", "the same for one client (token, or IP address; on stdio, no more requests are read) (bytes or 16MiB; 0: 16MiB, or two of the largest request bodies if more)")
+	fs.Var(&o.goMemoryLimit, "go-memory-limit", "soft limit on pyrun's own Go heap, so that its garbage is collected before it grows past what the other limits let clients make pyrun hold (bytes or 512MiB; 0: derived from them, see the README; GOMEMLIMIT wins)")
 	fs.IntVar(&o.maxMCPSessions, "max-mcp-sessions", mcp.DefaultMaxSessions, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
 	fs.IntVar(&o.clientMaxMCPSessions, "client-max-mcp-sessions", mcp.DefaultClientMaxSessions, "serve: MCP sessions one client (token, or remote address) may have open; a new one closes its session idle the longest")
 	fs.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "serve: longest a request's headers may take to arrive")
@@ -211,6 +225,15 @@ func (o *options) checkLimits() error {
 		return fmt.Errorf("header-timeout must be at least 100ms, not %s", o.headerTimeout)
 	case o.bodyTimeout < 100*time.Millisecond:
 		return fmt.Errorf("body-timeout must be at least 100ms, not %s", o.bodyTimeout)
+	case o.maxRequestBytes < 0 || o.clientMaxRequestBytes < 0 || o.goMemoryLimit < 0:
+		return errors.New("max-request-bytes, client-max-request-bytes and go-memory-limit must not be negative")
+	case o.clientMaxRequestBytes != 0 && int64(o.clientMaxRequestBytes) < mcp.MaxRequestBody(int(o.maxCode)):
+		return fmt.Errorf("client-max-request-bytes (%s) must be at least the largest request body (%s: twice max-code plus 1MiB, at least 4MiB)",
+			o.clientMaxRequestBytes, byteSize(mcp.MaxRequestBody(int(o.maxCode))))
+	case o.maxRequestBytes != 0 && o.maxRequestBytes < byteSize(o.requestLimits().ClientMaxBytes):
+		return fmt.Errorf("max-request-bytes (%s) must be at least client-max-request-bytes (%s)", o.maxRequestBytes, byteSize(o.requestLimits().ClientMaxBytes))
+	case o.goMemoryLimit != 0 && o.goMemoryLimit < 64<<20:
+		return fmt.Errorf("go-memory-limit must be at least 64MiB, not %s", o.goMemoryLimit)
 	case o.maxConns < 0:
 		return fmt.Errorf("max-conns must not be negative, not %d", o.maxConns)
 	case o.maxConnsPerAddr < 1:
@@ -348,6 +371,8 @@ func (o *options) check() error {
 		return fmt.Errorf("max-output must be at most 64MiB, not %s", o.maxOutput)
 	case o.maxCode < 1<<10 || o.maxCode > 32<<20:
 		return fmt.Errorf("max-code must be between 1KiB and 32MiB, not %s", o.maxCode)
+	case o.maxInputFiles < 1 || o.maxInputFiles > 100000:
+		return fmt.Errorf("max-input-files must be between 1 and 100000, not %d", o.maxInputFiles)
 	case o.maxQueue < 0:
 		return fmt.Errorf("max-queue must not be negative, not %d", o.maxQueue)
 	case o.queueTimeout <= 0:
@@ -468,6 +493,7 @@ func (o *options) poolConfig() supervisor.Config {
 		// A call returns no more than the store can hold.
 		MaxFiles:     o.outputStoreFiles,
 		MaxFileBytes: int(o.outputStore),
+		SpoolDir:     o.outputs,
 		Mounts:       mounts,
 	}
 }
@@ -600,4 +626,32 @@ func (o *options) keepRestartOnly(old *options) {
 		}
 	}
 	*o = c
+}
+
+// makeOutputs makes the folder of this run's /output/ files in
+// output-dir (o.outputs) and returns a function that removes it. The
+// directory is looked at only here, as pyrun starts (a manifest's path
+// need not exist where its options are checked).
+func (o *options) makeOutputs() (func(), error) {
+	dir, err := os.MkdirTemp(o.outputDir, "pyrun-outputs-")
+	if err != nil {
+		return nil, fmt.Errorf("output-dir: %w", err)
+	}
+	o.outputs = dir
+	return func() { _ = os.RemoveAll(dir) }, nil
+}
+
+// requestLimits are the request byte limits in force, defaults resolved:
+// room for two of the largest requests per client and four clients' worth
+// in all.
+func (o *options) requestLimits() mcp.RequestLimits {
+	client := int64(o.clientMaxRequestBytes)
+	if client == 0 {
+		client = max(mcp.DefaultClientMaxRequestBytes, 2*mcp.MaxRequestBody(int(o.maxCode)))
+	}
+	total := int64(o.maxRequestBytes)
+	if total == 0 {
+		total = max(mcp.DefaultMaxRequestBytes, 4*client)
+	}
+	return mcp.RequestLimits{MaxBytes: total, ClientMaxBytes: client}
 }

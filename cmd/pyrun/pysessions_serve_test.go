@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestServeSessions: a session lives beyond the MCP session that started
@@ -169,4 +171,54 @@ func TestServeSessionsAccess(t *testing.T) {
 	wantValue(t, alice.inSession(t, id, "secret", "end_session", true), `"alice"`)
 	// Her place is free again.
 	alice.inSession(t, "new", "1")
+}
+
+// A session's calls count against its client's places like its stateless
+// calls: with client_max_calls 1 and client_max_queue 2, of ten calls sent
+// at once (nine to one session, each long enough to hold its place until
+// all have arrived, and one stateless) three are taken in, one running and
+// two waiting, and seven are refused at once as busy. All 120 large calls
+// sent behind a busy session used to be taken in, and pyrun held them all.
+func TestServeSessionCallsCountAgainstClientLimits(t *testing.T) {
+	const token = "alice-Zt1kR0mWx7LcV4pNs2Hq"
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	saveTokens(t, tokens, "alice:"+token+"\n")
+	s := startServe(t, "--workers", "1", "--auth-token-file", tokens, "--client-max-calls", "1", "--client-max-queue", "2")
+	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
+	alice, _ := s.mustDial(t, "mcp", token)
+	id := alice.inSession(t, "new", "1").sc.SessionID
+
+	type outcome struct {
+		res *sdk.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 10)
+	for i := range 10 {
+		args := map[string]any{"python_code": "import time\ntime.sleep(4)", "session_id": id}
+		if i == 9 {
+			args = map[string]any{"python_code": "3"}
+		}
+		go func() {
+			res, err := alice.callRaw(t.Context(), args)
+			done <- outcome{res, err}
+		}()
+	}
+	busy, ran := 0, 0
+	for range 10 {
+		o := <-done
+		switch {
+		case o.err != nil:
+			t.Errorf("a call: %v", o.err)
+		case o.res.IsError && o.res.StructuredContent == nil:
+			if text := textOf(o.res); !strings.Contains(text, "busy") || !strings.Contains(text, "client_max_calls 1") {
+				t.Errorf("a refused call: %s", text)
+			}
+			busy++
+		default:
+			ran++
+		}
+	}
+	if busy != 7 || ran != 3 {
+		t.Errorf("%d calls refused as busy and %d ran; want 7 and 3 (one place, two waiting)", busy, ran)
+	}
 }

@@ -28,6 +28,7 @@ func mountPaths(ms []supervisor.Mount) []string {
 // into dir, for a terminal user: displays as display-N.EXT, /output/ files
 // at their own paths. It tells stderr where each went.
 func saveRich(res supervisor.Result, dir string, stderr io.Writer) error {
+	defer res.RemoveFiles() // the files not saved
 	if len(res.Displays) == 0 && len(res.Files) == 0 {
 		return nil
 	}
@@ -53,10 +54,11 @@ func saveRich(res supervisor.Result, dir string, stderr io.Writer) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}
-		if err := os.WriteFile(p, f.Data, 0o644); err != nil {
+		if err := f.Data.MoveTo(p); err != nil {
 			return fmt.Errorf("--out: %w", err)
 		}
-		fmt.Fprintf(stderr, "pyrun: /output/%s (%d bytes) saved to %s\n", f.Path, len(f.Data), p)
+		_ = os.Chmod(p, 0o644) // spooled files are private
+		fmt.Fprintf(stderr, "pyrun: /output/%s (%d bytes) saved to %s\n", f.Path, f.Size, p)
 	}
 	return nil
 }

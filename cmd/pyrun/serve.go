@@ -56,6 +56,12 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	if err := checkListen(o, log); err != nil {
 		return err
 	}
+	removeOutputs, err := o.makeOutputs()
+	if err != nil {
+		return err
+	}
+	defer removeOutputs()
+	applyMemoryLimit(o, log)
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -84,14 +90,18 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	metrics.CountConnections(conns.Stats)
 	metrics.CodeMode(s.hub)
 	var runner mcp.Runner = pools
+	s.py = startLanguageSessions(o, pools, log)
+	var sessionRunner mcp.SessionRunner = s.py
 	if guard != nil {
-		runner = mcp.LimitClients(pools, s.clientLimits, log.Named("pool"))
+		// A client's calls take the same places in the pool and in its
+		// sessions.
+		limiter := mcp.LimitClients(pools, s.clientLimits, log.Named("pool"))
+		runner, sessionRunner = limiter, limiter.Sessions(s.py)
 	}
 	mopts := mcpOptions(o, rt)
 	mopts.CodeMode = s.hub
 	s.srv = mcp.New(metrics.Instrument(runner), mopts, log)
-	s.py = startLanguageSessions(o, pools, log)
-	s.srv.UseSessions(metrics.InstrumentSessions(s.py))
+	s.srv.UseSessions(metrics.InstrumentSessions(sessionRunner))
 	if py := s.py.Manager(supervisor.Python.Name()); py != nil {
 		metrics.CountPythonSessions(py.Stats)
 	}
@@ -271,6 +281,7 @@ var restartOnly = []string{
 	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
 	"insecure-no-auth", "instance-id", "mount", "languages",
 	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
+	"output-dir",
 }
 
 // reload re-reads the command line and the config file (a flag still wins
@@ -285,6 +296,7 @@ func (s *service) reload() {
 		s.log.Error("config rejected; the settings in force stay", "file", old.configFile, "error", err)
 		return
 	}
+	o.outputs = old.outputs // made at start
 	before, after := old.settings(), o.settings()
 	var changed, ignored []string
 	for name, v := range after {
@@ -313,6 +325,7 @@ func (s *service) reload() {
 	}
 	s.py.SetLimits(o.sessionLimits())
 	s.log.SetLevel(hclogLevel(o.logLevel))
+	applyMemoryLimit(o, s.log)
 	s.hub.SetOptions(o.hubOptions())
 	s.hub.Configure(o.mcpServers.servers)
 	mopts := mcpOptions(o, s.rt)

@@ -1,13 +1,14 @@
 // Package outputs holds the files calls wrote under /output/ for a while,
 // so that the client that ran a call can read them with resources/read.
+// The files stay on disk, in a folder of the store's, never in memory.
 // The store is bounded in bytes and in files: when a new file does not fit,
-// the oldest are dropped first. Every file expires after the TTL. A read of
-// a file that was dropped or expired says so; a read by another client is
-// answered like a read of an unknown URI.
+// the oldest are dropped (deleted) first. Every file expires after the TTL.
+// A read of a file that was dropped or expired says so; a read by another
+// client is answered like a read of an unknown URI.
 //
-//	st := outputs.New(outputs.Config{TTL: 15 * time.Minute, MaxBytes: 64 << 20, MaxFiles: 256})
-//	st.Put("alice", "pyrun://output/TOKEN/plot.png", "image/png", data)
-//	mime, data, err := st.Get("alice", "pyrun://output/TOKEN/plot.png")
+//	st := outputs.New(outputs.Config{TTL: 15 * time.Minute, MaxBytes: 64 << 20, MaxFiles: 256, Dir: dir})
+//	st.Put("alice", "pyrun://output/TOKEN/plot.png", "image/png", spooled)
+//	mime, f, size, err := st.Get("alice", "pyrun://output/TOKEN/plot.png")
 package outputs
 
 import (
@@ -15,6 +16,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -24,6 +27,18 @@ type Config struct {
 	TTL      time.Duration // how long a file stays readable; 0: 15m
 	MaxBytes int64         // bytes held at most; 0: 64 MiB
 	MaxFiles int           // files held at most; 0: 256
+	// Dir is the folder the files are kept in, which the store's owner
+	// made for it and removes when done; "": os.TempDir(), each file under
+	// a name of its own. Read at New only.
+	Dir string
+}
+
+// Source is a file's bytes on disk that the store may take
+// (supervisor.Spooled is one).
+type Source interface {
+	Size() int64
+	// MoveTo moves the bytes to the file dst, which then belongs to the store.
+	MoveTo(dst string) error
 }
 
 func (c Config) withDefaults() Config {
@@ -50,6 +65,8 @@ var (
 type Store struct {
 	now func() time.Time // time.Now; tests replace it
 
+	dir string // where the files are; fixed at New
+
 	mu    sync.Mutex
 	cfg   Config
 	queue []*entry // oldest first; expiry follows insertion, the TTL being one
@@ -61,13 +78,18 @@ type Store struct {
 
 type entry struct {
 	uri, owner, mime string
-	data             []byte
+	file             string // the path of its bytes
+	size             int64
 	expires          time.Time
 }
 
 // New makes an empty store.
 func New(cfg Config) *Store {
-	return &Store{now: time.Now, cfg: cfg.withDefaults(), byURI: map[string]*entry{}, gone: map[string]error{}}
+	dir := cfg.Dir
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	return &Store{now: time.Now, dir: dir, cfg: cfg.withDefaults(), byURI: map[string]*entry{}, gone: map[string]error{}}
 }
 
 // SetConfig applies new bounds; files over them are dropped at the next Put.
@@ -92,48 +114,76 @@ func Token() string {
 	return hex.EncodeToString(b)
 }
 
-// Put keeps data under uri for owner, dropping the oldest files while it
-// does not fit. It reports false when the file is larger than the whole
-// store and is not kept.
-func (s *Store) Put(owner, uri, mime string, data []byte) bool {
+// Put keeps src's bytes under uri for owner, moving them into the store's
+// folder and dropping the oldest files while they do not fit. It reports
+// false, and leaves src where it is, when the file is larger than the
+// whole store or could not be moved; the caller then removes it.
+func (s *Store) Put(owner, uri, mime string, src Source) bool {
+	size := src.Size()
+	s.mu.Lock()
+	too := size > s.cfg.MaxBytes
+	if too {
+		s.forgetLocked(uri, ErrDropped)
+	}
+	s.mu.Unlock()
+	if too {
+		return false
+	}
+	// Moved before it is counted: a rename, or a copy when the folder is on
+	// another file system, need not hold up the store's other users.
+	file := filepath.Join(s.dir, "pyrun-output-"+Token())
+	if err := src.MoveTo(file); err != nil {
+		return false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
 	s.expireLocked(now)
-	if int64(len(data)) > s.cfg.MaxBytes {
-		s.forgetLocked(uri, ErrDropped)
-		return false
-	}
 	if old, ok := s.byURI[uri]; ok {
 		s.removeLocked(old, nil)
 	}
-	for len(s.queue) > 0 && (s.bytes+int64(len(data)) > s.cfg.MaxBytes || len(s.queue)+1 > s.cfg.MaxFiles) {
+	for len(s.queue) > 0 && (s.bytes+size > s.cfg.MaxBytes || len(s.queue)+1 > s.cfg.MaxFiles) {
 		s.removeLocked(s.queue[0], ErrDropped)
 	}
-	e := &entry{uri: uri, owner: owner, mime: mime, data: data, expires: now.Add(s.cfg.TTL)}
+	e := &entry{uri: uri, owner: owner, mime: mime, file: file, size: size, expires: now.Add(s.cfg.TTL)}
 	s.queue = append(s.queue, e)
 	s.byURI[uri] = e
-	s.bytes += int64(len(data))
+	s.bytes += size
 	delete(s.gone, uri)
 	return true
 }
 
-// Get returns the file at uri if owner put it and it is still held.
-func (s *Store) Get(owner, uri string) (mime string, data []byte, err error) {
+// Get opens the file at uri if owner put it and it is still held; the
+// caller reads it and closes it. An open file stays readable even if the
+// store drops it meanwhile.
+func (s *Store) Get(owner, uri string) (mime string, f *os.File, size int64, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked(s.now())
 	e, ok := s.byURI[uri]
 	if ok && e.owner == owner {
-		return e.mime, e.data, nil
+		f, err := os.Open(e.file)
+		if err != nil {
+			return "", nil, 0, fmt.Errorf("%s: %w", uri, err)
+		}
+		return e.mime, f, e.size, nil
 	}
 	if ok {
-		return "", nil, fmt.Errorf("%s: %w", uri, ErrNotFound)
+		return "", nil, 0, fmt.Errorf("%s: %w", uri, ErrNotFound)
 	}
 	if why := s.gone[uri]; why != nil {
-		return "", nil, fmt.Errorf("%s: %w", uri, why)
+		return "", nil, 0, fmt.Errorf("%s: %w", uri, why)
 	}
-	return "", nil, fmt.Errorf("%s: %w", uri, ErrNotFound)
+	return "", nil, 0, fmt.Errorf("%s: %w", uri, ErrNotFound)
+}
+
+// Clear drops every file, as pyrun stops.
+func (s *Store) Clear() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.queue) > 0 {
+		s.removeLocked(s.queue[0], nil)
+	}
 }
 
 // Len reports the files and bytes held.
@@ -159,7 +209,8 @@ func (s *Store) removeLocked(e *entry, why error) {
 		}
 	}
 	delete(s.byURI, e.uri)
-	s.bytes -= int64(len(e.data))
+	_ = os.Remove(e.file)
+	s.bytes -= e.size
 	if why != nil {
 		s.forgetLocked(e.uri, why)
 	}

