@@ -20,7 +20,7 @@ func TestIdleWorkerKilledFromOutsideIsReplaced(t *testing.T) {
 	script := fmt.Sprintf(`printf '{"type":"ready","engine":"python","protocol":%d}\n'; exec sleep 600`, protocolVersion)
 	p := newPool(Python, func(Config, launch) (*exec.Cmd, error) {
 		return exec.Command("/bin/sh", "-c", script), nil
-	}, nil, nil, nil, Config{Workers: 1}, logFor(t))
+	}, nil, nil, nil, nil, Config{Workers: 1}, logFor(t))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -117,7 +117,7 @@ func TestStartsKilledFromOutsideKeepTheSnapshot(t *testing.T) {
 			return exec.Command("/bin/sh", "-c", "kill -9 $$"), nil
 		}
 		return exec.Command("/bin/sh", "-c", ready), nil
-	}, newSnapshots(rt, logFor(t)), nil, nil, Config{Workers: 1}, logFor(t))
+	}, newSnapshots(rt, logFor(t)), nil, nil, nil, Config{Workers: 1}, logFor(t))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

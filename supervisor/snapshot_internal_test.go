@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -341,11 +342,10 @@ func TestWorkerStartsPlainlyFromABadSnapshot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := Config{}.withDefaults()
-			args, err := denoArgs(rt, Python, cfg, launch{snapshot: &Snapshot{Path: path, Size: tc.size}})
-			if err != nil {
+			cmd := exec.Command(rt.Deno)
+			if err := workerCmd(cmd, rt, Python, cfg, launch{snapshot: &Snapshot{Path: path, Size: tc.size}}); err != nil {
 				t.Fatal(err)
 			}
-			cmd := denoCmd(rt, args)
 			w, err := startWorker(t.Context(), "worker-1", cmd, cfg, logFor(t), nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)
