@@ -132,11 +132,16 @@ func setRlimits(p Policy) error {
 	return nil
 }
 
-// dropPrivileges empties the capability sets, the bounding set included
-// (so that not even root gains any through execve), and sets
-// no_new_privs (so that no setuid or file-capability binary does either).
-// Dropping the bounding set takes CAP_SETPCAP: a launcher without it has
-// no capabilities to lose.
+// dropPrivileges makes sure the program gets no capabilities through
+// execve, not even as root, and sets no_new_privs (so that no setuid or
+// file-capability binary gives it any either). After execve a process
+// has (inheritable & the file's inheritable) | (the file's permitted &
+// bounding) | ambient, a root process's file sets counting as full: so
+// the bounding set is emptied (which takes CAP_SETPCAP: a launcher
+// without it and not root gains nothing from it anyway), the ambient and
+// inheritable sets cleared. capset is called only when there is
+// something to clear: a filter may refuse the call itself (systemd's
+// ~@privileged).
 func dropPrivileges() error {
 	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
@@ -153,8 +158,21 @@ func dropPrivileges() error {
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("clear capabilities: %w", err)
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("read capabilities: %w", err)
+	}
+	if data[0].Inheritable != 0 || data[1].Inheritable != 0 {
+		data[0].Inheritable, data[1].Inheritable = 0, 0
+		if err := unix.Capset(&hdr, &data[0]); err != nil {
+			return fmt.Errorf("clear inheritable capabilities: %w", err)
+		}
+	}
+	if unix.Geteuid() == 0 {
+		for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+			if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 1 {
+				return fmt.Errorf("root without CAP_SETPCAP cannot drop capability %d, which the worker would get", c)
+			}
+		}
 	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("no_new_privs: %w", err)

@@ -156,6 +156,49 @@ func Plan(mode Mode, s Support) (Set, error) {
 	}, nil
 }
 
+// Status is the sandbox in force under a mode on a machine: what pyrun
+// warmup prints, /healthz's os_sandbox and the pyrun_os_sandbox_layer
+// metric say.
+type Status struct {
+	Mode Mode `json:"mode"`
+	// Layers are the layers in force, in the order they are applied.
+	Layers []Layer `json:"layers"`
+	// Missing are the layers mode asks for that the machine does not
+	// offer, with why (none under ModeOff, which asks for none).
+	Missing map[Layer]string `json:"missing,omitempty"`
+	// LandlockABI is the Landlock ABI version in force; 0: none.
+	LandlockABI int `json:"landlock_abi,omitempty"`
+}
+
+// Describe is the status of mode on a machine that offers s. Under
+// ModeRequired with a layer missing, no worker starts: the status says
+// what is missing.
+func Describe(mode Mode, s Support) Status {
+	if mode == "" {
+		mode = ModeAuto
+	}
+	st := Status{Mode: mode, Layers: []Layer{}}
+	if mode == ModeOff {
+		return st
+	}
+	set, err := Plan(mode, s)
+	if err == nil {
+		st.Layers = set.Names()
+	}
+	for _, l := range Layers {
+		if !s.Has(l) {
+			if st.Missing == nil {
+				st.Missing = map[Layer]string{}
+			}
+			st.Missing[l] = s.Missing[l]
+		}
+	}
+	if err == nil && set.Landlock {
+		st.LandlockABI = s.LandlockABI
+	}
+	return st
+}
+
 // Policy is what one sandboxed process may do. The zero value of each
 // field is the narrowest.
 type Policy struct {

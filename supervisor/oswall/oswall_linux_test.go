@@ -168,6 +168,17 @@ func TestPlan(t *testing.T) {
 	if set, err := Plan(ModeOff, Support{}); err != nil || set != (Set{}) {
 		t.Errorf("off = %+v, %v", set, err)
 	}
+	none.LandlockABI = 5
+	st := Describe(ModeAuto, none)
+	if fmt.Sprint(st.Layers) != "[rlimits no_new_privs landlock]" || len(st.Missing) != 2 || st.LandlockABI != 5 {
+		t.Errorf("Describe(auto) = %+v", st)
+	}
+	if st := Describe(ModeRequired, none); len(st.Layers) != 0 || st.Missing[LayerSeccomp] != "no" {
+		t.Errorf("Describe(required) = %+v", st)
+	}
+	if st := Describe(ModeOff, none); len(st.Layers) != 0 || st.Missing != nil {
+		t.Errorf("Describe(off) = %+v", st)
+	}
 }
 
 // TestWall runs one program with and without the layers: the same

@@ -124,7 +124,16 @@ func loadSeccomp(p Policy) error {
 		filter[i] = unix.SockFilter{Code: ins.Op, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
 	}
 	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	if _, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog))); e != 0 {
+	_, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
+	if e == unix.EPERM || e == unix.ENOSYS || e == unix.EACCES {
+		// The older way in: systemd's @system-service set, for one,
+		// has prctl but not seccomp (systemd 252).
+		e = 0
+		if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&fprog)), 0, 0); err != nil {
+			e = err.(unix.Errno)
+		}
+	}
+	if e != 0 {
 		return fmt.Errorf("load the filter: %w", e)
 	}
 	return nil
