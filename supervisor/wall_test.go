@@ -324,3 +324,96 @@ func TestCachePrimer(t *testing.T) {
 		})
 	}
 }
+
+// TestWorkerFileLimits checks the resource limits the OS sandbox sets
+// (--worker-file-size, --worker-open-files) from Python: a write past the
+// file size limit and an open past the open files limit fail in the call,
+// as OSErrors, and the worker goes on serving.
+func TestWorkerFileLimits(t *testing.T) {
+	ro, rw := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(ro, "in.txt"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := realPool(t, supervisor.Config{
+		Workers: 1, Network: supervisor.NetworkNone, OSSandbox: oswall.ModeRequired,
+		WorkerFileSize: 1 << 20, WorkerOpenFiles: 256,
+		Mounts: []supervisor.Mount{{Host: ro, Path: "/data"}, {Host: rw, Path: "/scratch", RW: true}},
+	})
+	res := run(t, p, supervisor.Job{Code: `
+import errno
+out = {}
+try:
+    with open("/scratch/big", "wb") as f:
+        f.write(b"x" * (2 << 20))
+    out["write"] = "ok"
+except OSError as e:
+    out["write"] = errno.errorcode.get(e.errno, str(e.errno))
+files = []
+try:
+    for _ in range(1000):
+        files.append(open("/data/in.txt"))
+    out["open"] = "ok"
+except OSError as e:
+    out["open"] = errno.errorcode.get(e.errno, str(e.errno))
+out["opened"] = len(files)
+for f in files:
+    f.close()
+out`})
+	if res.Status != supervisor.StatusSuccess {
+		t.Fatalf("status %s: %s", res.Status, res.Error)
+	}
+	var out struct {
+		Write, Open string
+		Opened      int
+	}
+	if err := json.Unmarshal([]byte(res.Value), &out); err != nil {
+		t.Fatalf("%s: %v", res.Value, err)
+	}
+	if out.Write != "EFBIG" {
+		t.Errorf("a 2 MiB write under a 1 MiB limit: %s, want EFBIG", out.Write)
+	}
+	if st, err := os.Stat(filepath.Join(rw, "big")); err != nil || st.Size() > 1<<20 {
+		t.Errorf("the file on the host: %v, %v bytes; want at most 1 MiB", err, st.Size())
+	}
+	if out.Open != "EMFILE" || out.Opened < 100 || out.Opened >= 256 {
+		t.Errorf("opening 1000 files under a limit of 256: %s after %d, want EMFILE after 100-255", out.Open, out.Opened)
+	}
+	if res := run(t, p, supervisor.Job{Code: "open('/data/in.txt').read()"}); res.Value != `"x"` {
+		t.Errorf("the next call on the same worker: %s %s %s", res.Status, res.Value, res.Error)
+	}
+	if s := p.Stats().Counts.Restarts; len(s) != 0 {
+		t.Errorf("restarts %v, want none", s)
+	}
+}
+
+// TestRWorkerFileSizeLimit: R's worker, too, survives a write past
+// --worker-file-size into a :rw mount, and the file stops at the limit.
+// (R's writeBin does not report the short write: the call succeeds.)
+func TestRWorkerFileSizeLimit(t *testing.T) {
+	rw := t.TempDir()
+	p, err := supervisor.NewEnginePool(testRuntime(t), supervisor.R, supervisor.Config{
+		Workers: 1, OSSandbox: oswall.ModeRequired, WorkerFileSize: 1 << 20,
+		Mounts: []supervisor.Mount{{Host: rw, Path: "/scratch", RW: true}},
+	}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		p.Close(ctx)
+	})
+	res := run(t, p, supervisor.Job{Code: `writeBin(raw(2 * 1024 * 1024), "/scratch/big")`})
+	if res.Status == supervisor.StatusCrashed {
+		t.Errorf("the write past the limit ended the worker: %s", res.Error)
+	}
+	if st, err := os.Stat(filepath.Join(rw, "big")); err != nil || st.Size() > 1<<20 {
+		t.Errorf("the file on the host: %v, %v; want at most 1 MiB", err, st)
+	}
+	if res := run(t, p, supervisor.Job{Code: "1 + 1"}); res.Status != supervisor.StatusSuccess {
+		t.Errorf("the next call: %s %s %s", res.Status, res.Value, res.Error)
+	}
+	if s := p.Stats().Counts.Restarts; len(s) != 0 {
+		t.Errorf("restarts %v, want none", s)
+	}
+}
