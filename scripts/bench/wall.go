@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,6 +40,14 @@ type wallReport struct {
 	NoNetStartCPU     float64 `json:"start_cpu_auto_over_off_network_none"`
 	NoNetWarmRatio    float64 `json:"warm_p50_auto_over_off_network_none"`
 	NoNetWarmCPURatio float64 `json:"warm_cpu_auto_over_off_network_none"`
+	// The launcher alone: /bin/true run directly and behind every layer
+	// (through this program, which is the launcher here as pyrun is in
+	// pyrun), taking turns; medians of wall time and of the child's CPU
+	// time (its rusage), each way.
+	TrueMS        float64 `json:"true_ms"`
+	TrueCPUMS     float64 `json:"true_cpu_ms"`
+	LaunchedMS    float64 `json:"true_launched_ms"`
+	LaunchedCPUMS float64 `json:"true_launched_cpu_ms"`
 }
 
 // wallVariant is one configuration's figures, medians over the runs.
@@ -71,6 +81,9 @@ func benchWall(ctx context.Context, rt *supervisor.Runtime, runs, n, warmup int)
 			return nil, err
 		}
 	}
+	if err := benchLauncher(ctx, rep); err != nil {
+		return nil, fmt.Errorf("launcher: %w", err)
+	}
 	for r := range runs {
 		for i := range variants {
 			v := variants[(i+r)%len(variants)]
@@ -97,6 +110,41 @@ func benchWall(ctx context.Context, rt *supervisor.Runtime, runs, n, warmup int)
 	rep.NoNetStartRatio, rep.NoNetStartCPU = ratio(median(auto.ready), median(off.ready)), ratio(median(auto.readyCPU), median(off.readyCPU))
 	rep.NoNetWarmRatio, rep.NoNetWarmCPURatio = ratio(median(auto.warm), median(off.warm)), ratio(median(auto.warmCPU), median(off.warmCPU))
 	return rep, nil
+}
+
+// launcherRuns is how many times benchLauncher runs /bin/true each way.
+const launcherRuns = 60
+
+// benchLauncher times what the launcher adds to starting a program.
+func benchLauncher(ctx context.Context, rep *wallReport) error {
+	execs, read, err := oswall.ProgramNeeds("/bin/true")
+	if err != nil {
+		return err
+	}
+	all := oswall.Set{Base: true, Seccomp: true, Landlock: true, NetNS: true}
+	var wall, cpu [2][]time.Duration
+	for i := range 2 * launcherRuns {
+		cmd := exec.CommandContext(ctx, "/bin/true")
+		walled := i%2 == 1
+		if walled {
+			if err := oswall.Wrap(cmd, oswall.Policy{Exec: execs, Read: read, Layers: all}); err != nil {
+				return err
+			}
+		}
+		t0 := time.Now()
+		if err := cmd.Run(); err != nil {
+			return err
+		}
+		k := i % 2
+		wall[k] = append(wall[k], time.Since(t0))
+		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		cpu[k] = append(cpu[k], time.Duration(ru.Utime.Nano()+ru.Stime.Nano()))
+	}
+	rep.TrueMS, rep.TrueCPUMS = round3(ms(median(wall[0]))), round3(ms(median(cpu[0])))
+	rep.LaunchedMS, rep.LaunchedCPUMS = round3(ms(median(wall[1]))), round3(ms(median(cpu[1])))
+	progress("launcher: /bin/true %.1f ms (CPU %.1f ms), behind every layer %.1f ms (CPU %.1f ms)",
+		rep.TrueMS, rep.TrueCPUMS, rep.LaunchedMS, rep.LaunchedCPUMS)
+	return nil
 }
 
 type wallRun struct{ ready, readyCPU, warm, warmCPU time.Duration }
@@ -163,6 +211,8 @@ func printWall(w io.Writer, r *wallReport) {
 		fmt.Fprintf(w, "  %-4s network %-6s: ready %7.1f ms, CPU by ready %7.1f ms; warm print(1) p50 %.3f ms, worker CPU %5.0f us a call\n",
 			v.Mode, v.Network, v.ReadyMS, v.ReadyCPUMS, v.WarmP50MS, v.WarmCPUus)
 	}
+	fmt.Fprintf(w, "  the launcher alone: /bin/true %.1f ms (CPU %.1f ms) directly, %.1f ms (CPU %.1f ms) behind every layer\n",
+		r.TrueMS, r.TrueCPUMS, r.LaunchedMS, r.LaunchedCPUMS)
 	fmt.Fprintf(w, "  auto / off, network public: start %.3fx (CPU %.3fx), warm p50 %.3fx (CPU %.3fx)\n", r.StartRatio, r.StartCPURatio, r.WarmRatio, r.WarmCPURatio)
 	fmt.Fprintf(w, "  auto / off, network none:   start %.3fx (CPU %.3fx), warm p50 %.3fx (CPU %.3fx)\n", r.NoNetStartRatio, r.NoNetStartCPU, r.NoNetWarmRatio, r.NoNetWarmCPURatio)
 }

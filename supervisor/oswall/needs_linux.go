@@ -15,13 +15,29 @@ import (
 // sees the files themselves); read, the folders of the shared libraries it
 // links (the C library loads more from there at run time: NSS modules,
 // libgcc_s for unwinding) and the loader's cache. A static program needs
-// itself alone.
+// itself alone; a script (#!) its interpreter's too.
 func ProgramNeeds(program string) (exec, read []string, err error) {
+	return programNeeds(program, 0)
+}
+
+func programNeeds(program string, depth int) (exec, read []string, err error) {
 	real, err := filepath.EvalSymlinks(program)
 	if err != nil {
 		return nil, nil, err
 	}
 	exec = []string{real}
+	if interp, ok, err := scriptInterpreter(real); err != nil {
+		return nil, nil, err
+	} else if ok {
+		if depth > 2 { // the kernel allows a few levels; pyrun needs one
+			return nil, nil, fmt.Errorf("%s: too many levels of interpreters", program)
+		}
+		ie, ir, err := programNeeds(interp, depth+1)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: its interpreter: %w", program, err)
+		}
+		return append(exec, ie...), ir, nil
+	}
 	f, err := elf.Open(real)
 	if err != nil {
 		return nil, nil, err
@@ -79,6 +95,27 @@ func ProgramNeeds(program string) (exec, read []string, err error) {
 		}
 	}
 	return exec, read, nil
+}
+
+// scriptInterpreter is the interpreter a script names on its #! line.
+func scriptInterpreter(path string) (string, bool, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", false, err
+	}
+	defer f.Close()
+	buf := make([]byte, 256)
+	n, _ := f.Read(buf)
+	line, _, _ := strings.Cut(string(buf[:n]), "\n")
+	rest, ok := strings.CutPrefix(line, "#!")
+	if !ok {
+		return "", false, nil
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 {
+		return "", false, fmt.Errorf("%s: an empty #! line", path)
+	}
+	return fields[0], true, nil
 }
 
 // libraryDirs are the folders the dynamic loader searches by default, the

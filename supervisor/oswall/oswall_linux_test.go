@@ -250,3 +250,28 @@ func TestWall(t *testing.T) {
 		t.Errorf("control: %v", open)
 	}
 }
+
+// TestProgramNeeds names what a dynamically linked program and a script
+// need: the test binary runs behind every layer in TestWall; a shell
+// script needs its shell too.
+func TestProgramNeeds(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho from the script\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	execs, read, err := ProgramNeeds(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh, _ := filepath.EvalSymlinks("/bin/sh")
+	if len(execs) < 3 || execs[0] != script || execs[1] != sh {
+		t.Errorf("exec %q, want the script, %s and its loader", execs, sh)
+	}
+	cmd := exec.Command(script)
+	if err := Wrap(cmd, Policy{Exec: execs, Read: read, Layers: Set{Base: true, Seccomp: true, Landlock: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil || string(out) != "from the script\n" {
+		t.Errorf("the script behind the layers: %v %q", err, out)
+	}
+}
