@@ -206,7 +206,8 @@ type Policy struct {
 	// read. Paths that do not exist are left out.
 	Read []string `json:"read,omitempty"`
 	// Write are the folders it may change (write, truncate, make, remove
-	// and rename files and folders beneath); it may read them too.
+	// and rename files and folders beneath) and files it may write
+	// (/dev/null); it may read them too.
 	Write []string `json:"write,omitempty"`
 	// Exec are the files it may execute: its own binary and the dynamic
 	// loader (a process replaces itself with its program through execve).
@@ -265,8 +266,8 @@ const (
 // launcher (a copy of the running program) that applies them and then
 // execs cmd's program, with cmd's arguments, environment and working
 // directory, under the same process id. Layers with nothing to apply
-// leave cmd as it is. Call it before setting cmd.SysProcAttr's other
-// fields, which it may set (Cloneflags, UID and GID maps).
+// leave cmd as it is. It may set cmd.SysProcAttr (Cloneflags, UID and GID
+// maps): set other fields of it afterwards without replacing it.
 func Wrap(cmd *exec.Cmd, p Policy) error {
 	if p.Layers == (Set{}) {
 		return nil

@@ -128,10 +128,10 @@ func loadSeccomp(p Policy) error {
 	if e == unix.EPERM || e == unix.ENOSYS || e == unix.EACCES {
 		// The older way in: systemd's @system-service set, for one,
 		// has prctl but not seccomp (systemd 252).
-		e = 0
 		if err := unix.Prctl(unix.PR_SET_SECCOMP, unix.SECCOMP_MODE_FILTER, uintptr(unsafe.Pointer(&fprog)), 0, 0); err != nil {
-			e = err.(unix.Errno)
+			return fmt.Errorf("load the filter (seccomp: %v; prctl): %w", e, err)
 		}
+		return nil
 	}
 	if e != 0 {
 		return fmt.Errorf("load the filter: %w", e)
