@@ -940,10 +940,14 @@ func TestWarmup(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("warmup: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	for _, step := range []string{"runtime", "deno", "pyodide", "snapshot", "packages", "worker", "self-test", "sandbox", "interrupt"} {
+	for _, step := range []string{"runtime", "deno", "os sandbox", "pyodide", "snapshot", "packages", "worker", "self-test", "sandbox", "interrupt"} {
 		if !regexp.MustCompile(`(?m)^  ` + step + ` +ok +\S`).MatchString(stdout) {
 			t.Errorf("warmup did not report step %s as ok:\n%s", step, stdout)
 		}
+	}
+	// The machine pyrun is tested on offers every layer (shared/FACTS.md).
+	if !regexp.MustCompile(`os sandbox +ok +auto: rlimits, no_new_privs, landlock \(ABI \d+\), seccomp, netns \[`).MatchString(stdout) {
+		t.Errorf("warmup does not name every layer of the OS sandbox:\n%s", stdout)
 	}
 }
 
