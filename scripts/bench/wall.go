@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"syscall"
 	"time"
 
@@ -20,18 +22,22 @@ import (
 const wallCalls = 1000
 
 // wallReport is what the OS sandbox around each worker costs (issue 29):
-// one-worker pools (supervisor.Pool, no MCP) started with --os-sandbox off
-// and auto, with Python's default network (public: the worker keeps the
-// host's network namespace) and with none (a new user and network
-// namespace each), the four taking turns run after run so that the
-// machine's load drifts over all alike.
+// one-worker pools (supervisor.Pool, no MCP) with --os-sandbox off and
+// auto, under Python's default network (public: the worker keeps the
+// host's network namespace) and under none (a new user and network
+// namespace each). On a machine shared with other work the load drifts
+// from second to second, so off and auto are measured in pairs: in each
+// run, for each network, one pool of each is started (which first taking
+// turns from run to run), then both take warm calls in alternation. The
+// ratios are medians of each pair's ratio.
 type wallReport struct {
 	Runs  int `json:"runs"`
 	Calls int `json:"calls"`
 	// Layers are those auto applied on this machine.
 	Layers   []oswall.Layer `json:"layers"`
 	Variants []wallVariant  `json:"variants"`
-	// The ratios auto / off of the medians, for each network.
+	// The ratios auto / off, medians over the runs' pairs, for each
+	// network.
 	StartRatio        float64 `json:"start_auto_over_off"`
 	StartCPURatio     float64 `json:"start_cpu_auto_over_off"`
 	WarmRatio         float64 `json:"warm_p50_auto_over_off"`
@@ -64,20 +70,22 @@ type wallVariant struct {
 	WarmP50MS float64 `json:"warm_p50_ms"`
 	WarmCPUus float64 `json:"warm_cpu_us"`
 
-	ready, readyCPU, warm, warmCPU []time.Duration
+	runs []wallRun
 }
+
+type wallRun struct{ ready, readyCPU, warm, warmCPU time.Duration }
 
 func benchWall(ctx context.Context, rt *supervisor.Runtime, runs, n, warmup int) (*wallReport, error) {
 	n = min(n, wallCalls)
 	rep := &wallReport{Runs: runs, Calls: n, Layers: oswall.Describe(oswall.ModeAuto, oswall.Probe()).Layers}
-	variants := []*wallVariant{
-		{Mode: oswall.ModeOff, Network: supervisor.NetworkPublic}, {Mode: oswall.ModeAuto, Network: supervisor.NetworkPublic},
-		{Mode: oswall.ModeOff, Network: supervisor.NetworkNone}, {Mode: oswall.ModeAuto, Network: supervisor.NetworkNone},
+	pairs := [][2]*wallVariant{
+		{{Mode: oswall.ModeOff, Network: supervisor.NetworkPublic}, {Mode: oswall.ModeAuto, Network: supervisor.NetworkPublic}},
+		{{Mode: oswall.ModeOff, Network: supervisor.NetworkNone}, {Mode: oswall.ModeAuto, Network: supervisor.NetworkNone}},
 	}
-	// One start of each, not counted: the first start of a configuration
+	// One pair of each, not counted: the first start of a configuration
 	// finds colder caches (and, behind the sandbox, may fill Deno's).
-	for _, v := range variants {
-		if _, err := wallOnce(ctx, rt, v, 10, 0); err != nil {
+	for _, pair := range pairs {
+		if _, err := wallPair(ctx, rt, pair, false, 10, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -85,30 +93,48 @@ func benchWall(ctx context.Context, rt *supervisor.Runtime, runs, n, warmup int)
 		return nil, fmt.Errorf("launcher: %w", err)
 	}
 	for r := range runs {
-		for i := range variants {
-			v := variants[(i+r)%len(variants)]
-			x, err := wallOnce(ctx, rt, v, n, warmup)
+		for _, pair := range pairs {
+			x, err := wallPair(ctx, rt, pair, r%2 == 1, n, warmup)
 			if err != nil {
-				return nil, fmt.Errorf("run %d, %s network %s: %w", r+1, v.Mode, v.Network, err)
+				return nil, fmt.Errorf("run %d, network %s: %w", r+1, pair[0].Network, err)
 			}
-			v.ready, v.readyCPU = append(v.ready, x.ready), append(v.readyCPU, x.readyCPU)
-			v.warm, v.warmCPU = append(v.warm, x.warm), append(v.warmCPU, x.warmCPU)
-			progress("wall run %d, %s, network %s: ready %.0f ms (CPU %.0f ms), warm p50 %.3f ms (worker CPU %.0f us a call)",
-				r+1, v.Mode, v.Network, ms(x.ready), ms(x.readyCPU), ms(x.warm), us(x.warmCPU))
+			for i, v := range pair {
+				v.runs = append(v.runs, x[i])
+				progress("wall run %d, %s, network %s: ready %.0f ms (CPU %.0f ms), warm p50 %.3f ms (worker CPU %.0f us a call)",
+					r+1, v.Mode, v.Network, ms(x[i].ready), ms(x[i].readyCPU), ms(x[i].warm), us(x[i].warmCPU))
+			}
 		}
 	}
-	for _, v := range variants {
-		v.ReadyMS, v.ReadyCPUMS = round1(ms(median(v.ready))), round1(ms(median(v.readyCPU)))
-		v.WarmP50MS, v.WarmCPUus = round3(ms(median(v.warm))), round1(us(median(v.warmCPU)))
-		rep.Variants = append(rep.Variants, *v)
+	// ratios is the median over the runs of auto's figure over off's.
+	ratios := func(pair [2]*wallVariant, f func(wallRun) time.Duration) float64 {
+		var rs []float64
+		for i := range pair[0].runs {
+			rs = append(rs, float64(f(pair[1].runs[i]))/float64(f(pair[0].runs[i])))
+		}
+		return round3(median(rs))
 	}
-	ratio := func(a, b time.Duration) float64 { return round3(float64(a) / float64(b)) }
-	off, auto := variants[0], variants[1]
-	rep.StartRatio, rep.StartCPURatio = ratio(median(auto.ready), median(off.ready)), ratio(median(auto.readyCPU), median(off.readyCPU))
-	rep.WarmRatio, rep.WarmCPURatio = ratio(median(auto.warm), median(off.warm)), ratio(median(auto.warmCPU), median(off.warmCPU))
-	off, auto = variants[2], variants[3]
-	rep.NoNetStartRatio, rep.NoNetStartCPU = ratio(median(auto.ready), median(off.ready)), ratio(median(auto.readyCPU), median(off.readyCPU))
-	rep.NoNetWarmRatio, rep.NoNetWarmCPURatio = ratio(median(auto.warm), median(off.warm)), ratio(median(auto.warmCPU), median(off.warmCPU))
+	get := func(f func(wallRun) time.Duration, v *wallVariant) time.Duration {
+		var ds []time.Duration
+		for _, x := range v.runs {
+			ds = append(ds, f(x))
+		}
+		return median(ds)
+	}
+	ready := func(x wallRun) time.Duration { return x.ready }
+	readyCPU := func(x wallRun) time.Duration { return x.readyCPU }
+	warm := func(x wallRun) time.Duration { return x.warm }
+	warmCPU := func(x wallRun) time.Duration { return x.warmCPU }
+	for _, pair := range pairs {
+		for _, v := range pair {
+			v.ReadyMS, v.ReadyCPUMS = round1(ms(get(ready, v))), round1(ms(get(readyCPU, v)))
+			v.WarmP50MS, v.WarmCPUus = round3(ms(get(warm, v))), round1(us(get(warmCPU, v)))
+			rep.Variants = append(rep.Variants, *v)
+		}
+	}
+	rep.StartRatio, rep.StartCPURatio = ratios(pairs[0], ready), ratios(pairs[0], readyCPU)
+	rep.WarmRatio, rep.WarmCPURatio = ratios(pairs[0], warm), ratios(pairs[0], warmCPU)
+	rep.NoNetStartRatio, rep.NoNetStartCPU = ratios(pairs[1], ready), ratios(pairs[1], readyCPU)
+	rep.NoNetWarmRatio, rep.NoNetWarmCPURatio = ratios(pairs[1], warm), ratios(pairs[1], warmCPU)
 	return rep, nil
 }
 
@@ -147,72 +173,125 @@ func benchLauncher(ctx context.Context, rep *wallReport) error {
 	return nil
 }
 
-type wallRun struct{ ready, readyCPU, warm, warmCPU time.Duration }
+// wallPair times the start of a one-worker pool of each of pair, alone,
+// one after the other (auto first when autoFirst), then makes warmup and
+// n calls of print(1) on one of each, the two taking turns call by call.
+func wallPair(ctx context.Context, rt *supervisor.Runtime, pair [2]*wallVariant, autoFirst bool, n, warmup int) (x [2]wallRun, err error) {
+	var pools [2]*supervisor.Pool
+	var pids [2]int
+	defer func() {
+		for _, p := range pools {
+			if p != nil {
+				p.Close(ctx)
+			}
+		}
+	}()
+	first, second := 0, 1
+	if autoFirst {
+		first, second = 1, 0
+	}
+	// Each start is timed alone: a fresh worker keeps a CPU busy for a
+	// while after its ready, which would slow a start beside it. So the
+	// first is started, timed and closed, the second started and timed,
+	// and the first started again, untimed, for the warm calls.
+	for step, i := range []int{first, second, first} {
+		var ready time.Duration
+		if pools[i], pids[i], ready, err = wallStart(ctx, rt, pair[i], pids[:]); err != nil {
+			return
+		}
+		if step < 2 {
+			x[i].ready = ready
+			if x[i].readyCPU, err = cpuTime(pids[i]); err != nil {
+				return
+			}
+		}
+		if step == 0 {
+			pools[i].Close(ctx)
+			pools[i], pids[i] = nil, 0
+		}
+	}
+	var took [2][]time.Duration
+	var before [2]time.Duration
+	for c := range warmup + n {
+		if c == warmup {
+			for i := range pids {
+				if before[i], err = cpuTime(pids[i]); err != nil {
+					return
+				}
+			}
+		}
+		for k := range 2 {
+			i := (c + k) % 2 // which goes first takes turns too
+			t0 := time.Now()
+			res, e := pools[i].Run(ctx, supervisor.Job{ID: fmt.Sprint(c + 1), Code: code}, nil)
+			d := time.Since(t0)
+			if e != nil {
+				err = e
+				return
+			}
+			if res.Status != supervisor.StatusSuccess || res.Stdout != "1\n" {
+				err = fmt.Errorf("%s: status %s, stdout %q: %s", pair[i].Mode, res.Status, res.Stdout, res.Error)
+				return
+			}
+			if c >= warmup {
+				took[i] = append(took[i], d)
+			}
+		}
+	}
+	for i := range pids {
+		after, e := cpuTime(pids[i])
+		if e != nil {
+			err = e
+			return
+		}
+		x[i].warm = median(took[i])
+		x[i].warmCPU = (after - before[i]) / time.Duration(max(n, 1))
+	}
+	return x, nil
+}
 
-// wallOnce starts a one-worker pool of v, times its start and n warm calls.
-func wallOnce(ctx context.Context, rt *supervisor.Runtime, v *wallVariant, n, warmup int) (x wallRun, err error) {
+// wallStart starts a one-worker pool of v and waits for its worker, which
+// is not one of known.
+func wallStart(ctx context.Context, rt *supervisor.Runtime, v *wallVariant, known []int) (*supervisor.Pool, int, time.Duration, error) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "supervisor", Level: hclog.Warn, Output: os.Stderr})
 	began := time.Now()
 	// No warming calls: they would take the CPU the start is timed on.
 	pool, err := supervisor.NewPool(rt, supervisor.Config{Workers: 1, OSSandbox: v.Mode, Network: v.Network, WarmCalls: -1}, log)
 	if err != nil {
-		return
+		return nil, 0, 0, err
 	}
-	defer pool.Close(ctx)
 	for pool.Stats().Ready < 1 {
 		if s := pool.Stats(); s.StartError != "" {
-			err = fmt.Errorf("worker start: %s", s.StartError)
-			return
+			pool.Close(ctx)
+			return nil, 0, 0, fmt.Errorf("worker start: %s", s.StartError)
 		}
 		select {
 		case <-ctx.Done():
-			err = ctx.Err()
-			return
+			pool.Close(ctx)
+			return nil, 0, 0, ctx.Err()
 		case <-time.After(time.Millisecond):
 		}
 	}
-	x.ready = time.Since(began)
-	pid, err := oldestChild("deno")
-	if err != nil {
-		return
-	}
-	if x.readyCPU, err = cpuTime(pid); err != nil {
-		return
-	}
-	var before time.Duration
-	s, err := measure(n, warmup, func(i int) error {
-		if i == warmup {
-			before, _ = cpuTime(pid)
+	ready := time.Since(began)
+	// Its worker is the Deno child no other pool of the pair has.
+	for _, pid := range childrenOf(os.Getpid()) {
+		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && string(comm) == "deno\n" && !slices.Contains(known, pid) {
+			return pool, pid, ready, nil
 		}
-		res, err := pool.Run(ctx, supervisor.Job{ID: fmt.Sprint(i + 1), Code: code}, nil)
-		if err != nil {
-			return err
-		}
-		if res.Status != supervisor.StatusSuccess || res.Stdout != "1\n" {
-			return fmt.Errorf("status %s, stdout %q: %s", res.Status, res.Stdout, res.Error)
-		}
-		return nil
-	})
-	if err != nil {
-		return
 	}
-	after, err := cpuTime(pid)
-	if err != nil {
-		return
-	}
-	x.warm = median(s.durations)
-	x.warmCPU = (after - before) / time.Duration(n)
-	return x, nil
+	pool.Close(ctx)
+	return nil, 0, 0, errors.New("its worker is not among this process's children")
 }
 
 func printWall(w io.Writer, r *wallReport) {
-	fmt.Fprintf(w, "OS sandbox (layers of auto here: %v), one-worker pools, medians of %d runs taking turns, %d warm calls each:\n", r.Layers, r.Runs, r.Calls)
+	fmt.Fprintf(w, "OS sandbox (layers of auto here: %v), one-worker pools in pairs off / auto, medians of %d runs, %d warm calls each taking turns:\n", r.Layers, r.Runs, r.Calls)
 	for _, v := range r.Variants {
 		fmt.Fprintf(w, "  %-4s network %-6s: ready %7.1f ms, CPU by ready %7.1f ms; warm print(1) p50 %.3f ms, worker CPU %5.0f us a call\n",
 			v.Mode, v.Network, v.ReadyMS, v.ReadyCPUMS, v.WarmP50MS, v.WarmCPUus)
 	}
 	fmt.Fprintf(w, "  the launcher alone: /bin/true %.1f ms (CPU %.1f ms) directly, %.1f ms (CPU %.1f ms) behind every layer\n",
 		r.TrueMS, r.TrueCPUMS, r.LaunchedMS, r.LaunchedCPUMS)
+	fmt.Fprintf(w, "  auto / off, medians of the pairs' ratios\n")
 	fmt.Fprintf(w, "  auto / off, network public: start %.3fx (CPU %.3fx), warm p50 %.3fx (CPU %.3fx)\n", r.StartRatio, r.StartCPURatio, r.WarmRatio, r.WarmCPURatio)
 	fmt.Fprintf(w, "  auto / off, network none:   start %.3fx (CPU %.3fx), warm p50 %.3fx (CPU %.3fx)\n", r.NoNetStartRatio, r.NoNetStartCPU, r.NoNetWarmRatio, r.NoNetWarmCPURatio)
 }
