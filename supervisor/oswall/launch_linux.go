@@ -98,7 +98,10 @@ func applyAll(l launch) map[Layer]string {
 
 // setRlimits sets the resource limits, soft and hard alike (a process may
 // lower its hard limit, never raise it again; Deno raises its soft open
-// files limit to the hard one at start).
+// files limit to the hard one at start). unix.Setrlimit goes through
+// syscall.Setrlimit, which also tells Go's syscall.Exec not to put back
+// the open files limit the launcher started with (a privileged launcher
+// could, undoing this one; TestWall checks it).
 func setRlimits(p Policy) error {
 	files, size := p.OpenFiles, p.FileSize
 	if files == 0 {

@@ -211,6 +211,21 @@ func TestWall(t *testing.T) {
 	try := tries{Read: secret, Write: filepath.Join(dir, "written"), Connect: ln.Addr().String(), Ptrace: target.Process.Pid}
 	own, _ := os.Readlink("/proc/self/ns/net")
 
+	// A soft open files limit below the hard one, as most systems have:
+	// Go's runtime raises its soft limit at start and syscall.Exec puts
+	// back what it found, which for a launcher with privileges would undo
+	// RLIMIT_NOFILE.
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Max > 2048 {
+		low := unix.Rlimit{Cur: 2048, Max: lim.Max}
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+	}
 	all := Set{Base: true, Seccomp: true, Landlock: true, NetNS: true}
 	walled := sandboxed(t, Policy{Layers: all}, try)
 	t.Logf("walled: %v", walled)
@@ -234,7 +249,7 @@ func TestWall(t *testing.T) {
 	// With the network, sockets of IPv4 and IPv6 are fine and TCP
 	// connects; still no UNIX sockets.
 	netted := sandboxed(t, Policy{Layers: all, Network: true}, try)
-	if netted["connect"] != "ok" || netted["unix socket"] != "EPERM" || netted["netns"] != own {
+	if netted["connect"] != "ok" || netted["unix socket"] != "EPERM" || netted["netns"] != own || netted["nofile"] != "1024/1024" {
 		t.Errorf("walled with network: %v", netted)
 	}
 
