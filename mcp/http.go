@@ -14,6 +14,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/oswall"
 )
 
 // HTTPOptions configure the HTTP front end. The zero value of each field
@@ -50,6 +51,9 @@ type HTTPOptions struct {
 	LanguageSessions func() map[string]int
 	// Sessions caps the MCP sessions open (sessioncap.go).
 	Sessions SessionLimits
+	// OSSandbox is the OS sandbox workers start behind, for /healthz's
+	// os_sandbox. nil: not reported.
+	OSSandbox *oswall.Status
 }
 
 // HTTPHandler serves MCP over HTTP: Streamable HTTP at /mcp, the legacy
@@ -286,6 +290,8 @@ func (h *HTTPHandler) health(w http.ResponseWriter, _ *http.Request) {
 		ResultsWaiting  int64  `json:"results_waiting_bytes"`
 		// Languages: each language's pool, when there are several.
 		Languages map[string]languageHealth `json:"languages,omitempty"`
+		// OSSandbox: the layers of the OS sandbox in force.
+		OSSandbox *oswall.Status `json:"os_sandbox,omitempty"`
 	}{
 		Status:          "ok",
 		WorkersReady:    s.Ready + s.Busy,
@@ -296,6 +302,7 @@ func (h *HTTPHandler) health(w http.ResponseWriter, _ *http.Request) {
 		Queued:          s.Queued,
 		StartError:      s.StartError,
 		ResultsWaiting:  h.srv.front.out.waitingBytes(),
+		OSSandbox:       h.opts.OSSandbox,
 	}
 	if h.opts.SessionsOpen != nil {
 		body.SessionsOpen = h.opts.SessionsOpen()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/oswall"
 )
 
 // Metrics is pyrun's Prometheus registry. Calls are counted and timed by the
@@ -79,6 +80,22 @@ func NewMetrics(version string, stats func() supervisor.Stats) *Metrics {
 		ConstLabels: prometheus.Labels{"version": version},
 	}, func() float64 { return 1 }))
 	return m
+}
+
+// OSSandbox adds pyrun_os_sandbox_layer: 1 for each layer of the OS
+// sandbox in force, 0 for each missing or off.
+func (m *Metrics) OSSandbox(st oswall.Status) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "pyrun_os_sandbox_layer",
+		Help: "Layers of the OS sandbox around worker processes (--os-sandbox): 1 in force, 0 not (missing on this machine, or off).",
+	}, []string{"layer"})
+	for _, l := range oswall.Layers {
+		g.WithLabelValues(string(l)).Set(0)
+	}
+	for _, l := range st.Layers {
+		g.WithLabelValues(string(l)).Set(1)
+	}
+	_ = m.reg.Register(g)
 }
 
 // countSessions adds a gauge of open MCP sessions.

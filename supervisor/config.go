@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pyrun/pyrun/supervisor/oswall"
 	"github.com/pyrun/pyrun/supervisor/packages"
 )
 
@@ -92,6 +93,22 @@ type Config struct {
 	// by then (pyodide-host/warm.ts). 0: DefaultWarmCalls; negative: none.
 	// Pool workers of IsolationProcess never warm: each serves one call.
 	WarmCalls int
+
+	// OSSandbox is how much of the OS sandbox around each worker process
+	// (the second wall, wall.go) pools insist on. "": oswall.ModeAuto.
+	OSSandbox oswall.Mode
+	// WorkerOpenFiles caps the files a worker process holds open
+	// (RLIMIT_NOFILE, behind the OS sandbox). 0: oswall.DefaultOpenFiles.
+	WorkerOpenFiles int
+	// WorkerFileSize caps, in bytes, the size of a file a worker writes
+	// (RLIMIT_FSIZE, behind the OS sandbox; only :rw mounts are writable).
+	// 0: oswall.DefaultFileSize.
+	WorkerFileSize int64
+
+	// openFirstWall gives workers every Deno permission (--allow-all):
+	// only tests set it (export_test.go), to show that the OS sandbox
+	// holds with the first wall open. Never set in pyrun.
+	openFirstWall bool
 }
 
 // Network says what Python code may reach over the network.
@@ -221,6 +238,15 @@ func (c Config) withDefaults() Config {
 	if c.WarmCalls == 0 {
 		c.WarmCalls = DefaultWarmCalls
 	}
+	if c.OSSandbox == "" {
+		c.OSSandbox = oswall.ModeAuto
+	}
+	if c.WorkerOpenFiles <= 0 {
+		c.WorkerOpenFiles = oswall.DefaultOpenFiles
+	}
+	if c.WorkerFileSize <= 0 {
+		c.WorkerFileSize = oswall.DefaultFileSize
+	}
 	return c
 }
 
@@ -301,6 +327,9 @@ type launch struct {
 	preload []packages.File
 	// session makes a Python session's worker (Pool.StartDedicated).
 	session bool
+	// primeCache makes a worker that may write Deno's cache, which takes
+	// no call (cacheprime.go).
+	primeCache bool
 }
 
 // denoArgs is the one place that decides what a worker process of e, or the
@@ -309,18 +338,47 @@ type launch struct {
 // everything not granted here, and --no-prompt makes a missing permission
 // an error instead of a question on a terminal.
 func denoArgs(rt *Runtime, e Engine, c Config, l launch) ([]string, error) {
+	args, _, err := denoLaunch(rt, e, c, l)
+	return args, err
+}
+
+// grants are what denoLaunch's flags let a worker's code reach, for the OS
+// sandbox to grant the same (wall.go).
+type grants struct {
+	read, write []string // files and folders named in --allow-read, --allow-write
+	network     bool     // some --allow-net
+}
+
+// denoLaunch is denoArgs, and what they grant.
+func denoLaunch(rt *Runtime, e Engine, c Config, l launch) ([]string, grants, error) {
+	args, g, err := denoFlags(rt, e, c, l)
+	if err != nil {
+		return nil, grants{}, err
+	}
+	if c.openFirstWall {
+		// Tests only (export_test.go): the first wall opened, to prove
+		// the second holds on its own. Deno takes --allow-all with no
+		// other --allow- flag.
+		args = slices.DeleteFunc(args, func(a string) bool { return strings.HasPrefix(a, "--allow-") })
+		args = slices.Insert(args, len(args)-2, "--allow-all")
+	}
+	return args, g, nil
+}
+
+func denoFlags(rt *Runtime, e Engine, c Config, l launch) ([]string, grants, error) {
+	fail := func(err error) ([]string, grants, error) { return nil, grants{}, err }
 	for _, d := range []string{rt.Dir, rt.PackageDir} {
 		if strings.ContainsAny(d, ",") {
-			return nil, fmt.Errorf("runtime folder %q contains a comma, which Deno's permission lists cannot hold", d)
+			return fail(fmt.Errorf("runtime folder %q contains a comma, which Deno's permission lists cannot hold", d))
 		}
 	}
 	feat := e.Features()
 	if l.makeSnapshot && !feat.Snapshots {
-		return nil, fmt.Errorf("the %s engine makes no snapshots", e.Name())
+		return fail(fmt.Errorf("the %s engine makes no snapshots", e.Name()))
 	}
 	perm, err := e.Permissions(rt)
 	if err != nil {
-		return nil, fmt.Errorf("%s engine: %w", e.Name(), err)
+		return fail(fmt.Errorf("%s engine: %w", e.Name(), err))
 	}
 	read := slices.Clone(perm.Read)
 	if feat.Packages && !l.makeSnapshot && rt.PackageDir != "" {
@@ -336,7 +394,7 @@ func denoArgs(rt *Runtime, e Engine, c Config, l launch) ([]string, error) {
 		// The snapshot the worker starts from: read, never written (see
 		// Permissions).
 		if strings.ContainsAny(l.snapshot.Path, ",") {
-			return nil, fmt.Errorf("snapshot path %q contains a comma, which Deno's permission lists cannot hold", l.snapshot.Path)
+			return fail(fmt.Errorf("snapshot path %q contains a comma, which Deno's permission lists cannot hold", l.snapshot.Path))
 		}
 		read = append(read, l.snapshot.Path)
 		hc.Snapshot, hc.SnapshotSize = l.snapshot.Path, l.snapshot.Size
@@ -358,7 +416,7 @@ func denoArgs(rt *Runtime, e Engine, c Config, l launch) ([]string, error) {
 			// writable.
 			for _, m := range c.Mounts {
 				if strings.ContainsAny(m.Host, ",") {
-					return nil, fmt.Errorf("mount %q contains a comma, which Deno's permission lists cannot hold", m.Host)
+					return fail(fmt.Errorf("mount %q contains a comma, which Deno's permission lists cannot hold", m.Host))
 				}
 				read = append(read, m.Host)
 				if m.RW {
@@ -396,19 +454,20 @@ func denoArgs(rt *Runtime, e Engine, c Config, l launch) ([]string, error) {
 		// Everything but deniedNets and the host's own addresses.
 		deny, err := publicDenyList()
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		args = append(args, "--allow-net", "--deny-net="+strings.Join(deny, ","))
 	case c.Network == NetworkAll:
 		args = append(args, "--allow-net")
 	default:
-		return nil, fmt.Errorf("unknown network mode %q", c.Network)
+		return fail(fmt.Errorf("unknown network mode %q", c.Network))
 	}
 	hcJSON, err := json.Marshal(hc)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	return append(args, programPath(rt, e), string(hcJSON)), nil
+	g := grants{read: read, write: write, network: slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--allow-net") })}
+	return append(args, programPath(rt, e), string(hcJSON)), g, nil
 }
 
 // workerEnv is a worker's whole environment: nothing from the host.

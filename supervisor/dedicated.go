@@ -61,6 +61,9 @@ func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, e
 	if err != nil {
 		return nil, fmt.Errorf("start a dedicated worker: %w", err)
 	}
+	if p.primer != nil {
+		p.primer.ensure(ctx, cfg, snap)
+	}
 	cmd, err := p.newCmd(cfg, launch{snapshot: snap, preload: preload, session: true})
 	if err != nil {
 		return nil, fmt.Errorf("start a dedicated worker: %w", err)

@@ -12,7 +12,7 @@ import (
 // NewPoolWithCommand builds a pool whose workers run the command newCmd
 // returns, so that tests can supervise misbehaving processes.
 func NewPoolWithCommand(newCmd func(Config) (*exec.Cmd, error), cfg Config, log hclog.Logger) *Pool {
-	return newPool(Python, func(c Config, _ launch) (*exec.Cmd, error) { return newCmd(c) }, nil, nil, nil, cfg, log)
+	return newPool(Python, func(c Config, _ launch) (*exec.Cmd, error) { return newCmd(c) }, nil, nil, nil, nil, cfg, log)
 }
 
 // WorkerArgs exposes denoArgs for a plain start, for tests that start a
@@ -81,7 +81,7 @@ func EngineWorkerArgs(rt *Runtime, e Engine, c Config) ([]string, error) {
 
 // NewEnginePoolWithCommand is NewPoolWithCommand for a pool of engine e.
 func NewEnginePoolWithCommand(e Engine, newCmd func(Config) (*exec.Cmd, error), cfg Config, log hclog.Logger) *Pool {
-	return newPool(e, func(c Config, _ launch) (*exec.Cmd, error) { return newCmd(c) }, nil, nil, nil, cfg, log)
+	return newPool(e, func(c Config, _ launch) (*exec.Cmd, error) { return newCmd(c) }, nil, nil, nil, nil, cfg, log)
 }
 
 // FakeEngine is an engine of that name for pools of fake workers, which
@@ -109,3 +109,16 @@ func ProcessCPU(t testing.TB, pid int) time.Duration {
 
 // PID is the dedicated worker's process id.
 func (d *Dedicated) PID() int { return d.w.cmd.Process.Pid }
+
+// OpenFirstWall gives the workers of c every Deno permission
+// (--allow-all): the first wall opened, so that a test can show what the
+// second (the OS sandbox) holds on its own, and what it lets through when
+// it is off.
+func OpenFirstWall(c Config) Config {
+	c.openFirstWall = true
+	return c
+}
+
+// PrimedMarker is the file that says Deno's cache was filled for workers
+// of e from rt.
+var PrimedMarker = primedMarker

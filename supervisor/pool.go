@@ -43,6 +43,7 @@ type Pool struct {
 	engine Engine                                  // what its workers run
 	newCmd func(Config, launch) (*exec.Cmd, error) // builds a worker's command
 	snaps  *snapshots                              // nil: workers always start plainly
+	primer *cachePrimer                            // nil: nothing fills Deno's cache first
 	// newPkgs makes the resolver of a configuration's packages; nil: the
 	// pool loads none.
 	newPkgs func(Config) (*packages.Resolver, error)
@@ -125,11 +126,11 @@ func NewPool(rt *Runtime, cfg Config, log hclog.Logger) (*Pool, error) {
 // (Engine.Features).
 func NewEnginePool(rt *Runtime, e Engine, cfg Config, log hclog.Logger) (*Pool, error) {
 	newCmd := func(c Config, l launch) (*exec.Cmd, error) {
-		args, err := denoArgs(rt, e, c, l)
-		if err != nil {
+		cmd := exec.Command(rt.Deno)
+		if err := workerCmd(cmd, rt, e, c, l); err != nil {
 			return nil, err
 		}
-		return denoCmd(rt, args), nil
+		return cmd, nil
 	}
 	if _, err := newCmd(cfg.forEngine(e), launch{}); err != nil {
 		return nil, fmt.Errorf("new %s pool: %w", e.Name(), err)
@@ -147,7 +148,7 @@ func NewEnginePool(rt *Runtime, e Engine, cfg Config, log hclog.Logger) (*Pool, 
 	if e.Features().Snapshots {
 		snaps = newSnapshots(rt, log.Named("snapshot"))
 	}
-	return newPool(e, newCmd, snaps, newPkgs, pkgs, cfg, log), nil
+	return newPool(e, newCmd, snaps, newCachePrimer(rt, e, log.Named("cache")), newPkgs, pkgs, cfg, log), nil
 }
 
 // NewResolver is the package resolver of cfg's packages on rt: what
@@ -173,19 +174,11 @@ func NewResolver(rt *Runtime, cfg Config, log hclog.Logger) (*packages.Resolver,
 	})
 }
 
-// denoCmd is a Deno process of rt: an empty environment and a working
-// directory of pyrun's own.
-func denoCmd(rt *Runtime, args []string) *exec.Cmd {
-	cmd := exec.Command(rt.Deno, args...)
-	cmd.Env = workerEnv(rt)
-	cmd.Dir = rt.WorkDir
-	return cmd
-}
-
 // newPool starts a pool whose workers of engine e run newCmd's commands,
-// from snaps' snapshots (nil: always plainly), loading packages through
-// pkgs, which newPkgs makes again for a new configuration (nil: no packages).
-func newPool(e Engine, newCmd func(Config, launch) (*exec.Cmd, error), snaps *snapshots,
+// from snaps' snapshots (nil: always plainly), after primer has filled
+// Deno's cache (nil: none), loading packages through pkgs, which newPkgs
+// makes again for a new configuration (nil: no packages).
+func newPool(e Engine, newCmd func(Config, launch) (*exec.Cmd, error), snaps *snapshots, primer *cachePrimer,
 	newPkgs func(Config) (*packages.Resolver, error), pkgs *packages.Resolver, cfg Config, log hclog.Logger) *Pool {
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg = cfg.forEngine(e)
@@ -194,6 +187,7 @@ func newPool(e Engine, newCmd func(Config, launch) (*exec.Cmd, error), snaps *sn
 		engine:  e,
 		newCmd:  newCmd,
 		snaps:   snaps,
+		primer:  primer,
 		newPkgs: newPkgs,
 		pkgs:    pkgs,
 		ctx:     ctx,
@@ -269,7 +263,8 @@ func (p *Pool) Reconfigure(cfg Config) error {
 	p.cfg = cfg
 	p.logs.set(cfg)
 	if old.MemoryLimit != cfg.MemoryLimit || old.Network != cfg.Network || old.MaxOutput != cfg.MaxOutput ||
-		!slices.Equal(old.Deps, cfg.Deps) || !slices.Equal(old.Mounts, cfg.Mounts) {
+		!slices.Equal(old.Deps, cfg.Deps) || !slices.Equal(old.Mounts, cfg.Mounts) ||
+		old.OSSandbox != cfg.OSSandbox || old.WorkerOpenFiles != cfg.WorkerOpenFiles || old.WorkerFileSize != cfg.WorkerFileSize {
 		p.gen++
 	}
 	idle := p.idle

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pyrun/pyrun/supervisor/oswall"
 )
 
 // TestIdleWorkerKilledFromOutsideIsReplaced kills an idle worker the way
@@ -20,7 +22,7 @@ func TestIdleWorkerKilledFromOutsideIsReplaced(t *testing.T) {
 	script := fmt.Sprintf(`printf '{"type":"ready","engine":"python","protocol":%d}\n'; exec sleep 600`, protocolVersion)
 	p := newPool(Python, func(Config, launch) (*exec.Cmd, error) {
 		return exec.Command("/bin/sh", "-c", script), nil
-	}, nil, nil, nil, Config{Workers: 1}, logFor(t))
+	}, nil, nil, nil, nil, Config{Workers: 1}, logFor(t))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -72,7 +74,7 @@ func TestPoolDoesNotUseACorruptSnapshot(t *testing.T) {
 *snapshot*) printf '{"type":"ready","engine":"python","protocol":%[1]d,"snapshot":true}\n'; exec sleep 600 ;;
 *) printf '{"type":"ready","engine":"python","protocol":%[1]d}\n'; exec sleep 600 ;;
 esac`, protocolVersion))
-	made, err := EnsureSnapshot(t.Context(), rt, Config{}, logFor(t))
+	made, err := EnsureSnapshot(t.Context(), rt, noWall, logFor(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +82,7 @@ esac`, protocolVersion))
 	body[100] ^= 0xff
 	replaceFile(t, made.Path, body)
 
-	p, err := NewPool(rt, Config{Workers: 1}, logFor(t))
+	p, err := NewPool(rt, Config{Workers: 1, OSSandbox: oswall.ModeOff}, logFor(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +119,7 @@ func TestStartsKilledFromOutsideKeepTheSnapshot(t *testing.T) {
 			return exec.Command("/bin/sh", "-c", "kill -9 $$"), nil
 		}
 		return exec.Command("/bin/sh", "-c", ready), nil
-	}, newSnapshots(rt, logFor(t)), nil, nil, Config{Workers: 1}, logFor(t))
+	}, newSnapshots(rt, logFor(t)), nil, nil, nil, Config{Workers: 1, OSSandbox: oswall.ModeOff}, logFor(t))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()

@@ -154,6 +154,9 @@ func (p *Pool) startLocked() {
 		var w *worker
 		preload, err := preloadFiles(p.ctx, pkgs, cfg)
 		var cmd *exec.Cmd
+		if err == nil && p.primer != nil {
+			p.primer.ensure(p.ctx, cfg, snap)
+		}
 		if err == nil {
 			cmd, err = p.newCmd(cfg, launch{snapshot: snap, preload: preload})
 		}

@@ -8,6 +8,11 @@ import (
 // setProcAttr puts a worker in its own process group, so that a terminal's
 // Ctrl-C reaches pyrun (which stops workers in order) and not the workers
 // directly, and has the kernel kill it if pyrun dies without cleaning up.
+// The OS sandbox may have set other fields (oswall.Wrap).
 func setProcAttr(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }

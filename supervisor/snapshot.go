@@ -231,8 +231,10 @@ func buildSnapshot(ctx context.Context, rt *Runtime, cfg Config, spec snapshotSp
 	began := time.Now()
 	key := snapshotKey(rt, spec)
 	snapPath, metaPath := snapshotPaths(rt, key)
-	args, err := denoArgs(rt, Python, cfg, launch{makeSnapshot: true})
-	if err != nil {
+	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, rt.Deno) // killed when ctx ends
+	if err := workerCmd(cmd, rt, Python, cfg, launch{makeSnapshot: true}); err != nil {
 		return nil, fmt.Errorf("make snapshot: %w", err)
 	}
 	log.Info("making a memory snapshot for fast worker starts; this happens once per pyrun version", "path", snapPath)
@@ -243,10 +245,6 @@ func buildSnapshot(ctx context.Context, rt *Runtime, cfg Config, spec snapshotSp
 	defer os.Remove(tmp.Name()) // after the rename, a no-op
 	defer tmp.Close()
 
-	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, rt.Deno, args...) // killed when ctx ends
-	cmd.Env, cmd.Dir = workerEnv(rt), rt.WorkDir
 	setProcAttr(cmd)
 	cmd.WaitDelay = stopTermDelay
 	h := sha256.New()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/supervisor/oswall"
 )
 
 func logFor(t *testing.T) hclog.Logger {
@@ -53,6 +56,11 @@ func fakeRuntime(t *testing.T, deno string) *Runtime {
 	}
 	return rt
 }
+
+// noWall is the configuration of the tests whose stand-in Deno is a shell
+// script: it runs other programs (head, sleep), which the OS sandbox
+// forbids workers and the snapshot maker alike.
+var noWall = Config{OSSandbox: oswall.ModeOff}
 
 // makerWrites is a stand-in maker that writes n random bytes as the snapshot.
 func makerWrites(n int) string { return fmt.Sprintf("head -c %d /dev/urandom", n) }
@@ -137,7 +145,7 @@ func TestNoDenoProcessMayWrite(t *testing.T) {
 func TestSnapshotIsMadeThroughStdout(t *testing.T) {
 	rt := fakeRuntime(t, makerWrites(100_000))
 	log := logFor(t)
-	snap, err := EnsureSnapshot(t.Context(), rt, Config{}, log)
+	snap, err := EnsureSnapshot(t.Context(), rt, noWall, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +162,7 @@ func TestSnapshotIsMadeThroughStdout(t *testing.T) {
 			t.Errorf("left behind: %s", e.Name())
 		}
 	}
-	again, err := EnsureSnapshot(t.Context(), rt, Config{}, log)
+	again, err := EnsureSnapshot(t.Context(), rt, noWall, log)
 	if err != nil || again.Built || again.SHA256 != snap.SHA256 {
 		t.Errorf("second EnsureSnapshot: %+v, %v; want the same snapshot, not built again", again, err)
 	}
@@ -195,7 +203,7 @@ func TestSnapshotIsMadeThroughStdout(t *testing.T) {
 				t.Fatalf("openSnapshot: %v, want an error saying %q", err, tc.wantErr)
 			}
 			// EnsureSnapshot makes a new one rather than use it.
-			fresh, err := EnsureSnapshot(t.Context(), rt, Config{}, log)
+			fresh, err := EnsureSnapshot(t.Context(), rt, noWall, log)
 			if err != nil || !fresh.Built {
 				t.Fatalf("EnsureSnapshot after damage: %+v, %v; want a new snapshot", fresh, err)
 			}
@@ -229,7 +237,7 @@ func TestSnapshotMakerFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := fakeRuntime(t, tc.maker)
 			began := time.Now()
-			_, err := EnsureSnapshot(t.Context(), rt, Config{StartTimeout: time.Second}, logFor(t))
+			_, err := EnsureSnapshot(t.Context(), rt, Config{StartTimeout: time.Second, OSSandbox: oswall.ModeOff}, logFor(t))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("EnsureSnapshot: %v, want an error saying %q", err, tc.want)
 			}
@@ -243,7 +251,7 @@ func TestSnapshotMakerFailures(t *testing.T) {
 				}
 			}
 			// A pool's starts then go without a snapshot.
-			if snap, _ := newSnapshots(rt, logFor(t)).get(t.Context(), Config{StartTimeout: time.Second}); snap != nil {
+			if snap, _ := newSnapshots(rt, logFor(t)).get(t.Context(), Config{StartTimeout: time.Second, OSSandbox: oswall.ModeOff}); snap != nil {
 				t.Errorf("get = %+v, want nil", snap)
 			}
 		})
@@ -258,40 +266,40 @@ func TestPoolStopsUsingASnapshotThatFails(t *testing.T) {
 	rt := fakeRuntime(t, makerWrites(50_000))
 	s := newSnapshots(rt, logFor(t))
 	ctx := t.Context()
-	first, _ := s.get(ctx, Config{})
+	first, _ := s.get(ctx, noWall)
 	if first == nil || !first.Built {
 		t.Fatalf("get = %+v, want a snapshot just built", first)
 	}
-	if again, _ := s.get(ctx, Config{}); again != first {
+	if again, _ := s.get(ctx, noWall); again != first {
 		t.Errorf("a second get checks again: %p, want %p", again, first)
 	}
 	s.started(first, nil, "")
 	s.started(first, nil, "snapshot not used: Snapshot has invalid magic number")
-	second, _ := s.get(ctx, Config{})
+	second, _ := s.get(ctx, noWall)
 	if second == nil || second == first || second.Built || second.SHA256 != first.SHA256 {
 		t.Fatalf("after a failed start, get = %+v; want the same file, checked again", second)
 	}
 	s.started(second, nil, "") // a success forgives
 	s.started(second, context.DeadlineExceeded, "")
-	third, _ := s.get(ctx, Config{})
+	third, _ := s.get(ctx, noWall)
 	if third == nil || third == second {
 		t.Fatalf("after one more failure, get = %+v; want the file checked again", third)
 	}
 	s.started(third, context.DeadlineExceeded, "")
-	if got, _ := s.get(ctx, Config{}); got != nil {
+	if got, _ := s.get(ctx, noWall); got != nil {
 		t.Errorf("after two failures in a row, get = %+v, want nil (plain starts)", got)
 	}
 
 	// A fresh pool, and a file replaced behind its back.
 	s = newSnapshots(rt, logFor(t))
-	before, verify := s.get(ctx, Config{})
+	before, verify := s.get(ctx, noWall)
 	if before == nil || verify == nil || verify() != nil {
 		t.Fatalf("a new pool's first get = %+v (check given: %t); want the snapshot there, its bytes checked at the first start", before, verify != nil)
 	}
 	body, _ := os.ReadFile(before.Path)
 	body[0] ^= 0xff
 	replaceFile(t, before.Path, body)
-	after, verify := s.get(ctx, Config{})
+	after, verify := s.get(ctx, noWall)
 	if after == nil || after == before || !after.Built || verify != nil {
 		t.Errorf("after the file changed, get = %+v; want a new snapshot made", after)
 	}
@@ -302,7 +310,7 @@ func TestPoolStopsUsingASnapshotThatFails(t *testing.T) {
 	body[len(body)/2] ^= 0xff
 	replaceFile(t, after.Path, body)
 	s = newSnapshots(rt, logFor(t))
-	bad, verify := s.get(ctx, Config{})
+	bad, verify := s.get(ctx, noWall)
 	if bad == nil || verify == nil {
 		t.Fatalf("get = %+v (check given: %t); want the snapshot and its check", bad, verify != nil)
 	}
@@ -314,7 +322,7 @@ func TestPoolStopsUsingASnapshotThatFails(t *testing.T) {
 		t.Errorf("verify again: %v, want the first answer %v, not a second check", err2, err)
 	}
 	s.started(bad, err, "")
-	good, verify := s.get(ctx, Config{})
+	good, verify := s.get(ctx, noWall)
 	if good == nil || !good.Built || verify != nil {
 		t.Errorf("after the failed check, get = %+v; want a new snapshot made", good)
 	}
@@ -341,11 +349,10 @@ func TestWorkerStartsPlainlyFromABadSnapshot(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := Config{}.withDefaults()
-			args, err := denoArgs(rt, Python, cfg, launch{snapshot: &Snapshot{Path: path, Size: tc.size}})
-			if err != nil {
+			cmd := exec.Command(rt.Deno)
+			if err := workerCmd(cmd, rt, Python, cfg, launch{snapshot: &Snapshot{Path: path, Size: tc.size}}); err != nil {
 				t.Fatal(err)
 			}
-			cmd := denoCmd(rt, args)
 			w, err := startWorker(t.Context(), "worker-1", cmd, cfg, logFor(t), nil, nil, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -408,7 +415,7 @@ func TestOldSnapshotsArePruned(t *testing.T) {
 	put("orphan.snap", "x", now)                 // no description
 	put("k.tmp-123", "x", now.Add(-2*time.Hour)) // a maker that died
 	put("k.tmp-456", "x", now)                   // a maker at work: kept
-	snap, err := EnsureSnapshot(t.Context(), rt, Config{}, logFor(t))
+	snap, err := EnsureSnapshot(t.Context(), rt, noWall, logFor(t))
 	if err != nil {
 		t.Fatal(err)
 	}

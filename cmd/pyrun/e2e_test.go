@@ -42,6 +42,9 @@ var pyrunBin string
 const callTimeout = 90 * time.Second
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(envConfine); spec != "" {
+		os.Exit(confineAndExec(spec))
+	}
 	flag.Parse()
 	if testing.Short() {
 		os.Exit(m.Run())

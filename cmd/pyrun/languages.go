@@ -148,6 +148,9 @@ func startPools(ctx context.Context, o *options, langs []language, workers int, 
 	if err != nil {
 		return nil, nil, err
 	}
+	if _, err := checkOSSandbox(o, log); err != nil {
+		return nil, nil, err
+	}
 	for _, m := range o.poolConfig().Mounts {
 		if m.RW {
 			log.Warn("a host folder is mounted read-write: code run by any client can change, add and delete files in it",

@@ -16,6 +16,7 @@ import (
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/oswall"
 	"github.com/pyrun/pyrun/supervisor/packages"
 )
 
@@ -51,6 +52,10 @@ type options struct {
 	idleMemorySlack  byteSize
 	workerLogPerCall byteSize
 	workerLogRate    byteSize
+	// The OS sandbox around each worker process (supervisor/oswall).
+	osSandbox       string
+	workerOpenFiles int
+	workerFileSize  byteSize
 
 	logLevel  string
 	logFormat string
@@ -127,6 +132,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	o.memoryLimit, o.maxOutput, o.maxCode, o.liveBuffer = 512<<20, 64<<10, 1<<20, 256<<10
 	o.workerLogPerCall, o.workerLogRate = supervisor.DefaultStderrLogPerCall, supervisor.DefaultStderrLogRate
 	o.maxToolListing, o.maxToolMessage = 8<<10, codemode.DefaultMaxMessage
+	o.workerFileSize = oswall.DefaultFileSize
 	fs.StringVar(&o.configFile, "config", "", "JSON config `file`; its keys are these flags' names in snake_case")
 	fs.IntVar(&o.workers, "workers", supervisor.DefaultWorkers(), "warm pool size")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
@@ -150,6 +156,9 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.Var(&o.idleMemorySlack, "idle-memory-slack", "resident memory a worker may hold after a call beyond what it held fresh; past it the worker is replaced (bytes or 128MiB; default a quarter of memory-limit, at least 64MiB)")
 	fs.Var(&o.workerLogPerCall, "worker-log-per-call", "bytes of worker stderr (js.console.log, os.write(2)) logged per call; the rest is counted (bytes or 16KiB)")
 	fs.Var(&o.workerLogRate, "worker-log-rate", "bytes of worker stderr logged a second, for all workers together (bytes or 64KiB)")
+	fs.StringVar(&o.osSandbox, "os-sandbox", string(oswall.ModeAuto), "the OS sandbox around every worker process (seccomp, Landlock, an empty network namespace, no_new_privs, resource limits): auto (every layer the machine offers; a warning names each missing one), required (refuse to start without seccomp and Landlock) or off")
+	fs.IntVar(&o.workerOpenFiles, "worker-open-files", oswall.DefaultOpenFiles, "files a worker process may hold open (RLIMIT_NOFILE, set by the OS sandbox); past it, opening one more fails in the call")
+	fs.Var(&o.workerFileSize, "worker-file-size", "largest file a worker may write, in a :rw mount (RLIMIT_FSIZE, set by the OS sandbox); a write past it fails in the call with 'File too large' (bytes or 1GiB)")
 	fs.StringVar(&o.runtimeDir, "runtime-dir", supervisor.DefaultRuntimeRoot(), "where pyrun installs Deno and Pyodide")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
@@ -356,6 +365,9 @@ func (o *options) check() error {
 	if _, err := supervisor.ParseIsolation(o.isolation); err != nil {
 		return err
 	}
+	if _, err := oswall.ParseMode(o.osSandbox); err != nil {
+		return err
+	}
 	switch {
 	case o.workers < 1:
 		return fmt.Errorf("workers must be at least 1, not %d", o.workers)
@@ -391,6 +403,10 @@ func (o *options) check() error {
 		return fmt.Errorf("worker-log-per-call must be between 1KiB and 64MiB, not %s", o.workerLogPerCall)
 	case o.workerLogRate < 1<<10 || o.workerLogRate > 64<<20:
 		return fmt.Errorf("worker-log-rate must be between 1KiB and 64MiB, not %s", o.workerLogRate)
+	case o.workerOpenFiles < 64 || o.workerOpenFiles > 1<<20:
+		return fmt.Errorf("worker-open-files must be between 64 and 1048576, not %d", o.workerOpenFiles)
+	case o.workerFileSize < 1<<20:
+		return fmt.Errorf("worker-file-size must be at least 1MiB, not %s", o.workerFileSize)
 	case o.progressInterval < 100*time.Millisecond:
 		return fmt.Errorf("progress-interval must be at least 100ms, not %s", o.progressInterval)
 	case o.sessionTimeout <= 0:
@@ -468,6 +484,7 @@ func (o *options) poolConfig() supervisor.Config {
 	mounts, _ := o.mounts.parse() // checked by check
 	network, _ := supervisor.ParseNetwork(o.network)
 	isolation, _ := supervisor.ParseIsolation(o.isolation)
+	wall, _ := oswall.ParseMode(o.osSandbox)
 	return supervisor.Config{
 		Workers:      o.workers,
 		Timeout:      o.timeout,
@@ -495,6 +512,10 @@ func (o *options) poolConfig() supervisor.Config {
 		MaxFileBytes: int(o.outputStore),
 		SpoolDir:     o.outputs,
 		Mounts:       mounts,
+
+		OSSandbox:       wall,
+		WorkerOpenFiles: o.workerOpenFiles,
+		WorkerFileSize:  int64(o.workerFileSize),
 	}
 }
 

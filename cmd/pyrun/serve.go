@@ -20,6 +20,7 @@ import (
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/netguard"
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/oswall"
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
@@ -86,7 +87,9 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	}
 	hub.Settle(ctx, hubSettle)
 	s := &service{args: args, log: log, rt: rt, pools: pools, opts: o, hub: hub}
+	wall := oswall.Describe(o.poolConfig().OSSandbox, oswall.Probe())
 	metrics := mcp.NewMetrics(version, pools.Stats)
+	metrics.OSSandbox(wall)
 	metrics.CountConnections(conns.Stats)
 	metrics.CodeMode(s.hub)
 	var runner mcp.Runner = pools
@@ -122,6 +125,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 
 		LanguageStats:    pools.LanguageStats,
 		LanguageSessions: languageSessions,
+		OSSandbox:        &wall,
 	}
 	if guard != nil {
 		httpOpts.Protect, httpOpts.ProtectMetrics = guard.Protect, o.metricsAuth
@@ -279,7 +283,7 @@ func (s *service) options() *options {
 var restartOnly = []string{
 	"config", "listen", "stateless", "session-timeout", "keep-alive", "runtime-dir", "log-format",
 	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
-	"insecure-no-auth", "instance-id", "mount", "languages",
+	"insecure-no-auth", "instance-id", "mount", "languages", "os-sandbox",
 	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
 	"output-dir",
 }

@@ -173,6 +173,12 @@ type health struct {
 	WorkersTotal    int    `json:"workers_total"`
 	Queued          int    `json:"queued"`
 	SessionsOpen    int    `json:"sessions_open"`
+	OSSandbox       struct {
+		Mode        string            `json:"mode"`
+		Layers      []string          `json:"layers"`
+		Missing     map[string]string `json:"missing"`
+		LandlockABI int               `json:"landlock_abi"`
+	} `json:"os_sandbox"`
 }
 
 func (s *httpServer) health(t *testing.T) health {
@@ -363,6 +369,18 @@ func TestServe(t *testing.T) {
 		h := s.waitHealth(t, "two ready workers", func(h health) bool { return h.WorkersIdle == 2 })
 		if h.code != http.StatusOK || h.Status != "ok" || h.Queued != 0 {
 			t.Errorf("/healthz = %+v, want 200 ok", h)
+		}
+		// The machine pyrun is tested on offers every layer of the OS
+		// sandbox (shared/FACTS.md), and --os-sandbox auto takes them all.
+		if w := h.OSSandbox; w.Mode != "auto" || strings.Join(w.Layers, ",") != "rlimits,no_new_privs,landlock,seccomp,netns" ||
+			len(w.Missing) != 0 || w.LandlockABI < 6 {
+			t.Errorf("/healthz os_sandbox = %+v, want every layer", w)
+		}
+		m := s.metrics(t)
+		for _, l := range []string{"rlimits", "no_new_privs", "landlock", "seccomp", "netns"} {
+			if got := m[`pyrun_os_sandbox_layer{layer="`+l+`"}`]; got != 1 {
+				t.Errorf("pyrun_os_sandbox_layer{layer=%q} = %v, want 1", l, got)
+			}
 		}
 	})
 
@@ -922,10 +940,14 @@ func TestWarmup(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("warmup: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	for _, step := range []string{"runtime", "deno", "pyodide", "snapshot", "packages", "worker", "self-test", "sandbox", "interrupt"} {
+	for _, step := range []string{"runtime", "deno", "os sandbox", "pyodide", "snapshot", "packages", "worker", "self-test", "sandbox", "interrupt"} {
 		if !regexp.MustCompile(`(?m)^  ` + step + ` +ok +\S`).MatchString(stdout) {
 			t.Errorf("warmup did not report step %s as ok:\n%s", step, stdout)
 		}
+	}
+	// The machine pyrun is tested on offers every layer (shared/FACTS.md).
+	if !regexp.MustCompile(`os sandbox +ok +auto: rlimits, no_new_privs, landlock \(ABI \d+\), seccomp, netns \[`).MatchString(stdout) {
+		t.Errorf("warmup does not name every layer of the OS sandbox:\n%s", stdout)
 	}
 }
 

@@ -68,6 +68,13 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 			}
 			return "deno " + v, nil
 		}},
+		{"os sandbox", func(context.Context) (string, error) {
+			st, err := checkOSSandbox(o, log)
+			if err != nil {
+				return "", err
+			}
+			return describeOSSandbox(st), nil
+		}},
 	}
 	python := []warmupStep{
 		{"pyodide", func(context.Context) (string, error) {

@@ -4,6 +4,7 @@
 
 import type { WebR } from "webr";
 import type { Mount } from "../protocol.ts";
+import { ERRNO_NAMES } from "../mounts.ts";
 
 /**
  * Sets up R's thread, through webR's eval_js, before pyrun.R takes that
@@ -50,12 +51,26 @@ export async function setUpRThread(webR: WebR, limit: number): Promise<void> {
  * turns only errors with a code into an errno, and anything else would end
  * R's thread. Giving NotCapable the code EACCES in that thread makes a
  * write to a read-only mount an R error ("cannot open file ...:
- * Permission denied") instead.
+ * Permission denied") instead. OS errors Deno has no class for (a file
+ * past the worker's size limit) get the code of their errno, as in
+ * Python's (../mounts.ts, withErrnoCode).
  */
 export async function mountHostFolders(webR: WebR, mounts: Mount[]): Promise<void> {
   if (!mounts.length) return;
   const js = `(() => {
     Object.defineProperty(Deno.errors.NotCapable.prototype, "code", { value: "EACCES", configurable: true });
+    const names = ${JSON.stringify(ERRNO_NAMES)};
+    const nodefs = globalThis.FS.filesystems.NODEFS;
+    const tryFSOperation = nodefs.tryFSOperation;
+    nodefs.tryFSOperation = (f) => tryFSOperation(() => {
+      try {
+        return f();
+      } catch (e) {
+        const n = e instanceof Error && !("code" in e) && /\\(os error (\\d+)\\)$/.exec(e.message)?.[1];
+        if (n && names[n]) Object.defineProperty(e, "code", { value: names[n], configurable: true });
+        throw e;
+      }
+    });
     return 1;
   })()`;
   await webR.evalRVoid(`invisible(webr::eval_js(${JSON.stringify(js)}))`);

@@ -54,7 +54,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "reuse", "languages", "tsclient", "lb"}
+var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "reuse", "languages", "tsclient", "wall", "lb"}
 
 // byDefault are the measurements a plain run makes: lb needs nginx and two
 // cores to itself, so it runs only when asked for (-only lb).
@@ -309,6 +309,11 @@ func run(ctx context.Context, o *opts) error {
 		{"tsclient", fmt.Sprintf("the TypeScript SDK client on pyrun stdio --workers 1: %d fresh servers, %d settled calls", o.runs, o.n),
 			func(ctx context.Context) (err error) {
 				rep.TSClient, err = benchTSClient(ctx, rt, o)
+				return err
+			}},
+		{"wall", fmt.Sprintf("the OS sandbox: one-worker pools with --os-sandbox off and auto, network public and none, %d runs", o.runs),
+			func(ctx context.Context) (err error) {
+				rep.Wall, err = benchWall(ctx, rt, o.runs, o.n, o.warmup)
 				return err
 			}},
 		{"lb", fmt.Sprintf("behind nginx: 1 instance on 1 core, then 2 on 2 cores, %d 50 ms CPU calls each", o.cpuCalls), func(ctx context.Context) (err error) {

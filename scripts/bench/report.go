@@ -42,6 +42,9 @@ type report struct {
 	Languages      []languageReport  `json:"languages,omitempty"`
 	TSClient       *tsclientReport   `json:"tsclient,omitempty"`
 	Targets        []target          `json:"targets"`
+
+	// Wall is what the OS sandbox costs a worker's start and warm calls.
+	Wall *wallReport `json:"os_sandbox,omitempty"`
 }
 
 // poolReport times a pool of Workers from process start to all ready.
@@ -217,6 +220,14 @@ func (r *report) checkTargets() []target {
 		atMost("TS client: fresh calls 1-20 / settled", t.FreshOverSettled, 1.2, "x")
 		atMost("TS client settled p50 / floor p50", t.SettledOverFloor.P50, 1.3, "x")
 	}
+	if x := r.Wall; x != nil {
+		// Issue 29: the second wall costs under 5% of a start and of a
+		// warm call.
+		atMost("OS sandbox: worker start, auto / off", x.StartRatio, 1.05, "x")
+		atMost("OS sandbox: warm p50, auto / off", x.WarmRatio, 1.05, "x")
+		atMost("OS sandbox, network none: start, auto / off", x.NoNetStartRatio, 1.05, "x")
+		atMost("OS sandbox, network none: warm p50, auto / off", x.NoNetWarmRatio, 1.05, "x")
+	}
 	if l := r.LB; l != nil {
 		atLeast("2 instances on 2 cores over 1 on 1, behind nginx", l.Speedup, 1.8, "x")
 	}
@@ -377,6 +388,9 @@ func (r *report) print(w io.Writer) {
 	}
 	if t := r.TSClient; t != nil {
 		printTSClient(w, t)
+	}
+	if x := r.Wall; x != nil {
+		printWall(w, x)
 	}
 	fmt.Fprintf(w, "\ntargets\n")
 	for _, t := range r.Targets {
