@@ -41,7 +41,7 @@ func newFrontCounters() *frontCounters {
 			Help: "Calls stopped because their client ended the session (HTTP DELETE) while they ran.",
 		}),
 	}
-	for _, tr := range []string{"sse", "streamable", "stdio"} {
+	for _, tr := range []string{"sse", "streamable", "stdio", "socket"} {
 		c.stalls.WithLabelValues(tr)
 		for _, what := range []string{"call", "result"} {
 			c.heldBack.WithLabelValues(tr, what)

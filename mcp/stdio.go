@@ -28,10 +28,18 @@ import (
 
 // runIO serves one client on r and w until it hangs up or ctx ends.
 func (s *Server) runIO(ctx context.Context, r io.ReadCloser, w io.Writer) error {
-	st := s.front.out.open("stdio", Anonymous, "stdio", nil)
+	return s.runLines(ctx, "stdio", "stdio", r, w)
+}
+
+// runLines serves one session of the local client (Anonymous) on r and w,
+// lines of JSON-RPC, until it hangs up or ctx ends: stdio's, or one
+// connection's on the socket (socket.go). session names it among the open
+// ones, transport in logs and metrics.
+func (s *Server) runLines(ctx context.Context, session, transport string, r io.ReadCloser, w io.Writer) error {
+	st := s.front.out.open(session, Anonymous, transport, nil)
 	defer st.close()
 	out := &stdioWriter{w: w, st: st}
-	in := &stdioReader{r: r, br: bufio.NewReaderSize(r, 64<<10), out: out, st: st, ctx: ctx, log: s.log.Named("stdio"),
+	in := &stdioReader{r: r, br: bufio.NewReaderSize(r, 64<<10), out: out, st: st, ctx: ctx, log: s.log.Named(transport),
 		max: max(4<<20, 2*s.options().MaxCode+1<<20)}
 	ctx = context.WithValue(ctx, outStreamKey{}, st)
 	return s.sdk.Run(ctx, &sdk.IOTransport{Reader: in, Writer: out, MaxLineLength: -1})

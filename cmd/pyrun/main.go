@@ -85,7 +85,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	switch cmd {
 	case "stdio":
-		err = cmdStdio(ctx, opts, stdin, stderr, log)
+		err = cmdStdio(ctx, opts, stdin, stdout, stderr, log)
 	case "serve":
 		err = cmdServe(ctx, opts, rest, stderr, log)
 	case "warmup":
@@ -172,7 +172,13 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 	}
 }
 
-func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stderr io.Writer, log hclog.Logger) error {
+func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stdout, stderr io.Writer, log hclog.Logger) error {
+	// A service on the socket first, before anything that costs (local.go).
+	if c, err := attachConn(o, log); err != nil {
+		return err
+	} else if c != nil {
+		return bridge(ctx, c, o.stdioSocket(), stdin, stdout, log)
+	}
 	hub := startHub(o, log) // connects while the pool starts
 	defer hub.Close()
 	rt, pools, err := startPools(ctx, o, o.enabledLanguages(), 0, stderr, log)

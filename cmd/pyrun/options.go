@@ -107,6 +107,10 @@ type options struct {
 	rMemoryLimit  byteSize
 	jsMemoryLimit byteSize
 	runLanguage   string // pyrun run --language
+	// The local socket (local.go).
+	socket         string
+	attach         string
+	maxSocketConns int
 }
 
 // flagSet declares every flag on o, with its default.
@@ -166,6 +170,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&o.out, "out", "", "run: `directory` to save the call's displays (display-N.png, ...) and /output/ files in")
 	o.flagLimits(fs)
 	o.languageFlags(fs)
+	o.localFlags(fs)
 	fs.Var(&o.mcpServers, "mcp-servers", "code mode: `JSON` object of MCP servers whose tools Python may call, as in Claude Desktop's mcpServers, each with \"allow\": [tool names] and \"timeout\"")
 	fs.IntVar(&o.maxToolCalls, "max-tool-calls", 50, "code mode: tool calls one run may make")
 	fs.IntVar(&o.toolConcurrency, "tool-concurrency", 4, "code mode: tool calls of one run in progress at once")
@@ -422,6 +427,9 @@ func (o *options) check() error {
 		return err
 	}
 	if err := o.checkLanguages(); err != nil {
+		return err
+	}
+	if err := o.checkLocal(); err != nil {
 		return err
 	}
 	if hclogLevel(o.logLevel) == 0 {
