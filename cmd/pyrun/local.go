@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -99,12 +100,13 @@ func bridge(ctx context.Context, c *net.UnixConn, path string, stdin io.Reader, 
 	log.Debug("attached to the pyrun service", "socket", path)
 	clientDone := make(chan struct{})
 	go func() {
-		defer close(clientDone)
 		if _, err := io.Copy(c, stdin); err != nil && !errors.Is(err, net.ErrClosed) {
 			log.Debug("reading the client's requests", "error", err)
 		}
 		// The end of the client's input, passed on: the service ends the
-		// session and hangs up.
+		// session and hangs up. Marked before it is passed on, so that the
+		// service hanging up after it is not taken for the service going.
+		close(clientDone)
 		_ = c.CloseWrite()
 	}()
 	down := make(chan error, 1)
@@ -176,6 +178,12 @@ func socketListeners(o *options, log hclog.Logger) (httpLn, sock net.Listener, e
 			return nil, nil, closeAll(inherited, err)
 		}
 	}
+	if httpLn == nil && o.listen == listenNone {
+		if sock == nil {
+			return nil, nil, errors.New("listen none: no HTTP, and no --socket either: nothing to serve on")
+		}
+		httpLn = newNoListener()
+	}
 	if httpLn == nil {
 		if httpLn, err = net.Listen("tcp", o.listen); err != nil {
 			if sock != nil {
@@ -240,3 +248,34 @@ func socketName(sock net.Listener) string {
 	}
 	return sock.Addr().String()
 }
+
+// listenNone is the --listen value of a service without HTTP: the socket's
+// alone (a user's service, beside a system one on 127.0.0.1:3001).
+const listenNone = "none"
+
+// noListener stands for the HTTP listener of --listen none: it accepts
+// nothing until it is closed, so the HTTP server's start and graceful
+// shutdown stay as they are.
+type noListener struct {
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newNoListener() *noListener { return &noListener{closed: make(chan struct{})} }
+
+func (l *noListener) Accept() (net.Conn, error) {
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *noListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *noListener) Addr() net.Addr { return noAddr{} }
+
+type noAddr struct{}
+
+func (noAddr) Network() string { return "none" }
+func (noAddr) String() string  { return listenNone }

@@ -145,7 +145,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&o.runtimeDir, "runtime-dir", supervisor.DefaultRuntimeRoot(), "where pyrun installs Deno and Pyodide")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:3001", "serve: address to listen on")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:3001", "serve: address to listen on (none: no HTTP, only --socket)")
 	fs.BoolVar(&o.stateless, "stateless", false, "serve: /mcp without sessions, for load balancers")
 	fs.DurationVar(&o.sessionTimeout, "session-timeout", time.Hour, "serve: close a /mcp session after this long without a request")
 	fs.DurationVar(&o.keepAlive, "keep-alive", 15*time.Second, "serve: comment line on quiet event streams this often, so long calls are not dropped (0: never)")

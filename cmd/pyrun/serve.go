@@ -155,7 +155,11 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		}
 	}
 	addr := ln.Addr().String()
-	log.Info("listening", "addr", addr, "mcp", "http://"+addr+"/mcp", "sse", "http://"+addr+"/sse",
+	mcpURL, sseURL := "http://"+addr+"/mcp", "http://"+addr+"/sse"
+	if addr == listenNone {
+		mcpURL, sseURL = "", ""
+	}
+	log.Info("listening", "addr", addr, "mcp", mcpURL, "sse", sseURL,
 		"stateless", o.stateless, "workers", pools.Stats().Workers, "languages", pools.Languages(), "python", rt.Python, "auth", o.authMode(),
 		"socket", socketName(sock))
 
