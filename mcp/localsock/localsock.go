@@ -37,12 +37,18 @@ func (p Peer) Trusted() bool {
 }
 
 // DefaultPath is the socket a user's service listens on and a stdio
-// process looks for: $XDG_RUNTIME_DIR/pyrun.sock; empty when
-// XDG_RUNTIME_DIR is not set (no login session: no per-user service).
+// process looks for: $XDG_RUNTIME_DIR/pyrun.sock. Clients that start
+// their servers with an environment of their own (FastMCP's
+// StdioTransport passes none of the parent's) leave XDG_RUNTIME_DIR out;
+// then it is the folder systemd makes for the user's manager,
+// /run/user/UID, when that exists. Empty when there is neither.
 func DefaultPath() string {
 	dir := os.Getenv("XDG_RUNTIME_DIR")
 	if dir == "" {
-		return ""
+		dir = filepath.Join("/run/user", strconv.Itoa(os.Getuid()))
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return ""
+		}
 	}
 	return filepath.Join(dir, "pyrun.sock")
 }
