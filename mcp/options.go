@@ -27,6 +27,7 @@ func (s *Server) SetOptions(opts Options) {
 	opts = opts.withDefaults()
 	s.outputs.SetConfig(opts.Outputs)
 	s.front.out.setLimits(opts.Delivery)
+	s.tasks.setOptions(opts.Tasks)
 	s.mu.Lock()
 	old := s.opts
 	s.opts = opts
@@ -56,4 +57,11 @@ func (s *Server) republish() {
 	for _, l := range changed {
 		s.sdk.AddTool(languageToolDef(l, opts), s.handle)
 	}
+}
+
+// taskOptions are the tasks' bounds in force.
+func (s *Server) taskOptions() TaskOptions {
+	s.tasks.mu.Lock()
+	defer s.tasks.mu.Unlock()
+	return s.tasks.opts
 }

@@ -57,6 +57,8 @@ type Options struct {
 	// Python); nil: none. Its changes reach clients as a changed tool
 	// description (see New).
 	CodeMode *codemode.Hub
+	// Tasks bound MCP tasks (tasks.go).
+	Tasks TaskOptions
 }
 
 // Server is pyrun's MCP server. Its methods are safe for concurrent use.
@@ -72,6 +74,7 @@ type Server struct {
 	// outputs holds the /output/ files of calls for resources/read.
 	outputs *outputs.Store
 	front   frontState
+	tasks   *taskStore // MCP tasks of stdio and the socket (tasks.go)
 
 	// tools are the languages' tools, by tool name; fixed at New.
 	tools map[string]*languageTool
@@ -86,7 +89,8 @@ type Server struct {
 func New(pool Runner, opts Options, log hclog.Logger) *Server {
 	opts = opts.withDefaults()
 	s := &Server{pool: pool, opts: opts, log: log, outputs: outputs.New(opts.Outputs),
-		tools: newLanguageTools(opts.languages()), published: map[string]string{}}
+		tools: newLanguageTools(opts.languages()), published: map[string]string{},
+		tasks: newTaskStore(opts.Tasks.withDefaults())}
 	s.front.init()
 	s.front.out.setLimits(opts.Delivery)
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: "pyrun", Title: "pyrun: Python in a sandbox", Version: opts.Version},

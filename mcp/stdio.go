@@ -38,22 +38,55 @@ func (s *Server) runIO(ctx context.Context, r io.ReadCloser, w io.Writer) error 
 func (s *Server) runLines(ctx context.Context, session, transport string, r io.ReadCloser, w io.Writer) error {
 	st := s.front.out.open(session, Anonymous, transport, nil)
 	defer st.close()
-	out := &stdioWriter{w: w, st: st}
-	in := &stdioReader{r: r, br: bufio.NewReaderSize(r, 64<<10), out: out, st: st, ctx: ctx, log: s.log.Named(transport),
-		max: max(4<<20, 2*s.options().MaxCode+1<<20)}
 	ctx = context.WithValue(ctx, outStreamKey{}, st)
-	return s.sdk.Run(ctx, &sdk.IOTransport{Reader: in, Writer: out, MaxLineLength: -1})
+	ctx, cancel := context.WithCancel(ctx) // ends the session's task waits
+	defer cancel()
+	out := &stdioWriter{w: w, st: st}
+	tasks := newLineTasks(s, out, ctx)
+	out.tasks = tasks
+	in := &stdioReader{r: r, br: bufio.NewReaderSize(r, 64<<10), out: out, st: st, ctx: ctx, log: s.log.Named(transport),
+		max: max(4<<20, 2*s.options().MaxCode+1<<20), tasks: tasks}
+	// As the SDK's Server.Run, keeping the session for the tasks.
+	ss, err := s.sdk.Connect(ctx, &sdk.IOTransport{Reader: in, Writer: out, MaxLineLength: -1}, nil)
+	if err != nil {
+		return err
+	}
+	tasks.setSession(ss)
+	closed := make(chan error, 1)
+	go func() { closed <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		ss.Close()
+		<-closed
+		return ctx.Err()
+	case err := <-closed:
+		return err
+	}
 }
 
 // stdioWriter serialises the SDK's writes with the filter's error answers;
 // each Write is one whole line.
 type stdioWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-	st *outStream
+	mu    sync.Mutex
+	w     io.Writer
+	st    *outStream
+	tasks *lineTasks // adds tasks to the answers that advertise them
 }
 
 func (o *stdioWriter) Write(b []byte) (int, error) {
+	if o.tasks != nil {
+		if nb := o.tasks.rewriteAnswer(b); len(nb) != len(b) {
+			// The caller wrote all of b: say so, whatever was added.
+			if _, err := o.write(nb); err != nil {
+				return 0, err
+			}
+			return len(b), nil
+		}
+	}
+	return o.write(b)
+}
+
+func (o *stdioWriter) write(b []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n, err := o.w.Write(b)
@@ -75,6 +108,8 @@ type stdioReader struct {
 	ctx context.Context
 	log hclog.Logger
 	max int // longest line, in bytes
+
+	tasks *lineTasks // answers tasks' requests (tasklines.go)
 
 	buf []byte // the rest of the line being passed on
 }
@@ -122,6 +157,9 @@ func (in *stdioReader) next() ([]byte, error) {
 				fmt.Sprintf("invalid request: a message is longer than %d bytes, the most pyrun reads", in.max))
 		} else if t := bytes.TrimSpace(line); len(t) > 0 {
 			if id, code, msg := checkLine(t); code == 0 {
+				if in.tasks != nil && in.tasks.intercept(t) {
+					continue // answered by tasks, not the SDK
+				}
 				return append(t, '\n'), nil
 			} else {
 				in.answer(id, code, msg)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/localsock"
 )
 
@@ -28,6 +29,15 @@ func (o *options) localFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.socket, "socket", "", "serve: also serve MCP on this Unix socket `path` (owner-only; peers of other users are refused); stdio: the service's socket to attach to (default $XDG_RUNTIME_DIR/pyrun.sock)")
 	fs.StringVar(&o.attach, "attach", "auto", "stdio: auto (bridge to the service on --socket when it answers, else serve with a pool of its own), never, or required (fail when no service answers)")
 	fs.IntVar(&o.maxSocketConns, "max-socket-conns", 256, "serve: connections open at once on --socket, each an MCP session of the local client; more are refused")
+	// MCP tasks (mcp/tasks.go), on stdio and the socket.
+	fs.DurationVar(&o.taskTTL, "task-ttl", mcp.DefaultTaskTTL, "how long an MCP task's result is kept after the task ends (a client may ask for less)")
+	fs.IntVar(&o.clientMaxTasks, "client-max-tasks", mcp.DefaultClientTasks, "MCP tasks one client may hold, running or kept; more task-augmented calls are refused (2025-11-25) or answered without a task (2026-07-28)")
+	fs.DurationVar(&o.taskAfter, "task-after", mcp.DefaultTaskAfter, "MCP 2026-07-28: a call of a client that takes tasks is answered with a task when it has not ended after this long (0: at once)")
+}
+
+// taskOptions are the MCP tasks' bounds.
+func (o *options) taskOptions() mcp.TaskOptions {
+	return mcp.TaskOptions{TTL: o.taskTTL, ClientMax: o.clientMaxTasks, After: o.taskAfter}
 }
 
 func (o *options) checkLocal() error {
@@ -36,8 +46,15 @@ func (o *options) checkLocal() error {
 	default:
 		return fmt.Errorf("attach must be auto, never or required, not %q", o.attach)
 	}
-	if o.maxSocketConns < 1 || o.maxSocketConns > 65536 {
+	switch {
+	case o.maxSocketConns < 1 || o.maxSocketConns > 65536:
 		return fmt.Errorf("max-socket-conns must be between 1 and 65536, not %d", o.maxSocketConns)
+	case o.taskTTL < time.Second || o.taskTTL > 24*time.Hour:
+		return fmt.Errorf("task-ttl must be between 1s and 24h, not %s", o.taskTTL)
+	case o.clientMaxTasks < 1 || o.clientMaxTasks > 4096:
+		return fmt.Errorf("client-max-tasks must be between 1 and 4096, not %d", o.clientMaxTasks)
+	case o.taskAfter < 0 || o.taskAfter > time.Hour:
+		return fmt.Errorf("task-after must be between 0 and 1h, not %s", o.taskAfter)
 	}
 	return nil
 }

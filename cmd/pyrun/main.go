@@ -169,6 +169,7 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		Languages:       o.mcpLanguages(rt),
 		Delivery: mcp.DeliveryLimits{WriteTimeout: o.writeTimeout, SessionResults: o.sessionPendingResults,
 			SessionBytes: int64(o.sessionPendingBytes), ClientBytes: int64(o.clientPendingBytes)},
+		Tasks: o.taskOptions(),
 	}
 }
 

@@ -111,6 +111,9 @@ type options struct {
 	socket         string
 	attach         string
 	maxSocketConns int
+	taskTTL        time.Duration
+	clientMaxTasks int
+	taskAfter      time.Duration
 }
 
 // flagSet declares every flag on o, with its default.

@@ -132,6 +132,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	}
 	served := make(chan error, 1)
 	go func() { served <- s.http.Serve(conns) }()
+	metrics.CountTasks(s.srv)
 	if socketConns != nil {
 		metrics.CountSocket(socketConns.Stats)
 		s.startSocket(socketConns)
