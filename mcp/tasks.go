@@ -25,7 +25,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -285,5 +284,3 @@ func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 func rpcError(code int64, format string, args ...any) *jsonrpc.Error {
 	return &jsonrpc.Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
-
-var _ = json.Marshal
