@@ -254,9 +254,11 @@ func TestTasks20251125(t *testing.T) {
 	}
 }
 
-// Past client_max_tasks, a task-augmented call is refused, saying why.
+// Past client_max_tasks, a task-augmented call is refused, saying why;
+// once the task's result has been kept task_ttl, it is gone, and its place
+// free again.
 func TestTasksBoundPerClient(t *testing.T) {
-	c := startRaw(t, "--workers", "1", "--attach", "never", "--client-max-tasks", "1")
+	c := startRaw(t, "--workers", "1", "--attach", "never", "--client-max-tasks", "1", "--task-ttl", "2s")
 	var init map[string]any
 	c.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
 		"clientInfo": map[string]any{"name": "t", "version": "1"}}).ok(t, "initialize", &init)
@@ -271,6 +273,27 @@ func TestTasksBoundPerClient(t *testing.T) {
 	if a.Error == nil || !strings.Contains(a.Error.Message, "client_max_tasks") {
 		t.Errorf("a second task past client_max_tasks 1: %+v, want an error naming client_max_tasks", a)
 	}
+	var res map[string]any
+	c.call("tasks/result", map[string]any{"taskId": created.Task.TaskID}).ok(t, "tasks/result", &res)
+	ended := time.Now()
+	for {
+		a := c.call("tasks/get", map[string]any{"taskId": created.Task.TaskID})
+		if a.Error != nil {
+			if a.Error.Code != -32602 || !strings.Contains(a.Error.Message, "task_ttl") {
+				t.Errorf("an expired task: %+v, want -32602 naming task_ttl", a.Error)
+			}
+			if d := time.Since(ended); d < 2*time.Second {
+				t.Errorf("the result was gone %v after the task ended, before its task_ttl of 2s", d)
+			}
+			break
+		}
+		if time.Since(ended) > 30*time.Second {
+			t.Fatal("the task was still there 30s after it ended, with task_ttl 2s")
+		}
+		time.Sleep(200 * time.Millisecond) // polling, as a client does
+	}
+	c.call("tools/call", map[string]any{"name": "run_python_code", "task": map[string]any{},
+		"arguments": map[string]any{"python_code": "3"}}).ok(t, "a task after the first expired", &created)
 }
 
 // 2026-07-28: a client that declares the extension gets a quick call's
