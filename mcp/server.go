@@ -109,6 +109,9 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 				// resources/read serves calls' /output/ files; the list
 				// stays empty, as every file belongs to one client.
 				Resources: &sdk.ResourceCapabilities{},
+				// The 2026-07-28 tasks extension (tasks.go), in
+				// server/discover; clients of older revisions ignore it.
+				Extensions: map[string]any{tasksExtension: map[string]any{}},
 			},
 		})
 	for _, l := range opts.languages() {

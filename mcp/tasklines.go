@@ -2,7 +2,9 @@ package mcp
 
 // Tasks on the lines of stdio and the local socket (see tasks.go): the
 // reader hands tasks' requests here before the SDK sees them, and the
-// writer lets this add what advertises tasks to the SDK's answers.
+// writer lets this add what advertises 2025-11-25's tasks to the SDK's
+// answers. taskCall serves a task request from any transport (HTTP's is
+// taskhttp.go).
 
 import (
 	"bytes"
@@ -105,7 +107,7 @@ func (lt *lineTasks) intercept(line []byte) bool {
 	// Most lines are none of tasks' business: a look for the words that
 	// would make them so spares decoding them a second time.
 	if !bytes.Contains(line, []byte("task")) && !bytes.Contains(line, []byte(`"initialize"`)) &&
-		!bytes.Contains(line, []byte(`"server/discover"`)) && !bytes.Contains(line, []byte(`"tools/list"`)) {
+		!bytes.Contains(line, []byte(`"tools/list"`)) {
 		return false
 	}
 	var r request
@@ -113,7 +115,7 @@ func (lt *lineTasks) intercept(line []byte) bool {
 		return false // notifications and answers are the SDK's
 	}
 	switch r.Method {
-	case "initialize", "server/discover":
+	case "initialize":
 		lt.track(r.ID, r.Method)
 		return false
 	case "tools/list":
@@ -121,39 +123,77 @@ func (lt *lineTasks) intercept(line []byte) bool {
 		return false
 	}
 	rev := lt.revisionOf(&r)
+	kind, ttl := lt.s.taskKind(&r, rev)
+	if kind == "" {
+		return false
+	}
+	id := r.ID
+	go func() {
+		ss := lt.session()
+		if ss == nil {
+			return
+		}
+		tc := taskCall{s: lt.s, client: Anonymous, ss: ss, ctx: lt.ctx}
+		res, rerr := tc.serve(kind, &r, rev, ttl)
+		if res != nil || rerr != nil {
+			lt.answer(id, res, rerr)
+		}
+	}()
+	return true
+}
+
+// taskKind says whether r, of revision rev, is tasks' business: "call" for
+// a run tool's call to make a task of (ttl: the one asked for, 2025-11-25),
+// "task" for a task method; "" for the SDK's.
+func (s *Server) taskKind(r *request, rev string) (kind string, ttl time.Duration) {
 	switch {
 	case rev == "2025-11-25":
 		switch r.Method {
 		case "tools/call":
-			if r.Params.Task == nil || lt.s.tools[r.Params.Name] == nil {
-				return false
+			if r.Params.Task == nil || s.tools[r.Params.Name] == nil {
+				return "", 0
 			}
-			var ttl time.Duration
 			if r.Params.Task.TTL != nil && *r.Params.Task.TTL > 0 {
 				ttl = time.Duration(*r.Params.Task.TTL * float64(time.Millisecond))
 			}
-			lt.startTask(&r, rev, ttl, 0)
+			return "call", ttl
 		case "tasks/get", "tasks/result", "tasks/cancel", "tasks/list":
-			go lt.answerTask(&r, rev)
-		default:
-			return false
+			return "task", 0
 		}
-		return true
 	case rev >= revision20260728:
 		switch r.Method {
 		case "tools/call":
-			if !takesTasks(&r) || lt.s.tools[r.Params.Name] == nil {
-				return false
+			if takesTasks(r) && s.tools[r.Params.Name] != nil {
+				return "call", 0
 			}
-			lt.startTask(&r, rev, 0, lt.s.taskOptions().After)
 		case "tasks/get", "tasks/cancel", "tasks/update":
-			go lt.answerTask(&r, rev)
-		default:
-			return false
+			return "task", 0
 		}
-		return true
 	}
-	return false
+	return "", 0
+}
+
+// taskCall is where a task request came from.
+type taskCall struct {
+	s      *Server
+	client string             // whose tasks it sees
+	ss     *sdk.ServerSession // the session live output goes to; nil over HTTP
+	extra  *sdk.RequestExtra  // the request's credentials, over HTTP
+	ctx    context.Context    // ends the waits when the requester is gone
+}
+
+// serve answers r, of kind (taskKind), as long as that takes: a
+// 2026-07-28 call up to task_after, tasks/result until its task ends. A nil
+// result and error: the requester is gone, nothing to answer.
+func (tc taskCall) serve(kind string, r *request, rev string, ttl time.Duration) (any, *jsonrpc.Error) {
+	if kind == "call" {
+		after := time.Duration(0)
+		if rev >= revision20260728 {
+			after = tc.s.taskOptions().After
+		}
+		return tc.call(r, rev, ttl, after)
+	}
+	return tc.task(r, rev)
 }
 
 func (lt *lineTasks) track(id json.RawMessage, method string) {
@@ -176,9 +216,9 @@ func normID(raw json.RawMessage) string {
 	return string(b)
 }
 
-// startTask runs r's call as a task. Within after (2026-07-28), a call
-// that ends is answered with its result, as without tasks.
-func (lt *lineTasks) startTask(r *request, rev string, ttl, after time.Duration) {
+// call runs r's call as a task. Within after (2026-07-28), a call that
+// ends is answered with its result, as without tasks.
+func (tc taskCall) call(r *request, rev string, ttl, after time.Duration) (any, *jsonrpc.Error) {
 	params := &sdk.CallToolParamsRaw{Name: r.Params.Name, Arguments: r.Params.Arguments}
 	if len(r.Params.Meta) > 0 {
 		params.Meta = sdk.Meta{}
@@ -189,59 +229,44 @@ func (lt *lineTasks) startTask(r *request, rev string, ttl, after time.Duration)
 			}
 		}
 	}
-	id := r.ID
-	go func() {
-		ss := lt.session()
-		if ss == nil {
-			return
-		}
-		t, err := lt.s.tasks.start(Anonymous, ttl, func(ctx context.Context) *sdk.CallToolResult {
-			ctx = context.WithValue(ctx, outStreamKey{}, lt.ctx.Value(outStreamKey{}))
-			res, err := lt.s.runCall(ctx, &sdk.CallToolRequest{Session: ss, Params: params})
-			if err != nil {
-				return toolError(err)
-			}
-			return res
-		})
+	req := &sdk.CallToolRequest{Session: tc.ss, Params: params, Extra: tc.extra}
+	run := func(ctx context.Context) *sdk.CallToolResult {
+		res, err := tc.s.runCall(ctx, req)
 		if err != nil {
-			if rev >= revision20260728 {
-				// The extension lets pyrun answer without a task: it runs
-				// the call as any other.
-				res, err := lt.s.runCall(lt.ctx, &sdk.CallToolRequest{Session: ss, Params: params})
-				if err != nil {
-					res = toolError(err)
-				}
-				lt.answer(id, withResultType(res), nil)
-				return
-			}
-			lt.answer(id, nil, rpcError(jsonrpc.CodeInvalidRequest, "%v", err))
-			return
+			return toolError(err)
 		}
-		if after > 0 {
-			select {
-			case <-t.done:
-				lt.s.tasks.mu.Lock()
-				res := t.result
-				lt.s.tasks.mu.Unlock()
-				// Done in time: the result, and no task to fetch.
-				lt.s.tasks.forget(t)
-				lt.answer(id, withResultType(res), nil)
-				return
-			case <-time.After(after):
-			case <-lt.ctx.Done():
-				return
-			}
-		}
-		snap := lt.s.tasks.snapshot(t, rev)
-		var result any
+		return res
+	}
+	ts := tc.s.tasks
+	t, err := ts.start(tc.client, ttl, run)
+	if err != nil {
 		if rev >= revision20260728 {
-			snap["resultType"] = "task"
-			result = snap
-		} else {
-			result = map[string]any{"task": snap}
+			// The extension lets pyrun answer without a task: the call
+			// runs as any other.
+			return withResultType(run(tc.ctx)), nil
 		}
-		lt.answer(id, result, nil)
-	}()
+		return nil, rpcError(jsonrpc.CodeInvalidRequest, "%v", err)
+	}
+	if after > 0 {
+		select {
+		case <-t.done:
+			ts.mu.Lock()
+			res := t.result
+			ts.mu.Unlock()
+			// Done in time: the result, and no task to fetch.
+			ts.forget(t)
+			return withResultType(res), nil
+		case <-time.After(after):
+		case <-tc.ctx.Done():
+			return nil, nil // the task goes on; its requester is gone
+		}
+	}
+	snap := ts.snapshot(t, rev)
+	if rev >= revision20260728 {
+		snap["resultType"] = "task"
+		return snap, nil
+	}
+	return map[string]any{"task": snap}, nil
 }
 
 // withResultType is a result as 2026-07-28 writes a complete one.
@@ -253,27 +278,24 @@ func withResultType(res *sdk.CallToolResult) map[string]any {
 	return m
 }
 
-// answerTask answers tasks/get, tasks/result, tasks/cancel, tasks/list and
+// task answers tasks/get, tasks/result, tasks/cancel, tasks/list and
 // tasks/update.
-func (lt *lineTasks) answerTask(r *request, rev string) {
-	ts := lt.s.tasks
+func (tc taskCall) task(r *request, rev string) (any, *jsonrpc.Error) {
+	ts := tc.s.tasks
 	new := rev >= revision20260728
 	if r.Method == "tasks/list" {
 		if r.Params.Cursor != nil && *r.Params.Cursor != "" {
-			lt.answer(r.ID, nil, rpcError(jsonrpc.CodeInvalidParams, "invalid cursor: pyrun lists every task in one page"))
-			return
+			return nil, rpcError(jsonrpc.CodeInvalidParams, "invalid cursor: pyrun lists every task in one page")
 		}
 		tasks := []map[string]any{}
-		for _, t := range ts.list(Anonymous) {
+		for _, t := range ts.list(tc.client) {
 			tasks = append(tasks, ts.snapshot(t, rev))
 		}
-		lt.answer(r.ID, map[string]any{"tasks": tasks}, nil)
-		return
+		return map[string]any{"tasks": tasks}, nil
 	}
-	t := ts.get(Anonymous, r.Params.TaskID)
+	t := ts.get(tc.client, r.Params.TaskID)
 	if t == nil {
-		lt.answer(r.ID, nil, rpcError(jsonrpc.CodeInvalidParams, "task %q not found: it never was, or its result was kept its time (task_ttl) and is gone", r.Params.TaskID))
-		return
+		return nil, rpcError(jsonrpc.CodeInvalidParams, "task %q not found: it never was, or its result was kept its time (task_ttl) and is gone", r.Params.TaskID)
 	}
 	switch r.Method {
 	case "tasks/get":
@@ -281,33 +303,30 @@ func (lt *lineTasks) answerTask(r *request, rev string) {
 		if new {
 			snap["resultType"] = "complete"
 		}
-		lt.answer(r.ID, snap, nil)
+		return snap, nil
 	case "tasks/update":
 		// pyrun's calls never wait for input: nothing to update.
-		lt.answer(r.ID, map[string]any{"resultType": "complete"}, nil)
+		return map[string]any{"resultType": "complete"}, nil
 	case "tasks/cancel":
 		cancelled := ts.cancelTask(t)
 		if new {
-			lt.answer(r.ID, map[string]any{"resultType": "complete"}, nil)
-			return
+			return map[string]any{"resultType": "complete"}, nil
 		}
 		if !cancelled {
-			lt.answer(r.ID, nil, rpcError(jsonrpc.CodeInvalidParams, "cannot cancel task %s: it has ended (%s)", t.id, ts.snapshot(t, rev)["status"]))
-			return
+			return nil, rpcError(jsonrpc.CodeInvalidParams, "cannot cancel task %s: it has ended (%s)", t.id, ts.snapshot(t, rev)["status"])
 		}
-		lt.answer(r.ID, ts.snapshot(t, rev), nil)
+		return ts.snapshot(t, rev), nil
 	case "tasks/result":
 		select {
 		case <-t.done:
-		case <-lt.ctx.Done():
-			return
+		case <-tc.ctx.Done():
+			return nil, nil
 		}
 		ts.mu.Lock()
 		res, status := t.result, t.status
 		ts.mu.Unlock()
 		if status == taskCancelled {
-			lt.answer(r.ID, nil, rpcError(jsonrpc.CodeInternalError, "task %s was cancelled", t.id))
-			return
+			return nil, rpcError(jsonrpc.CodeInternalError, "task %s was cancelled", t.id)
 		}
 		m := withResultType(res)
 		delete(m, "resultType") // 2025-11-25 has none
@@ -317,8 +336,9 @@ func (lt *lineTasks) answerTask(r *request, rev string) {
 		}
 		meta[relatedTaskMeta] = map[string]any{"taskId": t.id}
 		m["_meta"] = meta
-		lt.answer(r.ID, m, nil)
+		return m, nil
 	}
+	return nil, rpcError(jsonrpc.CodeMethodNotFound, "%q is not a task method", r.Method)
 }
 
 // answer writes a response to id.
@@ -336,8 +356,8 @@ func (lt *lineTasks) answer(id json.RawMessage, result any, rerr *jsonrpc.Error)
 	_, _ = lt.out.Write(append(b, '\n'))
 }
 
-// rewriteAnswer adds tasks to the SDK's answer b to initialize,
-// server/discover or tools/list, when b is one; else it returns b as it is.
+// rewriteAnswer adds 2025-11-25's tasks to the SDK's answer b to
+// initialize or tools/list, when b is one; else it returns b as it is.
 func (lt *lineTasks) rewriteAnswer(b []byte) []byte {
 	lt.mu.Lock()
 	if len(lt.rewrite) == 0 {
@@ -377,18 +397,6 @@ func (lt *lineTasks) rewriteAnswer(b []byte) []byte {
 		}
 		caps["tasks"] = map[string]any{"list": map[string]any{}, "cancel": map[string]any{},
 			"requests": map[string]any{"tools": map[string]any{"call": map[string]any{}}}}
-		res["capabilities"] = caps
-	case "server/discover":
-		caps, _ := res["capabilities"].(map[string]any)
-		if caps == nil {
-			caps = map[string]any{}
-		}
-		ext, _ := caps["extensions"].(map[string]any)
-		if ext == nil {
-			ext = map[string]any{}
-		}
-		ext[tasksExtension] = map[string]any{}
-		caps["extensions"] = ext
 		res["capabilities"] = caps
 	case "tools/list":
 		if rev != "2025-11-25" {

@@ -8,11 +8,15 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -414,5 +418,102 @@ func TestTasksTypeScriptClient(t *testing.T) {
 	last := rep.Messages[len(rep.Messages)-1]
 	if last.Type != "result" || string(last.Value) != "42" {
 		t.Errorf("the stream ended with %+v, want the result 42 (messages %v)", last, types)
+	}
+}
+
+// The 2026-07-28 tasks extension over HTTP (/mcp): advertised in
+// server/discover, a slow call becomes a task, and a task belongs to the
+// client of the credentials that made it: another client does not find it.
+func TestTasksHTTP20260728(t *testing.T) {
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(tokens, []byte("alice:alice-token-0123456789abcdef\nbob:bob-token-0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, "--workers", "1", "--auth-token-file", tokens)
+	meta := map[string]any{
+		"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+		"io.modelcontextprotocol/clientInfo":      map[string]any{"name": "t", "version": "1"},
+		"io.modelcontextprotocol/clientCapabilities": map[string]any{
+			"extensions": map[string]any{"io.modelcontextprotocol/tasks": map[string]any{}}},
+	}
+	post := func(token, method string, params map[string]any) rawAnswer {
+		t.Helper()
+		params["_meta"] = meta
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, s.base+"/mcp", bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+		req.Header.Set("Authorization", "Bearer "+token)
+		// SEP-2243's routing headers; a task's calls are routed by its id.
+		req.Header.Set("Mcp-Method", method)
+		if name, ok := params["name"].(string); ok {
+			req.Header.Set("Mcp-Name", name)
+		} else if id, ok := params["taskId"].(string); ok {
+			req.Header.Set("Mcp-Name", id)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: HTTP %d: %s", method, resp.StatusCode, body)
+		}
+		// JSON, or an event stream whose data line is the answer.
+		if i := bytes.Index(body, []byte("data: ")); i >= 0 && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+			body = body[i+6:]
+			if j := bytes.IndexByte(body, '\n'); j >= 0 {
+				body = body[:j]
+			}
+		}
+		var a rawAnswer
+		if err := json.Unmarshal(body, &a); err != nil {
+			t.Fatalf("%s: %v in %s", method, err, body)
+		}
+		return a
+	}
+	const alice, bob = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef"
+	var disc struct {
+		Capabilities struct {
+			Extensions map[string]any `json:"extensions"`
+		} `json:"capabilities"`
+	}
+	post(alice, "server/discover", map[string]any{}).ok(t, "server/discover", &disc)
+	if _, ok := disc.Capabilities.Extensions["io.modelcontextprotocol/tasks"]; !ok {
+		t.Errorf("server/discover over HTTP does not advertise the tasks extension: %+v", disc)
+	}
+	var task taskState
+	post(alice, "tools/call", map[string]any{"name": "run_python_code",
+		"arguments": map[string]any{"python_code": "import time\ntime.sleep(4)\n6 * 7"}}).ok(t, "slow call", &task)
+	if task.ResultType != "task" || task.TaskID == "" {
+		t.Fatalf("a slow call over HTTP: %+v, want a task", task)
+	}
+	if a := post(bob, "tasks/get", map[string]any{"taskId": task.TaskID}); a.Error == nil || a.Error.Code != -32602 {
+		t.Errorf("another client's tasks/get: %+v, want -32602 (not found)", a)
+	}
+	deadline := time.Now().Add(callTimeout)
+	for {
+		var got taskState
+		post(alice, "tasks/get", map[string]any{"taskId": task.TaskID}).ok(t, "tasks/get", &got)
+		if got.Status == "completed" {
+			if !strings.Contains(string(got.Result), `"return_value":42`) {
+				t.Errorf("the task's result: %s, want return_value 42", got.Result)
+			}
+			break
+		}
+		if got.Status != "working" || time.Now().After(deadline) {
+			t.Fatalf("tasks/get: %+v", got)
+		}
+		time.Sleep(250 * time.Millisecond) // the poll interval pyrun suggests
+	}
+	// A call without the extension is answered as before.
+	meta["io.modelcontextprotocol/clientCapabilities"] = map[string]any{}
+	var plain taskState
+	post(alice, "tools/call", map[string]any{"name": "run_python_code",
+		"arguments": map[string]any{"python_code": "import time\ntime.sleep(1.5)\n1"}}).ok(t, "a call without tasks", &plain)
+	if plain.TaskID != "" {
+		t.Errorf("a task for a client that did not declare the extension: %+v", plain)
 	}
 }
