@@ -7,19 +7,18 @@ package mcp
 // The go-sdk (v1.8.0) implements neither: it answers tasks/get and the
 // other methods with "method not found" before any middleware sees them
 // (checkRequest in its shared.go looks the method up in a fixed table), has
-// no Task types, and drops the `task` member of tools/call. Nor can a
-// middleware rewrite what it writes. So pyrun serves tasks where it owns
-// the line before the SDK reads it and after the SDK writes it: the line
-// filter of stdio and of the local socket (stdio.go). That filter answers
-// the task methods itself, runs a task's call through the same code as the
-// SDK's tool handler (runCall), adds the 2025-11-25 `tasks` capability to
-// initialize's result and `execution.taskSupport` to the run tools in
-// tools/list; the 2026-07-28 extension is advertised through the SDK's own
-// capabilities (server/discover). Over HTTP the SDK's handlers own the
-// connection and its responses (SSE or JSON): tasks there would need the
-// same handling inside /mcp's request and response bodies, which pyrun does
-// not do yet; it advertises no tasks over HTTP in 2025-11-25, and answers
-// 2026-07-28 calls there without tasks, as the extension allows.
+// no Task types, drops the `task` member of tools/call, and has no hook on
+// what it writes. So pyrun serves tasks where it owns a request before the
+// SDK reads it: the line filter of stdio and of the local socket
+// (tasklines.go), which also owns the lines the SDK writes and adds the
+// 2025-11-25 `tasks` capability to initialize's result and
+// `execution.taskSupport` to the run tools in tools/list; and /mcp's
+// 2026-07-28 requests, one per POST (taskhttp.go). A task's call runs
+// through the same code as the SDK's tool handler (runCall). The
+// 2026-07-28 extension is advertised through the SDK's own capabilities
+// (server/discover). 2025-11-25's tasks over HTTP would need initialize's
+// and tools/list's answers changed inside the SDK's event streams: not
+// offered there.
 
 import (
 	"context"
