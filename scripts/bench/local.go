@@ -31,10 +31,11 @@ const localCode = "1 + 1"
 
 func benchLocal(ctx context.Context, o *opts, floorP50 float64) (*localReport, error) {
 	r := &localReport{Runs: o.runs, FloorP50MS: floorP50}
-	// pyrun stdio with a pool of its own: never attach, whatever runs.
+	// pyrun stdio with a pool of its own (startPyrun never attaches
+	// unless told to).
 	var own []time.Duration
 	for range o.runs {
-		p, err := startPyrun(ctx, o, "warn", "--attach", "never")
+		p, err := startPyrun(ctx, o, "warn")
 		if err != nil {
 			return nil, err
 		}

@@ -181,7 +181,7 @@ func (r *referenceReport) measure(ctx context.Context, o *opts, e *referenceEnv)
 		if err != nil {
 			return err
 		}
-		p, err := startPyrun(ctx, o, "warn", "--attach", "never")
+		p, err := startPyrun(ctx, o, "warn")
 		if err != nil {
 			return err
 		}
@@ -201,7 +201,7 @@ func (r *referenceReport) measure(ctx context.Context, o *opts, e *referenceEnv)
 		return fmt.Errorf("start the reference: %w", err)
 	}
 	defer s.Close()
-	p, err := startPyrun(ctx, o, "warn", "--attach", "never", "--workers", "2")
+	p, err := startPyrun(ctx, o, "warn", "--workers", "2")
 	if err != nil {
 		return err
 	}
