@@ -53,7 +53,7 @@ func newFrontCounters() *frontCounters {
 	for _, l := range refusalLimits {
 		c.refused.WithLabelValues(l)
 	}
-	for _, tr := range []string{"sse", "streamable", "stdio"} {
+	for _, tr := range []string{"sse", "streamable", "stdio", "socket"} {
 		c.stalls.WithLabelValues(tr)
 		for _, what := range []string{"call", "result"} {
 			c.heldBack.WithLabelValues(tr, what)

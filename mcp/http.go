@@ -129,12 +129,12 @@ func (s *Server) HTTPHandler(o HTTPOptions) *HTTPHandler {
 	// 2026-07-28 requests need a stateless handler (revisions.go). Over
 	// it a client cancels a call by dropping its POST, which reaches the
 	// handler only with PropagateRequestCancellation.
-	var mcpHandler http.Handler = byRevision(streamable, sdk.NewStreamableHTTPHandler(getServer, &sdk.StreamableHTTPOptions{
+	var mcpHandler http.Handler = byRevision(streamable, s.httpTasks(maxBody, sdk.NewStreamableHTTPHandler(getServer, &sdk.StreamableHTTPOptions{
 		Stateless:                    true,
 		PropagateRequestCancellation: true,
 		Logger:                       slogFor(s.log.Named("http")),
 		MaxRequestBodyBytes:          maxBody,
-	}))
+	})))
 	sse := sdk.NewSSEHandler(getServer, &sdk.SSEOptions{MaxRequestBodyBytes: maxBody})
 
 	h.mux.Handle("/mcp", protect(h.front("streamable", h.transport(s.CancelOnDisconnect(mcpHandler)))))

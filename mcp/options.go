@@ -28,6 +28,7 @@ func (s *Server) SetOptions(opts Options) {
 	s.outputs.SetConfig(opts.Outputs)
 	s.front.out.setLimits(opts.Delivery)
 	s.front.bytes.setLimits(opts.Requests)
+	s.tasks.setOptions(opts.Tasks)
 	s.mu.Lock()
 	old := s.opts
 	s.opts = opts
@@ -57,4 +58,11 @@ func (s *Server) republish() {
 	for _, l := range changed {
 		s.sdk.AddTool(languageToolDef(l, opts), s.handle)
 	}
+}
+
+// taskOptions are the tasks' bounds in force.
+func (s *Server) taskOptions() TaskOptions {
+	s.tasks.mu.Lock()
+	defer s.tasks.mu.Unlock()
+	return s.tasks.opts
 }

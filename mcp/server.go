@@ -63,6 +63,8 @@ type Options struct {
 	// Python); nil: none. Its changes reach clients as a changed tool
 	// description (see New).
 	CodeMode *codemode.Hub
+	// Tasks bound MCP tasks (tasks.go).
+	Tasks TaskOptions
 }
 
 // Server is pyrun's MCP server. Its methods are safe for concurrent use.
@@ -80,6 +82,7 @@ type Server struct {
 	outputs *outputs.Store
 	reading *semaphore.Weighted
 	front   frontState
+	tasks   *taskStore // MCP tasks of stdio and the socket (tasks.go)
 
 	// tools are the languages' tools, by tool name; fixed at New.
 	tools map[string]*languageTool
@@ -95,7 +98,8 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 	opts = opts.withDefaults()
 	s := &Server{pool: pool, opts: opts, log: log, outputs: outputs.New(opts.Outputs),
 		reading: semaphore.NewWeighted(maxReading),
-		tools:   newLanguageTools(opts.languages()), published: map[string]string{}}
+		tools:   newLanguageTools(opts.languages()), published: map[string]string{},
+		tasks: newTaskStore(opts.Tasks.withDefaults())}
 	s.front.init()
 	s.front.out.setLimits(opts.Delivery)
 	s.front.bytes.setLimits(opts.Requests)
@@ -115,6 +119,9 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 				// resources/read serves calls' /output/ files; the list
 				// stays empty, as every file belongs to one client.
 				Resources: &sdk.ResourceCapabilities{},
+				// The 2026-07-28 tasks extension (tasks.go), in
+				// server/discover; clients of older revisions ignore it.
+				Extensions: map[string]any{tasksExtension: map[string]any{}},
 			},
 		})
 	for _, l := range opts.languages() {

@@ -28,24 +28,65 @@ import (
 
 // runIO serves one client on r and w until it hangs up or ctx ends.
 func (s *Server) runIO(ctx context.Context, r io.ReadCloser, w io.Writer) error {
-	st := s.front.out.open("stdio", Anonymous, "stdio", nil)
+	return s.runLines(ctx, "stdio", "stdio", r, w)
+}
+
+// runLines serves one session of the local client (Anonymous) on r and w,
+// lines of JSON-RPC, until it hangs up or ctx ends: stdio's, or one
+// connection's on the socket (socket.go). session names it among the open
+// ones, transport in logs and metrics.
+func (s *Server) runLines(ctx context.Context, session, transport string, r io.ReadCloser, w io.Writer) error {
+	st := s.front.out.open(session, Anonymous, transport, nil)
 	defer st.close()
-	out := &stdioWriter{w: w, st: st}
-	in := &stdioReader{r: r, br: bufio.NewReaderSize(r, 64<<10), out: out, st: st, ctx: ctx, log: s.log.Named("stdio"),
-		max: int(MaxRequestBody(s.options().MaxCode)), counters: s.front.counters, bytes: s.front.bytes}
 	ctx = context.WithValue(ctx, outStreamKey{}, st)
-	return s.sdk.Run(ctx, &sdk.IOTransport{Reader: in, Writer: out, MaxLineLength: -1})
+	ctx, cancel := context.WithCancel(ctx) // ends the session's task waits
+	defer cancel()
+	out := &stdioWriter{w: w, st: st}
+	tasks := newLineTasks(s, out, ctx)
+	out.tasks = tasks
+	in := &stdioReader{r: r, br: bufio.NewReaderSize(r, 64<<10), out: out, st: st, ctx: ctx, log: s.log.Named(transport),
+		max: int(MaxRequestBody(s.options().MaxCode)), counters: s.front.counters, bytes: s.front.bytes, tasks: tasks}
+	// As the SDK's Server.Run, keeping the session for the tasks.
+	ss, err := s.sdk.Connect(ctx, &sdk.IOTransport{Reader: in, Writer: out, MaxLineLength: -1}, nil)
+	if err != nil {
+		return err
+	}
+	tasks.setSession(ss)
+	closed := make(chan error, 1)
+	go func() { closed <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		ss.Close()
+		<-closed
+		return ctx.Err()
+	case err := <-closed:
+		return err
+	}
 }
 
 // stdioWriter serialises the SDK's writes with the filter's error answers;
 // each Write is one whole line.
 type stdioWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-	st *outStream
+	mu    sync.Mutex
+	w     io.Writer
+	st    *outStream
+	tasks *lineTasks // adds tasks to the answers that advertise them
 }
 
 func (o *stdioWriter) Write(b []byte) (int, error) {
+	if o.tasks != nil {
+		if nb := o.tasks.rewriteAnswer(b); len(nb) != len(b) {
+			// The caller wrote all of b: say so, whatever was added.
+			if _, err := o.write(nb); err != nil {
+				return 0, err
+			}
+			return len(b), nil
+		}
+	}
+	return o.write(b)
+}
+
+func (o *stdioWriter) write(b []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n, err := o.w.Write(b)
@@ -70,6 +111,8 @@ type stdioReader struct {
 
 	counters *frontCounters
 	bytes    *requestBytes // what the calls in flight hold: read nothing more past the client's share
+
+	tasks *lineTasks // answers tasks' requests (tasklines.go)
 
 	buf []byte // the rest of the line being passed on
 }
@@ -124,6 +167,9 @@ func (in *stdioReader) next() ([]byte, error) {
 			in.refuseLong(tooLong)
 		} else if t := bytes.TrimSpace(line); len(t) > 0 {
 			if id, code, msg := checkLine(t); code == 0 {
+				if in.tasks != nil && in.tasks.intercept(t) {
+					continue // answered by tasks, not the SDK
+				}
 				return append(t, '\n'), nil
 			} else {
 				in.answer(id, code, msg)

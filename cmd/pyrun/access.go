@@ -26,6 +26,9 @@ func (o *options) authConfigured() bool {
 // checkListen refuses to listen beyond loopback without access control,
 // unless told to with --insecure-no-auth, which it logs loudly.
 func checkListen(o *options, log hclog.Logger) error {
+	if o.listen == listenNone {
+		return nil // no HTTP: the socket alone (local.go)
+	}
 	host, _, err := net.SplitHostPort(o.listen)
 	if err != nil {
 		return fmt.Errorf("listen address %q: %w", o.listen, err)

@@ -193,3 +193,67 @@ func TestSystemdUnit(t *testing.T) {
 		t.Errorf("ExecStart's flags do not load: %v", err)
 	}
 }
+
+// The user units (SPEC.md section 16) verify cleanly in a user manager,
+// the socket is owner-only at $XDG_RUNTIME_DIR/pyrun.sock (where pyrun
+// stdio looks), and the service serves that socket with flags that load.
+// TestSocketActivation runs the service's ExecStart under socket activation.
+func TestUserUnits(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Fatal("systemd-analyze is not installed: apt-get install systemd (the CI script does)")
+	}
+	socket, err := os.ReadFile("../../configs/user/pyrun.socket")
+	if err != nil {
+		t.Fatal(err)
+	}
+	service, err := os.ReadFile("../../configs/user/pyrun.service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"ListenStream=%t/pyrun.sock", "SocketMode=0600", "DirectoryMode=0700", "WantedBy=sockets.target"} {
+		if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(want) + `$`).Match(socket) {
+			t.Errorf("pyrun.socket has no line %s", want)
+		}
+	}
+
+	// verify checks that ExecStart's program exists: point it at this
+	// test binary; a user manager needs a runtime folder.
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	runtime := filepath.Join(dir, "run")
+	if err := os.Mkdir(runtime, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	svcPath, sockPath := filepath.Join(dir, "pyrun.service"), filepath.Join(dir, "pyrun.socket")
+	if err := os.WriteFile(svcPath, []byte(strings.ReplaceAll(string(service), "%h/.local/bin/pyrun", self)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sockPath, socket, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(analyze, "verify", "--user", sockPath, svcPath)
+	cmd.Env = append(os.Environ(), "XDG_RUNTIME_DIR="+runtime)
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Errorf("systemd-analyze verify --user: %v\n%s", err, out)
+	}
+
+	sock := filepath.Join(runtime, "pyrun.sock")
+	o, _, err := loadOptions("serve", userServiceArgs(t, sock)[1:])
+	if err != nil {
+		t.Fatalf("ExecStart's flags do not load: %v", err)
+	}
+	if o.socket != sock {
+		t.Errorf("the service serves --socket %q, not the socket unit's %%t/pyrun.sock", o.socket)
+	}
+	t.Setenv("XDG_RUNTIME_DIR", runtime)
+	var stdio options
+	stdio.flagSet("stdio")
+	if got := stdio.stdioSocket(); got != sock {
+		t.Errorf("pyrun stdio looks for %s by default, not the socket unit's %s", got, sock)
+	}
+}

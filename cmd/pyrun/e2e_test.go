@@ -46,8 +46,20 @@ func TestMain(m *testing.M) {
 		os.Exit(confineAndExec(spec))
 	}
 	flag.Parse()
+	// pyrun stdio attaches to a service on $XDG_RUNTIME_DIR/pyrun.sock (or
+	// /run/user/UID/pyrun.sock) when one answers: the tests' own servers
+	// must not attach to the user's. An empty runtime folder of their own
+	// has no service.
+	runtimeDir, err := os.MkdirTemp("", "pyrun-e2e-run-")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.Exit(2)
+	}
+	os.Setenv("XDG_RUNTIME_DIR", runtimeDir)
 	if testing.Short() {
-		os.Exit(m.Run())
+		code := m.Run()
+		os.RemoveAll(runtimeDir)
+		os.Exit(code)
 	}
 	dir, err := os.MkdirTemp("", "pyrun-e2e-")
 	if err != nil {
@@ -60,6 +72,7 @@ func TestMain(m *testing.M) {
 	if err := build.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: build pyrun: %v\n", err)
 		os.RemoveAll(dir)
+		os.RemoveAll(runtimeDir)
 		os.Exit(2)
 	}
 	code := m.Run()
@@ -70,6 +83,7 @@ func TestMain(m *testing.M) {
 		}
 	}
 	os.RemoveAll(dir)
+	os.RemoveAll(runtimeDir)
 	os.Exit(code)
 }
 

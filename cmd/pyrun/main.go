@@ -85,7 +85,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 	switch cmd {
 	case "stdio":
-		err = cmdStdio(ctx, opts, stdin, stderr, log)
+		err = cmdStdio(ctx, opts, stdin, stdout, stderr, log)
 	case "serve":
 		err = cmdServe(ctx, opts, rest, stderr, log)
 	case "warmup":
@@ -171,10 +171,17 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		Requests:        o.requestLimits(),
 		Delivery: mcp.DeliveryLimits{WriteTimeout: o.writeTimeout, SessionResults: o.sessionPendingResults,
 			SessionBytes: int64(o.sessionPendingBytes), ClientBytes: int64(o.clientPendingBytes)},
+		Tasks: o.taskOptions(),
 	}
 }
 
-func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stderr io.Writer, log hclog.Logger) error {
+func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stdout, stderr io.Writer, log hclog.Logger) error {
+	// A service on the socket first, before anything that costs (local.go).
+	if c, err := attachConn(o, log); err != nil {
+		return err
+	} else if c != nil {
+		return bridge(ctx, c, o.stdioSocket(), stdin, stdout, log)
+	}
 	removeOutputs, err := o.makeOutputs()
 	if err != nil {
 		return err

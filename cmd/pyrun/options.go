@@ -123,6 +123,13 @@ type options struct {
 	rMemoryLimit  byteSize
 	jsMemoryLimit byteSize
 	runLanguage   string // pyrun run --language
+	// The local socket (local.go).
+	socket         string
+	attach         string
+	maxSocketConns int
+	taskTTL        time.Duration
+	clientMaxTasks int
+	taskAfter      time.Duration
 }
 
 // flagSet declares every flag on o, with its default.
@@ -162,7 +169,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&o.runtimeDir, "runtime-dir", supervisor.DefaultRuntimeRoot(), "where pyrun installs Deno and Pyodide")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:3001", "serve: address to listen on")
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:3001", "serve: address to listen on (none: no HTTP, only --socket)")
 	fs.BoolVar(&o.stateless, "stateless", false, "serve: /mcp without sessions, for load balancers")
 	fs.DurationVar(&o.sessionTimeout, "session-timeout", time.Hour, "serve: close a /mcp session after this long without a request")
 	fs.DurationVar(&o.keepAlive, "keep-alive", 15*time.Second, "serve: comment line on quiet event streams this often, so long calls are not dropped (0: never)")
@@ -188,6 +195,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&o.out, "out", "", "run: `directory` to save the call's displays (display-N.png, ...) and /output/ files in")
 	o.flagLimits(fs)
 	o.languageFlags(fs)
+	o.localFlags(fs)
 	fs.Var(&o.mcpServers, "mcp-servers", "code mode: `JSON` object of MCP servers whose tools Python may call, as in Claude Desktop's mcpServers, each with \"allow\": [tool names] and \"timeout\"")
 	fs.IntVar(&o.maxToolCalls, "max-tool-calls", 50, "code mode: tool calls one run may make")
 	fs.IntVar(&o.toolConcurrency, "tool-concurrency", 4, "code mode: tool calls of one run in progress at once")
@@ -468,6 +476,9 @@ func (o *options) check() error {
 		return err
 	}
 	if err := o.checkLanguages(); err != nil {
+		return err
+	}
+	if err := o.checkLocal(); err != nil {
 		return err
 	}
 	if hclogLevel(o.logLevel) == 0 {

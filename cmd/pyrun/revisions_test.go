@@ -256,9 +256,9 @@ type tsReport struct {
 	} `json:"after"`
 }
 
-// runTSClient runs the TypeScript SDK client against url, installing its
-// pinned packages (npm ci) on first use.
-func runTSClient(t *testing.T, url string) tsReport {
+// tsClientDir is testdata/tsclient, its pinned packages installed (npm ci)
+// on first use.
+func tsClientDir(t *testing.T) string {
 	t.Helper()
 	dir, err := filepath.Abs(filepath.Join("testdata", "tsclient"))
 	if err != nil {
@@ -271,6 +271,14 @@ func runTSClient(t *testing.T, url string) tsReport {
 			t.Fatalf("npm ci in %s (the TypeScript SDK): %v\n%s", dir, err, out)
 		}
 	}
+	return dir
+}
+
+// runTSClient runs the TypeScript SDK client against url, installing its
+// pinned packages (npm ci) on first use.
+func runTSClient(t *testing.T, url string) tsReport {
+	t.Helper()
+	dir := tsClientDir(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "node", "client.mjs", url)

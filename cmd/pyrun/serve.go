@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/codemode"
+	"github.com/pyrun/pyrun/mcp/localsock"
 	"github.com/pyrun/pyrun/mcp/netguard"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/oswall"
@@ -40,6 +40,7 @@ type service struct {
 	http    *http.Server
 	watcher *configWatcher // nil without a config file
 	hub     *codemode.Hub  // code mode's MCP servers
+	socket  socketService  // the local socket's sessions (local.go); zero without --socket
 
 	mu   sync.Mutex
 	opts *options // in force; replaced by reload
@@ -63,11 +64,16 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	}
 	defer removeOutputs()
 	applyMemoryLimit(o, log)
-	ln, err := net.Listen("tcp", o.listen)
+	ln, sock, err := socketListeners(o, log) // local.go
 	if err != nil {
-		return fmt.Errorf("listen: %w", err)
+		return err
 	}
 	defer ln.Close()
+	var socketConns *localsock.Listener
+	if sock != nil {
+		socketConns = localsock.Guard(sock, localsock.Limits{MaxConns: o.maxSocketConns}, log.Named("socket"))
+		defer sock.Close()
+	}
 	maxConns := o.maxConns
 	if maxConns == 0 {
 		// Room for each worker's pipes and files, and pyrun's own.
@@ -140,6 +146,12 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	}
 	served := make(chan error, 1)
 	go func() { served <- s.http.Serve(conns) }()
+	metrics.CountTasks(s.srv)
+	if socketConns != nil {
+		metrics.CountSocket(socketConns.Stats)
+		s.startSocket(socketConns)
+		defer s.stopSocket()
+	}
 
 	if o.configFile != "" {
 		s.watcher, err = watchConfig(o.configFile, log.Named("config"), s.reload)
@@ -158,8 +170,13 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		}
 	}
 	addr := ln.Addr().String()
-	log.Info("listening", "addr", addr, "mcp", "http://"+addr+"/mcp", "sse", "http://"+addr+"/sse",
-		"stateless", o.stateless, "workers", pools.Stats().Workers, "languages", pools.Languages(), "python", rt.Python, "auth", o.authMode())
+	mcpURL, sseURL := "http://"+addr+"/mcp", "http://"+addr+"/sse"
+	if addr == listenNone {
+		mcpURL, sseURL = "", ""
+	}
+	log.Info("listening", "addr", addr, "mcp", mcpURL, "sse", sseURL,
+		"stateless", o.stateless, "workers", pools.Stats().Workers, "languages", pools.Languages(), "python", rt.Python, "auth", o.authMode(),
+		"socket", socketName(sock))
 
 	for {
 		select {
@@ -219,6 +236,7 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 	// Stop accepting: no new connections, sessions or streams; calls in
 	// existing sessions are refused by the closing pool.
 	s.handler.Drain()
+	s.socket.drain()
 	shut := make(chan error, 1)
 	go func() { shut <- s.http.Shutdown(context.Background()) }()
 
@@ -244,6 +262,7 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 	if err := s.handler.CloseSessions(closeCtx); err != nil {
 		s.log.Warn("closing sessions", "error", err)
 	}
+	s.stopSocket()
 	select {
 	case <-shut:
 	case <-closeCtx.Done():
@@ -283,7 +302,7 @@ func (s *service) options() *options {
 var restartOnly = []string{
 	"config", "listen", "stateless", "session-timeout", "keep-alive", "runtime-dir", "log-format",
 	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
-	"insecure-no-auth", "instance-id", "mount", "languages", "os-sandbox",
+	"insecure-no-auth", "instance-id", "mount", "languages", "os-sandbox", "socket", "max-socket-conns",
 	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
 	"output-dir",
 }

@@ -51,14 +51,18 @@ type opts struct {
 	firstPause time.Duration
 	firstIdle  time.Duration
 	warmCalls  int
+	// The reference, mcp-run-python (reference.go).
+	reference      string
+	referenceCache string
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "reuse", "languages", "tsclient", "wall", "lb"}
+var measurements = []string{"warm", "http", "spawn", "local", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "reuse", "languages", "tsclient", "wall", "reference", "lb"}
 
 // byDefault are the measurements a plain run makes: lb needs nginx and two
-// cores to itself, so it runs only when asked for (-only lb).
-var byDefault = measurements[:len(measurements)-1]
+// cores to itself, so it runs only when asked for (-only lb); reference
+// needs a checkout of the reference (-reference DIR), and runs with it.
+var byDefault = slices.DeleteFunc(slices.Clone(measurements), func(m string) bool { return m == "lb" || m == "reference" })
 
 func main() {
 	if t := os.Getenv(mcpFloorEnv); t != "" {
@@ -81,6 +85,8 @@ func main() {
 	flag.DurationVar(&o.firstPause, "firstcalls-pause", 0, "firstcalls: idle time between the worker's ready and its first call")
 	flag.DurationVar(&o.firstIdle, "firstcalls-idle", 3*time.Second, "firstcalls: the idle time of its second part, in which the worker runs its warming calls (0: no second part)")
 	flag.IntVar(&o.warmCalls, "warm-calls", 0, "firstcalls: the pool's Config.WarmCalls (0: its default, negative: none)")
+	flag.StringVar(&o.reference, "reference", "", "a checkout of pydantic/mcp-run-python at v0.0.22, built (README.md in this folder): measure it beside pyrun")
+	flag.StringVar(&o.referenceCache, "reference-cache", filepath.Join(os.TempDir(), "pyrun-bench-reference"), "where the reference's copy, its node_modules and Deno's cache go")
 	pools := flag.String("pool", "2", "pool sizes to time from start to all ready, comma-separated")
 	flag.StringVar(&o.jsonFile, "json", "", "also write the JSON report to this file")
 	flag.StringVar(&o.profileDir, "profile", "", "write a Go CPU profile of pyrun during the warm stdio calls into this folder (pyrun-stdio.pprof)")
@@ -93,6 +99,11 @@ func main() {
 			}
 			o.only[m] = true
 		}
+	}
+	if o.reference != "" {
+		o.only["reference"] = true
+	} else if o.only["reference"] {
+		fail(errors.New("-only reference needs -reference DIR, a checkout of the reference"))
 	}
 	for _, f := range strings.Split(*pools, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -237,6 +248,21 @@ func run(ctx context.Context, o *opts) error {
 			rep.Spawn, rep.SpawnParts, err = benchSpawn(ctx, o)
 			return err
 		}},
+		{"local", fmt.Sprintf("pyrun stdio attached to a service against one with its own pool, spawn to first result, %d runs", o.runs),
+			func(ctx context.Context) (err error) {
+				floor := 0.0
+				if rep.Warm != nil {
+					floor = rep.Warm.Floor.P50
+				} else {
+					s, _, err := benchFloor(ctx, rt, code, "1\n", 500, 100)
+					if err != nil {
+						return fmt.Errorf("floor: %w", err)
+					}
+					floor = summarize(s).P50
+				}
+				rep.Local, err = benchLocal(ctx, o, floor)
+				return err
+			}},
 		{"pool", fmt.Sprintf("pools of %v ready, %d runs each", o.poolSizes, o.runs), func(ctx context.Context) error {
 			for _, n := range o.poolSizes {
 				s, err := benchPoolReady(ctx, o, n, nil)
@@ -315,6 +341,11 @@ func run(ctx context.Context, o *opts) error {
 			func(ctx context.Context) (err error) {
 				rep.Wall, err = benchWall(ctx, rt, o.runs, o.n, o.warmup)
 				return err
+			}},
+		{"reference", fmt.Sprintf("mcp-run-python 0.0.22 at %s beside pyrun: cold start, warm calls, the agent run, %d runs", o.reference, o.runs),
+			func(ctx context.Context) error {
+				rep.Reference = benchReference(ctx, rt, o)
+				return nil
 			}},
 		{"lb", fmt.Sprintf("behind nginx: 1 instance on 1 core, then 2 on 2 cores, %d 50 ms CPU calls each", o.cpuCalls), func(ctx context.Context) (err error) {
 			rep.LB, err = benchLB(ctx, o)

@@ -41,6 +41,8 @@ type report struct {
 	ToolCall       *toolCallReport   `json:"tool_call,omitempty"`
 	Languages      []languageReport  `json:"languages,omitempty"`
 	TSClient       *tsclientReport   `json:"tsclient,omitempty"`
+	Local          *localReport      `json:"local_service,omitempty"`
+	Reference      *referenceReport  `json:"reference,omitempty"`
 	Targets        []target          `json:"targets"`
 
 	// Wall is what the OS sandbox costs a worker's start and warm calls.
@@ -231,6 +233,12 @@ func (r *report) checkTargets() []target {
 	if l := r.LB; l != nil {
 		atLeast("2 instances on 2 cores over 1 on 1, behind nginx", l.Speedup, 1.8, "x")
 	}
+	if l := r.Local; l != nil {
+		// SPEC.md section 16.
+		atMost("attached stdio: spawn to first result", l.Attached.P50MS, 20, "ms")
+		atMost("attached stdio / own pool, spawn to first result", l.AttachedOverOwn, 0.1, "x")
+	}
+	ts = append(ts, r.Reference.targets()...)
 	if p := r.Process; p != nil {
 		atLeast("--isolation process", p.CallsPerS, 3, "calls/s")
 		ts = append(ts, target{"--isolation process with a spare, p50", p.SpareP50MS, "< 60 ms", p.SpareP50MS < 60})
@@ -392,6 +400,10 @@ func (r *report) print(w io.Writer) {
 	if x := r.Wall; x != nil {
 		printWall(w, x)
 	}
+	if l := r.Local; l != nil {
+		printLocal(w, l)
+	}
+	r.Reference.print(w)
 	fmt.Fprintf(w, "\ntargets\n")
 	for _, t := range r.Targets {
 		mark := "met"

@@ -175,7 +175,7 @@ func benchTSClient(ctx context.Context, rt *supervisor.Runtime, o *opts) (*tscli
 	}
 
 	cfg, err := json.Marshal(map[string]any{
-		"command": bin, "args": []string{"stdio", "--workers", "1", "--runtime-dir", o.runtimeDir},
+		"command": bin, "args": []string{"stdio", "--attach", "never", "--workers", "1", "--runtime-dir", o.runtimeDir},
 		"runs": o.runs, "rounds": tsRounds, "block": block, "warmup": o.warmup, "first": firstCalls,
 		"code": tsCode, "want": tsWant, "blocks": agentBlocks, "expected": agentExpected,
 	})

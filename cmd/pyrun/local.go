@@ -1,0 +1,298 @@
+package main
+
+// One local service behind every stdio client (SPEC.md section 16):
+// `pyrun serve --socket PATH` also serves MCP on a Unix socket, and
+// `pyrun stdio` bridges its stdin/stdout to that socket when a service
+// answers there, instead of starting a pool of its own.
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/mcp/localsock"
+)
+
+// localFlags declares the local socket's flags on fs.
+func (o *options) localFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.socket, "socket", "", "serve: also serve MCP on this Unix socket `path` (owner-only; peers of other users are refused); stdio: the service's socket to attach to (default $XDG_RUNTIME_DIR/pyrun.sock)")
+	fs.StringVar(&o.attach, "attach", "auto", "stdio: auto (bridge to the service on --socket when it answers, else serve with a pool of its own), never, or required (fail when no service answers)")
+	fs.IntVar(&o.maxSocketConns, "max-socket-conns", 256, "serve: connections open at once on --socket, each an MCP session of the local client; more are refused")
+	// MCP tasks (mcp/tasks.go), on stdio and the socket.
+	fs.DurationVar(&o.taskTTL, "task-ttl", mcp.DefaultTaskTTL, "how long an MCP task's result is kept after the task ends (a client may ask for less)")
+	fs.IntVar(&o.clientMaxTasks, "client-max-tasks", mcp.DefaultClientTasks, "MCP tasks one client may hold, running or kept; more task-augmented calls are refused (2025-11-25) or answered without a task (2026-07-28)")
+	fs.DurationVar(&o.taskAfter, "task-after", mcp.DefaultTaskAfter, "MCP 2026-07-28: a call of a client that takes tasks is answered with a task when it has not ended after this long (0: at once)")
+}
+
+// taskOptions are the MCP tasks' bounds.
+func (o *options) taskOptions() mcp.TaskOptions {
+	return mcp.TaskOptions{TTL: o.taskTTL, ClientMax: o.clientMaxTasks, After: o.taskAfter}
+}
+
+func (o *options) checkLocal() error {
+	switch o.attach {
+	case "auto", "never", "required":
+	default:
+		return fmt.Errorf("attach must be auto, never or required, not %q", o.attach)
+	}
+	switch {
+	case o.maxSocketConns < 1 || o.maxSocketConns > 65536:
+		return fmt.Errorf("max-socket-conns must be between 1 and 65536, not %d", o.maxSocketConns)
+	case o.taskTTL < time.Second || o.taskTTL > 24*time.Hour:
+		return fmt.Errorf("task-ttl must be between 1s and 24h, not %s", o.taskTTL)
+	case o.clientMaxTasks < 1 || o.clientMaxTasks > 4096:
+		return fmt.Errorf("client-max-tasks must be between 1 and 4096, not %d", o.clientMaxTasks)
+	case o.taskAfter < 0 || o.taskAfter > time.Hour:
+		return fmt.Errorf("task-after must be between 0 and 1h, not %s", o.taskAfter)
+	}
+	return nil
+}
+
+// stdioSocket is the socket `pyrun stdio` attaches to: --socket, else the
+// user's runtime folder's pyrun.sock; empty when there is neither.
+func (o *options) stdioSocket() string {
+	if o.socket != "" {
+		return o.socket
+	}
+	return localsock.DefaultPath()
+}
+
+// attachTimeout bounds the connect to the service's socket. A Unix socket
+// answers at once (a listening socket accepts into its backlog, even
+// while a socket-activated service is still starting); this only guards
+// against a socket file on a hung file system.
+const attachTimeout = 2 * time.Second
+
+// attachConn connects to the service for `pyrun stdio`, as --attach says:
+// nil when it should serve with a pool of its own. It does nothing
+// expensive: no runtime, no pool, no config watcher.
+func attachConn(o *options, log hclog.Logger) (*net.UnixConn, error) {
+	if o.attach == "never" {
+		return nil, nil
+	}
+	path := o.stdioSocket()
+	if path == "" {
+		if o.attach == "required" {
+			return nil, errors.New("--attach required: no socket to attach to (give --socket PATH, or run in a login session, where XDG_RUNTIME_DIR is set)")
+		}
+		return nil, nil
+	}
+	c, err := localsock.Dial(path, attachTimeout)
+	if err != nil {
+		if o.attach == "required" {
+			return nil, fmt.Errorf("--attach required: no pyrun service answers at %s: %w (start one: systemctl --user start pyrun.socket, or pyrun serve --socket %s)", path, err, path)
+		}
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			log.Debug("no pyrun service on the socket: serving with a pool of my own", "socket", path)
+		} else {
+			log.Warn("not attaching to the socket: serving with a pool of my own", "socket", path, "error", err)
+		}
+		return nil, nil
+	}
+	return c, nil
+}
+
+// bridge copies stdin to the service and the service's answers to stdout,
+// byte for byte, until one side ends: the client closing stdin ends the
+// session (the service sees the end of its input and hangs up, after which
+// bridge returns nil); the service hanging up first (it stopped or
+// restarted) ends it with an error, and the client sees its server go, as
+// when a stdio server exits. No MCP is parsed here: the service's line
+// filter and the go-sdk's transport are the session's, as on stdio.
+// The goroutine copying stdin may still be blocked reading it when bridge
+// returns; the process exits right after.
+func bridge(ctx context.Context, c *net.UnixConn, path string, stdin io.Reader, stdout io.Writer, log hclog.Logger) error {
+	defer c.Close()
+	log.Debug("attached to the pyrun service", "socket", path)
+	clientDone := make(chan struct{})
+	go func() {
+		if _, err := io.Copy(c, stdin); err != nil && !errors.Is(err, net.ErrClosed) {
+			log.Debug("reading the client's requests", "error", err)
+		}
+		// The end of the client's input, passed on: the service ends the
+		// session and hangs up. Marked before it is passed on, so that the
+		// service hanging up after it is not taken for the service going.
+		close(clientDone)
+		_ = c.CloseWrite()
+	}()
+	down := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(stdout, c)
+		down <- err
+	}()
+	select {
+	case err := <-down:
+		select {
+		case <-clientDone:
+			return nil // the client hung up first; the service followed
+		default:
+		}
+		if err != nil {
+			return fmt.Errorf("the pyrun service at %s: %w", path, err)
+		}
+		return fmt.Errorf("the pyrun service at %s closed the connection (it stopped or restarted): this session is over", path)
+	case <-ctx.Done():
+		_ = c.Close()
+		<-down
+		return nil
+	}
+}
+
+// socketListeners are the listeners `pyrun serve` serves on: socket
+// activation's, when systemd passed any (a TCP one replaces --listen, a
+// Unix one is the socket), else --listen's and --socket's own. sock is nil
+// without a socket.
+func socketListeners(o *options, log hclog.Logger) (httpLn, sock net.Listener, err error) {
+	inherited, err := localsock.Inherited()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, ln := range inherited {
+		switch a := ln.Addr().(type) {
+		case *net.UnixAddr:
+			if sock != nil {
+				return nil, nil, closeAll(inherited, fmt.Errorf("socket activation: more than one Unix socket (%s, %s)", sock.Addr(), a))
+			}
+			if o.socket != "" && a.Name != o.socket {
+				return nil, nil, closeAll(inherited, fmt.Errorf("socket activation passed the socket %s, but --socket is %s", a.Name, o.socket))
+			}
+			sock = ln
+			if st, err := os.Stat(a.Name); err == nil && st.Mode().Perm()&0o077 != 0 {
+				log.Warn("the activated socket is open to other users (set SocketMode=0600): their connections are refused, but they can reach it", "socket", a.Name, "mode", st.Mode().Perm().String())
+			}
+		case *net.TCPAddr:
+			if httpLn != nil {
+				return nil, nil, closeAll(inherited, fmt.Errorf("socket activation: more than one TCP socket (%s, %s)", httpLn.Addr(), a))
+			}
+			// What --listen's address would have to pass, the address
+			// systemd listens on passes too.
+			oc := *o
+			oc.listen = a.String()
+			if err := checkListen(&oc, log); err != nil {
+				return nil, nil, closeAll(inherited, err)
+			}
+			httpLn = ln
+		default:
+			return nil, nil, closeAll(inherited, fmt.Errorf("socket activation: a socket of another kind (%s)", a.Network()))
+		}
+	}
+	if len(inherited) > 0 {
+		log.Info("socket activation", "sockets", len(inherited))
+	}
+	if sock == nil && o.socket != "" {
+		if sock, err = localsock.Listen(o.socket); err != nil {
+			return nil, nil, closeAll(inherited, err)
+		}
+	}
+	if httpLn == nil && o.listen == listenNone {
+		if sock == nil {
+			return nil, nil, errors.New("listen none: no HTTP, and no --socket either: nothing to serve on")
+		}
+		httpLn = newNoListener()
+	}
+	if httpLn == nil {
+		if httpLn, err = net.Listen("tcp", o.listen); err != nil {
+			if sock != nil {
+				sock.Close()
+			}
+			return nil, nil, closeAll(inherited, fmt.Errorf("listen: %w", err))
+		}
+	}
+	return httpLn, sock, nil
+}
+
+func closeAll(lns []net.Listener, err error) error {
+	for _, ln := range lns {
+		ln.Close()
+	}
+	return err
+}
+
+// socketService runs the socket's sessions for `pyrun serve`.
+type socketService struct {
+	ln     *localsock.Listener
+	cancel context.CancelFunc // ends the sessions
+	done   chan struct{}      // closed when they have all ended
+}
+
+// startSocket serves MCP on ln until stopSocket.
+func (s *service) startSocket(ln *localsock.Listener) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s.socket = socketService{ln: ln, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.socket.done)
+		if err := s.srv.ServeSocket(ctx, ln); err != nil {
+			s.log.Error("socket", "error", err)
+		}
+	}()
+}
+
+// drain stops taking connections on the socket; the open sessions go on
+// (their new calls are refused by the closing pool, as over HTTP).
+func (ss socketService) drain() {
+	if ss.ln != nil {
+		_ = ss.ln.Close()
+	}
+}
+
+// stopSocket ends the socket's sessions (their clients see the server go)
+// and waits for them. It may be called more than once.
+func (s *service) stopSocket() {
+	ss := s.socket
+	if ss.ln == nil {
+		return
+	}
+	ss.drain()
+	ss.cancel()
+	<-ss.done
+}
+
+// socketName is the socket's path for the log, or "" without one.
+func socketName(sock net.Listener) string {
+	if sock == nil {
+		return ""
+	}
+	return sock.Addr().String()
+}
+
+// listenNone is the --listen value of a service without HTTP: the socket's
+// alone (a user's service, beside a system one on 127.0.0.1:3001).
+const listenNone = "none"
+
+// noListener stands for the HTTP listener of --listen none: it accepts
+// nothing until it is closed, so the HTTP server's start and graceful
+// shutdown stay as they are.
+type noListener struct {
+	once   sync.Once
+	closed chan struct{}
+}
+
+func newNoListener() *noListener { return &noListener{closed: make(chan struct{})} }
+
+func (l *noListener) Accept() (net.Conn, error) {
+	<-l.closed
+	return nil, net.ErrClosed
+}
+
+func (l *noListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *noListener) Addr() net.Addr { return noAddr{} }
+
+type noAddr struct{}
+
+func (noAddr) Network() string { return "none" }
+func (noAddr) String() string  { return listenNone }
