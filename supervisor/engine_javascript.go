@@ -74,12 +74,16 @@ func (javascriptEngine) Program() string { return "js/main.ts" }
 // No --v8-flags heap cap: Permissions cannot see the configured memory
 // limit, and the host's own check of RSS against heap_limit during each
 // call (memory-error) plus the pool's RSS watchdog are the limits.
+// --expose-gc lets the host collect the parse tree of a big call's code at
+// once (js/main.ts, collectAfterParse): V8 left ~150 MiB of it per MiB of
+// code to pile up over calls, past heap_limit. The runner deletes gc from
+// the user's Worker.
 func (javascriptEngine) Permissions(rt *Runtime) (Permissions, error) {
 	return Permissions{
 		Read: []string{
 			filepath.Join(rt.Dir, "js"),
 			filepath.Join(rt.Dir, "node_modules", "typescript", "lib", "typescript.js"),
 		},
-		Flags: []string{"--unstable-worker-options"},
+		Flags: []string{"--unstable-worker-options", "--v8-flags=--expose-gc"},
 	}, nil
 }

@@ -194,6 +194,26 @@ function mimeOf(path: string): string {
 
 const MIME = /^[A-Za-z0-9][\w.+-]*\/[\w.+-]+$/;
 
+/** Code at least this long has its parse tree collected at once (collectAfterParse). */
+const BIG_CODE = 64 << 10;
+
+/** V8's gc(), exposed by --v8-flags=--expose-gc (supervisor/engine_javascript.go). */
+const collect = (globalThis as { gc?: (options: Record<string, string>) => void }).gc;
+
+/**
+ * Collects the garbage of a big call's parse and gives its memory back.
+ * TypeScript's tree of a MiB of dense code (130,000 short statements) takes
+ * 150-250 MiB of this thread's heap, and V8 collects it when it sees fit
+ * and keeps the pages it freed: the process's RSS, which heap_limit bounds,
+ * stayed at its peak, and the next big call ended memory-error with nothing
+ * of its own held. V8's last-resort collection (what it does under memory
+ * pressure) also returns the pages: RSS went from 317 MiB back to 86 MiB.
+ * Small code, whose tree is young garbage, is left to V8.
+ */
+function collectAfterParse(length: number): void {
+  if (length >= BIG_CODE) collect?.({ type: "major", execution: "sync", flavor: "last-resort" });
+}
+
 class Host {
   private readonly url: string;
   private spare: Slot | null = null;
@@ -256,6 +276,7 @@ class Host {
       }
     }
     const rw = rewrite(this.ts, req.code, this.cfg.session);
+    collectAfterParse(req.code.length);
     if (rw.error !== undefined) return done({ status: "run-error", error: rw.error });
     const slot = this.take();
     try {

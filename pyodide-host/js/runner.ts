@@ -380,6 +380,9 @@ function nextTask(): Promise<void> {
 function hide(): void {
   const g = globalThis as unknown as Record<string, unknown>;
   delete g.postMessage;
+  // The host's --expose-gc reaches every isolate: the code has no use for
+  // it. V8 makes it non-configurable (delete would throw) but writable.
+  g.gc = undefined;
   // A nested Worker's console would write to the process's stdout, the
   // protocol pipe (its permissions could only be "none" too).
   g.Worker = class {
