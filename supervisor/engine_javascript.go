@@ -65,8 +65,10 @@ func (javascriptEngine) Program() string { return "js/main.ts" }
 //     parser finds a call's syntax errors, last expression and top-level
 //     declarations. The Worker reads none of it.
 //   - the host folders of --mount, added by the pool (Features.Mounts):
-//     read of each, write of those mounted :rw, which the host passes on
-//     to the Worker (js/main.ts, workerPermissions) and nothing more.
+//     read of each, write of those mounted :rw. The host thread alone uses
+//     them, for the runner's pyrun.readFile, readDir and writeFile
+//     (js/main.ts, fsForRunner): the Worker gets none, since Deno lets a
+//     file opened for reading have its mode changed (fchmod).
 //   - no env (TypeScript is loaded without `process`), no net, run, ffi,
 //     sys or import: the user's Worker could not use them anyway, and the
 //     host needs none.

@@ -251,14 +251,13 @@ local({
   }
 
   # Removes pyrun's own plot files once main.ts has sent them.
-  drop_plots <- function() {
-    unlink(list.files(plot_dir, full.names = TRUE))
-    invisible()
-  }
+  drop_plots <- function() clear_dir(plot_dir)
 
-  # Empties a folder, keeping the folder.
+  # Empties a folder, keeping the folder, through Emscripten's FS in R's
+  # thread (guards.ts's clearFolder, which main.ts binds as clear_js): R's
+  # list.files gets names cut at 255 bytes, which unlink cannot find.
   clear_dir <- function(dir) {
-    unlink(list.files(dir, all.files = TRUE, no.. = TRUE, full.names = TRUE), recursive = TRUE, force = TRUE)
+    js(paste0(clear_js, "(Module.FS, ", deparse(dir), "); 0"))
     invisible()
   }
 
@@ -275,7 +274,8 @@ local({
     paths <- sort(list.files("/output", recursive = TRUE, all.files = TRUE))
     if (!length(paths)) return(list(path = character(), stamp = character()))
     info <- file.info(file.path("/output", paths))
-    keep <- !info$isdir
+    # A name R cannot stat (cut at 255 bytes by its listing) is skipped.
+    keep <- !is.na(info$isdir) & !info$isdir
     list(
       path = paths[keep],
       stamp = paste(info$size[keep], unname(tools::md5sum(file.path("/output", paths[keep]))))
@@ -329,11 +329,9 @@ local({
   reset <- function() {
     setwd(baseline$wd)
     clear_dir(baseline$wd)
-    keep_tmp <- normalizePath(tempdir())
-    for (f in list.files("/tmp", all.files = TRUE, no.. = TRUE, full.names = TRUE)) {
-      if (normalizePath(f) != keep_tmp) unlink(f, recursive = TRUE, force = TRUE)
-    }
-    clear_dir(keep_tmp)
+    # R's own temporary folder goes with the rest and is made again.
+    clear_dir("/tmp")
+    tempdir(check = TRUE)
     rm(list = ls(globalenv(), all.names = TRUE), envir = globalenv())
     for (name in setdiff(search(), baseline$search)) {
       try(detach(name, character.only = TRUE), silent = TRUE)
