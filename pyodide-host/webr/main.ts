@@ -93,11 +93,12 @@ async function start(cfg: RConfig): Promise<void> {
   await setUpRThread(webR, cfg.heap_limit);
   await mountHostFolders(webR, cfg.mounts);
   await guardRThread(webR, HOME, ["/output", PLOT_DIR], cfg.mounts);
-  const source = await Deno.readTextFile(new URL("./pyrun.R", import.meta.url));
+  // pyrun.R empties folders with clearFolder, in R's thread: Emscripten's
+  // readdir gives whole names, where R's list.files gets them cut at 255
+  // bytes. It goes into the source, as pyrun.R locks its environment.
+  const source = (await Deno.readTextFile(new URL("./pyrun.R", import.meta.url)))
+    .replace(`"<<pyrun:clearFolder>>"`, () => JSON.stringify(`(${clearFolder.toString()})`));
   const helper = await webR.evalR(source) as REnvironment;
-  // pyrun.R empties folders with this, in R's thread: Emscripten's readdir
-  // gives whole names, where R's list.files gets them cut at 255 bytes.
-  await helper.bind("clear_js", `(${clearFolder.toString()})`);
   const shelter = await new webR.Shelter();
   const worker = new RWorker(webR, shelter, helper, cfg);
   worker.readConsole();
@@ -161,16 +162,23 @@ async function start(cfg: RConfig): Promise<void> {
             error: `host failure: ${e instanceof Error ? e.message : e}`,
           });
         }
+        let why = "";
         try {
-          await worker.cleanUp(req as RunRequest);
+          why = await worker.cleanUp(req as RunRequest);
         } catch (e) {
           // A worker that cannot reset R must not take another call.
           console.error(`pyrun R worker: clean-up failed: ${e instanceof Error ? e.message : e}`);
           Deno.exit(70);
         }
         // The reset after the call is done: the supervisor may send the
-        // next request (PROTOCOL.md, Idle).
-        if (answered) send({ type: "idle", id: req.id });
+        // next request (PROTOCOL.md, Idle), unless R could not be set back.
+        if (answered) {
+          send({
+            type: "idle",
+            id: req.id,
+            ...(why ? { recycle: `the call changed R in a way pyrun cannot undo: ${why}` } : {}),
+          });
+        }
         break;
       }
       default:
@@ -324,15 +332,16 @@ class RWorker {
   /**
    * Ends a call, after its result is sent (the next request waits for it
    * all the same): pyrun's plot files go, and after a stateless call
-   * everything it left (pyrun.R's cleanup), /output/ unless kept.
+   * everything it left (pyrun.R's cleanup), /output/ unless kept. Returns
+   * "" or why R could not be set back (the worker is then replaced).
    */
-  async cleanUp(req: RunRequest): Promise<void> {
+  async cleanUp(req: RunRequest): Promise<string> {
     const keep = req.keep_output === true;
     const code = `cleanup(${keep ? "TRUE" : "FALSE"}, ${this.cfg.session ? "TRUE" : "FALSE"})`;
     try {
       // An interrupt still pending from the call ends the first try.
-      await pastInterrupt(() =>
-        this.webR.evalRVoid(`tryCatch(${code}, interrupt = function(i) ${code})`, {
+      return await pastInterrupt(() =>
+        this.webR.evalRRaw(`tryCatch(${code}, interrupt = function(i) ${code})`, "string", {
           env: this.helper,
         })
       );
