@@ -2,6 +2,8 @@ package pyodidehost_test
 
 import (
 	"encoding/base64"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -57,6 +59,7 @@ options(digits = 3, pyrun.probe = TRUE)
 Sys.setenv(PYRUN_PROBE = "yes"); Sys.setlocale("LC_COLLATE", "C"); RNGkind("Wichmann-Hill")
 invisible(.Internal(enableJIT(3L)))
 attach(list(attached_probe = 1), name = "probe")
+lib <- .libPaths(); .libPaths(c("/tmp", lib))
 sink(tempfile())
 1`)
 	// R keeps the last value at top level: after pyrun's reset it held the
@@ -67,12 +70,13 @@ sink(tempfile())
 	evs := w.run(`invisible(gc()); print(structure(1, class = "pyrunprobe")); plot.new()
 list(getTaskCallbackNames(), exists("probe_active"), sd(1:3), isdebugged(nchar), getOption("digits"),
   getOption("pyrun.probe"), Sys.getenv("PYRUN_PROBE"), Sys.getlocale("LC_COLLATE") == "C", RNGkind()[1],
-  .Internal(enableJIT(-1L)) != 3, exists("attached_probe"), sink.number())`, nil)
+  .Internal(enableJIT(-1L)) != 3, exists("attached_probe"), sink.number(),
+  "/tmp" %in% .libPaths())`, nil)
 	r = wantSuccess(t, evs, "probe")
 	if out := output(evs, ""); strings.Contains(out, "FINALIZED") || strings.Contains(out, "HACKED") || strings.Contains(out, "HOOKED") {
 		t.Errorf("the earlier call's code ran in this one:\n%s", out)
 	}
-	if r.Value == nil || compactJSON(t, *r.Value) != `[[],false,1,false,7,null,"",false,"Mersenne-Twister",true,false,0]` {
+	if r.Value == nil || compactJSON(t, *r.Value) != `[[],false,1,false,7,null,"",false,"Mersenne-Twister",true,false,0,false]` {
 		t.Errorf("what the next call met: %s", derefValue(r))
 	}
 
@@ -85,6 +89,7 @@ list(getTaskCallbackNames(), exists("probe_active"), sd(1:3), isdebugged(nchar),
 	for _, code := range []string{
 		`setClass("PyrunProbe", representation(x = "numeric")); 1`,
 		`lockEnvironment(globalenv()); 1`,
+		`lockEnvironment(get(".userHooksEnv", envir = baseenv())); 1`,
 	} {
 		wantSuccess(t, w.run(code, nil), code)
 		if !strings.Contains(w.recycle, "the call changed R in a way pyrun cannot undo") {
@@ -99,4 +104,37 @@ func derefValue(r rEvent) string {
 		return "<no value>"
 	}
 	return *r.Value
+}
+
+// BenchmarkRCleanup times pyrun.R's cleanup after a stateless call (the
+// reset included) inside a warm worker, by R's own clock, as the README
+// quotes it (cleanup-ms):
+//
+//	go test -run '^$' -bench BenchmarkRCleanup -benchtime 500x ./pyodide-host/
+func BenchmarkRCleanup(b *testing.B) {
+	w := startR(b, rConfig)
+	line := w.request("1 + 1", nil)
+	for range 30 {
+		w.send(line)
+	}
+	// pyrun.R's environment, from the marker its debug() wrapper calls.
+	code := fmt.Sprintf(`local({
+  p <- environment(body(debug)[[2]][[1]])
+  for (i in 1:20) p$cleanup(FALSE, FALSE)
+  t0 <- proc.time()[[3]]
+  for (i in seq_len(%d)) p$cleanup(FALSE, FALSE)
+  (proc.time()[[3]] - t0) * 1000 / %d
+})`, b.N, b.N)
+	b.ResetTimer()
+	evs := w.send(w.request(code, nil))
+	b.StopTimer()
+	r := evs[len(evs)-1]
+	if r.Type != "result" || r.Status != "success" || r.Value == nil {
+		b.Fatalf("timing cleanup: %+v", r)
+	}
+	ms, err := strconv.ParseFloat(*r.Value, 64)
+	if err != nil {
+		b.Fatalf("value %q: %v", *r.Value, err)
+	}
+	b.ReportMetric(ms, "cleanup-ms")
 }

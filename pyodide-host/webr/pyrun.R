@@ -153,6 +153,20 @@ local({
   wrapped <- unlock_binding
   body(wrapped) <- call("{", as.call(list(mark_unlock, quote(sym), quote(env))), body(wrapped))
   replace_binding(baseenv(), "unlockBinding", wrapped)
+  # Whether a call locked an environment or a binding: reset() then looks
+  # for a watched environment locked (later calls could not register an S3
+  # method, a hook, ...).
+  lock_marked <- FALSE
+  mark_lock <- function() {
+    lock_marked <<- TRUE
+    invisible()
+  }
+  lock_binding <- get("lockBinding", envir = baseenv()) # pyrun's own, unmarked
+  for (name in c("lockEnvironment", "lockBinding")) {
+    wrapped <- get(name, envir = baseenv())
+    body(wrapped) <- call("{", as.call(list(mark_lock)), body(wrapped))
+    replace_binding(baseenv(), name, wrapped)
+  }
 
   options(device = default_device)
   baseline <- NULL # taken at the end of this file, once pyrun is set up
@@ -284,15 +298,13 @@ local({
     out
   }
 
-  # Removes pyrun's own plot files once main.ts has sent them.
-  drop_plots <- function() clear_dir(plot_dir)
-
   # Empties a folder, keeping the folder, through Emscripten's FS in R's
   # thread (guards.ts's clearFolder, as clear_js): R's
   # list.files gets names cut at 255 bytes, which unlink cannot find.
   clear_js <- "<<pyrun:clearFolder>>" # main.ts puts guards.ts's clearFolder here
-  clear_dir <- function(dir) {
-    js(paste0(clear_js, "(Module.FS, ", deparse(dir), "); 0"))
+  clear_dir <- function(dirs) {
+    list <- paste0("[", paste(vapply(dirs, deparse, ""), collapse = ","), "]")
+    js(paste0("{ const clear = ", clear_js, "; for (const d of ", list, ") clear(Module.FS, d); } 0"))
     invisible()
   }
 
@@ -352,10 +364,15 @@ local({
     # A call interrupted outside run() did not close its devices.
     if (!is.null(grDevices::dev.list())) graphics.off()
     plots <<- list()
-    drop_plots()
     why <- if (session) "" else reset()
-    if (!keep) clear_dir("/output")
-    if (!session) forget_last_value()
+    # pyrun's plot files; a stateless call's working directory and /tmp
+    # (R's own temporary folder is made again), /output/ unless kept: in
+    # one trip to JavaScript.
+    clear_dir(c(plot_dir, if (!session) c(baseline$wd, "/tmp"), if (!keep) "/output"))
+    if (!session) {
+      tempdir(check = TRUE)
+      forget_last_value()
+    }
     why
   }
 
@@ -365,7 +382,7 @@ local({
   forget_last_value <- function() {
     unlock_binding(".Last.value", baseenv())
     assign(".Last.value", NULL, envir = baseenv())
-    lockBinding(".Last.value", baseenv())
+    lock_binding(".Last.value", baseenv())
     if (exists(".Traceback", envir = baseenv(), inherits = FALSE)) {
       try(assign(".Traceback", NULL, envir = baseenv()), silent = TRUE)
     }
@@ -414,7 +431,7 @@ local({
   #    few of base's bindings that are not locked, after every call;
   #  - unlocked ones: Autoloads, the S3 method tables, setHook's hooks, S4's
   #    class and generic tables and the environments of other closures
-  #    (globalCallingHandlers's handlers, .libPaths's paths): compared
+  #    (.libPaths's paths, ps.options): compared
   #    after every call. S4 generics' environments (their method tables)
   #    only with the locked ones: a call that defines S4 methods is found
   #    by their metadata instead (reset()).
@@ -481,10 +498,15 @@ local({
       v <- eval(call("substitute", as.call(c(as.name("list"), lapply(names, as.name))), env))
       return(stats::setNames(as.list(v)[-1L], names))
     }
-    if (is.null(names) || environmentIsLocked(env)) return(as.list.environment(env, all.names = TRUE))
+    if (is.null(names) || environmentIsLocked(env)) return(env_list(env))
     mget(names, envir = env, ifnotfound = list(absent))
   }
   absent <- new.env(parent = emptyenv())
+
+  # An environment's bindings, all names, unsorted: as.list.environment()
+  # without its argument matching, which costs ~70 us a call here, 8 times
+  # the listing of a small environment.
+  env_list <- function(e) .Internal(env2list(e, TRUE, FALSE))
 
   take_baseline <- function() {
     envs <- watched()
@@ -514,7 +536,7 @@ local({
       # each: their sizes, their bindings, their attributes.
       always = always,
       always_counts = vapply(envs[always], length, 1L),
-      always_values = lapply(envs[always], as.list.environment, all.names = TRUE),
+      always_values = lapply(envs[always], env_list),
       attrs = lapply(envs, attributes),
       # base's bindings that are not locked, compared after every call.
       base_open = base_open,
@@ -524,6 +546,8 @@ local({
       search = search(),
       options = options(),
       env = Sys.getenv(),
+      environ = .Internal(Sys.getenv(character(), "")),
+      connections = getAllConnections(),
       wd = getwd(),
       rng = RNGkind(),
       locale = Sys.getlocale(),
@@ -541,7 +565,7 @@ local({
     locked <- exists(name, envir = env, inherits = FALSE) && bindingIsLocked(name, env)
     if (locked) unlock_binding(name, env)
     assign(name, value, envir = env)
-    if (locked) lockBinding(name, env)
+    if (locked) lock_binding(name, env)
   }
 
   # Sets one watched environment back: names added go (unread), bindings
@@ -592,7 +616,7 @@ local({
         n <- u[[1]]
         if (n %in% baseline$snap[[key]]$bound && exists(n, envir = env, inherits = FALSE) &&
             !bindingIsLocked(n, env)) {
-          lockBinding(n, env)
+          lock_binding(n, env)
         }
       }
     }
@@ -610,13 +634,14 @@ local({
     envs <- baseline$envs[baseline$always]
     sized <- vapply(envs, length, 1L) == baseline$always_counts
     if (!all(sized)) keys <- c(keys, baseline$always[!sized])
-    now <- lapply(envs[sized], as.list.environment, all.names = TRUE)
+    now <- lapply(envs[sized], env_list)
     if (!identical(now, baseline$always_values[sized])) {
       same <- mapply(identical, now, baseline$always_values[sized])
       keys <- c(keys, baseline$always[sized][!same])
     }
-    if (any(vapply(envs, environmentIsLocked, NA))) keys <- c(keys, baseline$always)
-    if (!identical(mget(baseline$base_open, envir = baseenv()), baseline$base_open_values)) {
+    if (lock_marked && any(vapply(envs, environmentIsLocked, NA))) keys <- c(keys, baseline$always)
+    if (length(baseline$base_open) &&
+        !identical(mget(baseline$base_open, envir = baseenv()), baseline$base_open_values)) {
       keys <- c(keys, "base")
     }
     changed <- character()
@@ -632,6 +657,7 @@ local({
   # Namespaces loaded since the start go, dependants first: those that
   # import no other one left go in each round.
   unload_new <- function() {
+    if (identical(loadedNamespaces(), baseline$namespaces)) return(TRUE)
     for (round in 1:10) {
       new <- setdiff(loadedNamespaces(), baseline$namespaces)
       if (!length(new)) return(TRUE)
@@ -658,34 +684,33 @@ local({
 
   reset <- function() {
     why <- character()
-    # The files and the folder first: code R runs below (a finalizer) finds
-    # none of the call's.
+    # Its files go after it (cleanup), with what code run here wrote.
     setwd(baseline$wd)
-    clear_dir(baseline$wd)
-    # R's own temporary folder goes with the rest and is made again.
-    clear_dir("/tmp")
-    tempdir(check = TRUE)
-    while (sink.number() > 0L) sink()
-    if (sink.number(type = "message") != 2L) sink(type = "message")
+    # (.Internal: sink.number()'s match.arg takes a millisecond.)
+    while (.Internal(sink.number(TRUE)) > 0L) sink()
+    if (.Internal(sink.number(FALSE)) != 2L) sink(type = "message")
     # Connections the call left open; not webR's own, through which this
     # very evaluation's output goes (class "outputConnection").
-    for (i in setdiff(getAllConnections(), 0:2)) {
+    conns <- getAllConnections()
+    if (!identical(conns, baseline$connections)) for (i in setdiff(conns, baseline$connections)) {
       con <- getConnection(i)
       if (summary(con)$class != "outputConnection") try(close(con), silent = TRUE)
     }
     # S4 definitions of the call: metadata in the global environment.
-    if (any(startsWith(ls(globalenv(), all.names = TRUE), ".__C__") |
-            startsWith(ls(globalenv(), all.names = TRUE), ".__T__"))) {
+    names <- ls(globalenv(), all.names = TRUE)
+    if (any(startsWith(names, ".__C__") | startsWith(names, ".__T__"))) {
       why <- c(why, "S4 classes or methods were defined")
     }
     if (environmentIsLocked(globalenv())) {
       why <- c(why, "the global environment was locked")
     } else {
-      rm(list = ls(globalenv(), all.names = TRUE), envir = globalenv())
+      rm(list = names, envir = globalenv())
     }
     if (length(attributes(globalenv()))) attributes(globalenv()) <- NULL
-    for (name in setdiff(search(), baseline$search)) {
-      try(detach(name, character.only = TRUE), silent = TRUE)
+    if (!identical(search(), baseline$search)) {
+      for (name in setdiff(search(), baseline$search)) {
+        try(detach(name, character.only = TRUE), silent = TRUE)
+      }
     }
     if (!unload_new()) why <- c(why, "a namespace it loaded would not unload")
     # The search path, link by link (parent.env<- rewires it in place).
@@ -715,6 +740,7 @@ local({
     if (length(changed)) why <- c(why, "its bindings kept changing")
     relock()
     unlock_marked <<- FALSE
+    lock_marked <<- FALSE
     if (finalizers_pending > 0L) {
       why <- c(why, "a finalizer it registered has not run")
       finalizers_pending <<- 0L
@@ -722,15 +748,20 @@ local({
     last_restored <<- unique(restored)
     if (debug_marked) undebug_all()
     if (!tracingState()) tracingState(TRUE)
-    extra <- setdiff(getTaskCallbackNames(), baseline$callbacks)
-    for (name in extra) removeTaskCallback(name)
+    callbacks <- getTaskCallbackNames()
+    if (!identical(callbacks, baseline$callbacks)) {
+      for (name in setdiff(callbacks, baseline$callbacks)) removeTaskCallback(name)
+    }
     if (.Internal(enableJIT(-1L)) != baseline$jit) invisible(.Internal(enableJIT(baseline$jit)))
     now <- options()
-    extra <- setdiff(names(now), names(baseline$options))
-    if (length(extra)) options(stats::setNames(rep(list(NULL), length(extra)), extra))
-    options(baseline$options)
-    env <- Sys.getenv()
-    if (!identical(env, baseline$env)) {
+    if (!identical(now, baseline$options)) {
+      extra <- setdiff(names(now), names(baseline$options))
+      if (length(extra)) options(stats::setNames(rep(list(NULL), length(extra)), extra))
+      options(baseline$options)
+    }
+    # (.Internal: Sys.getenv() splits every NAME=value, ~1 ms.)
+    if (!identical(.Internal(Sys.getenv(character(), "")), baseline$environ)) {
+      env <- Sys.getenv()
       Sys.unsetenv(setdiff(names(env), names(baseline$env)))
       changed <- names(baseline$env)[baseline$env != env[names(baseline$env)] | is.na(env[names(baseline$env)])]
       if (length(changed)) do.call(Sys.setenv, as.list(baseline$env[changed]))
@@ -757,13 +788,15 @@ local({
   baseline <- take_baseline()
   unlock_marked <- FALSE # pyrun's own replace_binding() unlocked bindings above
   unlocked <- list()
+  lock_marked <- FALSE
   # pyrun's own functions and settings cannot be replaced by a call (they
   # are reachable, from the devices' and debug's bodies): only the state
   # of a call can be set.
   state <- c("code", "plots", "plot_count", "call_start", "finalizers_pending", "debug_marked", "unlock_marked",
-             "unlocked", "last_restored")
+             "unlocked", "lock_marked", "last_restored")
   lockEnvironment(pyrun, bindings = TRUE)
   invisible(lapply(state, unlock_binding, env = pyrun))
+  lock_marked <- FALSE # marked by the lockEnvironment() above
 
   pyrun
 })
