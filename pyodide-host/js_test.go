@@ -31,6 +31,7 @@ func jsWorkerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig str
 		"--no-config",
 		"--quiet",
 		"--unstable-worker-options",
+		"--v8-flags=--expose-gc",
 		"--allow-read=" + strings.Join([]string{
 			filepath.Join(rt.Dir, "js"),
 			filepath.Join(rt.Dir, "node_modules", "typescript", "lib", "typescript.js"),
@@ -110,6 +111,27 @@ func startJS(t *testing.T, hostConfig string) *jsProc {
 		t.Fatalf("ready event %v, want engine javascript", ev)
 	}
 	return p
+}
+
+// answer returns the next result or error event, skipping others; nil
+// when the worker's stdout ended first.
+func (p *jsProc) answer(limit time.Duration) map[string]any {
+	p.t.Helper()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	for {
+		select {
+		case ev, ok := <-p.events:
+			if !ok {
+				return nil
+			}
+			if ev["type"] == "result" || ev["type"] == "error" {
+				return ev
+			}
+		case <-timer.C:
+			p.t.Fatalf("no answer after %s; stderr:\n%s", limit, p.stderr.String())
+		}
+	}
 }
 
 // next returns the next event of type typ, skipping others; nil when the
@@ -232,4 +254,67 @@ func TestJavaScriptFigures(t *testing.T) {
 	t.Logf("start to ready %s; 1+1 round trip median %s (min %s, max %s; in the worker, median %s); idle RSS %s",
 		start.Round(time.Millisecond), median.Round(time.Microsecond), times[0].Round(time.Microsecond),
 		times[len(times)-1].Round(time.Microsecond), inWorker[len(inWorker)/2].Round(time.Microsecond), rss)
+}
+
+// Code up to --max-code (1 MiB by default) gets a result, never the end of
+// the worker, whatever its shape: deep nesting once overflowed the stack of
+// Deno's module loader (a Rust thread: "fatal runtime error: stack
+// overflow" ended the process, from 800 nested parentheses, in a 98 KiB
+// TypeScript input) or of TypeScript's parser in the host (which answered
+// with an error event, and the supervisor retired the worker). Nested
+// code is refused past MAX_NESTING (400) levels with a run-error; long
+// code runs.
+func TestJavaScriptCodeAtTheSizeBound(t *testing.T) {
+	const bound = 1 << 20 // cmd/pyrun's default --max-code
+	// The heap_limit the supervisor passes for the default --js-memory-limit.
+	p := startJS(t, fmt.Sprintf(`{"heap_limit":%d,"max_line":%d}`, 512<<20-96<<20, 64<<20))
+	// fill repeats unit n times between head and tail, n as large as fits
+	// in size bytes.
+	fill := func(size int, head, unit, tail string) string {
+		n := (size - len(head) - len(tail)) / len(unit)
+		return head + strings.Repeat(unit, n) + tail
+	}
+	nested := func(size int, open, mid, close string) string {
+		n := (size - len(mid)) / (len(open) + len(close))
+		return strings.Repeat(open, n) + mid + strings.Repeat(close, n)
+	}
+	deep := "nested more than 400 levels deep"
+	for i, tc := range []struct {
+		name, code, status, want string
+	}{
+		{"98 KiB of nested parentheses", nested(98<<10, "(", "1", ")"), "run-error", deep},
+		{"nested parentheses", nested(bound, "(", "1", ")"), "run-error", deep},
+		{"nested arrays", nested(bound, "[", "", "]"), "run-error", deep},
+		{"nested function expressions", nested(bound, "(function () { return ", "1", "; })()"), "run-error", deep},
+		{"nested types", "let x: " + nested(bound-100, "Array<", "number", ">") + " = [];\n1", "run-error", deep},
+		{"a chain of additions", fill(bound, "1", "+1", ""), "run-error", deep},
+		{"an else-if chain", fill(bound, "let a = 0;\n", "if (a) {} else ", "{}\n1"), "run-error", deep},
+		{"nested as deep as allowed", strings.Repeat("(", 390) + "1" + strings.Repeat(")", 390), "success", "1"},
+		{"a long single line", fill(bound, "const a = [", "1,", "0];\na.length"), "success", ""},
+		{"many lines", fill(bound, "let s = 0;\n", "s += Number(\"1\") * 1; // one\n", "s"), "success", ""},
+		{"one long string", fill(bound, "'", "x", "'.length"), "success", ""},
+	} {
+		if len(tc.code) > bound {
+			t.Fatalf("%s: %d bytes, past the bound", tc.name, len(tc.code))
+		}
+		req, _ := json.Marshal(map[string]any{"type": "run", "id": fmt.Sprintf("c%d", i), "code": tc.code, "max_output": 65536, "interrupts": 0})
+		p.send(string(req))
+		res := p.answer(2 * time.Minute)
+		if res == nil {
+			t.Fatalf("%s (%d bytes): the worker ended; stderr:\n%s", tc.name, len(tc.code), p.stderr.String())
+		}
+		text := fmt.Sprint(res["error"])
+		if tc.status == "success" {
+			text = fmt.Sprint(res["value"])
+		}
+		if res["status"] != tc.status || !strings.Contains(text, tc.want) {
+			t.Errorf("%s (%d bytes): %v %.200q, want %s with %q", tc.name, len(tc.code), res["status"], text, tc.status, tc.want)
+		}
+	}
+	// The same process serves the next call; the host's gc (--expose-gc)
+	// is not the code's.
+	p.send(`{"type":"run","id":"after","code":"[1 + 1, typeof gc].join()","max_output":65536,"interrupts":0}`)
+	if res := p.next("result", time.Minute); res == nil || res["value"] != `"2,undefined"` {
+		t.Fatalf("after the big calls: %v; stderr:\n%s", res, p.stderr.String())
+	}
 }

@@ -218,14 +218,15 @@ def _showing():
 _prepared = False
 
 
-def setup(emit, wait, live, load_packages):
-    """Called once in every worker process, after ``prepare``, to connect it."""
+def setup(emit, wait, live, load_packages, clear_dir):
+    """Called once in every worker process, after ``prepare``, to connect it.
+    ``clear_dir(path)`` empties a folder on the JavaScript side (guards.ts)."""
     _host.emit = emit
     _host.wait = wait
     _host.live = live
     signal.signal(signal.SIGINT, _on_interrupt)
     _host.load_packages = load_packages
-    _display.connect(emit)
+    _display.connect(emit, clear_dir)
     # Workers started from one snapshot share its random state: give each
     # its own, as a plain start would.
     rnd = sys.modules.get("random")

@@ -48,6 +48,9 @@ type rWorker struct {
 	stderr *lockedBuffer
 	ready  map[string]any
 	sent   atomic.Int64 // SIGUSR2 signals sent
+	// recycle is the last idle event's recycle: why the worker must not
+	// take another call, "" when it may.
+	recycle string
 }
 
 // rEvent is an event line, decoded.
@@ -178,6 +181,7 @@ func (w *rWorker) answer(line string, interrupt bool) []rEvent {
 			if raw := w.next(requestTimeout, "idle after the answer to "+line); json.Unmarshal([]byte(raw), &idle) != nil || idle.Type != "idle" || idle.ID != ev.ID {
 				w.t.Fatalf("after the result of %s: %q, want idle for the same call", line, raw)
 			}
+			w.recycle = idle.Recycle
 			return evs
 		case "pong", "error":
 			return evs

@@ -13,7 +13,7 @@ import {
   PROTOCOL_VERSION,
   type Request,
 } from "./protocol.ts";
-import { guardFiles } from "./guards.ts";
+import { clearFolder, guardFiles } from "./guards.ts";
 import { mountHostFolders } from "./mounts.ts";
 import { toolChannel } from "./toolcalls.ts";
 import { readLines, writeLine } from "./lines.ts";
@@ -44,6 +44,7 @@ interface Helper {
     wait: (ms: number) => boolean,
     live: () => boolean,
     load: unknown,
+    clear: (path: string) => void,
   ): void;
   interrupt(): boolean;
   /** Makes every later call share one interpreter state (a Python session). */
@@ -200,16 +201,17 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   const emit = (line: string) => {
     if (!muted) writeLine(line);
   };
-  helper.setup(emit, wait, () => live(shared), load);
+  // pyrun's clean-up empties folders through Emscripten's FS, whose
+  // readdir gives whole names (guards.ts, clearFolder).
+  helper.setup(emit, wait, () => live(shared), load, (path) => clearFolder(py.FS, path));
   // Mounts first: making their folders is a change the guard refuses.
   const mounts = cfg.mounts ?? [];
   mountHostFolders(py, mounts);
   // From here on Python can change the file system only in the scratch
   // folders, /output/ and read-write mounts (guards.ts).
-  const fileGuard = guardFiles(py.FS, [
-    "/output",
-    ...mounts.filter((m) => m.rw).map((m) => m.path),
-  ]);
+  const rw = mounts.filter((m) => m.rw).map((m) => m.path);
+  const change = ["/home/pyodide", "/tmp", "/output", ...rw];
+  const fileGuard = guardFiles(py.FS, { change, write: [...change, "/dev"], host: rw });
   // A session's state starts with its first call: warming calls before it
   // run as stateless calls do and leave nothing behind.
   let stateKept = !cfg.session;

@@ -65,8 +65,10 @@ func (javascriptEngine) Program() string { return "js/main.ts" }
 //     parser finds a call's syntax errors, last expression and top-level
 //     declarations. The Worker reads none of it.
 //   - the host folders of --mount, added by the pool (Features.Mounts):
-//     read of each, write of those mounted :rw, which the host passes on
-//     to the Worker (js/main.ts, workerPermissions) and nothing more.
+//     read of each, write of those mounted :rw. The host thread alone uses
+//     them, for the runner's pyrun.readFile, readDir and writeFile
+//     (js/main.ts, fsForRunner): the Worker gets none, since Deno lets a
+//     file opened for reading have its mode changed (fchmod).
 //   - no env (TypeScript is loaded without `process`), no net, run, ffi,
 //     sys or import: the user's Worker could not use them anyway, and the
 //     host needs none.
@@ -74,12 +76,16 @@ func (javascriptEngine) Program() string { return "js/main.ts" }
 // No --v8-flags heap cap: Permissions cannot see the configured memory
 // limit, and the host's own check of RSS against heap_limit during each
 // call (memory-error) plus the pool's RSS watchdog are the limits.
+// --expose-gc lets the host collect the parse tree of a big call's code at
+// once (js/main.ts, collectAfterParse): V8 left ~150 MiB of it per MiB of
+// code to pile up over calls, past heap_limit. The runner deletes gc from
+// the user's Worker.
 func (javascriptEngine) Permissions(rt *Runtime) (Permissions, error) {
 	return Permissions{
 		Read: []string{
 			filepath.Join(rt.Dir, "js"),
 			filepath.Join(rt.Dir, "node_modules", "typescript", "lib", "typescript.js"),
 		},
-		Flags: []string{"--unstable-worker-options"},
+		Flags: []string{"--unstable-worker-options", "--v8-flags=--expose-gc"},
 	}, nil
 }

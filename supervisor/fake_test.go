@@ -46,6 +46,15 @@ var fakeModes = map[string]func(){
 			os.Stdout.WriteString("this is not json\n")
 		})
 	},
+	"recycle-on-idle": func() {
+		// A worker that settles (the R worker) and says, once it has
+		// cleaned up, that it could not set its state back.
+		fakeSend(map[string]any{"type": "ready", "engine": "python", "protocol": supervisor.ProtocolVersion, "settles": true})
+		fakeServe(func(req map[string]any) {
+			fakeSend(map[string]any{"type": "result", "id": req["id"], "status": "success", "value": "1"})
+			fakeSend(map[string]any{"type": "idle", "id": req["id"], "recycle": "the call changed R in a way pyrun cannot undo: a test"})
+		})
+	},
 	"wrong-id": func() {
 		fakeReady()
 		fakeServe(func(req map[string]any) {

@@ -52,8 +52,14 @@ type Mount struct {
 // ErrBadPath marks an input file path that would leave the working directory.
 var ErrBadPath = errors.New("not a relative path inside the working directory")
 
+// nameMax is Linux's NAME_MAX, the longest name in a path, in bytes. The
+// workers' file systems refuse longer ones (pyodide-host/guards.ts): their
+// folder walks cut such names short, and the files outlived the clean-up.
+const nameMax = 255
+
 // CheckInputPath checks the path of an input file: relative, no "..", no
-// empty or "." component, no NUL. The worker checks again.
+// empty or "." component, no name over 255 bytes, no NUL. The worker checks
+// again.
 func CheckInputPath(p string) error {
 	switch {
 	case p == "":
@@ -69,6 +75,9 @@ func CheckInputPath(p string) error {
 		}
 		if part == "" || part == "." {
 			return fmt.Errorf("%q has an empty or '.' part, %w", p, ErrBadPath)
+		}
+		if len(part) > nameMax {
+			return fmt.Errorf("%.80q... has a name longer than %d bytes, %w", p, nameMax, ErrBadPath)
 		}
 	}
 	return nil

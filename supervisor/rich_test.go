@@ -162,3 +162,28 @@ func fileData(t *testing.T, f supervisor.OutputFile) []byte {
 	}
 	return b
 }
+
+// An input file's path may hold no name over 255 bytes (NAME_MAX): the
+// workers' file systems refuse such names, and their folder walks cut them
+// short (issue 26, item 5). UTF-8 counts in bytes.
+func TestCheckInputPathNameLength(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		ok   bool
+	}{
+		{strings.Repeat("a", 255), true},
+		{"dir/" + strings.Repeat("a", 255), true},
+		{strings.Repeat("é", 127), true}, // 254 bytes
+		{strings.Repeat("a", 256), false},
+		{strings.Repeat("a", 256) + "/x", false},
+		{"x/" + strings.Repeat("é", 128), false}, // 256 bytes
+	} {
+		err := supervisor.CheckInputPath(tc.path)
+		if (err == nil) != tc.ok {
+			t.Errorf("%d bytes, %q...: %v, want ok %v", len(tc.path), tc.path[:min(len(tc.path), 12)], err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "longer than 255 bytes") {
+			t.Errorf("%q...: %v, want the reason", tc.path[:12], err)
+		}
+	}
+}

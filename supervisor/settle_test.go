@@ -90,3 +90,21 @@ func TestSessionCleanUpPastTheLimitEndsTheSession(t *testing.T) {
 		t.Fatalf("call after a spinning clean-up: %v, want ErrWorkerLost saying the clean-up did not end", err)
 	}
 }
+
+// A worker whose idle carries recycle (the R worker, when it could not set
+// R back after a stateless call) takes no other call: the next goes to a
+// fresh worker, and the restart is counted as a recycle.
+func TestIdleWithRecycleRetiresTheWorker(t *testing.T) {
+	p := fakePool(t, "recycle-on-idle", supervisor.Config{Workers: 1, Timeout: 10 * time.Second})
+	first := run(t, p, supervisor.Job{Code: "1"})
+	second := run(t, p, supervisor.Job{Code: "1"})
+	if first.Status != supervisor.StatusSuccess || second.Status != supervisor.StatusSuccess {
+		t.Fatalf("calls: %s (%s), %s (%s), want both success", first.Status, first.Error, second.Status, second.Error)
+	}
+	if first.Worker == second.Worker {
+		t.Fatalf("both calls ran on %s; want the second on a fresh worker", first.Worker)
+	}
+	if n := p.Stats().Counts.Restarts[supervisor.RestartRecycle]; n < 1 {
+		t.Errorf("restarts %v, want a recycle", p.Stats().Counts.Restarts)
+	}
+}

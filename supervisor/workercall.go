@@ -223,7 +223,8 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 // settle waits for the worker to say "idle" after its last call's result:
 // it cleans up after a call (fresh globals, files and modules for the
 // next) once the result is out, so that the caller does not wait for
-// that, and reads no request before it is done. Clean-up can run the
+// that, and reads no request before it is done; an idle with recycle
+// retires it. Clean-up can run the
 // call's own code (finalizers), so it gets no longer than a call, and a
 // worker that takes longer, or says anything else, is killed: the next
 // call goes to another worker, not charged for this one's leftovers.
@@ -238,6 +239,11 @@ func (w *worker) settle(limit time.Duration) error {
 		case !ok:
 			return errors.New("the worker exited while it cleaned up after a call")
 		case ev.Type == "idle" && ev.ID == id:
+			// The R worker could not set R back after a stateless call
+			// (PROTOCOL.md, Idle): it serves no other call.
+			if ev.Recycle != "" {
+				w.retire = ev.Recycle
+			}
 			return nil
 		}
 		w.kill("it broke the protocol")

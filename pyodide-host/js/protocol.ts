@@ -125,6 +125,21 @@ export type FromRunner =
     }
     | { type: "exit"; seq: number; how: string; code: number }
     | { type: "alive"; n: number }
+    /**
+     * A file operation on a mounted folder, for the code (its Worker has
+     * no permission for them): read a file, list a folder (JSON names,
+     * a folder's ending in "/"), write a file (data) in a read-write
+     * mount. The host answers in answer, a growable SharedArrayBuffer:
+     * Int32 [1] 1 for an error, [2] the length of the result or the
+     * error's text (UTF-8) from byte 16, then [0] set to 1 and notified.
+     */
+    | {
+      type: "fs";
+      op: "read" | "readDir" | "write";
+      path: string;
+      data?: Uint8Array;
+      answer: SharedArrayBuffer;
+    }
   );
 
 export const DEFAULT_CAPS: Caps = {

@@ -39,11 +39,20 @@ interface Edit {
  * the call's own. A syntax error is returned as its message with position.
  */
 export function rewrite(ts: typeof TS, code: string, keep: boolean): Rewritten {
-  const sf = ts.createSourceFile("main.ts", code, ts.ScriptTarget.Latest, false, ts.ScriptKind.TS);
+  let sf: TS.SourceFile;
+  try {
+    sf = ts.createSourceFile("main.ts", code, ts.ScriptTarget.Latest, false, ts.ScriptKind.TS);
+  } catch (e) {
+    // TypeScript's parser recurses once or more per level of nesting: past
+    // some hundreds of levels (760 parentheses) it runs out of stack.
+    if (e instanceof RangeError) return { error: TOO_DEEP };
+    throw e;
+  }
   // The parser's own diagnostics: syntax only, no type checking.
   const diags = (sf as unknown as { parseDiagnostics: TS.DiagnosticWithLocation[] })
     .parseDiagnostics;
   if (diags.length) return { error: syntaxError(ts, sf, diags[0]) };
+  if (nesting(ts, sf) > MAX_NESTING) return { error: TOO_DEEP };
   const edits: Edit[] = [];
   if (keep) { for (const s of sf.statements) publish(ts, sf, s, edits); }
   const last = sf.statements[sf.statements.length - 1];
@@ -55,6 +64,42 @@ export function rewrite(ts: typeof TS, code: string, keep: boolean): Rewritten {
   }
   return apply(code, edits);
 }
+
+/**
+ * The deepest syntax tree a call's code may have. Deno parses every module
+ * it loads (JavaScript too) with swc, on a thread whose stack ends the whole
+ * process when it overflows ("fatal runtime error: stack overflow"): with
+ * Deno 2.9.6, at 800 nested parentheses (804 levels of TypeScript's tree),
+ * 411 `(() => ...)`, 313 `(function () { return ... })()` (1569 levels),
+ * 5242 terms of `1+1+...`; no shape tried failed below 804 levels. Half of
+ * that leaves room, and no code written by hand comes near it.
+ */
+export const MAX_NESTING = 400;
+
+/** The depth of the syntax tree (at most MAX_NESTING + 1), walked without recursion. */
+function nesting(ts: typeof TS, sf: TS.SourceFile): number {
+  let max = 0;
+  const nodes: TS.Node[] = [sf];
+  const depths: number[] = [0];
+  while (nodes.length) {
+    const node = nodes.pop()!;
+    const d = depths.pop()!;
+    if (d > max) {
+      max = d;
+      // Deep enough to refuse: the rest of the tree need not be walked.
+      if (max > MAX_NESTING) return max;
+    }
+    ts.forEachChild(node, (child) => {
+      nodes.push(child);
+      depths.push(d + 1);
+    });
+  }
+  return max;
+}
+
+const TOO_DEEP = `SyntaxError: the code is nested more than ${MAX_NESTING} levels deep ` +
+  "(expressions, blocks and functions inside each other); pyrun runs code nested at most " +
+  `${MAX_NESTING} levels, as Deno's module loader would run out of stack`;
 
 /** Applies the edits, and maps positions in the result back to code's. */
 function apply(code: string, edits: Edit[]): { code: string; position: PositionMap } {

@@ -40,12 +40,12 @@ const describe = Object.getOwnPropertyDescriptor;
 const apply = Reflect.apply;
 const includes = String.prototype.includes;
 const stringify = JSON.stringify;
+const parseJSON = JSON.parse;
 const rawJSON = (JSON as unknown as { rawJSON(text: string): unknown }).rawJSON;
-// The mounted folders' file access, taken before the code could replace it.
-const hostRead = Deno.readFileSync.bind(Deno);
-const hostWrite = Deno.writeFileSync.bind(Deno);
-const hostMkdir = Deno.mkdirSync.bind(Deno);
-const hostReadDir = Deno.readDirSync.bind(Deno);
+// What onHost needs, taken before the code could replace it.
+const wait = Atomics.wait;
+const atomicLoad = Atomics.load;
+const SAB = SharedArrayBuffer;
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const here = import.meta.url;
@@ -99,6 +99,42 @@ function outputName(path: string): string | null {
   return rel;
 }
 
+/** Linux's NAME_MAX: no name in a path may be longer, in UTF-8 bytes (Python's and R's rule too). */
+const NAME_MAX = 255;
+
+function nameTooLong(path: string): boolean {
+  return path.split("/").some((p) => encoder.encode(p).length > NAME_MAX);
+}
+
+/** How long a file operation on a mounted folder waits for the host. */
+const HOST_WAIT_MS = 60_000;
+/** The most bytes the host hands back for one operation (a file's). */
+const HOST_MAX_BYTES = 1 << 30;
+
+/**
+ * Runs a file operation on a mounted folder in the host, and waits for it
+ * (PROTOCOL.md, Engines: JavaScript): the Worker has no permission for the
+ * mounted folders at all. With one, the code could open a host file and
+ * change its mode or owner (node:fs's fchmod and fchown reach Deno's
+ * operations directly, and Deno checks no permission for them on a file
+ * opened for reading): setuid or world-writable files on the host. The
+ * host answers in a growable shared buffer: Int32 [0] 1 once answered,
+ * [1] 1 for an error, [2] the length of what follows from byte 16, the
+ * result or the error's text. An error names the sandbox path and the
+ * reason, never the host path.
+ */
+function onHost(what: string, op: "read" | "readDir" | "write", path: string, data?: Uint8Array) {
+  const answer = new SAB(16, { maxByteLength: 16 + HOST_MAX_BYTES });
+  const state = new Int32Array(answer, 0, 4);
+  post({ type: "fs", op, path, ...(data ? { data } : {}), answer });
+  if (wait(state, 0, 0, HOST_WAIT_MS) === "timed-out") {
+    throw new Error(`${what}: ${path}: the worker did not answer`);
+  }
+  const bytes = new Uint8Array(answer, 16, atomicLoad(state, 2)).slice();
+  if (atomicLoad(state, 1)) throw new Error(`${what}: ${path}: ${decoder.decode(bytes)}`);
+  return bytes;
+}
+
 /** The host folders of --mount (init), seen at their sandbox paths. */
 let mounts: Mount[] = [];
 
@@ -106,8 +142,7 @@ let mounts: Mount[] = [];
  * Where a sandbox path under a mount is on the host, with its mount; null
  * for a path under none. The path is resolved as POSIX does ("." and ".."
  * taken away, never above "/"), so no path leaves its mount's folder by
- * name; Deno's read and write grants, the mounted folders only, are the
- * rule besides.
+ * name; the host resolves it again.
  */
 function mounted(path: unknown): { host: string; mount: Mount } | null {
   if (typeof path !== "string" || !path.startsWith("/")) return null;
@@ -124,26 +159,6 @@ function mounted(path: unknown): { host: string; mount: Mount } | null {
     }
   }
   return null;
-}
-
-/**
- * Runs a file operation on a mounted folder; a failure is an Error that
- * names the sandbox path and the reason, never the host path.
- */
-function onHost<T>(what: string, path: string, op: () => T): T {
-  try {
-    return op();
-  } catch (e) {
-    const why: Record<string, string> = {
-      NotFound: "no such file or folder",
-      NotCapable: "permission denied",
-      PermissionDenied: "permission denied",
-      AlreadyExists: "it exists",
-      IsADirectory: "it is a folder",
-      NotADirectory: "not a folder",
-    };
-    throw new Error(`${what}: ${path}: ${why[(e as Error)?.name] ?? "it failed"}`);
-  }
 }
 
 function inputName(path: string): string {
@@ -170,7 +185,7 @@ const pyrun = Object.freeze({
    */
   readFile(path: string): Uint8Array {
     const at = mounted(path);
-    if (at) return onHost("pyrun.readFile", path, () => hostRead(at.host));
+    if (at) return onHost("pyrun.readFile", "read", path);
     const out = outputName(path);
     const bytes = out !== null ? outputs.get(out) : inputs.get(inputName(path));
     if (!bytes) throw new Error(`pyrun.readFile: no such file: ${path}`);
@@ -190,11 +205,13 @@ const pyrun = Object.freeze({
       if (!at.mount.rw) {
         throw new Error(`pyrun.writeFile: ${path}: ${at.mount.path} is mounted read-only`);
       }
-      return onHost("pyrun.writeFile", path, () => {
-        const parent = at.host.slice(0, at.host.lastIndexOf("/"));
-        if (parent.length > at.mount.host.length) hostMkdir(parent, { recursive: true });
-        hostWrite(at.host, bytes);
-      });
+      onHost("pyrun.writeFile", "write", path, bytes);
+      return;
+    }
+    if (typeof path === "string" && nameTooLong(path)) {
+      throw new TypeError(
+        `pyrun.writeFile: ${stringify(path)} has a name longer than ${NAME_MAX} bytes`,
+      );
     }
     const name = outputName(path);
     if (name === null) {
@@ -214,11 +231,7 @@ const pyrun = Object.freeze({
   readDir(path: string): string[] {
     const at = mounted(path);
     if (!at) throw new Error(`pyrun.readDir: ${stringify(path)} is not in a mounted folder`);
-    return onHost("pyrun.readDir", path, () => {
-      const names: string[] = [];
-      for (const e of hostReadDir(at.host)) names.push(e.isDirectory ? e.name + "/" : e.name);
-      return names.sort();
-    });
+    return parseJSON(decoder.decode(onHost("pyrun.readDir", "readDir", path)));
   },
   /**
    * Shows data with a mime type: a string (sent as UTF-8) or bytes. Without
@@ -380,6 +393,9 @@ function nextTask(): Promise<void> {
 function hide(): void {
   const g = globalThis as unknown as Record<string, unknown>;
   delete g.postMessage;
+  // The host's --expose-gc reaches every isolate: the code has no use for
+  // it. V8 makes it non-configurable (delete would throw) but writable.
+  g.gc = undefined;
   // A nested Worker's console would write to the process's stdout, the
   // protocol pipe (its permissions could only be "none" too).
   g.Worker = class {

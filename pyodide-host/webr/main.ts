@@ -11,7 +11,8 @@
 import { type REnvironment, type RObject, type Shelter, WebR } from "webr";
 import { type Mount, PROTOCOL_VERSION } from "../protocol.ts";
 import { readLines, writeLine } from "../lines.ts";
-import { mountHostFolders, setUpRThread } from "./thread.ts";
+import { guardRThread, mountHostFolders, setUpRThread } from "./thread.ts";
+import { clearFolder } from "../guards.ts";
 import { toJSON, toPlain } from "./value.ts";
 
 /** The HostConfig fields this worker reads; others are ignored. */
@@ -59,6 +60,8 @@ function send(ev: Event): void {
 
 /** R's home and working directory inside webR's file system. */
 const HOME = "/home/web_user";
+/** pyrun.R's folder for the plots of the default device. */
+const PLOT_DIR = "/pyrun/plots";
 /** A display or file event carries at most this many bytes (PROTOCOL.md, Rich results). */
 const PIECE = 1 << 20;
 /** How long a call's end waits for the marker line after its output (RWorker.run). */
@@ -89,7 +92,12 @@ async function start(cfg: RConfig): Promise<void> {
   clearTimeout(timer);
   await setUpRThread(webR, cfg.heap_limit);
   await mountHostFolders(webR, cfg.mounts);
-  const source = await Deno.readTextFile(new URL("./pyrun.R", import.meta.url));
+  await guardRThread(webR, HOME, ["/output", PLOT_DIR], cfg.mounts);
+  // pyrun.R empties folders with clearFolder, in R's thread: Emscripten's
+  // readdir gives whole names, where R's list.files gets them cut at 255
+  // bytes. It goes into the source, as pyrun.R locks its environment.
+  const source = (await Deno.readTextFile(new URL("./pyrun.R", import.meta.url)))
+    .replace(`"<<pyrun:clearFolder>>"`, () => JSON.stringify(`(${clearFolder.toString()})`));
   const helper = await webR.evalR(source) as REnvironment;
   const shelter = await new webR.Shelter();
   const worker = new RWorker(webR, shelter, helper, cfg);
@@ -154,16 +162,23 @@ async function start(cfg: RConfig): Promise<void> {
             error: `host failure: ${e instanceof Error ? e.message : e}`,
           });
         }
+        let why = "";
         try {
-          await worker.cleanUp(req as RunRequest);
+          why = await worker.cleanUp(req as RunRequest);
         } catch (e) {
           // A worker that cannot reset R must not take another call.
           console.error(`pyrun R worker: clean-up failed: ${e instanceof Error ? e.message : e}`);
           Deno.exit(70);
         }
         // The reset after the call is done: the supervisor may send the
-        // next request (PROTOCOL.md, Idle).
-        if (answered) send({ type: "idle", id: req.id });
+        // next request (PROTOCOL.md, Idle), unless R could not be set back.
+        if (answered) {
+          send({
+            type: "idle",
+            id: req.id,
+            ...(why ? { recycle: `the call changed R in a way pyrun cannot undo: ${why}` } : {}),
+          });
+        }
         break;
       }
       default:
@@ -239,6 +254,12 @@ class RWorker {
         const error = `Error: input file path ${JSON.stringify(path)} must be relative, without ..`;
         return { type: "result", id, status: "run-error", error, ...timing(began) };
       }
+      // R's file system refuses such a name (guards.ts): a clear error
+      // rather than a failure of the worker.
+      if (path.split("/").some((p) => new TextEncoder().encode(p).length > 255)) {
+        const error = `Error: a name in input file path ${JSON.stringify(path)} is over 255 bytes`;
+        return { type: "result", id, status: "run-error", error, ...timing(began) };
+      }
       files.push({ path: `${HOME}/${path}`, data: decodeBase64(String(f.data ?? "")) });
     }
     const parents = files.map((f) => rString(f.path.slice(0, f.path.lastIndexOf("/"))));
@@ -247,7 +268,18 @@ class RWorker {
     const before = keep || parents.length
       ? stamps(await this.strings(`before(${keep ? "TRUE" : "FALSE"}, c(${parents.join(",")}))`))
       : new Map<string, string>();
-    for (const f of files) await this.webR.FS.writeFile(f.path, f.data);
+    for (const f of files) {
+      try {
+        await this.webR.FS.writeFile(f.path, f.data);
+      } catch (e) {
+        // A path whose folder is a file, say: the call's error, not the worker's.
+        const where = JSON.stringify(f.path.slice(HOME.length + 1));
+        const error = `Error: input file ${where} could not be written: ${
+          e instanceof Error ? e.message : e
+        }`;
+        return { type: "result", id, status: "run-error", error, ...timing(began) };
+      }
+    }
     await pastInterrupt(() => this.helper.bind("code", req.code));
     this.mark = req.interrupts ?? 0;
     this.interrupted = false;
@@ -300,15 +332,16 @@ class RWorker {
   /**
    * Ends a call, after its result is sent (the next request waits for it
    * all the same): pyrun's plot files go, and after a stateless call
-   * everything it left (pyrun.R's cleanup), /output/ unless kept.
+   * everything it left (pyrun.R's cleanup), /output/ unless kept. Returns
+   * "" or why R could not be set back (the worker is then replaced).
    */
-  async cleanUp(req: RunRequest): Promise<void> {
+  async cleanUp(req: RunRequest): Promise<string> {
     const keep = req.keep_output === true;
     const code = `cleanup(${keep ? "TRUE" : "FALSE"}, ${this.cfg.session ? "TRUE" : "FALSE"})`;
     try {
       // An interrupt still pending from the call ends the first try.
-      await pastInterrupt(() =>
-        this.webR.evalRVoid(`tryCatch(${code}, interrupt = function(i) ${code})`, {
+      return await pastInterrupt(() =>
+        this.webR.evalRRaw(`tryCatch(${code}, interrupt = function(i) ${code})`, "string", {
           env: this.helper,
         })
       );
@@ -324,13 +357,28 @@ class RWorker {
   private async sendRich(rich: RichCap, before: Map<string, string>, list: string[]) {
     const n = Number(list[0] ?? 0);
     for (let i = 1; i < 1 + 2 * n; i += 2) {
-      rich.send("display", list[i], await this.webR.FS.readFile(list[i + 1]));
+      const data = await this.readFile(list[i + 1]);
+      if (data) rich.send("display", list[i], data);
     }
     const after = [...stamps(list.slice(1 + 2 * n))];
     after.sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0);
     for (const [path, stamp] of after) {
       if (before.get(path) === stamp) continue;
-      rich.send("file", mimeType(path), await this.webR.FS.readFile(`/output/${path}`), path);
+      const data = await this.readFile(`/output/${path}`);
+      if (data) rich.send("file", mimeType(path), data, path);
+    }
+  }
+
+  /**
+   * A file's bytes; null for one that cannot be read (removed since it was
+   * listed, or a name R's listing cut short): it is skipped, as a file
+   * that is not there, never the end of the call.
+   */
+  private async readFile(path: string): Promise<Uint8Array | null> {
+    try {
+      return await this.webR.FS.readFile(path);
+    } catch {
+      return null;
     }
   }
 }

@@ -102,26 +102,74 @@ local({
   replace_binding(baseenv(), "system", refuse("system()", "there are no processes"))
   replace_binding(baseenv(), "system2", refuse("system2()", "there are no processes"))
 
-  # Reading the environment takes R some milliseconds (Sys.getenv()), so
-  # reset() restores it only after a call that changed it through these.
-  env_dirty <- FALSE
-  set_env <- Sys.setenv
-  unset_env <- Sys.unsetenv
-  for (name in c("Sys.setenv", "Sys.unsetenv")) {
-    orig <- get(name, envir = baseenv())
-    marked <- orig
-    body(marked) <- call("{", quote(pyrun_env_changed()), body(orig))
-    environment(marked) <- list2env(list(pyrun_env_changed = function() env_dirty <<- TRUE), parent = environment(orig))
-    replace_binding(baseenv(), name, marked)
+  # Finalizers (reg.finalizer) registered and not yet run: one of a
+  # stateless call's objects would otherwise run its finalizer in a later
+  # call, whenever R collected it. reset() collects until none is left.
+  finalizers_pending <- 0L
+  note_finalizer <- function(n) {
+    finalizers_pending <<- finalizers_pending + n
+    invisible()
+  }
+  # Whether a call unlocked a binding (unlockBinding(), which trace(),
+  # assignInNamespace() and the like call): then reset() compares the
+  # locked environments too.
+  unlock_marked <- FALSE
+  unlocked <- list() # the bindings unlocked: list(name, env) each
+  mark_unlock <- function(sym, env) {
+    unlock_marked <<- TRUE
+    unlocked[[length(unlocked) + 1L]] <<- list(as.character(sym), env)
+    invisible()
+  }
+  # Whether a call used debug() or debugonce(): they mark the function
+  # itself, in place, so that a later call of it would wait in the browser.
+  debug_marked <- FALSE
+  mark_debug <- function() {
+    debug_marked <<- TRUE
+    invisible()
+  }
+  # The wrappers keep the functions' own formals and environment; pyrun's
+  # functions are put into their bodies as objects, as for the devices.
+  wrapped <- get("reg.finalizer", envir = baseenv())
+  # Only the call's own code is counted: a package's (parallel's .onLoad
+  # registers one to run at R's exit) is R's.
+  body(wrapped) <- bquote({
+    if (!isNamespace(topenv(parent.frame()))) {
+      .(note_finalizer)(1L)
+      pyrun_f <- match.fun(f)
+      f <- function(x) {
+        .(note_finalizer)(-1L)
+        pyrun_f(x)
+      }
+    }
+    .Internal(reg.finalizer(e, f, onexit))
+  })
+  replace_binding(baseenv(), "reg.finalizer", wrapped)
+  for (name in c("debug", "debugonce")) {
+    wrapped <- get(name, envir = baseenv())
+    body(wrapped) <- call("{", as.call(list(mark_debug)), body(wrapped))
+    replace_binding(baseenv(), name, wrapped)
+  }
+  unlock_binding <- get("unlockBinding", envir = baseenv()) # pyrun's own, unmarked
+  wrapped <- unlock_binding
+  body(wrapped) <- call("{", as.call(list(mark_unlock, quote(sym), quote(env))), body(wrapped))
+  replace_binding(baseenv(), "unlockBinding", wrapped)
+  # Whether a call locked an environment or a binding: reset() then looks
+  # for a watched environment locked (later calls could not register an S3
+  # method, a hook, ...).
+  lock_marked <- FALSE
+  mark_lock <- function() {
+    lock_marked <<- TRUE
+    invisible()
+  }
+  lock_binding <- get("lockBinding", envir = baseenv()) # pyrun's own, unmarked
+  for (name in c("lockEnvironment", "lockBinding")) {
+    wrapped <- get(name, envir = baseenv())
+    body(wrapped) <- call("{", as.call(list(mark_lock)), body(wrapped))
+    replace_binding(baseenv(), name, wrapped)
   }
 
   options(device = default_device)
-  baseline <- list(
-    options = options(),
-    search = search(),
-    env = Sys.getenv(),
-    wd = getwd()
-  )
+  baseline <- NULL # taken at the end of this file, once pyrun is set up
 
   write_err <- function(text) cat(text, file = stderr())
 
@@ -250,15 +298,13 @@ local({
     out
   }
 
-  # Removes pyrun's own plot files once main.ts has sent them.
-  drop_plots <- function() {
-    unlink(list.files(plot_dir, full.names = TRUE))
-    invisible()
-  }
-
-  # Empties a folder, keeping the folder.
-  clear_dir <- function(dir) {
-    unlink(list.files(dir, all.files = TRUE, no.. = TRUE, full.names = TRUE), recursive = TRUE, force = TRUE)
+  # Empties a folder, keeping the folder, through Emscripten's FS in R's
+  # thread (guards.ts's clearFolder, as clear_js): R's
+  # list.files gets names cut at 255 bytes, which unlink cannot find.
+  clear_js <- "<<pyrun:clearFolder>>" # main.ts puts guards.ts's clearFolder here
+  clear_dir <- function(dirs) {
+    list <- paste0("[", paste(vapply(dirs, deparse, ""), collapse = ","), "]")
+    js(paste0("{ const clear = ", clear_js, "; for (const d of ", list, ") clear(Module.FS, d); } 0"))
     invisible()
   }
 
@@ -275,7 +321,8 @@ local({
     paths <- sort(list.files("/output", recursive = TRUE, all.files = TRUE))
     if (!length(paths)) return(list(path = character(), stamp = character()))
     info <- file.info(file.path("/output", paths))
-    keep <- !info$isdir
+    # A name R cannot stat (cut at 255 bytes by its listing) is skipped.
+    keep <- !is.na(info$isdir) & !info$isdir
     list(
       path = paths[keep],
       stamp = paste(info$size[keep], unname(tools::md5sum(file.path("/output", paths[keep]))))
@@ -310,47 +357,446 @@ local({
   }
 
   # cleanup() ends a call: pyrun's plot files go; a stateless call's
-  # traces go too (reset), and /output/ unless kept.
+  # traces go too (reset), and /output/ unless kept. It returns reset()'s
+  # verdict: "" or why the worker must not take another call.
   cleanup <- function(keep, session) {
     flush_console()
     # A call interrupted outside run() did not close its devices.
     if (!is.null(grDevices::dev.list())) graphics.off()
     plots <<- list()
-    drop_plots()
-    if (!session) reset()
-    if (!keep) clear_dir("/output")
-    invisible()
+    why <- if (session) "" else reset()
+    # pyrun's plot files; a stateless call's working directory and /tmp
+    # (R's own temporary folder is made again), /output/ unless kept: in
+    # one trip to JavaScript.
+    clear_dir(c(plot_dir, if (!session) c(baseline$wd, "/tmp"), if (!keep) "/output"))
+    if (!session) {
+      tempdir(check = TRUE)
+      forget_last_value()
+    }
+    why
   }
 
-  # reset() undoes what a stateless call left: the global environment,
-  # attached packages and environments, options, environment variables,
-  # the working directory and the files in it and in /tmp (R's own
-  # temporary folder stays, emptied).
-  reset <- function() {
-    setwd(baseline$wd)
-    clear_dir(baseline$wd)
-    keep_tmp <- normalizePath(tempdir())
-    for (f in list.files("/tmp", all.files = TRUE, no.. = TRUE, full.names = TRUE)) {
-      if (normalizePath(f) != keep_tmp) unlink(f, recursive = TRUE, force = TRUE)
+  # R keeps the value of the last evaluation at top level in base's
+  # .Last.value, and pyrun's own evaluations count: after reset() it held
+  # what options() gave back, the options the call had set.
+  forget_last_value <- function() {
+    unlock_binding(".Last.value", baseenv())
+    assign(".Last.value", NULL, envir = baseenv())
+    lock_binding(".Last.value", baseenv())
+    if (exists(".Traceback", envir = baseenv(), inherits = FALSE)) {
+      try(assign(".Traceback", NULL, envir = baseenv()), silent = TRUE)
     }
-    clear_dir(keep_tmp)
-    rm(list = ls(globalenv(), all.names = TRUE), envir = globalenv())
-    for (name in setdiff(search(), baseline$search)) {
-      try(detach(name, character.only = TRUE), silent = TRUE)
-    }
-    now <- options()
-    extra <- setdiff(names(now), names(baseline$options))
-    if (length(extra)) options(stats::setNames(rep(list(NULL), length(extra)), extra))
-    options(baseline$options)
-    if (env_dirty) {
-      env <- Sys.getenv()
-      unset_env(setdiff(names(env), names(baseline$env)))
-      changed <- names(baseline$env)[baseline$env != env[names(baseline$env)] | is.na(env[names(baseline$env)])]
-      if (length(changed)) do.call(set_env, as.list(baseline$env[changed]))
-      env_dirty <<- FALSE
-    }
-    invisible()
   }
+
+  # ---- What a stateless call leaves, and how reset() undoes it ----------
+  #
+  # reset() returns "" when R is as the worker started, or why the worker
+  # must not take another call (main.ts says so in its idle event, and the
+  # supervisor replaces it): what R offers no way back from. It undoes:
+  #
+  #  - the global environment (emptied; a locked one cannot be: recycle),
+  #    its attributes and the search path (what a call attached is
+  #    detached; a chain a call rewired with parent.env<- is set back);
+  #  - namespaces a call loaded (unloaded again: library(grid) costs each
+  #    call that makes it; one that will not unload: recycle);
+  #  - the bindings of base, of every namespace loaded at the start, of the
+  #    attached packages and Autoloads, and of the environments those hold
+  #    (S3 method tables, hooks of setHook, S4's class and generic tables,
+  #    the environments of their closures): trace(), assignInNamespace(),
+  #    unlockBinding() then assign(), registerS3method(), setHook(),
+  #    makeActiveBinding() in Autoloads are all bindings changed or added
+  #    there, set back or removed (a lazily loaded data set that changed
+  #    cannot be: recycle);
+  #  - finalizers a call registered (collected until they ran; one still
+  #    reachable: recycle), debug() marks, trace's on/off switch, task
+  #    callbacks, the byte-code compiler's level, sinks and connections,
+  #    options(), environment variables, the random number generator's
+  #    kinds (the seed is the global environment's), the locale, the
+  #    working directory and the files in it and in /tmp;
+  #  - S4 classes and methods a call defined (setClass, setMethod,
+  #    setGeneric) live in tables no API empties: recycle.
+  #
+  # What is not undone: changes made through R's C interfaces and webR's
+  # JavaScript (.Internal, .Call), as Python's import js (README, Isolation
+  # between calls); environments deeper than those listed.
+
+  # The environments whose bindings reset() keeps, and what they hold.
+  # Two kinds, for the time a check takes:
+  #
+  #  - locked ones (base, the namespaces, the attached packages), whose
+  #    bindings are locked too: a call changes one only after
+  #    unlockBinding(), which trace(), assignInNamespace() and the like
+  #    call (base's, which pyrun marks). They are compared, all ~8,000
+  #    bindings, only after a call that called it (~5 ms), and so are a
+  #    few of base's bindings that are not locked, after every call;
+  #  - unlocked ones: Autoloads, the S3 method tables, setHook's hooks, S4's
+  #    class and generic tables and the environments of other closures
+  #    (.libPaths's paths, ps.options): compared
+  #    after every call. S4 generics' environments (their method tables)
+  #    only with the locked ones: a call that defines S4 methods is found
+  #    by their metadata instead (reset()).
+  #
+  # base's bindings live on R's symbols (as.list scans the whole symbol
+  # table, ~1 ms); mget of its names reads them directly.
+
+  # Names in base bound to state R itself changes as it runs, restored by
+  # other means (options(), graphics.off()) or harmless: never compared.
+  volatile <- c(".Options", ".Devices", ".Device", ".Random.seed", ".Last.value", ".Traceback")
+
+  # base's names, but the volatile ones and its active bindings
+  # (.Library.site), which reading would call.
+  base_names <- function() {
+    names <- ls(baseenv(), all.names = TRUE)
+    setdiff(names[!vapply(names, bindingIsActive, NA, env = baseenv())], volatile)
+  }
+
+  watched <- function() {
+    top <- list(base = baseenv())
+    for (ns in setdiff(loadedNamespaces(), "base")) top[[paste0("namespace:", ns)]] <- asNamespace(ns)
+    for (s in search()) {
+      if (s == "Autoloads" || (startsWith(s, "package:") && s != "package:base")) top[[s]] <- as.environment(s)
+    }
+    seen <- c(list(globalenv(), emptyenv(), pyrun), top)
+    known <- function(e) {
+      # Namespaces are watched themselves; pyrun's own closures (refuse())
+      # hold only its words.
+      if (isNamespace(e) || identical(parent.env(e), pyrun)) return(TRUE)
+      for (x in seen) if (identical(x, e)) return(TRUE)
+      FALSE
+    }
+    envs <- top
+    generics <- character()
+    for (key in names(top)) {
+      # Its bindings are promises of lazily loaded data: reading them
+      # would load every data set (3 s).
+      if (key == "package:datasets") next
+      vals <- values(key, top[[key]], if (key == "base") base_names())
+      for (n in names(vals)) {
+        v <- vals[[n]]
+        held <- if (is.environment(v)) v else if (is.function(v) && !is.primitive(v)) environment(v)
+        if (is.null(held) || known(held)) next
+        seen[[length(seen) + 1L]] <- held
+        k <- paste0(key, "$", n)
+        envs[[k]] <- held
+        if (methods::is(v, "genericFunction")) generics <- c(generics, k)
+      }
+    }
+    structure(envs, generics = generics)
+  }
+
+  # The bindings of one watched environment as a named list, without
+  # calling its active bindings or forcing its promises where that matters:
+  # package:datasets's lazily loaded data is read with substitute(), which
+  # gives a promise's expression, not its value. Given names (the
+  # baseline's), an unlocked environment is read by name: what a call
+  # added is not read (a namespace's S3 registrations are promises that
+  # would load it again), and a name gone reads as `absent`.
+  values <- function(key, env, names) {
+    if (key == "base") return(mget(names, envir = env))
+    if (key == "package:datasets") {
+      if (is.null(names)) names <- ls(env, all.names = TRUE)
+      v <- eval(call("substitute", as.call(c(as.name("list"), lapply(names, as.name))), env))
+      return(stats::setNames(as.list(v)[-1L], names))
+    }
+    if (is.null(names) || environmentIsLocked(env)) return(env_list(env))
+    mget(names, envir = env, ifnotfound = list(absent))
+  }
+  absent <- new.env(parent = emptyenv())
+
+  # An environment's bindings, all names, unsorted: as.list.environment()
+  # without its argument matching, which costs ~70 us a call here, 8 times
+  # the listing of a small environment.
+  env_list <- function(e) .Internal(env2list(e, TRUE, FALSE))
+
+  take_baseline <- function() {
+    envs <- watched()
+    snap <- lapply(names(envs), function(k) {
+      env <- envs[[k]]
+      names <- if (k == "base") base_names()
+      v <- values(k, env, names)
+      locked <- environmentIsLocked(env)
+      list(names = names(v), values = v, locked = locked,
+           all = ls(env, all.names = TRUE, sorted = FALSE),
+           bound = if (locked) names(v)[vapply(names(v), bindingIsLocked, NA, env = env)])
+    })
+    names(snap) <- names(envs)
+    locked <- vapply(snap, `[[`, NA, "locked")
+    always <- names(envs)[!locked & !(names(envs) %in% attr(envs, "generics"))]
+    chain <- list()
+    e <- globalenv()
+    while (!identical(e, emptyenv())) {
+      chain[[length(chain) + 1L]] <- e
+      e <- parent.env(e)
+    }
+    base_open <- setdiff(snap$base$names, snap$base$bound)
+    list(
+      envs = envs,
+      snap = snap,
+      # The unlocked environments compared after every call, as one list
+      # each: their sizes, their bindings, their attributes.
+      always = always,
+      always_counts = vapply(envs[always], length, 1L),
+      always_values = lapply(envs[always], env_list),
+      attrs = lapply(envs, attributes),
+      # base's bindings that are not locked, compared after every call.
+      base_open = base_open,
+      base_open_values = mget(base_open, envir = baseenv()),
+      namespaces = loadedNamespaces(),
+      chain = chain,
+      search = search(),
+      options = options(),
+      env = Sys.getenv(),
+      environ = .Internal(Sys.getenv(character(), "")),
+      connections = getAllConnections(),
+      wd = getwd(),
+      rng = RNGkind(),
+      locale = Sys.getlocale(),
+      callbacks = getTaskCallbackNames(),
+      jit = .Internal(enableJIT(-1L))
+    )
+  }
+
+  # Sets name in env back to value, through its lock; a binding made
+  # active is removed first (assign() would call it).
+  put_back <- function(env, name, value) {
+    if (exists(name, envir = env, inherits = FALSE) && bindingIsActive(name, env)) {
+      if (!environmentIsLocked(env)) rm(list = name, envir = env)
+    }
+    locked <- exists(name, envir = env, inherits = FALSE) && bindingIsLocked(name, env)
+    if (locked) unlock_binding(name, env)
+    assign(name, value, envir = env)
+    if (locked) lock_binding(name, env)
+  }
+
+  # Sets one watched environment back: names added go (unread), bindings
+  # changed get their value back, and, in a locked environment, bindings
+  # unlocked are locked again. Returns list(changed, why).
+  restore_env <- function(key) {
+    env <- baseline$envs[[key]]
+    b <- baseline$snap[[key]]
+    changed <- character()
+    why <- character()
+    if (environmentIsLocked(env) != b$locked) return(list(changed, paste(key, "was locked")))
+    if (!identical(attributes(env), baseline$attrs[[key]])) {
+      attributes(env) <- baseline$attrs[[key]]
+      changed <- paste0(key, "$<attributes>")
+    }
+    # As it was (names cannot be added to a locked one).
+    now <- values(key, env, b$names)
+    if (identical(now, b$values) && (b$locked || length(env) == length(b$all))) return(list(changed, why))
+    extra <- setdiff(ls(env, all.names = TRUE, sorted = FALSE), b$all)
+    if (length(extra)) {
+      if (b$locked) return(list(changed, paste(key, "has bindings added")))
+      rm(list = extra, envir = env)
+      changed <- c(changed, paste0(key, "$", extra))
+    }
+    # A locked environment's list comes in its own order: compare by name.
+    same <- b$names %in% names(now)
+    same[same] <- mapply(identical, now[b$names[same]], b$values[same], USE.NAMES = FALSE)
+    for (i in which(!same)) {
+      n <- b$names[[i]]
+      if (key == "package:datasets") {
+        why <- c(why, paste0(key, "$", n, " changed"))
+        next
+      }
+      put_back(env, n, b$values[[i]])
+      changed <- c(changed, paste0(key, "$", n))
+    }
+    list(unique(changed), why)
+  }
+
+  # Locks again the bindings of watched locked environments that calls
+  # unlocked (unlockBinding(), marked): left open, a later call could
+  # change them without unlockBinding, unseen.
+  relock <- function() {
+    for (u in unlocked) {
+      for (key in names(baseline$envs)) {
+        env <- baseline$envs[[key]]
+        if (!identical(env, u[[2]])) next
+        n <- u[[1]]
+        if (n %in% baseline$snap[[key]]$bound && exists(n, envir = env, inherits = FALSE) &&
+            !bindingIsLocked(n, env)) {
+          lock_binding(n, env)
+        }
+      }
+    }
+    unlocked <<- list()
+  }
+
+  # One pass over the watched environments (the locked ones only if full):
+  # what differs from the baseline is set back. Returns the keys changed
+  # ("key$name"), and in attr "recycle" why R cannot be set back, if so.
+  restore_bindings <- function(full) {
+    keys <- if (full) names(baseline$envs) else character()
+    # The unlocked environments, each read as a whole when its size is
+    # the same (what a call added could be a promise that loads a
+    # namespace again: read by name, in restore_env).
+    envs <- baseline$envs[baseline$always]
+    sized <- vapply(envs, length, 1L) == baseline$always_counts
+    if (!all(sized)) keys <- c(keys, baseline$always[!sized])
+    now <- lapply(envs[sized], env_list)
+    if (!identical(now, baseline$always_values[sized])) {
+      same <- mapply(identical, now, baseline$always_values[sized])
+      keys <- c(keys, baseline$always[sized][!same])
+    }
+    if (lock_marked && any(vapply(envs, environmentIsLocked, NA))) keys <- c(keys, baseline$always)
+    if (length(baseline$base_open) &&
+        !identical(mget(baseline$base_open, envir = baseenv()), baseline$base_open_values)) {
+      keys <- c(keys, "base")
+    }
+    changed <- character()
+    why <- character()
+    for (key in unique(keys)) {
+      r <- restore_env(key)
+      changed <- c(changed, r[[1]])
+      why <- c(why, r[[2]])
+    }
+    structure(changed, recycle = why)
+  }
+
+  # Namespaces loaded since the start go, dependants first: those that
+  # import no other one left go in each round.
+  unload_new <- function() {
+    if (identical(loadedNamespaces(), baseline$namespaces)) return(TRUE)
+    for (round in 1:10) {
+      new <- setdiff(loadedNamespaces(), baseline$namespaces)
+      if (!length(new)) return(TRUE)
+      for (ns in new) try(unloadNamespace(ns), silent = TRUE)
+    }
+    !length(setdiff(loadedNamespaces(), baseline$namespaces))
+  }
+
+  # Undoes debug() and debugonce() on every function of the watched
+  # environments (only after a call that used them: ~10,000 functions).
+  undebug_all <- function() {
+    for (key in names(baseline$envs)) {
+      if (key == "package:datasets") next
+      vals <- values(key, baseline$envs[[key]], baseline$snap[[key]]$names)
+      for (f in vals) {
+        if (is.function(f) && !is.primitive(f) && isdebugged(f)) undebug(f)
+      }
+    }
+    debug_marked <<- FALSE
+  }
+
+  # What the last reset() set back: key$name of the bindings, for the tests.
+  last_restored <- character()
+
+  reset <- function() {
+    why <- character()
+    # Its files go after it (cleanup), with what code run here wrote.
+    setwd(baseline$wd)
+    # (.Internal: sink.number()'s match.arg takes a millisecond.)
+    while (.Internal(sink.number(TRUE)) > 0L) sink()
+    if (.Internal(sink.number(FALSE)) != 2L) sink(type = "message")
+    # Connections the call left open; not webR's own, through which this
+    # very evaluation's output goes (class "outputConnection").
+    conns <- getAllConnections()
+    if (!identical(conns, baseline$connections)) for (i in setdiff(conns, baseline$connections)) {
+      con <- getConnection(i)
+      if (summary(con)$class != "outputConnection") try(close(con), silent = TRUE)
+    }
+    # S4 definitions of the call: metadata in the global environment.
+    names <- ls(globalenv(), all.names = TRUE)
+    if (any(startsWith(names, ".__C__") | startsWith(names, ".__T__"))) {
+      why <- c(why, "S4 classes or methods were defined")
+    }
+    if (environmentIsLocked(globalenv())) {
+      why <- c(why, "the global environment was locked")
+    } else {
+      rm(list = names, envir = globalenv())
+    }
+    if (length(attributes(globalenv()))) attributes(globalenv()) <- NULL
+    if (!identical(search(), baseline$search)) {
+      for (name in setdiff(search(), baseline$search)) {
+        try(detach(name, character.only = TRUE), silent = TRUE)
+      }
+    }
+    if (!unload_new()) why <- c(why, "a namespace it loaded would not unload")
+    # The search path, link by link (parent.env<- rewires it in place).
+    chain <- baseline$chain
+    for (i in seq_along(chain)) {
+      parent <- if (i < length(chain)) chain[[i + 1L]] else emptyenv()
+      if (!identical(parent.env(chain[[i]]), parent)) parent.env(chain[[i]]) <- parent
+    }
+    # Bindings, until a pass finds nothing to set back (code they ran,
+    # an active binding's, may have changed what an earlier pass saw);
+    # then the call's finalizers: its objects, now unreachable, are
+    # collected, and the bindings looked at again after any ran.
+    restored <- character()
+    for (pass in 1:4) {
+      # Code that ran (a finalizer, a promise put in a namespace) may load
+      # a namespace again, or unlock a binding.
+      if (pass > 1L && !unload_new()) why <- c(why, "a namespace it loaded would not unload")
+      full <- unlock_marked
+      unlock_marked <<- FALSE
+      changed <- restore_bindings(full)
+      why <- c(why, attr(changed, "recycle"))
+      restored <- c(restored, changed)
+      if (length(changed)) next
+      if (finalizers_pending <= 0L || pass == 4L) break
+      gc()
+    }
+    if (length(changed)) why <- c(why, "its bindings kept changing")
+    relock()
+    unlock_marked <<- FALSE
+    lock_marked <<- FALSE
+    if (finalizers_pending > 0L) {
+      why <- c(why, "a finalizer it registered has not run")
+      finalizers_pending <<- 0L
+    }
+    last_restored <<- unique(restored)
+    if (debug_marked) undebug_all()
+    if (!tracingState()) tracingState(TRUE)
+    callbacks <- getTaskCallbackNames()
+    if (!identical(callbacks, baseline$callbacks)) {
+      for (name in setdiff(callbacks, baseline$callbacks)) removeTaskCallback(name)
+    }
+    if (.Internal(enableJIT(-1L)) != baseline$jit) invisible(.Internal(enableJIT(baseline$jit)))
+    now <- options()
+    if (!identical(now, baseline$options)) {
+      extra <- setdiff(names(now), names(baseline$options))
+      if (length(extra)) options(stats::setNames(rep(list(NULL), length(extra)), extra))
+      options(baseline$options)
+    }
+    # (.Internal: Sys.getenv() splits every NAME=value, ~1 ms.)
+    if (!identical(.Internal(Sys.getenv(character(), "")), baseline$environ)) {
+      env <- Sys.getenv()
+      Sys.unsetenv(setdiff(names(env), names(baseline$env)))
+      changed <- names(baseline$env)[baseline$env != env[names(baseline$env)] | is.na(env[names(baseline$env)])]
+      if (length(changed)) do.call(Sys.setenv, as.list(baseline$env[changed]))
+    }
+    if (!identical(RNGkind(), baseline$rng)) do.call(RNGkind, as.list(baseline$rng))
+    if (Sys.getlocale() != baseline$locale) set_locale(baseline$locale)
+    paste(unique(why), collapse = "; ")
+  }
+
+  # Sets each category of a locale as Sys.getlocale() gives it: one name,
+  # or (musl's form) one per category in this order, ";" between them.
+  locale_categories <- c("LC_CTYPE", "LC_NUMERIC", "LC_TIME", "LC_COLLATE", "LC_MONETARY", "LC_MESSAGES")
+  set_locale <- function(locale) {
+    parts <- function(l) rep_len(strsplit(l, ";", fixed = TRUE)[[1]], length(locale_categories))
+    want <- parts(locale)
+    now <- parts(Sys.getlocale())
+    for (i in which(want != now)) {
+      try(suppressWarnings(Sys.setlocale(locale_categories[[i]], want[[i]])), silent = TRUE)
+    }
+  }
+
+  # The running call's code, which main.ts binds before each call.
+  code <- ""
+  baseline <- take_baseline()
+  unlock_marked <- FALSE # pyrun's own replace_binding() unlocked bindings above
+  unlocked <- list()
+  lock_marked <- FALSE
+  # pyrun's own functions and settings cannot be replaced by a call (they
+  # are reachable, from the devices' and debug's bodies): only the state
+  # of a call can be set.
+  state <- c("code", "plots", "plot_count", "call_start", "finalizers_pending", "debug_marked", "unlock_marked",
+             "unlocked", "lock_marked", "last_restored")
+  lockEnvironment(pyrun, bindings = TRUE)
+  invisible(lapply(state, unlock_binding, env = pyrun))
+  lock_marked <- FALSE # marked by the lockEnvironment() above
 
   pyrun
 })

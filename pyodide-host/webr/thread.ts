@@ -5,6 +5,7 @@
 import type { WebR } from "webr";
 import type { Mount } from "../protocol.ts";
 import { ERRNO_NAMES } from "../mounts.ts";
+import { guardFiles } from "../guards.ts";
 
 /**
  * Sets up R's thread, through webR's eval_js, before pyrun.R takes that
@@ -81,4 +82,43 @@ export async function mountHostFolders(webR: WebR, mounts: Mount[]): Promise<voi
     );
     await webR.FS.mount("NODEFS", { root: m.host }, m.path);
   }
+}
+
+/**
+ * Installs pyrun's file guard (guards.ts, from its source) in R's thread,
+ * once the mounts are made: from here on R can change its file system only
+ * in its home, /tmp, /output/, pyrun's plot folder and the read-write
+ * mounts, names longer than 255 bytes are refused, files are made without
+ * setuid, setgid, sticky or write for others, and a mode change that adds
+ * one of those on a read-write mount is refused. Before it R's library
+ * (/usr/lib/R) could be written, and a stateless call could leave a
+ * changed package or data set for every later call to load. The folders it
+ * makes first are pyrun.R's.
+ */
+export async function guardRThread(
+  webR: WebR,
+  home: string,
+  dirs: string[],
+  mounts: Mount[],
+): Promise<void> {
+  const rw = mounts.filter((m) => m.rw).map((m) => m.path);
+  const change = [home, "/tmp", ...dirs, ...rw];
+  const roots = { change, write: [...change, "/dev"], host: rw };
+  // webR's file system is lazy: R's library, fonts and docs are read from
+  // their images the first time a file is opened (createLazyFilesystem in
+  // R.js), which makes folders and files under /usr. That is webR's own
+  // loader at work, not the call's: the guard lets it.
+  const js = `(() => {
+    for (const d of ${JSON.stringify(dirs)}) Module.FS.mkdirTree(d);
+    const guard = (${guardFiles.toString()})(Module.FS, ${JSON.stringify(roots)});
+    for (const name of ["mountImagePath", "mountImageUrl"]) {
+      const load = Module[name];
+      if (typeof load !== "function") throw new Error("pyrun: webR has no Module." + name);
+      Module[name] = function (...args) {
+        return guard.loadingNow(() => load.apply(this, args));
+      };
+    }
+    return 1;
+  })()`;
+  await webR.evalRVoid(`invisible(webr::eval_js(${JSON.stringify(js)}))`);
 }
