@@ -15,10 +15,6 @@ func NewPoolWithCommand(newCmd func(Config) (*exec.Cmd, error), cfg Config, log 
 	return newPool(Python, func(c Config, _ launch) (*exec.Cmd, error) { return newCmd(c) }, nil, nil, nil, nil, cfg, log)
 }
 
-// WorkerArgs exposes denoArgs for a plain start, for tests that start a
-// worker by hand.
-func WorkerArgs(rt *Runtime, c Config) ([]string, error) { return denoArgs(rt, Python, c, launch{}) }
-
 // WorkerEnv exposes workerEnv.
 var WorkerEnv = workerEnv
 

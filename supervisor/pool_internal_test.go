@@ -97,7 +97,7 @@ esac`, protocolVersion))
 	if s := p.Stats(); s.Counts.Starts["snapshot"] != 1 || s.Counts.Starts["plain"] != 0 {
 		t.Errorf("starts %v, want one from the snapshot", s.Counts.Starts)
 	}
-	remade, err := openSnapshot(rt, snapshotSpec{})
+	remade, err := openSnapshot(rt)
 	if err != nil || remade.SHA256 == made.SHA256 {
 		t.Errorf("the snapshot on disk: %v, checksum %s; want a sound one made anew", err, remade.SHA256)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -82,14 +81,4 @@ func startSessions(o *options, pool *supervisor.Pool, log hclog.Logger) *session
 		Anonymous: mcp.Anonymous,
 		Log:       log.Named("sessions"),
 	})
-}
-
-// closeSessions lets running session calls finish, within the bound the
-// pool's calls get, and ends every session.
-func closeSessions(m *sessions.Manager, pool *supervisor.Pool, log hclog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), pool.Config().Timeout+5*time.Second)
-	defer cancel()
-	if err := m.Close(ctx); err != nil {
-		log.Warn("ending Python sessions", "error", err)
-	}
 }
