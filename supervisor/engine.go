@@ -116,7 +116,7 @@ func programPath(rt *Runtime, e Engine) string {
 // it was started as: its program is not the one pyrun meant to run.
 func checkEngine(w *worker, e Engine) error {
 	if w.ready.Engine != e.Name() {
-		w.kill("it is another engine")
+		w.kill(retirement{RestartProtocol, "it is another engine"})
 		return fmt.Errorf("worker says it is engine %q, pyrun started it as %q", w.ready.Engine, e.Name())
 	}
 	return nil

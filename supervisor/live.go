@@ -51,7 +51,7 @@ func (p *Pool) runLive(ctx context.Context, job Job, ev Events, watch Watcher) (
 		if watch != nil {
 			watch.Notice(Notice{Text: "the worker died before it took the call; the call goes to another worker"})
 		}
-		p.discard(w, "it exited")
+		p.discard(w, retireExited)
 	}
 }
 
@@ -78,46 +78,46 @@ func (p *Pool) acquireLive(ctx context.Context, watch Watcher) (*worker, Config,
 			return nil, cfg, err
 		}
 		why := w.stale()
-		if why == "" {
+		if !why.given() {
 			return w, cfg, nil
 		}
 		p.discard(w, why)
 	}
 }
 
-// stale says why a worker taken from the pool cannot take a call, or ""
-// when it can: it died, the supervisor killed it, or it wrote an event with
+// stale says why a worker taken from the pool cannot take a call, or
+// nothing when it can: it died, the supervisor killed it, or it wrote an event with
 // no call running (a late line from a call that forged its own result).
 // The idle that ends the last call's clean-up (worker.settle) is taken.
-func (w *worker) stale() string {
-	if k := w.killedFor(); k != "" {
+func (w *worker) stale() retirement {
+	if k := w.killedFor(); k.given() {
 		return k
 	}
 	select {
 	case ev, ok := <-w.events:
 		if !ok {
-			return "it exited"
+			return retireExited
 		}
 		if w.unsettled != "" && ev.Type == "idle" && ev.ID == w.unsettled {
 			w.unsettled = ""
 			return w.stale()
 		}
 		w.log.Warn("worker spoke while idle", "type", ev.Type, "id", ev.ID)
-		w.kill("it broke the protocol")
-		return "it broke the protocol"
+		w.kill(retireProtocol)
+		return retireProtocol
 	case <-w.exited:
-		return "it exited"
+		return retireExited
 	default:
-		return ""
+		return retirement{}
 	}
 }
 
 // discard retires a worker a call took but did not run on. It counts no
 // call.
-func (p *Pool) discard(w *worker, why string) {
+func (p *Pool) discard(w *worker, why retirement) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if w.retire == "" {
+	if !w.retire.given() {
 		w.retire = why
 	}
 	p.giveBackLocked(w)

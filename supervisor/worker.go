@@ -107,7 +107,7 @@ type worker struct {
 	settled bool
 
 	mu         sync.Mutex
-	killReason string // why the supervisor killed it; guarded by mu
+	killReason retirement // why the supervisor killed it; guarded by mu
 
 	closeOnce sync.Once
 	// started counts the calls begun, for the stderr relogger's per-call limit.
@@ -115,10 +115,10 @@ type worker struct {
 
 	// Owned by the goroutine running a call (the pool hands a worker to one
 	// caller at a time).
-	interrupts  int    // SIGUSR2 signals sent so far
-	calls       int    // calls run
-	retire      string // non-empty: do not reuse, and why
-	undelivered bool   // the last call never reached the worker: it died first
+	interrupts  int        // SIGUSR2 signals sent so far
+	calls       int        // calls run
+	retire      retirement // given: do not reuse, and why
+	undelivered bool       // the last call never reached the worker: it died first
 	// unsettled: the call whose result came but whose "idle" has not
 	// (worker.settle); "": none.
 	unsettled string
@@ -205,12 +205,12 @@ func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, lo
 
 	if check != nil {
 		if err := check(); err != nil {
-			w.kill("its start was called off")
+			w.kill(retirement{restartStopped, "its start was called off"})
 			return nil, err
 		}
 	}
 	if err := w.awaitReady(ctx, cfg.StartTimeout); err != nil {
-		w.kill("start failed")
+		w.kill(retirement{RestartCrash, "start failed"})
 		return nil, err
 	}
 	return w, nil
@@ -224,7 +224,7 @@ func (w *worker) awaitReady(ctx context.Context, limit time.Duration) error {
 		if !ok {
 			<-w.exited
 			err := fmt.Errorf("worker exited before it was ready (%s)%s", w.exitDescription(), w.stderrSuffix())
-			if w.killedFor() == "" && w.signaled() == syscall.SIGKILL {
+			if !w.killedFor().given() && w.signaled() == syscall.SIGKILL {
 				err = fmt.Errorf("%w: %w", errKilledStarting, err)
 			}
 			return err
@@ -255,7 +255,7 @@ func (w *worker) readEvents(r io.ReadCloser, max int) {
 				w.readErr = err
 				// A worker that speaks garbage is retired, not trusted;
 				// drain what it still writes so it never blocks.
-				w.kill("it broke the protocol")
+				w.kill(retireProtocol)
 				_, _ = io.Copy(io.Discard, r)
 			}
 			return
@@ -306,24 +306,21 @@ func (w *worker) relogStderr(r io.ReadCloser, logs *stderrBudget) {
 	_, _ = io.Copy(io.Discard, r)
 }
 
-// killMemory is the kill reason of a worker past its memory ceiling.
-const killMemory = "it exceeded its memory limit"
-
 // kill stops the process at once; safe from any goroutine. The first reason
 // given is kept.
-func (w *worker) kill(reason string) {
+func (w *worker) kill(r retirement) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.killReason != "" {
+	if w.killReason.given() {
 		return
 	}
-	w.killReason = reason
+	w.killReason = r
 	close(w.killed)
 	_ = w.cmd.Process.Kill()
 }
 
-// killedFor says why the supervisor killed the worker; "" if it did not.
-func (w *worker) killedFor() string {
+// killedFor says why the supervisor killed the worker; nothing if it did not.
+func (w *worker) killedFor() retirement {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.killReason
@@ -331,7 +328,7 @@ func (w *worker) killedFor() string {
 
 // usable reports whether the worker may take another call.
 func (w *worker) usable() bool {
-	if w.retire != "" || w.killedFor() != "" {
+	if w.retire.given() || w.killedFor().given() {
 		return false
 	}
 	select {
@@ -358,7 +355,7 @@ func (w *worker) close() {
 			return
 		case <-time.After(stopTermDelay):
 		}
-		w.kill("it did not stop")
+		w.kill(retirement{restartStopped, "it did not stop"})
 	})
 	<-w.exited
 }

@@ -27,7 +27,7 @@ func (w *worker) warm(n int) {
 	line, _ := json.Marshal(warmRequest{Type: "warm", Calls: n})
 	_ = w.stdin.SetWriteDeadline(time.Now().Add(answerWriteLimit))
 	if _, err := w.stdin.Write(append(line, '\n')); err != nil {
-		w.kill("it did not accept a request")
+		w.kill(retirement{RestartProtocol, "it did not accept a request"})
 	}
 }
 
@@ -54,7 +54,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 	// that is not. A short call limit must not cut the write of long code.
 	_ = w.stdin.SetWriteDeadline(time.Now().Add(max(limit, answerWriteLimit)))
 	if _, err := w.stdin.Write(line); err != nil {
-		w.kill("it did not accept a call")
+		w.kill(retirement{RestartProtocol, "it did not accept a call"})
 		// The line's final newline never reached the worker: no code ran.
 		w.undelivered = true
 		return w.died(res, tr, "", fmt.Errorf("worker did not accept the call: %w", err))
@@ -73,15 +73,15 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			<-answers
 			// The worker still waits for the answer, or its next read
 			// would take the next call's line for it.
-			w.retire = "it was stopped while its packages were being fetched"
+			w.retire = retirement{RestartInterrupt, "it was stopped while its packages were being fetched"}
 		}
 	}()
 	// Host calls run on goroutines of their own; the worker waits for an
 	// answer to each, also when the call ends first.
 	tools := newToolCalls(ctx, job)
 	defer func() {
-		if err := tools.finish(w.writeAnswer); err != nil && w.retire == "" {
-			w.retire = "it did not take the answer to a tool call"
+		if err := tools.finish(w.writeAnswer); err != nil && !w.retire.given() {
+			w.retire = retirement{RestartProtocol, "it did not take the answer to a tool call"}
 		}
 	}()
 	deadline := time.NewTimer(limit)
@@ -107,7 +107,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 		repeat = ticker.C
 	}
 	var broken error // how the worker failed the call, if it did
-	fail := func(err error, reason string) {
+	fail := func(err error, reason retirement) {
 		if broken == nil {
 			broken = err
 		}
@@ -124,7 +124,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				return res
 			}
 			if ev.ID != job.ID {
-				fail(fmt.Errorf("%w: event %q for call %q during call %q", errGarbage, ev.Type, ev.ID, job.ID), "it broke the protocol")
+				fail(fmt.Errorf("%w: event %q for call %q during call %q", errGarbage, ev.Type, ev.ID, job.ID), retireProtocol)
 				continue
 			}
 			heard = true
@@ -137,7 +137,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				}
 			case "need":
 				if needing {
-					fail(fmt.Errorf("%w: a second need before the first was answered", errGarbage), "it broke the protocol")
+					fail(fmt.Errorf("%w: a second need before the first was answered", errGarbage), retireProtocol)
 					continue
 				}
 				needing = true
@@ -148,15 +148,15 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 			case "tool_call":
 				if refused := tools.start(job.ID, ev); refused != nil {
 					if err := w.writeAnswer(*refused); err != nil {
-						fail(fmt.Errorf("the worker did not take the answer to a tool call: %w", err), "it did not take a tool call's answer")
+						fail(fmt.Errorf("the worker did not take the answer to a tool call: %w", err), retireToolAnswer)
 					}
 				}
 			case "error":
-				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), "it failed a call")
+				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), retirement{RestartProtocol, "it failed a call"})
 			case "display", "file":
 				w.tookRich()
 				if err := tr.rich.add(ev, cfg); err != nil {
-					fail(err, "it broke the protocol")
+					fail(err, retireProtocol)
 				}
 			case "result":
 				if cutByStop && ev.Status == "install-error" {
@@ -171,11 +171,11 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				}
 				return w.finish(res, ev, tr, stopped, cfg)
 			default:
-				fail(fmt.Errorf("%w: %q during a call", errGarbage, ev.Type), "it broke the protocol")
+				fail(fmt.Errorf("%w: %q during a call", errGarbage, ev.Type), retireProtocol)
 			}
 		case ans := <-answers:
 			needing = false
-			if ans.retire != "" {
+			if ans.retire.given() {
 				w.retire = ans.retire
 			}
 			if tr.events != nil {
@@ -191,7 +191,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				_, err = w.stdin.Write(append(b, '\n'))
 			}
 			if err != nil {
-				fail(fmt.Errorf("the worker did not take its packages: %w", err), "it did not take its packages")
+				fail(fmt.Errorf("the worker did not take its packages: %w", err), retirement{RestartProtocol, "it did not take its packages"})
 			}
 		case ans := <-tools.answers:
 			tools.took()
@@ -200,7 +200,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 				continue
 			}
 			if err := w.writeAnswer(ans); err != nil {
-				fail(fmt.Errorf("the worker did not take the answer to a tool call: %w", err), "it did not take a tool call's answer")
+				fail(fmt.Errorf("the worker did not take the answer to a tool call: %w", err), retireToolAnswer)
 			}
 		case <-deadline.C:
 			if stopped == "" {
@@ -215,7 +215,7 @@ func (w *worker) run(ctx context.Context, job Job, cfg Config, tr *transcript) (
 		case <-grace:
 			grace, repeat = nil, nil
 			tr.notice(true, "the call did not stop within %s of the interrupt; its worker is killed and replaced", cfg.InterruptGrace)
-			w.kill("it did not stop after an interrupt")
+			w.kill(retirement{RestartInterrupt, "it did not stop after an interrupt"})
 		}
 	}
 }
@@ -240,7 +240,7 @@ func (w *worker) settle(limit time.Duration) error {
 		case ev.Type == "idle" && ev.ID == id:
 			return nil
 		}
-		w.kill("it broke the protocol")
+		w.kill(retireProtocol)
 		return fmt.Errorf("%w: %q for call %q while it cleaned up after call %q", errGarbage, ev.Type, ev.ID, id)
 	case <-timer.C:
 		w.kill(retireSettle)
@@ -248,17 +248,13 @@ func (w *worker) settle(limit time.Duration) error {
 	}
 }
 
-// retireSettle is why a worker is killed whose clean-up after a call
-// outlasted a call's time limit.
-const retireSettle = "it did not clean up after a call in time"
-
-// retireVersionConflict is why a worker is retired after a call that
-// needed another version of a package it has loaded.
-const retireVersionConflict = "a call needed another version of a package it has loaded"
+// retireToolAnswer: the worker did not take the answer to a tool call it
+// made.
+var retireToolAnswer = retirement{RestartProtocol, "it did not take a tool call's answer"}
 
 // writeAnswer writes an answer the worker is waiting for (tool_result).
 func (w *worker) writeAnswer(ans request) error {
-	if w.killedFor() != "" {
+	if w.killedFor().given() {
 		return errors.New("the worker was killed")
 	}
 	b, err := json.Marshal(ans)
@@ -278,7 +274,7 @@ const answerWriteLimit = 5 * time.Second
 // why the worker must not take another call after this one, if it must not.
 type answer struct {
 	req    request
-	retire string
+	retire retirement
 	// conflict: the call pins another version of a package the worker has loaded.
 	conflict bool
 }
@@ -294,7 +290,7 @@ func (w *worker) resolve(ctx context.Context, id string, need event) answer {
 		ans.Error = "pyrun: this pool loads no packages"
 		return answer{req: ans}
 	}
-	var retire string
+	var retire retirement
 	files, err := w.pkgs.Resolve(ctx, packages.Request{
 		Imports: need.Imports, Requires: need.Requires, RequiresPython: need.RequiresPython, Loaded: need.Loaded,
 	})
@@ -310,7 +306,7 @@ func (w *worker) resolve(ctx context.Context, id string, need event) answer {
 	default:
 		ans.Files = files
 	}
-	return answer{req: ans, retire: retire, conflict: retire != ""}
+	return answer{req: ans, retire: retire, conflict: retire.given()}
 }
 
 // needText and answerText say what a call's packages are doing, for the
@@ -347,7 +343,7 @@ const interruptRepeat = 100 * time.Millisecond
 func (w *worker) interrupt() {
 	w.interrupts++
 	if err := w.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
-		w.kill("it could not be interrupted")
+		w.kill(retirement{RestartInterrupt, "it could not be interrupted"})
 	}
 }
 
@@ -362,7 +358,7 @@ func (w *worker) finish(res Result, ev event, tr *transcript, stopped string, cf
 	res.Dependencies = ev.Dependencies
 	res.Error = capText(ev.Error, cfg.MaxOutput, ev.ErrorCut)
 	if ev.Recycle != "" {
-		w.retire = ev.Recycle
+		w.retire = recycled(ev.Recycle)
 		tr.notice(false, "the worker is replaced after this call: %s", ev.Recycle)
 	}
 	switch {
@@ -388,7 +384,7 @@ func (w *worker) finish(res Result, ev event, tr *transcript, stopped string, cf
 func (w *worker) died(res Result, tr *transcript, stopped string, broken error) Result {
 	<-w.exited
 	tr.fill(&res)
-	w.retire = "it exited"
+	w.retire = retireExited
 	switch {
 	case w.killedFor() == killMemory:
 		res.Status = StatusMemoryError
