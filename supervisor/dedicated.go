@@ -153,7 +153,7 @@ func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error)
 	if watch, ok := ev.(Watcher); ok {
 		watch.Started(d.w.name)
 	}
-	res := d.w.run(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
+	res := d.w.runCall(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
 	if why := d.lostFor(res); why != "" {
 		d.loseLocked(why)
 	}

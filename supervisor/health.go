@@ -173,7 +173,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 		if !isIdle {
 			continue
 		}
-		if err == nil && w.started.Load() == 0 && rss > w.freshRSS.Load() {
+		if err == nil && w.callsBegun.Load() == 0 && rss > w.freshRSS.Load() {
 			// No call had begun when rss was read: what it grew by is
 			// pyrun's own (warming calls, V8's optimised code), not a call's.
 			w.freshRSS.Store(rss)
@@ -288,7 +288,7 @@ func (p *Pool) startupDone(w *worker) startPhase {
 	switch {
 	case !w.settled && age < p.engine.StartupWork():
 		return startingWork
-	case w.ready.WarmCalls > 0 && w.started.Load() == 0 && age < warmingLimit:
+	case w.ready.WarmCalls > 0 && w.callsBegun.Load() == 0 && age < warmingLimit:
 		// Warming calls before its first (pyodide-host/warm.ts) keep a CPU
 		// busy for a second or a few; only pyrun's own code has run in it.
 		return startingWork
@@ -324,9 +324,6 @@ func nextSample(prev cpuSample, seen bool, used time.Duration, now, since time.T
 	}
 	return next
 }
-
-// residentBytes is the worker process's resident set size.
-func (w *worker) residentBytes() (int64, error) { return w.statm.resident(w.cmd.Process.Pid) }
 
 // worseMemory reports whether a worker holds more resident memory, rss,
 // than it did fresh by more than the slack.

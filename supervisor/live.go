@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -34,7 +33,7 @@ func (p *Pool) runLive(ctx context.Context, job Job, ev Events, watch Watcher) (
 		if giveUp.IsZero() {
 			giveUp = time.Now().Add(callLimit(cfg, job))
 		}
-		res := w.run(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
+		res := w.runCall(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
 		if (!w.undelivered && !w.elsewhere) || ctx.Err() != nil || time.Now().After(giveUp) {
 			return w, res, waited, nil
 		}
@@ -85,33 +84,6 @@ func (p *Pool) acquireLive(ctx context.Context, watch Watcher) (*worker, Config,
 	}
 }
 
-// stale says why a worker taken from the pool cannot take a call, or
-// nothing when it can: it died, the supervisor killed it, or it wrote an event with
-// no call running (a late line from a call that forged its own result).
-// The idle that ends the last call's clean-up (worker.settle) is taken.
-func (w *worker) stale() retirement {
-	if k := w.killedFor(); k.given() {
-		return k
-	}
-	select {
-	case ev, ok := <-w.events:
-		if !ok {
-			return retireExited
-		}
-		if w.unsettled != "" && ev.Type == "idle" && ev.ID == w.unsettled {
-			w.unsettled = ""
-			return w.stale()
-		}
-		w.log.Warn("worker spoke while idle", "type", ev.Type, "id", ev.ID)
-		w.kill(retireProtocol)
-		return retireProtocol
-	case <-w.exited:
-		return retireExited
-	default:
-		return retirement{}
-	}
-}
-
 // discard retires a worker a call took but did not run on. It counts no
 // call.
 func (p *Pool) discard(w *worker, why retirement) {
@@ -121,16 +93,4 @@ func (p *Pool) discard(w *worker, why retirement) {
 		w.retire = why
 	}
 	p.giveBackLocked(w)
-}
-
-// neverRead reports whether the last n bytes written to the worker's stdin,
-// a call's request line, are all still in the pipe: the worker, now gone,
-// never read the call.
-func (w *worker) neverRead(n int) bool {
-	unread, err := unreadBytes(w.stdin)
-	if err != nil {
-		w.log.Debug("cannot tell whether the worker read its call", "error", fmt.Sprint(err))
-		return false
-	}
-	return unread >= n
 }

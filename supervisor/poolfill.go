@@ -26,7 +26,7 @@ func (p *Pool) warmIdleLocked() {
 		}
 	}
 	for w := range p.dedicated {
-		if w.started.Load() == 0 {
+		if w.callsBegun.Load() == 0 {
 			p.warmLocked(w)
 		}
 	}

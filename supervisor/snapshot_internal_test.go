@@ -357,7 +357,7 @@ func TestWorkerStartsPlainlyFromABadSnapshot(t *testing.T) {
 				t.Errorf("ready: snapshot %v, snapshot_error %q; want false and an error saying %q",
 					w.ready.Snapshot, w.ready.SnapshotError, tc.want)
 			}
-			res := w.run(t.Context(), Job{ID: "1", Code: "print(6 * 7)"}, cfg, newTranscript(cfg.MaxOutput, nil))
+			res := w.runCall(t.Context(), Job{ID: "1", Code: "print(6 * 7)"}, cfg, newTranscript(cfg.MaxOutput, nil))
 			if res.Status != StatusSuccess || res.Stdout != "42\n" {
 				t.Errorf("call on the plain worker: %s %q %s", res.Status, res.Stdout, res.Error)
 			}
