@@ -9,7 +9,7 @@ import (
 // run_javascript_code's description names the pyrun object, the only way
 // the code has to files, and what the sandbox refuses.
 func TestJavaScriptDescription(t *testing.T) {
-	l := JavaScript
+	l := testJavaScript
 	l.Versions = map[string]string{"deno": "2.9.6", "typescript": "6.0.3"}
 	d := l.Describe(l, Options{MaxOutput: 65536, Timeout: 30 * time.Second, Sessions: SessionOptions{Max: 4, Idle: time.Minute, MaxAge: time.Hour}})
 	for _, want := range []string{

@@ -9,7 +9,7 @@ import (
 // run_r_code's description says what an R user needs beyond the generic
 // one: the limits, the JSON forms, plots as images, the packages there are.
 func TestRToolDescription(t *testing.T) {
-	r := R
+	r := testR
 	r.Versions = map[string]string{"r": "4.6.0", "webr": "0.6.0"}
 	desc := languageToolDef(r, Options{Timeout: 30 * time.Second, MaxOutput: 65536}).Description
 	for _, want := range []string{

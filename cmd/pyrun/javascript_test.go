@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -213,7 +214,7 @@ func TestWarmupJavaScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := languageOf("javascript")
+	l, err := lang.Named("javascript")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/supervisor"
@@ -26,9 +27,7 @@ import (
 type options struct {
 	configFile string
 
-	workers       int
 	timeout       time.Duration
-	memoryLimit   byteSize
 	maxOutput     byteSize
 	maxCode       byteSize
 	maxInputFiles int
@@ -117,12 +116,9 @@ type options struct {
 	maxToolListing        byteSize
 	maxToolMessage        byteSize
 	// Languages (languages.go).
-	languages     stringList
-	rWorkers      int
-	jsWorkers     int
-	rMemoryLimit  byteSize
-	jsMemoryLimit byteSize
-	runLanguage   string // pyrun run --language
+	languages   stringList
+	pools       [lang.Count]poolFlags // by lang.Index
+	runLanguage string                // pyrun run --language
 	// The local socket (local.go).
 	socket         string
 	attach         string
@@ -136,14 +132,12 @@ type options struct {
 func (o *options) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	o.memoryLimit, o.maxOutput, o.maxCode, o.liveBuffer = 512<<20, 64<<10, 1<<20, 256<<10
+	o.maxOutput, o.maxCode, o.liveBuffer = 64<<10, 1<<20, 256<<10
 	o.workerLogPerCall, o.workerLogRate = supervisor.DefaultStderrLogPerCall, supervisor.DefaultStderrLogRate
 	o.maxToolListing, o.maxToolMessage = 8<<10, codemode.DefaultMaxMessage
 	o.workerFileSize = oswall.DefaultFileSize
 	fs.StringVar(&o.configFile, "config", "", "JSON config `file`; its keys are these flags' names in snake_case")
-	fs.IntVar(&o.workers, "workers", supervisor.DefaultWorkers(), "warm pool size")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
-	fs.Var(&o.memoryLimit, "memory-limit", "memory limit per worker (bytes, or with a unit: 512MiB, 1GiB)")
 	fs.Var(&o.maxOutput, "max-output", "cap on each of stdout, stderr and the return value, per call (bytes or 64KiB)")
 	fs.Var(&o.maxCode, "max-code", "largest python_code accepted, and largest global_variables as JSON (bytes or 1MiB)")
 	fs.IntVar(&o.maxInputFiles, "max-input-files", mcp.DefaultMaxInputFiles, "entries a call's files argument may hold; more are refused with a tool error")
@@ -377,14 +371,8 @@ func (o *options) check() error {
 		return err
 	}
 	switch {
-	case o.workers < 1:
-		return fmt.Errorf("workers must be at least 1, not %d", o.workers)
-	case o.workers > 256:
-		return fmt.Errorf("workers must be at most 256, not %d", o.workers)
 	case o.timeout <= 0:
 		return fmt.Errorf("timeout must be positive, not %s", o.timeout)
-	case o.memoryLimit < 128<<20:
-		return fmt.Errorf("memory-limit must be at least 128MiB, not %s", o.memoryLimit)
 	case o.maxOutput < 1<<10:
 		return fmt.Errorf("max-output must be at least 1KiB, not %s", o.maxOutput)
 	case o.maxOutput > 64<<20:
@@ -496,10 +484,11 @@ func (o *options) poolConfig() supervisor.Config {
 	network, _ := supervisor.ParseNetwork(o.network)
 	isolation, _ := supervisor.ParseIsolation(o.isolation)
 	wall, _ := oswall.ParseMode(o.osSandbox)
+	py := o.pool(lang.Python) // the first language's; languageConfig has each one's
 	return supervisor.Config{
-		Workers:      o.workers,
+		Workers:      py.workers,
 		Timeout:      o.timeout,
-		MemoryLimit:  int64(o.memoryLimit),
+		MemoryLimit:  int64(py.memoryLimit),
 		MaxOutput:    int(o.maxOutput),
 		MaxQueue:     o.maxQueue,
 		QueueTimeout: o.queueTimeout,

@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/sessions"
@@ -70,10 +71,11 @@ func (o *options) mcpSessionOptions() mcp.SessionOptions {
 	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, IdleCPU: o.idleCPU}
 }
 
-// startSessions keeps Python sessions on workers pool starts for them.
-func startSessions(o *options, pool *supervisor.Pool, log hclog.Logger) *sessions.Manager {
+// startSessions keeps sessions of l on workers pool starts for them.
+func startSessions(o *options, l lang.Language, pool *supervisor.Pool, log hclog.Logger) *sessions.Manager {
 	return sessions.New(sessions.Options{
 		Instance: o.instance(),
+		Language: l.Title,
 		Start: func(ctx context.Context, exited func()) (sessions.Worker, error) {
 			return pool.StartDedicated(ctx, exited)
 		},
