@@ -11,10 +11,10 @@
 //		tool := l.Tool(l.Engine.Versions(rt)) // for mcp.Options.Languages
 //	}
 //
-// A new language is a file here with its Language, listed in registered;
-// its engine, supervisor/engine_<name>.go, listed in the supervisor's
-// engines, with its worker program under pyodide-host/; and, when the
-// generic tool description is not enough, a Describe function in
+// A new language is its Language in languages.go; its engine,
+// supervisor/engine_<name>.go, listed in the supervisor's engines, with
+// its worker program under pyodide-host/; and, when the generic tool
+// description is not enough, a Describe function in
 // mcp/language_<name>.go.
 package lang
 
@@ -52,10 +52,6 @@ type Language struct {
 	// "": nothing.
 	LeavesRunning string
 }
-
-// registered are the languages pyrun serves, in the order it lists them;
-// Python, the first, is served when --languages names none.
-var registered = [...]Language{Python, R, JavaScript}
 
 // Count is how many languages there are, for tables of them.
 const Count = len(registered)

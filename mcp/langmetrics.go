@@ -51,9 +51,7 @@ var (
 )
 
 func (c *languageCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{langWorkersDesc, langConfiguredDesc, langQueueDesc, langRestartsDesc, langSessionsDesc} {
-		ch <- d
-	}
+	describe(ch, langWorkersDesc, langConfiguredDesc, langQueueDesc, langRestartsDesc, langSessionsDesc)
 }
 
 func (c *languageCollector) Collect(ch chan<- prometheus.Metric) {

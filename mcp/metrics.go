@@ -137,9 +137,14 @@ type instrumented struct {
 }
 
 func (i *instrumented) Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
+	return i.m.observed(ctx, job, func() (supervisor.Result, error) { return i.r.Run(ctx, job, ev) })
+}
+
+// observed runs a call of job through run, and counts and times it.
+func (m *Metrics) observed(ctx context.Context, job supervisor.Job, run func() (supervisor.Result, error)) (supervisor.Result, error) {
 	began := time.Now()
-	res, err := i.r.Run(ctx, job, ev)
-	i.m.observe(ctx, began, supervisor.JobLanguage(job), res, err)
+	res, err := run()
+	m.observe(ctx, began, supervisor.JobLanguage(job), res, err)
 	return res, err
 }
 
@@ -208,7 +213,12 @@ var (
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{workersDesc, workersConfiguredDesc, queueDepthDesc, restartsDesc, startsDesc} {
+	describe(ch, workersDesc, workersConfiguredDesc, queueDepthDesc, restartsDesc, startsDesc)
+}
+
+// describe sends a collector's descriptions.
+func describe(ch chan<- *prometheus.Desc, descs ...*prometheus.Desc) {
+	for _, d := range descs {
 		ch <- d
 	}
 }

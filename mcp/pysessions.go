@@ -115,10 +115,7 @@ type instrumentedSessions struct {
 }
 
 func (i *instrumentedSessions) Run(ctx context.Context, c sessions.Call, ev supervisor.Events) (supervisor.Result, error) {
-	began := time.Now()
-	res, err := i.r.Run(ctx, c, ev)
-	i.m.observe(ctx, began, supervisor.JobLanguage(c.Job), res, err)
-	return res, err
+	return i.m.observed(ctx, c.Job, func() (supervisor.Result, error) { return i.r.Run(ctx, c, ev) })
 }
 
 // CountPythonSessions adds the Python sessions' figures, read from stats
@@ -149,10 +146,8 @@ var (
 )
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{pySessionsDesc, pySessionStartsDesc, pySessionStartFailuresDesc, pySessionEndsDesc,
-		pySessionSparesDesc, pySessionSpareHitsDesc} {
-		ch <- d
-	}
+	describe(ch, pySessionsDesc, pySessionStartsDesc, pySessionStartFailuresDesc, pySessionEndsDesc,
+		pySessionSparesDesc, pySessionSpareHitsDesc)
 }
 
 func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {

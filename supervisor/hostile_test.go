@@ -633,7 +633,7 @@ func TestHostileCrashes(t *testing.T) {
 				t.Errorf("stdout %q, want the output before the end", res.Stdout)
 			}
 			if tc.replaced {
-				waitFor(t, func() bool { return restarts(p.Stats()) > before })
+				supervisor.WaitUntil(t, func() bool { return restarts(p.Stats()) > before })
 				t.Logf("restarts: %v", p.Stats().Counts.Restarts)
 			}
 			after(t)

@@ -16,19 +16,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/supervisor/oswall"
 )
 
-func logFor(t *testing.T) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: tWriter{t}})
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
+func logFor(t *testing.T) hclog.Logger { return testlog.New(t) }
 
 // fakeRuntime is a runtime folder layout without Deno: enough for what
 // snapshots do before a Deno process starts. deno, when set, is a shell

@@ -74,8 +74,8 @@ func (o *options) checkLanguages() error {
 		return fmt.Errorf("language: %w", err)
 	}
 	for _, l := range lang.All() {
-		if n := o.pool(l).workers; n < 1 || n > 256 {
-			return fmt.Errorf("%s must be between 1 and 256, not %d", l.WorkersFlag(), n)
+		if err := outside(l.WorkersFlag(), o.pool(l).workers, 1, 256); err != nil {
+			return err
 		}
 		if m := o.pool(l).memoryLimit; m < 128<<20 {
 			return fmt.Errorf("%s must be at least 128MiB, not %s", l.MemoryFlag(), m)

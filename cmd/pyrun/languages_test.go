@@ -244,9 +244,9 @@ func TestServeLanguageHealthAndMetrics(t *testing.T) {
 	}
 }
 
-// TestWarmupLanguageStep: warmup's step for a language other than Python
-// (here run on Python's engine, the one this build has for sure) starts a
-// worker of the language and has it run an empty call.
+// TestWarmupLanguageStep: warmup's step for a language (run here for
+// Python, whose own steps are others, and JavaScript) starts a worker of
+// the language and has it run an empty call.
 func TestWarmupLanguageStep(t *testing.T) {
 	needBinary(t)
 	o, _, err := loadOptions("warmup", nil)
@@ -257,14 +257,17 @@ func TestWarmupLanguageStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := lang.Named("python")
-	if err != nil {
-		t.Fatal(err)
-	}
-	step := warmupLanguage(o, l, &rt, hclog.NewNullLogger())
-	detail, err := step.run(t.Context())
-	if err != nil || step.name != "python" || !strings.Contains(detail, "Python worker ready and ran a call") ||
-		!strings.Contains(detail, "pyodide "+rt.Pyodide) {
-		t.Errorf("step %s: %q, %v", step.name, detail, err)
+	for _, tc := range []struct {
+		l          lang.Language
+		says, runs string
+	}{
+		{lang.Python, "Python worker ready and ran a call", "pyodide " + rt.Pyodide},
+		{lang.JavaScript, "JavaScript worker ready and ran a call", "typescript 6.0.3"},
+	} {
+		step := warmupLanguage(o, tc.l, &rt, hclog.NewNullLogger())
+		detail, err := step.run(t.Context())
+		if err != nil || step.name != tc.l.ID || !strings.Contains(detail, tc.says) || !strings.Contains(detail, tc.runs) {
+			t.Errorf("step %s: %q, %v", step.name, detail, err)
+		}
 	}
 }

@@ -32,12 +32,13 @@ func (o *options) checkSessions() error {
 		return fmt.Errorf("session-idle must be positive, not %s", o.sessionIdle)
 	case o.sessionMaxAge <= 0:
 		return fmt.Errorf("session-max-age must be positive, not %s", o.sessionMaxAge)
-	case o.maxSessions < 1 || o.maxSessions > 256:
-		return fmt.Errorf("max-sessions must be between 1 and 256, not %d", o.maxSessions)
-	case o.clientMaxSessions < 1 || o.clientMaxSessions > 256:
-		return fmt.Errorf("client-max-sessions must be between 1 and 256, not %d", o.clientMaxSessions)
-	case o.sessionSpares < 0 || o.sessionSpares > 16:
-		return fmt.Errorf("session-spares must be between 0 and 16, not %d", o.sessionSpares)
+	}
+	if err := firstError(
+		outside("max-sessions", o.maxSessions, 1, 256),
+		outside("client-max-sessions", o.clientMaxSessions, 1, 256),
+		outside("session-spares", o.sessionSpares, 0, 16),
+	); err != nil {
+		return err
 	}
 	if o.instanceID == "" {
 		return nil

@@ -135,22 +135,20 @@ const (
 )
 
 func (l Limits) withDefaults() Limits {
-	if l.Idle <= 0 {
-		l.Idle = DefaultIdle
-	}
-	if l.MaxAge <= 0 {
-		l.MaxAge = DefaultMaxAge
-	}
-	if l.Max <= 0 {
-		l.Max = DefaultMax
-	}
-	if l.ClientMax <= 0 {
-		l.ClientMax = DefaultClientMax
-	}
-	if l.Spares == 0 {
-		l.Spares = DefaultSpares
-	}
+	l.Idle = positiveOr(l.Idle, DefaultIdle)
+	l.MaxAge = positiveOr(l.MaxAge, DefaultMaxAge)
+	l.Max = positiveOr(l.Max, DefaultMax)
+	l.ClientMax = positiveOr(l.ClientMax, DefaultClientMax)
+	l.Spares = cmp.Or(l.Spares, DefaultSpares)
 	return l
+}
+
+// positiveOr is v, or def when v is not positive.
+func positiveOr[T ~int | ~int64](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // Options configure a Manager. They are copied.
