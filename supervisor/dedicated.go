@@ -132,7 +132,7 @@ func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error)
 		return Result{}, fmt.Errorf("%w: %s", ErrWorkerLost, d.lost)
 	}
 	if d.w.unsettled != "" {
-		// Its previous call's clean-up may still run (worker.settle).
+		// Its previous call's clean-up may still run (conn.settle).
 		if err := d.w.settle(d.pool.Config().Timeout); err != nil {
 			d.loseLocked(err.Error())
 			return Result{}, fmt.Errorf("%w: %v", ErrWorkerLost, err)

@@ -178,7 +178,7 @@ func (p *Pool) brokenErr() error {
 
 // settleLater counts the call as ended and takes w back: at once when it
 // has nothing to clean up or is to be retired, else once it has cleaned up
-// after the call (worker.settle), on a goroutine of the pool's: the
+// after the call (conn.settle), on a goroutine of the pool's: the
 // caller has its result meanwhile.
 func (p *Pool) settleLater(w *worker, status string) {
 	p.mu.Lock()
