@@ -51,9 +51,7 @@ var (
 )
 
 func (c *languageCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{langWorkersDesc, langConfiguredDesc, langQueueDesc, langRestartsDesc, langSessionsDesc} {
-		ch <- d
-	}
+	describe(ch, langWorkersDesc, langConfiguredDesc, langQueueDesc, langRestartsDesc, langSessionsDesc)
 }
 
 func (c *languageCollector) Collect(ch chan<- prometheus.Metric) {
@@ -63,8 +61,8 @@ func (c *languageCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(langWorkersDesc, prometheus.GaugeValue, float64(s.Starting), lang, "starting")
 		ch <- prometheus.MustNewConstMetric(langConfiguredDesc, prometheus.GaugeValue, float64(s.Workers), lang)
 		ch <- prometheus.MustNewConstMetric(langQueueDesc, prometheus.GaugeValue, float64(s.Queued), lang)
-		for _, k := range restartKinds {
-			ch <- prometheus.MustNewConstMetric(langRestartsDesc, prometheus.CounterValue, float64(s.Counts.Restarts[k]), lang, k)
+		for _, k := range supervisor.RestartKinds() {
+			ch <- prometheus.MustNewConstMetric(langRestartsDesc, prometheus.CounterValue, float64(s.Counts.Restarts[k]), lang, string(k))
 		}
 	}
 	if c.sessions == nil {

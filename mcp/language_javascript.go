@@ -2,10 +2,10 @@ package mcp
 
 import "fmt"
 
-// describeJavaScript tells a model what run_javascript_code runs and, above
+// DescribeJavaScript tells a model what run_javascript_code runs and, above
 // all, the pyrun object it has instead of a file system: without it a model
 // would reach for Deno.readTextFile or node:fs and be refused.
-func describeJavaScript(l Language, o Options) string {
+func DescribeJavaScript(l Language, o Options) string {
 	in := ""
 	if v := l.Versions["deno"]; v != "" {
 		in = " in Deno " + v

@@ -1,7 +1,6 @@
 package mcp
 
 import (
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -15,8 +14,9 @@ import (
 
 // Language describes one language's tool: its name, its code argument,
 // what it tells the model. The tool, its input schema and its handler are
-// all built from it, the same way for every language; only Python takes
-// global_variables and code mode's tools.
+// all built from it, the same way for every language. Package lang makes
+// one from each language's registration; Python is the tool a server has
+// when Options.Languages names none.
 type Language struct {
 	// Name is the language as --languages and the supervisor's engines
 	// spell it; calls carry it as supervisor.Job.Language.
@@ -30,44 +30,24 @@ type Language struct {
 	// "webr": "0.6.0"}), for the description; filled in at start.
 	Versions map[string]string
 	// Describe is the tool's description under the server's options;
-	// nil: genericDescription.
+	// nil: GenericDescription.
 	Describe func(l Language, o Options) string
+	// LeavesRunning says what a call's code can leave running between a
+	// session's calls ("a timer, a promise"), for the description; "":
+	// nothing.
+	LeavesRunning string
 	// Globals: the tool takes global_variables. CodeMode: its calls may
 	// call code mode's tools. Network: its code may reach the network
 	// that Options.Network allows (else none).
 	Globals, CodeMode, Network bool
 }
 
-// The languages pyrun knows. Python's tool is run_python_code as it has
-// always been (its description is description's); R's and JavaScript's
-// descriptions are filled in by their engines' branches.
-var (
-	Python = Language{
-		Name: "python", Title: "Python", Article: "a", Tool: ToolName, CodeArg: "python_code",
-		Describe: func(_ Language, o Options) string { return description(o) },
-		Globals:  true, CodeMode: true, Network: true,
-	}
-	R = Language{
-		Name: "r", Title: "R", Article: "an", Tool: "run_r_code", CodeArg: "r_code",
-		Describe: describeR,
-	}
-	JavaScript = Language{
-		Name: "javascript", Title: "JavaScript", Article: "a", Tool: "run_javascript_code", CodeArg: "javascript_code",
-		Describe: describeJavaScript,
-	}
-)
-
-// knownLanguages are the languages a tool can be built for.
-var knownLanguages = []Language{Python, R, JavaScript}
-
-// LanguageNamed is the description of a language, by its Name.
-func LanguageNamed(name string) (Language, bool) {
-	for _, l := range knownLanguages {
-		if l.Name == name {
-			return l, true
-		}
-	}
-	return Language{}, false
+// Python is run_python_code, mcp-run-python's tool, as lang.Python makes
+// it: the tool of a server whose Options name no languages.
+var Python = Language{
+	Name: "python", Title: "Python", Article: "a", Tool: ToolName, CodeArg: "python_code",
+	Describe: DescribePython, LeavesRunning: "an asyncio task, a timer",
+	Globals: true, CodeMode: true, Network: true,
 }
 
 // languages are the languages of o, Python alone when none are named.
@@ -169,9 +149,6 @@ func outputSchemaFor(l Language) *jsonschema.Schema {
 
 // languageToolDef is a language's tool under opts.
 func languageToolDef(l Language, opts Options) *sdk.Tool {
-	if l.Name == Python.Name {
-		return tool(opts)
-	}
 	title := "Run " + l.Title + " code"
 	return &sdk.Tool{
 		Name:         l.Tool,
@@ -193,12 +170,12 @@ func languageDescription(l Language, o Options) string {
 	if l.Describe != nil {
 		return l.Describe(l, o)
 	}
-	return genericDescription(l, o)
+	return GenericDescription(l, o)
 }
 
-// genericDescription tells a model what a language's tool does and what
+// GenericDescription tells a model what a language's tool does and what
 // it may rely on, from what every engine shares.
-func genericDescription(l Language, o Options) string {
+func GenericDescription(l Language, o Options) string {
 	var runs []string
 	for _, name := range slices.Sorted(maps.Keys(l.Versions)) {
 		runs = append(runs, name+" "+l.Versions[name])
@@ -226,17 +203,7 @@ func languageSessionsDescription(l Language, o SessionOptions) string {
 	return fmt.Sprintf(`Without session_id, each call starts from a fresh state and an empty working directory, and nothing is kept between calls.
 With session_id "new", the call starts %s %s session whose variables and files last across its calls. The result gives the session_id (in <session_id> and structuredContent.session_id); pass it in the next calls to continue, and end_session: true when done. A session's calls run one at a time, in order; a session belongs to the language that started it.
 A session ends after %s without a call, %s after it started, when it is ended, when pyrun restarts, when a call kills its worker%s; its state is then gone; start a new session then. At most %d %s sessions can be open at once.
-`, l.Article, l.Title, shortDuration(o.Idle), shortDuration(o.MaxAge), languageIdleCPUText(l, o), o.Max, l.Title)
-}
-
-// languageIdleCPUText is idleCPUText for a language whose code can leave
-// work running between calls: JavaScript's timers and promises (R's
-// cannot).
-func languageIdleCPUText(l Language, o SessionOptions) string {
-	if l.Name != "javascript" {
-		return ""
-	}
-	return idleCPUText(o, "a timer, a promise")
+`, l.Article, l.Title, shortDuration(o.Idle), shortDuration(o.MaxAge), idleCPUText(o, l.LeavesRunning), o.Max, l.Title)
 }
 
 // instructions tell a client which tools to call.
@@ -261,13 +228,4 @@ func (s *Server) toolOf(req *sdk.CallToolRequest) *languageTool {
 		}
 	}
 	return pythonTool
-}
-
-// languageSessionError words a session error for l: the sessions'
-// errors name Python sessions, as Python's were the first.
-func languageSessionError(err error, l Language) error {
-	if l.Name == Python.Name {
-		return err
-	}
-	return errors.New(strings.ReplaceAll(err.Error(), "Python session", l.Title+" session"))
 }

@@ -17,6 +17,18 @@ import (
 	"github.com/pyrun/pyrun/supervisor"
 )
 
+// R's and JavaScript's tools as package lang makes them (its tests hold
+// its tools to the names here).
+var (
+	testR = Language{
+		Name: "r", Title: "R", Article: "an", Tool: "run_r_code", CodeArg: "r_code", Describe: DescribeR,
+	}
+	testJavaScript = Language{
+		Name: "javascript", Title: "JavaScript", Article: "a", Tool: "run_javascript_code", CodeArg: "javascript_code",
+		Describe: DescribeJavaScript, LeavesRunning: "a timer, a promise",
+	}
+)
+
 // run_python_code is what it was before languages: its name, schemas,
 // annotations and description (testdata/run_python_code.json, recorded
 // from the tool as it was).
@@ -46,7 +58,7 @@ func TestPythonToolIsUnchanged(t *testing.T) {
 // ones, and neither Python's code argument nor global_variables; the fast
 // and the checked parsers agree.
 func TestLanguageToolArguments(t *testing.T) {
-	lt := newLanguageTools([]Language{R})["run_r_code"]
+	lt := newLanguageTools([]Language{testR})["run_r_code"]
 	if lt == nil {
 		t.Fatal("no run_r_code tool")
 	}
@@ -78,7 +90,7 @@ func TestLanguageToolArguments(t *testing.T) {
 			t.Errorf("%s: fast %+v (%v), checked %+v (%v)", tc.raw, fast, ok, checked, cerr)
 		}
 	}
-	schema, _ := json.Marshal(inputSchemaFor(R))
+	schema, _ := json.Marshal(inputSchemaFor(testR))
 	for _, want := range []string{`"r_code"`, `"required":["r_code"]`, `to start an R session`, `"x-mcp-header":"Session-Id"`} {
 		if !strings.Contains(string(schema), want) {
 			t.Errorf("run_r_code schema %s lacks %s", schema, want)
@@ -138,7 +150,7 @@ func toolNames(t *testing.T, cs *sdk.ClientSession) []string {
 // own argument and no globals or code mode tools.
 func TestServerServesItsLanguagesOnly(t *testing.T) {
 	rec := &jobRecorder{}
-	opts := Options{Version: "test", Timeout: 30 * time.Second, MaxOutput: 64 << 10, Languages: []Language{R}}
+	opts := Options{Version: "test", Timeout: 30 * time.Second, MaxOutput: 64 << 10, Languages: []Language{testR}}
 	s := New(rec, opts, hclog.NewNullLogger())
 	cs := connectServer(t, s)
 	if got := toolNames(t, cs); !slices.Equal(got, []string{"run_r_code"}) {
@@ -170,11 +182,53 @@ func TestServerServesItsLanguagesOnly(t *testing.T) {
 		t.Errorf("a session call without sessions: %v %+v", err, res)
 	}
 
-	both := New(rec, Options{Version: "test", Languages: []Language{Python, JavaScript}}, hclog.NewNullLogger())
+	both := New(rec, Options{Version: "test", Languages: []Language{Python, testJavaScript}}, hclog.NewNullLogger())
 	if got := toolNames(t, connectServer(t, both)); !slices.Equal(got, []string{"run_javascript_code", "run_python_code"}) {
 		t.Errorf("tools %v, want run_javascript_code and run_python_code", got)
 	}
 	if got := toolNames(t, connectServer(t, New(rec, Options{Version: "test"}, hclog.NewNullLogger()))); !slices.Equal(got, []string{"run_python_code"}) {
 		t.Errorf("tools without Languages %v, want run_python_code alone", got)
+	}
+}
+
+// run_r_code's description says what an R user needs beyond the generic
+// one: the limits, the JSON forms, plots as images, the packages there are.
+func TestRToolDescription(t *testing.T) {
+	r := testR
+	r.Versions = map[string]string{"r": "4.6.0", "webr": "0.6.0"}
+	desc := languageToolDef(r, Options{Timeout: 30 * time.Second, MaxOutput: 65536}).Description
+	for _, want := range []string{
+		"Run R code", "r 4.6.0, webr 0.6.0", "30s", "data frame as an array of row objects",
+		"Plots come back as images", "install.packages() cannot work",
+	} {
+		if !strings.Contains(desc, want) {
+			t.Errorf("run_r_code description lacks %q:\n%s", want, desc)
+		}
+	}
+}
+
+// run_javascript_code's description names the pyrun object, the only way
+// the code has to files, and what the sandbox refuses.
+func TestJavaScriptDescription(t *testing.T) {
+	l := testJavaScript
+	l.Versions = map[string]string{"deno": "2.9.6", "typescript": "6.0.3"}
+	d := l.Describe(l, Options{MaxOutput: 65536, Timeout: 30 * time.Second, Sessions: SessionOptions{Max: 4, Idle: time.Minute, MaxAge: time.Hour}})
+	for _, want := range []string{
+		"JavaScript or TypeScript", "in Deno 2.9.6", "top-level await", "no permissions",
+		"pyrun.readTextFile(path)", `pyrun.writeFile("/output/`, "pyrun.display(data, mimeType)",
+		"64 KiB each", "after 30s", `session_id "new"`,
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("description lacks %q:\n%s", want, d)
+		}
+	}
+	if strings.Contains(d, "mounted") || strings.Contains(d, "readDir") {
+		t.Errorf("without mounts the description tells of some:\n%s", d)
+	}
+	d = l.Describe(l, Options{MaxOutput: 65536, Timeout: 30 * time.Second, Mounts: []string{"/data", "/scratch (writable)"}})
+	for _, want := range []string{"no files but the mounted folders below", "at: /data, /scratch (writable).", "pyrun.readDir(path)", "writes into a writable one"} {
+		if !strings.Contains(d, want) {
+			t.Errorf("description with mounts lacks %q:\n%s", want, d)
+		}
 	}
 }

@@ -43,11 +43,6 @@ var callStatuses = []string{
 	"cancelled", "rejected",
 }
 
-var restartKinds = []string{
-	supervisor.RestartCrash, supervisor.RestartMemory, supervisor.RestartInterrupt, supervisor.RestartProtocol,
-	supervisor.RestartRecycle, supervisor.RestartConfig, supervisor.RestartShrink, supervisor.RestartIsolation,
-}
-
 // NewMetrics builds the registry; stats is read at every scrape.
 func NewMetrics(version string, stats func() supervisor.Stats) *Metrics {
 	buckets := []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
@@ -142,9 +137,14 @@ type instrumented struct {
 }
 
 func (i *instrumented) Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
+	return i.m.observed(ctx, job, func() (supervisor.Result, error) { return i.r.Run(ctx, job, ev) })
+}
+
+// observed runs a call of job through run, and counts and times it.
+func (m *Metrics) observed(ctx context.Context, job supervisor.Job, run func() (supervisor.Result, error)) (supervisor.Result, error) {
 	began := time.Now()
-	res, err := i.r.Run(ctx, job, ev)
-	i.m.observe(ctx, began, supervisor.JobLanguage(job), res, err)
+	res, err := run()
+	m.observe(ctx, began, supervisor.JobLanguage(job), res, err)
 	return res, err
 }
 
@@ -213,7 +213,12 @@ var (
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{workersDesc, workersConfiguredDesc, queueDepthDesc, restartsDesc, startsDesc} {
+	describe(ch, workersDesc, workersConfiguredDesc, queueDepthDesc, restartsDesc, startsDesc)
+}
+
+// describe sends a collector's descriptions.
+func describe(ch chan<- *prometheus.Desc, descs ...*prometheus.Desc) {
+	for _, d := range descs {
 		ch <- d
 	}
 }
@@ -225,8 +230,8 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(s.Starting), "starting")
 	ch <- prometheus.MustNewConstMetric(workersConfiguredDesc, prometheus.GaugeValue, float64(s.Workers))
 	ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(s.Queued))
-	for _, k := range restartKinds {
-		ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(s.Counts.Restarts[k]), k)
+	for _, k := range supervisor.RestartKinds() {
+		ch <- prometheus.MustNewConstMetric(restartsDesc, prometheus.CounterValue, float64(s.Counts.Restarts[k]), string(k))
 	}
 	for _, k := range []string{"snapshot", "plain"} {
 		ch <- prometheus.MustNewConstMetric(startsDesc, prometheus.CounterValue, float64(s.Counts.Starts[k]), k)

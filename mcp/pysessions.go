@@ -36,9 +36,9 @@ type SessionOptions struct {
 }
 
 // idleCPUText is the description's clause on the CPU a session may use
-// between calls.
+// between calls, when its code can leave what running; "" when it cannot.
 func idleCPUText(o SessionOptions, what string) string {
-	if o.IdleCPU <= 0 {
+	if o.IdleCPU <= 0 || what == "" {
 		return ""
 	}
 	return fmt.Sprintf(", or when code it left running (%s) keeps using more than %.0f%% of a CPU between calls", what, 100*o.IdleCPU)
@@ -71,11 +71,11 @@ func checkSessionArgs(a toolArgs) error {
 	return nil
 }
 
-// runInSession runs a call that names a Python session.
-func (s *Server) runInSession(ctx context.Context, a toolArgs, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
+// runInSession runs a call of l's tool that names a session.
+func (s *Server) runInSession(ctx context.Context, l Language, a toolArgs, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
 	r := s.sessionRunner()
 	if r == nil {
-		return supervisor.Result{}, errors.New("this pyrun does not keep Python sessions; call without session_id")
+		return supervisor.Result{}, fmt.Errorf("this pyrun does not keep %s sessions; call without session_id", l.Title)
 	}
 	return r.Run(ctx, sessions.Call{Session: *a.SessionID, End: a.EndSession, Job: job}, ev)
 }
@@ -91,15 +91,16 @@ func sessionError(err error) error {
 	return err
 }
 
-// sessionsDescription is the tool description's paragraph on sessions.
-func sessionsDescription(o SessionOptions) string {
+// sessionsDescription is Python's tool description's paragraph on
+// sessions; leaves is what its code can leave running between calls.
+func sessionsDescription(o SessionOptions, leaves string) string {
 	if o.Max <= 0 {
 		return "Each call starts from fresh globals and an empty working directory; nothing is kept between calls, so each call must be self-contained.\n"
 	}
 	return fmt.Sprintf(`Without session_id, each call starts from fresh globals and an empty working directory, and nothing is kept between calls.
 With session_id "new", the call starts a Python session: globals, imports, loaded packages, files in the working directory and running asyncio tasks last across its calls, as in a notebook. The result gives the session_id (in <session_id> and structuredContent.session_id); pass it in the next calls to continue, and end_session: true when done. A session's calls run one at a time, in order.
 A session ends after %s without a call, %s after it started, when it is ended, when pyrun restarts, when a call kills its worker (a time limit the interrupt cannot stop, memory, a crash)%s: its state is then gone, and a call with its id is an error; start a new session then. At most %d sessions can be open at once.
-`, shortDuration(o.Idle), shortDuration(o.MaxAge), idleCPUText(o, "an asyncio task, a timer"), o.Max)
+`, shortDuration(o.Idle), shortDuration(o.MaxAge), idleCPUText(o, leaves), o.Max)
 }
 
 // InstrumentSessions returns a SessionRunner that runs calls on r and
@@ -114,10 +115,7 @@ type instrumentedSessions struct {
 }
 
 func (i *instrumentedSessions) Run(ctx context.Context, c sessions.Call, ev supervisor.Events) (supervisor.Result, error) {
-	began := time.Now()
-	res, err := i.r.Run(ctx, c, ev)
-	i.m.observe(ctx, began, supervisor.JobLanguage(c.Job), res, err)
-	return res, err
+	return i.m.observed(ctx, c.Job, func() (supervisor.Result, error) { return i.r.Run(ctx, c, ev) })
 }
 
 // CountPythonSessions adds the Python sessions' figures, read from stats
@@ -148,10 +146,8 @@ var (
 )
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{pySessionsDesc, pySessionStartsDesc, pySessionStartFailuresDesc, pySessionEndsDesc,
-		pySessionSparesDesc, pySessionSpareHitsDesc} {
-		ch <- d
-	}
+	describe(ch, pySessionsDesc, pySessionStartsDesc, pySessionStartFailuresDesc, pySessionEndsDesc,
+		pySessionSparesDesc, pySessionSpareHitsDesc)
 }
 
 func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {

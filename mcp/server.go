@@ -136,24 +136,6 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 	return s
 }
 
-// tool describes run_python_code under opts.
-func tool(opts Options) *sdk.Tool {
-	return &sdk.Tool{
-		Name:         ToolName,
-		Title:        "Run Python code",
-		Description:  description(opts),
-		InputSchema:  inputSchema,
-		OutputSchema: outputSchema,
-		Annotations: &sdk.ToolAnnotations{
-			Title:           "Run Python code",
-			ReadOnlyHint:    false,
-			DestructiveHint: new(false),
-			IdempotentHint:  false,
-			OpenWorldHint:   new(opts.Network != supervisor.NetworkNone),
-		},
-	}
-}
-
 // RunStdio serves one client on stdin/stdout until it disconnects or ctx ends.
 func (s *Server) RunStdio(ctx context.Context) error {
 	return s.runIO(ctx, os.Stdin, os.Stdout) // stdio.go

@@ -79,8 +79,9 @@ var resolvedInput = func() *jsonschema.Resolved {
 	return r
 }()
 
-// description tells a model what the tool does and what it may rely on.
-func description(o Options) string {
+// DescribePython is run_python_code's description: what the tool does and
+// what it may rely on.
+func DescribePython(l Language, o Options) string {
 	net := map[supervisor.Network]string{
 		supervisor.NetworkNone:     "It has no network access.",
 		supervisor.NetworkPackages: "It has no network access beyond the package index.",
@@ -96,7 +97,7 @@ stdout and stderr are captured, up to %s each.
 Imports of packages Pyodide knows (numpy, pandas, ...) are installed on demand; a PEP 723 "# /// script" block with "dependencies = [...]" names packages explicitly.
 The call is stopped after %s (timeout_seconds may set a shorter limit).
 display(obj) shows rich values (images, SVG, HTML, markdown) in the result, as does a rich last expression; open matplotlib figures come back as PNG. Files the code writes under /output/ come back as resources; the "files" argument writes input files into the working directory.%s`,
-		o.PythonVersion, o.PyodideVersion, net, sessionsDescription(o.Sessions), humanBytes(o.MaxOutput), o.Timeout, mountText(o.Mounts)) + o.CodeMode.Describe()
+		o.PythonVersion, o.PyodideVersion, net, sessionsDescription(o.Sessions, l.LeavesRunning), humanBytes(o.MaxOutput), o.Timeout, mountText(o.Mounts)) + o.CodeMode.Describe()
 }
 
 // mountText tells the model about the host folders it can read.
@@ -363,9 +364,9 @@ func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Ca
 	}
 	var res supervisor.Result
 	if args.SessionID != nil {
-		res, err = s.runInSession(ctx, args, job, ev)
+		res, err = s.runInSession(ctx, lt.lang, args, job, ev)
 		if err != nil && res.Status == "" {
-			return toolError(languageSessionError(sessionError(err), lt.lang)), nil
+			return toolError(sessionError(err)), nil
 		}
 	} else {
 		res, err = s.pool.Run(ctx, job, ev)

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"runtime"
@@ -178,76 +179,38 @@ func DefaultWorkers() int { return max(runtime.NumCPU(), 2) }
 
 // withDefaults fills zero fields.
 func (c Config) withDefaults() Config {
-	if c.Workers <= 0 {
-		c.Workers = DefaultWorkers()
-	}
-	if c.Timeout <= 0 {
-		c.Timeout = 30 * time.Second
-	}
-	if c.MemoryLimit <= 0 {
-		c.MemoryLimit = Python.DefaultMemoryLimit()
-	}
-	if c.MaxOutput <= 0 {
-		c.MaxOutput = 64 << 10
-	}
-	if c.MaxQueue <= 0 {
-		c.MaxQueue = 64 * c.Workers
-	}
-	if c.QueueTimeout <= 0 {
-		c.QueueTimeout = 60 * time.Second
-	}
-	if c.Network == "" {
-		c.Network = NetworkPublic
-	}
-	if c.Isolation == "" {
-		c.Isolation = IsolationCall
-	}
-	if c.InterruptGrace <= 0 {
-		c.InterruptGrace = 500 * time.Millisecond
-	}
-	if c.StartTimeout <= 0 {
-		c.StartTimeout = 60 * time.Second
-	}
-	if c.StderrLogPerCall <= 0 {
-		c.StderrLogPerCall = DefaultStderrLogPerCall
-	}
-	if c.StderrLogRate <= 0 {
-		c.StderrLogRate = DefaultStderrLogRate
-	}
-	if c.MaxWorkerThreads <= 0 {
-		c.MaxWorkerThreads = DefaultMaxWorkerThreads
-	}
-	if c.IdleCPU <= 0 {
-		c.IdleCPU = DefaultIdleCPU
-	}
-	if c.IdleMemorySlack <= 0 {
-		c.IdleMemorySlack = max(c.MemoryLimit/4, 64<<20)
-	}
-	if c.MaxDisplays <= 0 {
-		c.MaxDisplays = 16
-	}
-	if c.MaxDisplayBytes <= 0 {
-		c.MaxDisplayBytes = 4 << 20
-	}
-	if c.MaxFiles <= 0 {
-		c.MaxFiles = 256
-	}
-	if c.MaxFileBytes <= 0 {
-		c.MaxFileBytes = 64 << 20
-	}
-	if c.WarmCalls == 0 {
-		c.WarmCalls = DefaultWarmCalls
-	}
-	if c.OSSandbox == "" {
-		c.OSSandbox = oswall.ModeAuto
-	}
-	if c.WorkerOpenFiles <= 0 {
-		c.WorkerOpenFiles = oswall.DefaultOpenFiles
-	}
-	if c.WorkerFileSize <= 0 {
-		c.WorkerFileSize = oswall.DefaultFileSize
-	}
+	c.Workers = positiveOr(c.Workers, DefaultWorkers())
+	c.Timeout = positiveOr(c.Timeout, 30*time.Second)
+	c.MemoryLimit = positiveOr(c.MemoryLimit, Python.DefaultMemoryLimit())
+	c.MaxOutput = positiveOr(c.MaxOutput, 64<<10)
+	c.MaxQueue = positiveOr(c.MaxQueue, 64*c.Workers)
+	c.QueueTimeout = positiveOr(c.QueueTimeout, 60*time.Second)
+	c.Network = cmp.Or(c.Network, NetworkPublic)
+	c.Isolation = cmp.Or(c.Isolation, IsolationCall)
+	c.InterruptGrace = positiveOr(c.InterruptGrace, 500*time.Millisecond)
+	c.StartTimeout = positiveOr(c.StartTimeout, 60*time.Second)
+	c.StderrLogPerCall = positiveOr(c.StderrLogPerCall, DefaultStderrLogPerCall)
+	c.StderrLogRate = positiveOr(c.StderrLogRate, DefaultStderrLogRate)
+	c.MaxWorkerThreads = positiveOr(c.MaxWorkerThreads, DefaultMaxWorkerThreads)
+	c.IdleCPU = positiveOr(c.IdleCPU, DefaultIdleCPU)
+	c.IdleMemorySlack = positiveOr(c.IdleMemorySlack, max(c.MemoryLimit/4, 64<<20))
+	c.MaxDisplays = positiveOr(c.MaxDisplays, 16)
+	c.MaxDisplayBytes = positiveOr(c.MaxDisplayBytes, 4<<20)
+	c.MaxFiles = positiveOr(c.MaxFiles, 256)
+	c.MaxFileBytes = positiveOr(c.MaxFileBytes, 64<<20)
+	c.WarmCalls = cmp.Or(c.WarmCalls, DefaultWarmCalls)
+	c.OSSandbox = cmp.Or(c.OSSandbox, oswall.ModeAuto)
+	c.WorkerOpenFiles = positiveOr(c.WorkerOpenFiles, oswall.DefaultOpenFiles)
+	c.WorkerFileSize = positiveOr(c.WorkerFileSize, oswall.DefaultFileSize)
 	return c
+}
+
+// positiveOr is v, or def when v is not positive.
+func positiveOr[T ~int | ~int64 | ~float64](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // forEngine fills zero fields with e's defaults and then the others', and

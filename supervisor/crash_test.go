@@ -1,9 +1,7 @@
 package supervisor_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -30,7 +28,7 @@ func init() {
 	// "one-call" answers one call, then exits without reading another.
 	fakeModes["one-call"] = func() {
 		fakeReady()
-		fakeEach(func(req map[string]any) {
+		fakeServe(func(req map[string]any) {
 			fakeEcho(req)
 			os.Exit(0)
 		})
@@ -39,7 +37,7 @@ func init() {
 	// its code may have run, so the call must not run again elsewhere.
 	fakeModes["die-on-read"] = func() {
 		fakeReady()
-		fakeEach(func(req map[string]any) {
+		fakeServe(func(req map[string]any) {
 			fakeRecord(fmt.Sprint(req["code"]))
 			os.Exit(5)
 		})
@@ -139,18 +137,6 @@ func sleepForever() {
 	}
 }
 
-// fakeEach calls handle for every run request until stdin ends.
-func fakeEach(handle func(map[string]any)) {
-	sc := bufio.NewScanner(os.Stdin)
-	sc.Buffer(nil, 64<<20)
-	for sc.Scan() {
-		var req map[string]any
-		if json.Unmarshal(sc.Bytes(), &req) == nil && req["type"] == "run" {
-			handle(req)
-		}
-	}
-}
-
 // fakeRecord appends a line to PYRUN_FAKE_LOG.
 func fakeRecord(line string) {
 	f, err := os.OpenFile(os.Getenv("PYRUN_FAKE_LOG"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -183,11 +169,11 @@ func restarts(s supervisor.Stats) int64 {
 
 func TestIdleWorkerDeathIsNoticedWithoutACall(t *testing.T) {
 	p := fakePool(t, "echo", supervisor.Config{Workers: 1})
-	waitFor(t, func() bool { return p.Stats().Ready == 1 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Ready == 1 })
 	old := p.WorkerPIDs()[0]
 	kill(t, old)
 	// No call is made: the pool sees the death itself and refills.
-	waitFor(t, func() bool {
+	supervisor.WaitUntil(t, func() bool {
 		s := p.Stats()
 		return restarts(s) == 1 && s.Ready == 1
 	})
@@ -247,7 +233,7 @@ func TestCallReadByADyingWorkerIsNotRunTwice(t *testing.T) {
 func TestStartFailuresBackOffAndRecover(t *testing.T) {
 	dir := t.TempDir()
 	log, ok := filepath.Join(dir, "starts"), filepath.Join(dir, "ok")
-	var logs lockedBuffer
+	var logs logBytes
 	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: &logs})
 	p := supervisor.NewPoolWithCommand(fakeCommand("crash-until", "PYRUN_FAKE_LOG="+log, "PYRUN_FAKE_OK="+ok),
 		supervisor.Config{Workers: 2}, logger)
@@ -263,7 +249,7 @@ func TestStartFailuresBackOffAndRecover(t *testing.T) {
 	// Back-off doubles from 100ms: the 6th start comes after about
 	// 100+200+400+800ms of waiting (two workers start at a time), not in a
 	// spin.
-	waitFor(t, func() bool { return len(recorded(log)) >= 6 })
+	supervisor.WaitUntil(t, func() bool { return len(recorded(log)) >= 6 })
 	within(t, "six failed starts", time.Since(start), 900*time.Millisecond, 8*time.Second)
 	s := p.Stats()
 	if !strings.Contains(s.StartError, "not yet") || s.Ready != 0 {
@@ -279,7 +265,7 @@ func TestStartFailuresBackOffAndRecover(t *testing.T) {
 	if err := os.WriteFile(ok, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return p.Stats().Ready == 2 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Ready == 2 })
 	if s := p.Stats(); s.StartError != "" {
 		t.Errorf("StartError %q after recovery, want none", s.StartError)
 	}
@@ -290,7 +276,7 @@ func TestStartFailuresBackOffAndRecover(t *testing.T) {
 
 func TestWorkerKilledMidCallCostsOnlyThatCall(t *testing.T) {
 	p := fakePool(t, "stubborn", supervisor.Config{Workers: 2}, "PYRUN_FAKE_LOG="+filepath.Join(t.TempDir(), "log"))
-	waitFor(t, func() bool { return p.Stats().Ready == 2 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Ready == 2 })
 	ev := newOutputWaiter()
 	done := make(chan supervisor.Result, 1)
 	go func() {
@@ -304,7 +290,7 @@ func TestWorkerKilledMidCallCostsOnlyThatCall(t *testing.T) {
 	if res.Status != supervisor.StatusCrashed || res.Stdout != "started\n" || !strings.Contains(res.Error, "killed") {
 		t.Errorf("status %s stdout %q error %q; want crashed with the output so far", res.Status, res.Stdout, res.Error)
 	}
-	waitFor(t, func() bool { return p.Stats().Ready == 2 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Ready == 2 })
 }
 
 func TestWorkerKilledWhileBeingInterrupted(t *testing.T) {
@@ -316,14 +302,14 @@ func TestWorkerKilledWhileBeingInterrupted(t *testing.T) {
 		res, _ := p.Run(t.Context(), supervisor.Job{ID: "1", Code: "x", Timeout: 200 * time.Millisecond}, nil)
 		done <- res
 	}()
-	waitFor(t, func() bool { return len(recorded(log)) > 0 }) // interrupted, and ignoring it
+	supervisor.WaitUntil(t, func() bool { return len(recorded(log)) > 0 }) // interrupted, and ignoring it
 	kill(t, busyPID(t, p))
 	res := <-done
 	within(t, "the call", time.Since(start), 200*time.Millisecond, 10*time.Second)
 	if res.Status != supervisor.StatusTimeout || !strings.Contains(res.Error, "time limit of 200ms") || res.Stdout != "started\n" {
 		t.Errorf("status %s stdout %q error %q; want timeout with the output so far", res.Status, res.Stdout, res.Error)
 	}
-	waitFor(t, func() bool { return p.Stats().Ready == 1 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Ready == 1 })
 }
 
 func TestMemoryCeilingKillsARunningWorker(t *testing.T) {
@@ -353,7 +339,7 @@ func TestMemoryCeilingKillsAnIdleWorker(t *testing.T) {
 		t.Fatalf("%v %+v", err, res)
 	}
 	old := res.Worker
-	waitFor(t, func() bool { s := p.Stats(); return restarts(s) == 1 && s.Ready == 1 })
+	supervisor.WaitUntil(t, func() bool { s := p.Stats(); return restarts(s) == 1 && s.Ready == 1 })
 	res, err = p.Run(t.Context(), supervisor.Job{ID: "2", Code: "small"}, nil)
 	if err != nil || res.Status != supervisor.StatusSuccess || res.Worker == old {
 		t.Errorf("call after the kill: %v %+v, want success on a new worker", err, res)
@@ -363,7 +349,7 @@ func TestMemoryCeilingKillsAnIdleWorker(t *testing.T) {
 // busyPID is the process id of the one worker running a call.
 func busyPID(t *testing.T, p *supervisor.Pool) int {
 	t.Helper()
-	waitFor(t, func() bool { return len(p.BusyPIDs()) == 1 })
+	supervisor.WaitUntil(t, func() bool { return len(p.BusyPIDs()) == 1 })
 	return p.BusyPIDs()[0]
 }
 
@@ -423,23 +409,6 @@ func (o *outputWaiter) lines() []supervisor.Chunk {
 	return runs
 }
 
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 func TestCallTimeoutIsCappedByThePool(t *testing.T) {
 	p := fakePool(t, "stubborn", supervisor.Config{Workers: 1, Timeout: 300 * time.Millisecond, InterruptGrace: 200 * time.Millisecond},
 		"PYRUN_FAKE_LOG="+filepath.Join(t.TempDir(), "log"))
@@ -469,7 +438,7 @@ func TestWorkersKilledWhileStartingCostNoCall(t *testing.T) {
 		done <- err
 	}()
 	for i := 1; i <= 3; i++ {
-		waitFor(t, func() bool { return len(recorded(log)) == i })
+		supervisor.WaitUntil(t, func() bool { return len(recorded(log)) == i })
 		var pid int
 		fmt.Sscan(recorded(log)[i-1], &pid)
 		kill(t, pid)
@@ -489,7 +458,7 @@ func TestIdleWorkerThatSpinsIsReplaced(t *testing.T) {
 		t.Fatalf("%v %+v", err, res)
 	}
 	start := time.Now()
-	waitFor(t, func() bool { s := p.Stats(); return s.Counts.Restarts[supervisor.RestartRecycle] == 1 && s.Ready == 1 })
+	supervisor.WaitUntil(t, func() bool { s := p.Stats(); return s.Counts.Restarts[supervisor.RestartRecycle] == 1 && s.Ready == 1 })
 	within(t, "noticing the spin", time.Since(start), 3*supervisor.HealthInterval, 5*time.Second)
 }
 

@@ -132,15 +132,15 @@ func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error)
 		return Result{}, fmt.Errorf("%w: %s", ErrWorkerLost, d.lost)
 	}
 	if d.w.unsettled != "" {
-		// Its previous call's clean-up may still run (worker.settle).
+		// Its previous call's clean-up may still run (conn.settle).
 		if err := d.w.settle(d.pool.Config().Timeout); err != nil {
 			d.loseLocked(err.Error())
 			return Result{}, fmt.Errorf("%w: %v", ErrWorkerLost, err)
 		}
 	}
-	if why := d.w.stale(); why != "" {
-		d.loseLocked(why)
-		return Result{}, fmt.Errorf("%w: %s", ErrWorkerLost, why)
+	if why := d.w.stale(); why.given() {
+		d.loseLocked(why.why)
+		return Result{}, fmt.Errorf("%w: %s", ErrWorkerLost, why.why)
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("call %s: %w", job.ID, err)
@@ -153,7 +153,7 @@ func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error)
 	if watch, ok := ev.(Watcher); ok {
 		watch.Started(d.w.name)
 	}
-	res := d.w.run(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
+	res := d.w.runCall(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
 	if why := d.lostFor(res); why != "" {
 		d.loseLocked(why)
 	}
@@ -179,8 +179,8 @@ func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error)
 // the call. The caller holds d.mu.
 func (d *Dedicated) lostFor(res Result) string {
 	w := d.w
-	if k := w.killedFor(); k != "" {
-		return k
+	if k := w.killedFor(); k.given() {
+		return k.why
 	}
 	select {
 	case <-w.exited:
@@ -191,11 +191,11 @@ func (d *Dedicated) lostFor(res Result) string {
 	case res.Status == StatusMemoryError:
 		// A MemoryError inside Python may have left any object half made.
 		return "it ran out of memory"
-	case w.retire == "" || w.retire == retireVersionConflict:
-		w.retire = ""
+	case !w.retire.given() || w.retire == retireVersionConflict:
+		w.retire = retirement{}
 		return ""
 	}
-	return w.retire
+	return w.retire.why
 }
 
 // loseLocked marks the worker lost and stops its process in the
@@ -213,8 +213,8 @@ func (d *Dedicated) Lost() string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.lost == "" {
-		if why := d.w.stale(); why != "" {
-			d.loseLocked(why)
+		if why := d.w.stale(); why.given() {
+			d.loseLocked(why.why)
 		}
 	}
 	return d.lost
@@ -235,7 +235,7 @@ func (d *Dedicated) Close() {
 }
 
 // Kill stops the worker at once, a running call with it.
-func (d *Dedicated) Kill(why string) { d.w.kill(why) }
+func (d *Dedicated) Kill(why string) { d.w.kill(retirement{restartStopped, why}) }
 
 // dedicatedState is what the health check knows of a Dedicated worker.
 type dedicatedState struct {

@@ -3,7 +3,6 @@ package supervisor
 import (
 	"fmt"
 	"path/filepath"
-	"strings"
 	"time"
 )
 
@@ -14,7 +13,8 @@ import (
 // the worker protocol is one protocol (pyodide-host/PROTOCOL.md).
 //
 // Every engine is a file of its own, engine_<name>.go, that names each
-// permission its workers get with its reason; Engines lists them all.
+// permission its workers get with its reason; Engines lists them all. A
+// language is registered once, in package lang, with its engine.
 type Engine interface {
 	// Name is the language, as --languages and the ready event's engine
 	// field spell it: "python", "r", "javascript".
@@ -83,8 +83,11 @@ type Permissions struct {
 // Python is the engine of Python in Pyodide (engine_python.go).
 var Python Engine = pythonEngine{}
 
-// engines are all the engines built in, in the order pyrun lists them.
-// A new language is one more engine_<name>.go and one more line here.
+// engines are all the engines built in, in the order pyrun lists them: a
+// new engine is one more engine_<name>.go and one more line here, so that
+// every test of what engines may do (engine_test.go, wall_internal_test.go)
+// holds it to the rules too. Package lang's languages have these engines,
+// no more and no fewer (its tests check).
 var engines = []Engine{
 	Python,
 	R,
@@ -93,19 +96,6 @@ var engines = []Engine{
 
 // Engines lists the engines built in.
 func Engines() []Engine { return append([]Engine(nil), engines...) }
-
-// EngineNamed is the engine of a language, or an error naming the ones
-// there are.
-func EngineNamed(name string) (Engine, error) {
-	var names []string
-	for _, e := range engines {
-		if e.Name() == name {
-			return e, nil
-		}
-		names = append(names, e.Name())
-	}
-	return nil, fmt.Errorf("unknown language %q: this pyrun runs %s", name, strings.Join(names, ", "))
-}
 
 // programPath is the absolute path of e's entry point in rt.
 func programPath(rt *Runtime, e Engine) string {
@@ -116,7 +106,7 @@ func programPath(rt *Runtime, e Engine) string {
 // it was started as: its program is not the one pyrun meant to run.
 func checkEngine(w *worker, e Engine) error {
 	if w.ready.Engine != e.Name() {
-		w.kill("it is another engine")
+		w.kill(retirement{RestartProtocol, "it is another engine"})
 		return fmt.Errorf("worker says it is engine %q, pyrun started it as %q", w.ready.Engine, e.Name())
 	}
 	return nil

@@ -23,13 +23,7 @@ func realEnginePool(t *testing.T, e supervisor.Engine, cfg supervisor.Config) *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := p.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
+	supervisor.CloseAtEnd(t, p)
 	return p
 }
 

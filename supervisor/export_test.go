@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"io"
 	"os/exec"
 	"testing"
@@ -14,10 +15,6 @@ import (
 func NewPoolWithCommand(newCmd func(Config) (*exec.Cmd, error), cfg Config, log hclog.Logger) *Pool {
 	return newPool(Python, func(c Config, _ launch) (*exec.Cmd, error) { return newCmd(c) }, nil, nil, nil, nil, cfg, log)
 }
-
-// WorkerArgs exposes denoArgs for a plain start, for tests that start a
-// worker by hand.
-func WorkerArgs(rt *Runtime, c Config) ([]string, error) { return denoArgs(rt, Python, c, launch{}) }
 
 // WorkerEnv exposes workerEnv.
 var WorkerEnv = workerEnv
@@ -122,3 +119,26 @@ func OpenFirstWall(c Config) Config {
 // PrimedMarker is the file that says Deno's cache was filled for workers
 // of e from rt.
 var PrimedMarker = primedMarker
+
+// CloseAtEnd closes p when the test ends, after its calls, within 30s.
+func CloseAtEnd(t testing.TB, p *Pool) {
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := p.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+}
+
+// WaitUntil polls cond until it holds; the test fails after 10s.
+func WaitUntil(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -192,27 +193,12 @@ func fakeCommand(mode string, env ...string) func(supervisor.Config) (*exec.Cmd,
 	}
 }
 
-func testLogger(t *testing.T) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: testWriter{t}})
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
+func testLogger(t *testing.T) hclog.Logger { return testlog.New(t) }
 
 func fakePool(t *testing.T, mode string, cfg supervisor.Config, env ...string) *supervisor.Pool {
 	t.Helper()
 	p := supervisor.NewPoolWithCommand(fakeCommand(mode, env...), cfg, testLogger(t))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := p.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
+	supervisor.CloseAtEnd(t, p)
 	return p
 }
 
@@ -351,7 +337,7 @@ func TestQueueIsBounded(t *testing.T) {
 		_, err := p.Run(t.Context(), supervisor.Job{ID: "slow", Code: "1500ms"}, nil)
 		slow <- err
 	}()
-	waitFor(t, func() bool { return p.Stats().Busy == 1 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Busy == 1 })
 
 	queued := make(chan error, 1)
 	start := time.Now()
@@ -359,7 +345,7 @@ func TestQueueIsBounded(t *testing.T) {
 		_, err := p.Run(t.Context(), supervisor.Job{ID: "queued", Code: "0s"}, nil)
 		queued <- err
 	}()
-	waitFor(t, func() bool { return p.Stats().Queued == 1 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Queued == 1 })
 	if _, err := p.Run(t.Context(), supervisor.Job{ID: "extra", Code: "0s"}, nil); !errors.Is(err, supervisor.ErrQueueFull) {
 		t.Errorf("third call: %v, want ErrQueueFull", err)
 	}
@@ -383,14 +369,14 @@ func TestCancelledQueuedCallNeverRuns(t *testing.T) {
 		_, err := p.Run(t.Context(), supervisor.Job{ID: "slow", Code: "500ms"}, nil)
 		slow <- err
 	}()
-	waitFor(t, func() bool { return p.Stats().Busy == 1 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Busy == 1 })
 	ctx, cancel := context.WithCancel(t.Context())
 	queued := make(chan error, 1)
 	go func() {
 		_, err := p.Run(ctx, supervisor.Job{ID: "never", Code: "never-ran"}, nil)
 		queued <- err
 	}()
-	waitFor(t, func() bool { return p.Stats().Queued == 1 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Queued == 1 })
 	cancel()
 	if err := <-queued; !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled call: %v, want context.Canceled", err)
@@ -418,7 +404,7 @@ func TestCloseDrainsRunningCalls(t *testing.T) {
 		res, _ := p.Run(context.Background(), supervisor.Job{ID: "1", Code: "700ms"}, nil)
 		done <- res
 	}()
-	waitFor(t, func() bool { return p.Stats().Busy == 1 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Busy == 1 })
 	if err := p.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -432,28 +418,16 @@ func TestCloseDrainsRunningCalls(t *testing.T) {
 
 func TestReconfigureResizesThePool(t *testing.T) {
 	p := fakePool(t, "echo", supervisor.Config{Workers: 1})
-	waitFor(t, func() bool { return p.Stats().Ready == 1 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Ready == 1 })
 	if err := p.Reconfigure(supervisor.Config{Workers: 3}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return p.Stats().Ready == 3 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Ready == 3 })
 	if err := p.Reconfigure(supervisor.Config{Workers: 1}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { s := p.Stats(); return s.Ready == 1 && s.Starting == 0 })
+	supervisor.WaitUntil(t, func() bool { s := p.Stats(); return s.Ready == 1 && s.Starting == 0 })
 	if s := p.Stats(); s.Counts.Restarts[supervisor.RestartShrink] != 2 {
 		t.Errorf("restarts = %v, want 2 retired by the shrink", s.Counts.Restarts)
-	}
-}
-
-// waitFor polls cond until it holds; the test fails after 10s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

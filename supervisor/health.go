@@ -46,8 +46,6 @@ const (
 	// start-up work (Engine.StartupWork): one alone may be a compile
 	// thread starved of CPU on a loaded machine.
 	quietWindows = 3
-	killSpin     = "it kept a CPU busy while idle"
-	killIdleCPU  = "it kept using CPU while idle"
 	// sessionIdleWindow is the window over which a Dedicated worker's (a
 	// session's) CPU between calls is held to Config.IdleCPU: longer than
 	// idleWindow, and no spin rule, because a session's code may leave
@@ -63,18 +61,6 @@ const LostIdleCPU = "its code kept using CPU between calls"
 
 // SessionIdleWindow is sessionIdleWindow, for what documents it.
 const SessionIdleWindow = sessionIdleWindow
-
-// Other things a call can leave a worker worse off than a fresh one with.
-const (
-	// killThreads: more threads than Config.MaxWorkerThreads (JavaScript
-	// Worker threads made through import js), which could exhaust the
-	// service's task limit for every worker.
-	killThreads = "it made more threads than its limit"
-	// retireMemory (a kill, of an idle worker): resident memory past its size when it was fresh by
-	// more than Config.IdleMemorySlack (a big file deleted, a wasm heap
-	// that grew and never shrinks), which the next call would not have.
-	retireMemory = "a call left it holding more memory than a fresh worker"
-)
 
 // cpuSample is the CPU time an idle worker had used at a check.
 type cpuSample struct {
@@ -146,8 +132,8 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 		delete(cpu, w) // busy, or gone: a call may use all the CPU it likes
 	}
 	var gone []*worker
-	spinning := map[*worker]string{} // idle workers to kill, and why
-	burning := map[*worker]string{}  // idle dedicated workers to kill, and why
+	spinning := map[*worker]retirement{} // idle workers to kill, and why
+	burning := map[*worker]retirement{}  // idle dedicated workers to kill, and why
 	for _, w := range workers {
 		select {
 		case <-w.exited:
@@ -177,8 +163,8 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 		if isDedicated {
 			if statErr == nil && !st.idleSince.IsZero() {
 				if share, ok := burnt(w, used, st.idleSince, cpu, cfg.IdleCPU, p.startupDone(w)); ok {
-					burning[w] = fmt.Sprintf("%s (%.0f%% of a CPU over %s; --idle-cpu allows %.0f%%): a task or timer it left running",
-						LostIdleCPU, 100*share, sessionIdleWindow, 100*cfg.IdleCPU)
+					burning[w] = retirement{RestartRecycle, fmt.Sprintf("%s (%.0f%% of a CPU over %s; --idle-cpu allows %.0f%%): a task or timer it left running",
+						LostIdleCPU, 100*share, sessionIdleWindow, 100*cfg.IdleCPU)}
 				}
 			}
 			continue
@@ -187,7 +173,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 		if !isIdle {
 			continue
 		}
-		if err == nil && w.started.Load() == 0 && rss > w.freshRSS.Load() {
+		if err == nil && w.callsBegun.Load() == 0 && rss > w.freshRSS.Load() {
 			// No call had begun when rss was read: what it grew by is
 			// pyrun's own (warming calls, V8's optimised code), not a call's.
 			w.freshRSS.Store(rss)
@@ -216,7 +202,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	defer p.mu.Unlock()
 	for w, why := range spinning {
 		if i := slices.Index(p.idle, w); i >= 0 && w.idleSince.Equal(idle[w]) {
-			w.log.Warn("killing idle worker", "reason", why)
+			w.log.Warn("killing idle worker", "reason", why.why)
 			w.kill(why)
 			gone = append(gone, w)
 		}
@@ -225,7 +211,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 	// was sampled; its owner learns why from the worker (Dedicated.Lost).
 	for w, why := range burning {
 		if st, ok := p.dedicated[w]; ok && st.idleSince.Equal(own[w].idleSince) {
-			w.log.Warn("killing a session's worker", "reason", why)
+			w.log.Warn("killing a session's worker", "reason", why.why)
 			w.kill(why)
 			gone = append(gone, w)
 		}
@@ -238,7 +224,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 			continue
 		}
 		p.idle = slices.Delete(p.idle, i, i+1)
-		if w.killedFor() == "" {
+		if !w.killedFor().given() {
 			w.log.Warn("idle worker died", "exit", w.exitDescription())
 		}
 		p.retireLocked(w, retireReason(w))
@@ -302,7 +288,7 @@ func (p *Pool) startupDone(w *worker) startPhase {
 	switch {
 	case !w.settled && age < p.engine.StartupWork():
 		return startingWork
-	case w.ready.WarmCalls > 0 && w.started.Load() == 0 && age < warmingLimit:
+	case w.ready.WarmCalls > 0 && w.callsBegun.Load() == 0 && age < warmingLimit:
 		// Warming calls before its first (pyodide-host/warm.ts) keep a CPU
 		// busy for a second or a few; only pyrun's own code has run in it.
 		return startingWork
@@ -339,9 +325,6 @@ func nextSample(prev cpuSample, seen bool, used time.Duration, now, since time.T
 	return next
 }
 
-// residentBytes is the worker process's resident set size.
-func (w *worker) residentBytes() (int64, error) { return w.statm.resident(w.cmd.Process.Pid) }
-
 // worseMemory reports whether a worker holds more resident memory, rss,
 // than it did fresh by more than the slack.
 func (w *worker) worseMemory(rss int64, cfg Config) bool {
@@ -350,12 +333,12 @@ func (w *worker) worseMemory(rss int64, cfg Config) bool {
 }
 
 // retireReason says why a worker that cannot take calls is retired.
-func retireReason(w *worker) string {
-	if k := w.killedFor(); k != "" {
+func retireReason(w *worker) retirement {
+	if k := w.killedFor(); k.given() {
 		return k
 	}
-	if w.retire != "" {
+	if w.retire.given() {
 		return w.retire
 	}
-	return "it exited"
+	return retireExited
 }

@@ -51,23 +51,6 @@ func hostileRun(t *testing.T, p *supervisor.Pool, code string, globals any, time
 	return res
 }
 
-// wantValue checks a successful call's JSON value.
-func wantJSON(t *testing.T, res supervisor.Result, want any) {
-	t.Helper()
-	if res.Status != supervisor.StatusSuccess {
-		t.Fatalf("status %s, error:\n%s", res.Status, res.Error)
-	}
-	var got any
-	if err := json.Unmarshal([]byte(res.Value), &got); err != nil {
-		t.Fatalf("value %q: %v", res.Value, err)
-	}
-	gb, _ := json.Marshal(got)
-	wb, _ := json.Marshal(want)
-	if string(gb) != string(wb) {
-		t.Errorf("value %s, want %s", gb, wb)
-	}
-}
-
 // denials runs code that fills the dict `out` with the outcome of each
 // attempt ("ok: ..." or the exception), and checks that every attempt
 // failed with a message containing one of wants.
@@ -650,7 +633,7 @@ func TestHostileCrashes(t *testing.T) {
 				t.Errorf("stdout %q, want the output before the end", res.Stdout)
 			}
 			if tc.replaced {
-				waitFor(t, func() bool { return restarts(p.Stats()) > before })
+				supervisor.WaitUntil(t, func() bool { return restarts(p.Stats()) > before })
 				t.Logf("restarts: %v", p.Stats().Counts.Restarts)
 			}
 			after(t)

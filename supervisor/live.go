@@ -2,7 +2,6 @@ package supervisor
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -34,7 +33,7 @@ func (p *Pool) runLive(ctx context.Context, job Job, ev Events, watch Watcher) (
 		if giveUp.IsZero() {
 			giveUp = time.Now().Add(callLimit(cfg, job))
 		}
-		res := w.run(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
+		res := w.runCall(ctx, job, cfg, newTranscript(cfg.MaxOutput, ev))
 		if (!w.undelivered && !w.elsewhere) || ctx.Err() != nil || time.Now().After(giveUp) {
 			return w, res, waited, nil
 		}
@@ -51,7 +50,7 @@ func (p *Pool) runLive(ctx context.Context, job Job, ev Events, watch Watcher) (
 		if watch != nil {
 			watch.Notice(Notice{Text: "the worker died before it took the call; the call goes to another worker"})
 		}
-		p.discard(w, "it exited")
+		p.discard(w, retireExited)
 	}
 }
 
@@ -78,59 +77,20 @@ func (p *Pool) acquireLive(ctx context.Context, watch Watcher) (*worker, Config,
 			return nil, cfg, err
 		}
 		why := w.stale()
-		if why == "" {
+		if !why.given() {
 			return w, cfg, nil
 		}
 		p.discard(w, why)
 	}
 }
 
-// stale says why a worker taken from the pool cannot take a call, or ""
-// when it can: it died, the supervisor killed it, or it wrote an event with
-// no call running (a late line from a call that forged its own result).
-// The idle that ends the last call's clean-up (worker.settle) is taken.
-func (w *worker) stale() string {
-	if k := w.killedFor(); k != "" {
-		return k
-	}
-	select {
-	case ev, ok := <-w.events:
-		if !ok {
-			return "it exited"
-		}
-		if w.unsettled != "" && ev.Type == "idle" && ev.ID == w.unsettled {
-			w.unsettled = ""
-			return w.stale()
-		}
-		w.log.Warn("worker spoke while idle", "type", ev.Type, "id", ev.ID)
-		w.kill("it broke the protocol")
-		return "it broke the protocol"
-	case <-w.exited:
-		return "it exited"
-	default:
-		return ""
-	}
-}
-
 // discard retires a worker a call took but did not run on. It counts no
 // call.
-func (p *Pool) discard(w *worker, why string) {
+func (p *Pool) discard(w *worker, why retirement) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if w.retire == "" {
+	if !w.retire.given() {
 		w.retire = why
 	}
 	p.giveBackLocked(w)
-}
-
-// neverRead reports whether the last n bytes written to the worker's stdin,
-// a call's request line, are all still in the pipe: the worker, now gone,
-// never read the call.
-func (w *worker) neverRead(n int) bool {
-	unread, err := unreadBytes(w.stdin)
-	if err != nil {
-		w.log.Debug("cannot tell whether the worker read its call", "error", fmt.Sprint(err))
-		return false
-	}
-	return unread >= n
 }

@@ -118,6 +118,11 @@ func TestPinAgainstAReusedWorker(t *testing.T) {
 	if strings.Join(res.Dependencies, ",") != "pyrun-pin" {
 		t.Errorf("dependencies %v", res.Dependencies)
 	}
+	// The worker that had 1.3.0 loaded was retired for that, not counted
+	// as a crash.
+	if r := p.Stats().Counts.Restarts; r[supervisor.RestartPackages] != 1 || r[supervisor.RestartCrash] != 0 {
+		t.Errorf("restarts %v, want one of kind packages", r)
+	}
 
 	// Preloaded 1.3.0: no worker can give 1.2.0, and the call says so.
 	pre := snapshotPool(t, ownPackages(t), supervisor.Config{Workers: 1, Wheelhouse: wh, PyPI: "none", Deps: []string{"pyrun-pin==1.3.0"}})

@@ -89,9 +89,9 @@ type Pool struct {
 
 // Counts are cumulative figures since the pool started.
 type Counts struct {
-	Calls    map[string]int64 // finished calls by status, and "cancelled"
-	Restarts map[string]int64 // workers retired, by kind (RestartCrash, ...)
-	Rejected int64            // calls refused: queue full, queue timeout or closed
+	Calls    map[string]int64      // finished calls by status, and "cancelled"
+	Restarts map[RestartKind]int64 // workers retired, by kind (RestartCrash, ...)
+	Rejected int64                 // calls refused: queue full, queue timeout or closed
 	// Starts counts workers that became ready: "snapshot" for those that
 	// started from a memory snapshot, "plain" for the others.
 	Starts map[string]int64
@@ -198,7 +198,7 @@ func newPool(e Engine, newCmd func(Config, launch) (*exec.Cmd, error), snaps *sn
 		calls:   newCallLog(log),
 		running: map[*worker]bool{},
 		counts: Counts{
-			Calls: map[string]int64{}, Restarts: map[string]int64{}, Starts: map[string]int64{},
+			Calls: map[string]int64{}, Restarts: map[RestartKind]int64{}, Starts: map[string]int64{},
 		},
 	}
 	p.dedicated = map[*worker]dedicatedState{}
@@ -318,7 +318,7 @@ func (p *Pool) Close(ctx context.Context) error {
 	idle := p.idle
 	p.idle = nil
 	for _, w := range idle {
-		p.retireLocked(w, "the pool is closing")
+		p.retireLocked(w, retireClosing)
 	}
 	p.mu.Unlock()
 	p.cancel() // queued calls get ErrClosed; starts abort
@@ -331,7 +331,7 @@ func (p *Pool) Close(ctx context.Context) error {
 			err = fmt.Errorf("close pool: calls still running: %w", ctx.Err())
 			p.mu.Lock()
 			for w := range p.running {
-				w.kill("pyrun is shutting down")
+				w.kill(retirement{restartStopped, "pyrun is shutting down"})
 			}
 			p.mu.Unlock()
 			<-drained // killed calls end at once

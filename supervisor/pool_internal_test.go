@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -23,13 +22,7 @@ func TestIdleWorkerKilledFromOutsideIsReplaced(t *testing.T) {
 	p := newPool(Python, func(Config, launch) (*exec.Cmd, error) {
 		return exec.Command("/bin/sh", "-c", script), nil
 	}, nil, nil, nil, nil, Config{Workers: 1}, logFor(t))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := p.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
+	CloseAtEnd(t, p)
 	idle := func() *worker {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -38,27 +31,15 @@ func TestIdleWorkerKilledFromOutsideIsReplaced(t *testing.T) {
 		}
 		return nil
 	}
-	waitUntil(t, func() bool { return idle() != nil })
+	WaitUntil(t, func() bool { return idle() != nil })
 	first := idle()
 	if err := syscall.Kill(first.cmd.Process.Pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, func() bool { w := idle(); return w != nil && w != first })
+	WaitUntil(t, func() bool { w := idle(); return w != nil && w != first })
 	s := p.Stats()
 	if s.Counts.Restarts[RestartCrash] != 1 || s.Counts.Starts["plain"] != 2 {
 		t.Errorf("restarts %v, starts %v; want the dead worker retired and one more started", s.Counts.Restarts, s.Counts.Starts)
-	}
-}
-
-// waitUntil polls cond until it holds; the test fails after 10s.
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -86,18 +67,12 @@ esac`, protocolVersion))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := p.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	waitUntil(t, func() bool { return p.Stats().Ready == 1 })
+	CloseAtEnd(t, p)
+	WaitUntil(t, func() bool { return p.Stats().Ready == 1 })
 	if s := p.Stats(); s.Counts.Starts["snapshot"] != 1 || s.Counts.Starts["plain"] != 0 {
 		t.Errorf("starts %v, want one from the snapshot", s.Counts.Starts)
 	}
-	remade, err := openSnapshot(rt, snapshotSpec{})
+	remade, err := openSnapshot(rt)
 	if err != nil || remade.SHA256 == made.SHA256 {
 		t.Errorf("the snapshot on disk: %v, checksum %s; want a sound one made anew", err, remade.SHA256)
 	}
@@ -120,13 +95,7 @@ func TestStartsKilledFromOutsideKeepTheSnapshot(t *testing.T) {
 		}
 		return exec.Command("/bin/sh", "-c", ready), nil
 	}, newSnapshots(rt, logFor(t)), nil, nil, nil, Config{Workers: 1, OSSandbox: oswall.ModeOff}, logFor(t))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := p.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
+	CloseAtEnd(t, p)
 	deadline := time.Now().Add(30 * time.Second)
 	for p.Stats().Ready == 0 {
 		if time.Now().After(deadline) {

@@ -39,13 +39,7 @@ func realPool(t *testing.T, cfg supervisor.Config) *supervisor.Pool {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := p.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
+	supervisor.CloseAtEnd(t, p)
 	return p
 }
 
@@ -168,7 +162,7 @@ func TestUsedWorkersServeBeforeFreshOnes(t *testing.T) {
 
 func TestRealWorkersRunInParallel(t *testing.T) {
 	p := realPool(t, supervisor.Config{Workers: 2})
-	waitFor(t, func() bool { return p.Stats().Ready == 2 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Ready == 2 })
 	// Each call spins for 1s of wall time.
 	code := "import time\nt = time.time()\nwhile time.time() - t < 1: pass\n'done'"
 	start := time.Now()

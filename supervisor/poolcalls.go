@@ -42,7 +42,7 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 		return Result{}, err
 	}
 	res.QueueWait = wait
-	if w.retire == "" {
+	if !w.retire.given() {
 		// Retired now rather than at the health check's next look, which
 		// the next call may beat.
 		if rss, err := w.residentBytes(); err == nil && w.worseMemory(rss, p.Config()) {
@@ -178,13 +178,13 @@ func (p *Pool) brokenErr() error {
 
 // settleLater counts the call as ended and takes w back: at once when it
 // has nothing to clean up or is to be retired, else once it has cleaned up
-// after the call (worker.settle), on a goroutine of the pool's: the
+// after the call (conn.settle), on a goroutine of the pool's: the
 // caller has its result meanwhile.
 func (p *Pool) settleLater(w *worker, status string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.endedLocked(status)
-	if w.unsettled == "" || w.retire != "" || p.cfg.Isolation == IsolationProcess {
+	if w.unsettled == "" || w.retire.given() || p.cfg.Isolation == IsolationProcess {
 		p.takeBackLocked(w) // a worker to be retired need not clean up
 		return
 	}
@@ -240,26 +240,20 @@ func (p *Pool) drainedLocked() {
 
 // putLocked makes w available again, or retires it. p.mu is held.
 func (p *Pool) putLocked(w *worker) {
-	reason := ""
+	var reason retirement
 	switch {
 	case !w.usable():
-		reason = w.retire
-		if k := w.killedFor(); k != "" {
-			reason = k
-		}
-		if reason == "" {
-			reason = "it exited"
-		}
+		reason = retireReason(w)
 	case p.closed:
-		reason = "the pool is closing"
+		reason = retireClosing
 	case w.gen != p.gen:
-		reason = "the configuration changed"
+		reason = retirement{RestartConfig, "the configuration changed"}
 	case p.cfg.Isolation == IsolationProcess && w.calls > 0:
-		reason = "isolation process: one call per worker"
+		reason = retirement{RestartIsolation, "isolation process: one call per worker"}
 	case len(p.idle)+p.busy+p.starting >= p.cfg.Workers:
-		reason = "the pool shrank"
+		reason = retirement{RestartShrink, "the pool shrank"}
 	}
-	if reason != "" {
+	if reason.given() {
 		p.retireLocked(w, reason)
 		return
 	}

@@ -26,7 +26,7 @@ func (p *Pool) warmIdleLocked() {
 		}
 	}
 	for w := range p.dedicated {
-		if w.started.Load() == 0 {
+		if w.callsBegun.Load() == 0 {
 			p.warmLocked(w)
 		}
 	}
@@ -51,7 +51,7 @@ func (p *Pool) dropDeadIdleLocked() {
 			alive = append(alive, w)
 			continue
 		}
-		if w.killedFor() == "" {
+		if !w.killedFor().given() {
 			w.log.Warn("idle worker died", "exit", w.exitDescription())
 		}
 		p.retireLocked(w, retireReason(w))
@@ -61,10 +61,10 @@ func (p *Pool) dropDeadIdleLocked() {
 }
 
 // retireLocked stops w in the background and has the filler replace it.
-func (p *Pool) retireLocked(w *worker, reason string) {
-	if !p.closed {
-		p.counts.Restarts[restartKind(reason)]++
-		p.log.Debug("retiring worker", "worker", w.name, "reason", reason)
+func (p *Pool) retireLocked(w *worker, reason retirement) {
+	if !p.closed && reason.kind != restartStopped {
+		p.counts.Restarts[reason.kind]++
+		p.log.Debug("retiring worker", "worker", w.name, "reason", reason.why, "kind", reason.kind)
 	}
 	p.wg.Add(1)
 	go func() {

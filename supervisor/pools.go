@@ -62,7 +62,7 @@ func (ps *Pools) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 // Stats are the figures of every pool added up.
 func (ps *Pools) Stats() Stats {
 	var sum Stats
-	sum.Counts = Counts{Calls: map[string]int64{}, Restarts: map[string]int64{}, Starts: map[string]int64{}}
+	sum.Counts = Counts{Calls: map[string]int64{}, Restarts: map[RestartKind]int64{}, Starts: map[string]int64{}}
 	var errs []string
 	for _, name := range ps.order {
 		s := ps.pools[name].Stats()
@@ -75,13 +75,9 @@ func (ps *Pools) Stats() Stats {
 			errs = append(errs, name+": "+s.StartError)
 		}
 		sum.Counts.Rejected += s.Counts.Rejected
-		for _, pair := range []struct{ to, from map[string]int64 }{
-			{sum.Counts.Calls, s.Counts.Calls}, {sum.Counts.Restarts, s.Counts.Restarts}, {sum.Counts.Starts, s.Counts.Starts},
-		} {
-			for k, v := range pair.from {
-				pair.to[k] += v
-			}
-		}
+		addCounts(sum.Counts.Calls, s.Counts.Calls)
+		addCounts(sum.Counts.Restarts, s.Counts.Restarts)
+		addCounts(sum.Counts.Starts, s.Counts.Starts)
 	}
 	if len(ps.order) == 1 && len(errs) == 1 {
 		sum.StartError = ps.pools[ps.order[0]].Stats().StartError // as the one pool says it
@@ -89,6 +85,13 @@ func (ps *Pools) Stats() Stats {
 		sum.StartError = strings.Join(errs, "; ")
 	}
 	return sum
+}
+
+// addCounts adds from's counts to to's.
+func addCounts[K comparable](to, from map[K]int64) {
+	for k, v := range from {
+		to[k] += v
+	}
 }
 
 // LanguageStats are each pool's figures, by language.

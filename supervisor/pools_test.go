@@ -1,12 +1,10 @@
 package supervisor_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -17,11 +15,7 @@ func TestPoolsRouteByLanguage(t *testing.T) {
 	py := fakePool(t, "echo", supervisor.Config{Workers: 1})
 	r := supervisor.NewEnginePoolWithCommand(supervisor.FakeEngine("r"), fakeCommand("echo", "PYRUN_FAKE_ENGINE=r"),
 		supervisor.Config{Workers: 2, Deps: []string{"attrs"}, Mounts: []supervisor.Mount{{Host: t.TempDir(), Path: "/data"}}}, testLogger(t))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = r.Close(ctx)
-	})
+	supervisor.CloseAtEnd(t, r)
 	if got := r.Config().MemoryLimit; got != 256<<20 {
 		t.Errorf("r pool memory limit %d, want its engine's default", got)
 	}
@@ -66,11 +60,7 @@ func TestPoolsRouteByLanguage(t *testing.T) {
 func TestPoolDropsWhatItsEngineDoesNotTake(t *testing.T) {
 	r := supervisor.NewEnginePoolWithCommand(supervisor.FakeEngine("r"), fakeCommand("echo-request", "PYRUN_FAKE_ENGINE=r"),
 		supervisor.Config{Workers: 1}, testLogger(t))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = r.Close(ctx)
-	})
+	supervisor.CloseAtEnd(t, r)
 	res, err := r.Run(t.Context(), supervisor.Job{ID: "1", Code: "x", Globals: json.RawMessage(`{"a":1}`),
 		Catalog: json.RawMessage(`{"tools":[]}`)}, nil)
 	if err != nil || res.Status != supervisor.StatusSuccess {

@@ -85,15 +85,9 @@ func (s *statmFile) close() {
 	}
 }
 
-// cpuTime is the CPU time a process has used, user and system, from
-// /proc/<pid>/stat (in clock ticks of 10ms, Linux's fixed USER_HZ).
-func cpuTime(pid int) (time.Duration, error) {
-	used, _, err := procStat(pid)
-	return used, err
-}
-
-// procStat is a process's CPU time (as cpuTime) and its number of threads,
-// from /proc/<pid>/stat.
+// procStat is a process's CPU time, user and system, and its number of
+// threads, from /proc/<pid>/stat (CPU time in clock ticks of 10ms, Linux's
+// fixed USER_HZ).
 func procStat(pid int) (used time.Duration, threads int, err error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {

@@ -18,10 +18,6 @@ type statmFile struct{}
 func (*statmFile) resident(int) (int64, error) { return 0, errors.ErrUnsupported }
 func (*statmFile) close()                      {}
 
-// cpuTime is not measured on this system: idle workers are not watched
-// for spinning.
-func cpuTime(pid int) (time.Duration, error) { return 0, errors.ErrUnsupported }
-
 // unreadBytes is not known on this system: a worker that dies as a call
 // reaches it fails that call.
 func unreadBytes(f *os.File) (int, error) { return 0, errors.ErrUnsupported }

@@ -69,7 +69,7 @@ type event struct {
 	// for its first (pyodide-host/warm.ts).
 	WarmCalls int `json:"warm_calls"`
 	// Settles: after each call's result the worker cleans up after the
-	// call, then says "idle"; it reads no request before (worker.settle).
+	// call, then says "idle"; it reads no request before (conn.settle).
 	Settles bool `json:"settles"`
 
 	// output, package

@@ -1,26 +1,40 @@
 package supervisor
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
-func TestRestartKind(t *testing.T) {
-	for reason, want := range map[string]string{
-		killMemory:                               RestartMemory,
-		"the call ran out of memory":             RestartMemory,
-		"it did not stop after an interrupt":     RestartInterrupt,
-		"it could not be interrupted":            RestartInterrupt,
-		"it broke the protocol":                  RestartProtocol,
-		"it did not accept a call":               RestartProtocol,
-		"it failed a call":                       RestartProtocol,
-		"the configuration changed":              RestartConfig,
-		"the pool shrank":                        RestartShrink,
-		"isolation process: one call per worker": RestartIsolation,
-		"it exited":                              RestartCrash,
-		"the call changed /lib/python3.14/x.py":  RestartRecycle,
-		killSpin:                                 RestartRecycle,
-		"something new":                          RestartCrash,
+// Every kind a pool counts is listed once, for metrics, and the kind of a
+// worker stopped on purpose is not among them.
+func TestRestartKindsAreListedOnce(t *testing.T) {
+	kinds := RestartKinds()
+	for i, k := range kinds {
+		if k == "" || slices.Contains(kinds[i+1:], k) {
+			t.Errorf("kind %q is empty or listed twice in %v", k, kinds)
+		}
+	}
+	if slices.Contains(kinds, restartStopped) {
+		t.Errorf("%q is counted", restartStopped)
+	}
+	for _, r := range []retirement{retireExited, retireProtocol, killMemory, killThreads, killSpin, killIdleCPU,
+		retireMemory, retireSettle, retireVersionConflict, retireToolAnswer} {
+		if !slices.Contains(kinds, r.kind) || r.why == "" {
+			t.Errorf("retirement %+v: its kind is not counted, or it says nothing", r)
+		}
+	}
+}
+
+// A worker's own recycle request is memory when the call ran out of it,
+// and recycle otherwise, whatever the engine's wording of the rest.
+func TestRecycledKinds(t *testing.T) {
+	for why, want := range map[string]RestartKind{
+		"the call ran out of memory":                                 RestartMemory,
+		"the call changed /lib/python3.14/x.py":                      RestartRecycle,
+		"the call could not be stopped inside its JavaScript worker": RestartRecycle,
 	} {
-		if got := restartKind(reason); got != want {
-			t.Errorf("restartKind(%q) = %q, want %q", reason, got, want)
+		if got := recycled(why); got.kind != want || got.why != why {
+			t.Errorf("recycled(%q) = %+v, want kind %q", why, got, want)
 		}
 	}
 }

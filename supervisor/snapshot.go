@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -24,7 +23,7 @@ import (
 // Memory snapshots. A worker that starts plainly spends about two seconds
 // (three of CPU) starting Python; one that starts from a memory snapshot of
 // a worker that already did is ready in about a quarter of that. A snapshot
-// is made once per runtime and set of preloaded packages, by a Deno process
+// is made once per runtime, by a Deno process
 // that writes it to its stdout (no Deno process ever gets write permission),
 // and kept in the runtime root's snapshots folder next to a small JSON file
 // that says what it was made from and its checksum:
@@ -34,7 +33,8 @@ import (
 //
 // The key covers everything the snapshot's contents depend on: pyrun's
 // worker program (which includes pyrun_helper.py and the pinned Deno and
-// Pyodide versions, see hostHash) and the preloaded packages. The heap limit
+// Pyodide versions, see hostHash). Packages preloaded by Config.Deps are
+// not in it: a worker loads them after it is restored. The heap limit
 // is not part of it: the cap is a JavaScript wrapper each worker installs
 // itself, outside the snapshot. A snapshot whose key, size or checksum does
 // not match is never used: it is made again, and a worker that still cannot
@@ -61,28 +61,12 @@ type Snapshot struct {
 // retires every snapshot made before.
 const snapshotFormat = "pyrun-snapshot/1"
 
-// snapshotSpec is what a snapshot holds besides the runtime itself.
-type snapshotSpec struct {
-	// Deps are packages loaded before the snapshot is taken, so that
-	// workers started from it have them. Empty until the pool preloads
-	// packages; the key already covers them.
-	Deps []string
-}
-
-// snapshotSpec is the snapshot a pool of this configuration starts from.
-// Limits, network and isolation are applied per process and are not in it.
-func (c Config) snapshotSpec() snapshotSpec { return snapshotSpec{} }
-
-// snapshotKey names the snapshot of spec on rt: equal keys, equal contents.
-func snapshotKey(rt *Runtime, spec snapshotSpec) string {
-	deps := slices.Clone(spec.Deps)
-	slices.Sort(deps)
-	deps = slices.Compact(deps)
+// snapshotKey names the snapshot of rt: equal keys, equal contents. A
+// snapshot holds the runtime alone: limits, network, isolation and the
+// packages of Config.Deps are applied per process, after it is restored.
+func snapshotKey(rt *Runtime) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\nruntime %s\npyodide %s\n", snapshotFormat, rt.Hash, rt.Pyodide)
-	for _, d := range deps {
-		fmt.Fprintf(h, "dep %s\n", d)
-	}
 	return hex.EncodeToString(h.Sum(nil))[:32]
 }
 
@@ -92,7 +76,6 @@ type snapshotMeta struct {
 	Key     string    `json:"key"`
 	Runtime string    `json:"runtime"` // Runtime.Hash
 	Pyodide string    `json:"pyodide"`
-	Deps    []string  `json:"deps"`
 	SHA256  string    `json:"sha256"`
 	Size    int64     `json:"size"`
 	Made    time.Time `json:"made"`
@@ -111,10 +94,10 @@ func snapshotPaths(rt *Runtime, key string) (snap, meta string) {
 	return base + ".snap", base + ".json"
 }
 
-// openSnapshot finds the snapshot of spec and checks it: its description
+// openSnapshot finds the snapshot of rt and checks it: its description
 // must name the key, and its bytes their size and checksum.
-func openSnapshot(rt *Runtime, spec snapshotSpec) (*Snapshot, error) {
-	snap, err := findSnapshot(rt, spec)
+func openSnapshot(rt *Runtime) (*Snapshot, error) {
+	snap, err := findSnapshot(rt)
 	if err != nil {
 		return nil, err
 	}
@@ -124,11 +107,11 @@ func openSnapshot(rt *Runtime, spec snapshotSpec) (*Snapshot, error) {
 	return snap, nil
 }
 
-// findSnapshot finds the snapshot of spec and checks what is cheap to
+// findSnapshot finds the snapshot of rt and checks what is cheap to
 // check: its description names the key and the runtime, and the file has
 // the size the description gives. verify checks the bytes.
-func findSnapshot(rt *Runtime, spec snapshotSpec) (*Snapshot, error) {
-	key := snapshotKey(rt, spec)
+func findSnapshot(rt *Runtime) (*Snapshot, error) {
+	key := snapshotKey(rt)
 	snapPath, metaPath := snapshotPaths(rt, key)
 	b, err := os.ReadFile(metaPath)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -198,8 +181,7 @@ func (s *Snapshot) unchanged() bool {
 // it on their own when their first worker starts.
 func EnsureSnapshot(ctx context.Context, rt *Runtime, cfg Config, log hclog.Logger) (*Snapshot, error) {
 	cfg = cfg.withDefaults()
-	spec := cfg.snapshotSpec()
-	if snap, err := openSnapshot(rt, spec); err == nil {
+	if snap, err := openSnapshot(rt); err == nil {
 		return snap, nil
 	}
 	if err := os.MkdirAll(rt.SnapshotDir, 0o755); err != nil {
@@ -211,14 +193,14 @@ func EnsureSnapshot(ctx context.Context, rt *Runtime, cfg Config, log hclog.Logg
 	}
 	defer unlock()
 	// Another process may have made it while we waited.
-	snap, err := openSnapshot(rt, spec)
+	snap, err := openSnapshot(rt)
 	if err == nil {
 		return snap, nil
 	}
 	if !errors.Is(err, errNoSnapshot) {
 		log.Warn("not using the memory snapshot there; making a new one", "why", err)
 	}
-	snap, err = buildSnapshot(ctx, rt, cfg, spec, log)
+	snap, err = buildSnapshot(ctx, rt, cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -227,9 +209,9 @@ func EnsureSnapshot(ctx context.Context, rt *Runtime, cfg Config, log hclog.Logg
 }
 
 // buildSnapshot runs the maker and installs what it writes. The lock is held.
-func buildSnapshot(ctx context.Context, rt *Runtime, cfg Config, spec snapshotSpec, log hclog.Logger) (*Snapshot, error) {
+func buildSnapshot(ctx context.Context, rt *Runtime, cfg Config, log hclog.Logger) (*Snapshot, error) {
 	began := time.Now()
-	key := snapshotKey(rt, spec)
+	key := snapshotKey(rt)
 	snapPath, metaPath := snapshotPaths(rt, key)
 	ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
@@ -282,12 +264,9 @@ func buildSnapshot(ctx context.Context, rt *Runtime, cfg Config, spec snapshotSp
 	}
 	took := time.Since(began)
 	m := snapshotMeta{
-		Format: snapshotFormat, Key: key, Runtime: rt.Hash, Pyodide: rt.Pyodide, Deps: spec.Deps,
+		Format: snapshotFormat, Key: key, Runtime: rt.Hash, Pyodide: rt.Pyodide,
 		SHA256: hex.EncodeToString(h.Sum(nil)), Size: out.n, Made: time.Now().UTC().Truncate(time.Second),
 		MakeMS: took.Milliseconds(),
-	}
-	if m.Deps == nil {
-		m.Deps = []string{}
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
@@ -478,7 +457,7 @@ func (e *snapEntry) stale() bool {
 // process boots, which hides the checksum's time, and must not use the
 // worker if it fails.
 func (s *snapshots) get(ctx context.Context, cfg Config) (snap *Snapshot, verify func() error) {
-	key := snapshotKey(s.rt, cfg.snapshotSpec())
+	key := snapshotKey(s.rt)
 	s.mu.Lock()
 	e := s.entries[key]
 	if e == nil || e.stale() {
@@ -493,7 +472,7 @@ func (s *snapshots) get(ctx context.Context, cfg Config) (snap *Snapshot, verify
 		var snap *Snapshot
 		var verify func() error
 		if first {
-			if found, err := findSnapshot(s.rt, cfg.snapshotSpec()); err == nil {
+			if found, err := findSnapshot(s.rt); err == nil {
 				snap, verify = found, sync.OnceValue(found.verify)
 			}
 		}

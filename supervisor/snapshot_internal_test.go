@@ -16,19 +16,11 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/supervisor/oswall"
 )
 
-func logFor(t *testing.T) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: tWriter{t}})
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
+func logFor(t *testing.T) hclog.Logger { return testlog.New(t) }
 
 // fakeRuntime is a runtime folder layout without Deno: enough for what
 // snapshots do before a Deno process starts. deno, when set, is a shell
@@ -67,21 +59,16 @@ func makerWrites(n int) string { return fmt.Sprintf("head -c %d /dev/urandom", n
 
 func TestSnapshotKey(t *testing.T) {
 	rt := &Runtime{Hash: "aaaa", Pyodide: "314.0.7"}
-	base := snapshotKey(rt, snapshotSpec{})
+	base := snapshotKey(rt)
 	if len(base) != 32 {
 		t.Fatalf("key %q, want 32 hex digits", base)
 	}
-	if got := snapshotKey(rt, snapshotSpec{}); got != base {
+	if got := snapshotKey(rt); got != base {
 		t.Errorf("the same inputs give keys %s and %s", base, got)
 	}
-	if a, b := snapshotKey(rt, snapshotSpec{Deps: []string{"numpy", "attrs"}}),
-		snapshotKey(rt, snapshotSpec{Deps: []string{"attrs", "numpy", "attrs"}}); a != b {
-		t.Errorf("the order or repetition of deps changes the key: %s, %s", a, b)
-	}
 	for name, other := range map[string]string{
-		"deps":    snapshotKey(rt, snapshotSpec{Deps: []string{"numpy"}}),
-		"runtime": snapshotKey(&Runtime{Hash: "bbbb", Pyodide: "314.0.7"}, snapshotSpec{}),
-		"pyodide": snapshotKey(&Runtime{Hash: "aaaa", Pyodide: "315.0.0"}, snapshotSpec{}),
+		"runtime": snapshotKey(&Runtime{Hash: "bbbb", Pyodide: "314.0.7"}),
+		"pyodide": snapshotKey(&Runtime{Hash: "aaaa", Pyodide: "315.0.0"}),
 	} {
 		if other == base {
 			t.Errorf("a change of %s keeps the key %s", name, base)
@@ -194,11 +181,11 @@ func TestSnapshotIsMadeThroughStdout(t *testing.T) {
 			if err := os.WriteFile(metaPath, meta, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := openSnapshot(rt, snapshotSpec{}); err != nil {
+			if _, err := openSnapshot(rt); err != nil {
 				t.Fatalf("the intact snapshot is refused: %v", err)
 			}
 			tc.damage()
-			_, err := openSnapshot(rt, snapshotSpec{})
+			_, err := openSnapshot(rt)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("openSnapshot: %v, want an error saying %q", err, tc.wantErr)
 			}
@@ -207,7 +194,7 @@ func TestSnapshotIsMadeThroughStdout(t *testing.T) {
 			if err != nil || !fresh.Built {
 				t.Fatalf("EnsureSnapshot after damage: %+v, %v; want a new snapshot", fresh, err)
 			}
-			if _, err := openSnapshot(rt, snapshotSpec{}); err != nil {
+			if _, err := openSnapshot(rt); err != nil {
 				t.Errorf("the new snapshot is refused: %v", err)
 			}
 			body, _ = os.ReadFile(fresh.Path)
@@ -362,7 +349,7 @@ func TestWorkerStartsPlainlyFromABadSnapshot(t *testing.T) {
 				t.Errorf("ready: snapshot %v, snapshot_error %q; want false and an error saying %q",
 					w.ready.Snapshot, w.ready.SnapshotError, tc.want)
 			}
-			res := w.run(t.Context(), Job{ID: "1", Code: "print(6 * 7)"}, cfg, newTranscript(cfg.MaxOutput, nil))
+			res := w.runCall(t.Context(), Job{ID: "1", Code: "print(6 * 7)"}, cfg, newTranscript(cfg.MaxOutput, nil))
 			if res.Status != StatusSuccess || res.Stdout != "42\n" {
 				t.Errorf("call on the plain worker: %s %q %s", res.Status, res.Stdout, res.Error)
 			}

@@ -1,7 +1,6 @@
 package supervisor_test
 
 import (
-	"context"
 	"os"
 	"strings"
 	"sync"
@@ -26,13 +25,7 @@ func snapshotPool(t *testing.T, rt *supervisor.Runtime, cfg supervisor.Config) *
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := p.Close(ctx); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
+	supervisor.CloseAtEnd(t, p)
 	return p
 }
 

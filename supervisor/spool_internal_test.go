@@ -93,7 +93,8 @@ func TestDroppedOutputFilesLeaveNothing(t *testing.T) {
 // call to take one; once the worker is killed, it reads on to the end and
 // drops them.
 func TestRichEventsQueueIsBounded(t *testing.T) {
-	w := &worker{events: make(chan event, 64), richQueued: make(chan struct{}, richQueue), killed: make(chan struct{})}
+	w := newConn(Config{MaxOutput: 1 << 10})
+	p := &process{killed: make(chan struct{})}
 	pr, pw := io.Pipe()
 	const sent = 12
 	wrote := make(chan struct{})
@@ -108,7 +109,7 @@ func TestRichEventsQueueIsBounded(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		w.readEvents(pr, 1<<20)
+		w.readEvents(p, pr)
 	}()
 	waitLen := func(n int) {
 		t.Helper()
@@ -129,7 +130,7 @@ func TestRichEventsQueueIsBounded(t *testing.T) {
 	w.tookRich()
 	waitLen(richQueue)
 	// Killed: the rest is read and dropped, and the reader ends.
-	close(w.killed)
+	close(p.killed)
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):

@@ -1,7 +1,6 @@
 package supervisor_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -230,13 +229,7 @@ func TestSecondWallLayers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				if err := p.Close(ctx); err != nil {
-					t.Errorf("close: %v", err)
-				}
-			})
+			supervisor.CloseAtEnd(t, p)
 			waitReady(t, p, 1)
 			pid := p.WorkerPIDs()[0]
 			st := procStatus(t, pid)
@@ -398,11 +391,7 @@ func TestRWorkerFileSizeLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		p.Close(ctx)
-	})
+	supervisor.CloseAtEnd(t, p)
 	res := run(t, p, supervisor.Job{Code: `writeBin(raw(2 * 1024 * 1024), "/scratch/big")`})
 	if res.Status == supervisor.StatusCrashed {
 		t.Errorf("the write past the limit ended the worker: %s", res.Error)

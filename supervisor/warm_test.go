@@ -45,7 +45,7 @@ func init() {
 // judged by the idle CPU checks; once it has had a call, it is.
 func TestWarmingWorkerIsNotKilledAsSpinning(t *testing.T) {
 	p := fakePool(t, "warming", supervisor.Config{Workers: 1})
-	waitFor(t, func() bool { return p.Stats().Ready == 1 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Ready == 1 })
 	// Without the exemption the spin is noticed within 3 checks (600 ms).
 	time.Sleep(10 * supervisor.HealthInterval)
 	if n := restarts(p.Stats()); n != 0 {
@@ -56,7 +56,7 @@ func TestWarmingWorkerIsNotKilledAsSpinning(t *testing.T) {
 		t.Fatalf("%v %+v, want success on worker-1", err, res)
 	}
 	start := time.Now()
-	waitFor(t, func() bool { s := p.Stats(); return s.Counts.Restarts[supervisor.RestartRecycle] == 1 && s.Ready == 1 })
+	supervisor.WaitUntil(t, func() bool { s := p.Stats(); return s.Counts.Restarts[supervisor.RestartRecycle] == 1 && s.Ready == 1 })
 	within(t, "noticing the spin after a call", time.Since(start), 3*supervisor.HealthInterval, 5*time.Second)
 }
 

@@ -79,7 +79,7 @@ func TestWatcherFollowsTheLine(t *testing.T) {
 		_, err := p.Run(t.Context(), supervisor.Job{ID: "hold", Code: "600ms"}, hold)
 		held <- err
 	}()
-	waitFor(t, func() bool { _, started, _ := hold.snapshot(); return started != "" })
+	supervisor.WaitUntil(t, func() bool { _, started, _ := hold.snapshot(); return started != "" })
 	if order, started, _ := hold.snapshot(); len(order) != 1 || started != "worker-1" {
 		t.Errorf("a call that found a free worker was told %v, worker %q; want only started, on worker-1", order, started)
 	}
@@ -90,17 +90,17 @@ func TestWatcherFollowsTheLine(t *testing.T) {
 		_, err := p.Run(t.Context(), supervisor.Job{ID: "first", Code: "0s"}, first)
 		done <- err
 	}()
-	waitFor(t, func() bool { return first.place() == 1 })
+	supervisor.WaitUntil(t, func() bool { return first.place() == 1 })
 	go func() {
 		_, err := p.Run(t.Context(), supervisor.Job{ID: "second", Code: "300ms"}, second)
 		done <- err
 	}()
-	waitFor(t, func() bool { return second.place() == 2 })
+	supervisor.WaitUntil(t, func() bool { return second.place() == 2 })
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
 	// The worker goes to the first in line; the second moves up.
-	waitFor(t, func() bool { return first.place() == 0 && second.place() == 1 })
+	supervisor.WaitUntil(t, func() bool { return first.place() == 0 && second.place() == 1 })
 	for range 2 {
 		if err := <-done; err != nil {
 			t.Fatal(err)
@@ -166,7 +166,7 @@ func TestWatcherHearsNotices(t *testing.T) {
 func TestCancelledCallNeverStartsOnAFreeWorker(t *testing.T) {
 	log := t.TempDir() + "/runs"
 	p := fakePool(t, "echo", supervisor.Config{Workers: 1}, "PYRUN_FAKE_LOG="+log)
-	waitFor(t, func() bool { return p.Stats().Ready == 1 })
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Ready == 1 })
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	w := &watcher{}

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/lang"
 )
 
 // pyrunBin is the binary under test; empty with -short.
@@ -1229,13 +1231,13 @@ func TestVersionCommand(t *testing.T) {
 		regexp.MustCompile(`^pyodide \d+\.\d+\.\d+$`),
 		regexp.MustCompile(`^python 3\.\d+\.\d+$`),
 	}
-	// Then every language, with its engine's versions or why there is none.
-	for _, sp := range languageSpecs {
-		if sp.name == "python" {
+	// Then every language, with its engine's versions.
+	for _, l := range lang.All() {
+		if l.ID == "python" {
 			want = append(want, regexp.MustCompile(`^language python: run_python_code, pyodide \d+\.\d+\.\d+, python 3\.\d+\.\d+$`))
 			continue
 		}
-		want = append(want, regexp.MustCompile(`^language `+sp.name+`: (run_\w+_code, \w+ \S+(, \w+ \S+)*|not built into this pyrun)$`))
+		want = append(want, regexp.MustCompile(`^language `+l.ID+`: run_\w+_code, \w+ \S+(, \w+ \S+)*$`))
 	}
 	lines := strings.Split(strings.TrimSuffix(stdout, "\n"), "\n")
 	if len(lines) != len(want) {

@@ -39,7 +39,7 @@ func (o *options) goHeapLimit() int64 {
 	}
 	workers := int64(o.maxSessions)
 	for _, l := range o.enabledLanguages() {
-		workers += int64(l.spec.workers(o))
+		workers += int64(o.pool(l).workers)
 	}
 	return 128<<20 + 3*o.requestLimits().MaxBytes + workers*(2*int64(o.maxDisplayBytes)+32*int64(o.maxOutput))
 }

@@ -12,10 +12,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/go-hclog"
-
-	"github.com/pyrun/pyrun/supervisor"
 )
 
 func TestJavaScriptTool(t *testing.T) {
@@ -199,28 +195,5 @@ func TestRunLanguageJavaScript(t *testing.T) {
 	stdout, _, code = pyrunCmd(t, "", "run", "--language", "javascript", bad)
 	if code != 1 || !strings.Contains(stdout, "Error: no") {
 		t.Errorf("error: exit %d, stdout:\n%s", code, stdout)
-	}
-}
-
-// pyrun warmup's JavaScript step starts a JavaScript worker and runs a call.
-func TestWarmupJavaScript(t *testing.T) {
-	needBinary(t)
-	o, _, err := loadOptions("warmup", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt, err := supervisor.Provision(t.Context(), o.runtimeDir, os.Stderr, hclog.NewNullLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := languageOf("javascript")
-	if err != nil {
-		t.Fatal(err)
-	}
-	step := warmupLanguage(o, l, &rt, hclog.NewNullLogger())
-	detail, err := step.run(t.Context())
-	if err != nil || step.name != "javascript" || !strings.Contains(detail, "JavaScript worker ready and ran a call") ||
-		!strings.Contains(detail, "typescript 6.0.3") {
-		t.Errorf("step %s: %q, %v", step.name, detail, err)
 	}
 }

@@ -29,6 +29,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
+
+	"github.com/pyrun/pyrun/lang"
 )
 
 // k8sObjects are the manifests' objects, by kind.
@@ -181,7 +183,7 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 		if got := req.Memory().Value(); got != wantRequest {
 			t.Errorf("memory request %s; want %s: 256Mi for each of %d pool workers and %d session spares, and 128Mi (statefulset.yaml)",
-				req.Memory(), resource.NewQuantity(wantRequest, resource.BinarySI), opts.workers, opts.sessionSpares)
+				req.Memory(), resource.NewQuantity(wantRequest, resource.BinarySI), opts.pool(lang.Python).workers, opts.sessionSpares)
 		}
 		readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
 		if err != nil {
@@ -190,8 +192,8 @@ func TestKubernetesManifests(t *testing.T) {
 		if !strings.Contains(string(readme), "("+lim.Memory().String()+" for") {
 			t.Errorf("README.md's Kubernetes table does not give the memory limit %s", lim.Memory())
 		}
-		if got := lim.Cpu().MilliValue(); got < int64(opts.workers)*1000 {
-			t.Errorf("cpu limit %s for %d workers: a busy worker takes a core", lim.Cpu(), opts.workers)
+		if got := lim.Cpu().MilliValue(); got < int64(opts.pool(lang.Python).workers)*1000 {
+			t.Errorf("cpu limit %s for %d workers: a busy worker takes a core", lim.Cpu(), opts.pool(lang.Python).workers)
 		}
 		if req.Cpu().IsZero() {
 			t.Error("no cpu request: the autoscaler's utilisation is relative to it")

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -94,13 +95,17 @@ func TestLanguageFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(o.languages, []string{"python"}) || o.rWorkers != 1 || o.jsWorkers != 1 ||
-		o.rMemoryLimit != 1<<30 || o.jsMemoryLimit != 512<<20 || o.runLanguage != "python" {
+	r, js := o.pool(lang.R), o.pool(lang.JavaScript)
+	if !slices.Equal(o.languages, []string{"python"}) || r.workers != 1 || js.workers != 1 ||
+		r.memoryLimit != 1<<30 || js.memoryLimit != 512<<20 || o.runLanguage != "python" {
 		t.Errorf("defaults: languages %v, r-workers %d, js-workers %d, r-memory-limit %s, js-memory-limit %s, language %s",
-			o.languages, o.rWorkers, o.jsWorkers, o.rMemoryLimit, o.jsMemoryLimit, o.runLanguage)
+			o.languages, r.workers, js.workers, r.memoryLimit, js.memoryLimit, o.runLanguage)
+	}
+	if py := o.pool(lang.Python); py.workers != supervisor.DefaultWorkers() || py.memoryLimit != 512<<20 {
+		t.Errorf("defaults: workers %d, memory-limit %s", py.workers, py.memoryLimit)
 	}
 	langs := o.enabledLanguages()
-	if len(langs) != 1 || langs[0].engine.Name() != "python" || langs[0].tool.Tool != "run_python_code" {
+	if len(langs) != 1 || langs[0].ID != "python" || langs[0].Tool(nil).Tool != "run_python_code" {
 		t.Fatalf("enabled languages %+v, want python alone", langs)
 	}
 	if got, want := o.languageConfig(langs[0]), o.poolConfig(); !slicesEqualConfig(got, want) {
@@ -115,9 +120,9 @@ func TestLanguageFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.rWorkers != 3 || o.jsWorkers != 4 || o.rMemoryLimit != 2<<30 || o.jsMemoryLimit != 256<<20 {
+	if r, js := o.pool(lang.R), o.pool(lang.JavaScript); r.workers != 3 || js.workers != 4 || r.memoryLimit != 2<<30 || js.memoryLimit != 256<<20 {
 		t.Errorf("from the file: r-workers %d, js-workers %d (the flag wins), r-memory-limit %s, js-memory-limit %s",
-			o.rWorkers, o.jsWorkers, o.rMemoryLimit, o.jsMemoryLimit)
+			r.workers, js.workers, r.memoryLimit, js.memoryLimit)
 	}
 	for _, tc := range []struct {
 		args []string
@@ -239,9 +244,9 @@ func TestServeLanguageHealthAndMetrics(t *testing.T) {
 	}
 }
 
-// TestWarmupLanguageStep: warmup's step for a language other than Python
-// (here run on Python's engine, the one this build has for sure) starts a
-// worker of the language and has it run an empty call.
+// TestWarmupLanguageStep: warmup's step for a language (run here for
+// Python, whose own steps are others, and JavaScript) starts a worker of
+// the language and has it run an empty call.
 func TestWarmupLanguageStep(t *testing.T) {
 	needBinary(t)
 	o, _, err := loadOptions("warmup", nil)
@@ -252,14 +257,17 @@ func TestWarmupLanguageStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := languageOf("python")
-	if err != nil {
-		t.Fatal(err)
-	}
-	step := warmupLanguage(o, l, &rt, hclog.NewNullLogger())
-	detail, err := step.run(t.Context())
-	if err != nil || step.name != "python" || !strings.Contains(detail, "Python worker ready and ran a call") ||
-		!strings.Contains(detail, "pyodide "+rt.Pyodide) {
-		t.Errorf("step %s: %q, %v", step.name, detail, err)
+	for _, tc := range []struct {
+		l          lang.Language
+		says, runs string
+	}{
+		{lang.Python, "Python worker ready and ran a call", "pyodide " + rt.Pyodide},
+		{lang.JavaScript, "JavaScript worker ready and ran a call", "typescript 6.0.3"},
+	} {
+		step := warmupLanguage(o, tc.l, &rt, hclog.NewNullLogger())
+		detail, err := step.run(t.Context())
+		if err != nil || step.name != tc.l.ID || !strings.Contains(detail, tc.says) || !strings.Contains(detail, tc.runs) {
+			t.Errorf("step %s: %q, %v", step.name, detail, err)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/outputs"
 	"github.com/pyrun/pyrun/supervisor"
@@ -216,7 +217,7 @@ func cmdRun(ctx context.Context, o *options, pos []string, stdin io.Reader, stdo
 	if len(pos) > 1 {
 		return exitUsage, fmt.Errorf("run takes one file (or - for stdin), not %d", len(pos))
 	}
-	lang, err := languageOf(o.runLanguage)
+	l, err := lang.Named(o.runLanguage)
 	if err != nil {
 		return exitUsage, fmt.Errorf("language: %w", err)
 	}
@@ -233,13 +234,13 @@ func cmdRun(ctx context.Context, o *options, pos []string, stdin io.Reader, stdo
 		return exitUsage, fmt.Errorf("the code is larger than max-code (%s)", o.maxCode)
 	}
 	// One call needs one worker.
-	_, pools, err := startPools(ctx, o, []language{lang}, 1, stderr, log)
+	_, pools, err := startPools(ctx, o, []lang.Language{l}, 1, stderr, log)
 	if err != nil {
 		return exitFail, err
 	}
 	defer closePools(pools, log)
-	job := supervisor.Job{ID: "1", Code: string(code), Client: "cli", Language: lang.engine.Name()}
-	if len(o.mcpServers.servers) > 0 && lang.tool.CodeMode {
+	job := supervisor.Job{ID: "1", Code: string(code), Client: "cli", Language: l.ID}
+	if len(o.mcpServers.servers) > 0 && l.Engine.Features().Tools {
 		hub := startHub(o, log)
 		defer hub.Close()
 		if caller, catalog := hub.ForRun(ctx, job.ID); caller != nil {

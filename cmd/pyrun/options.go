@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/supervisor"
@@ -26,9 +27,7 @@ import (
 type options struct {
 	configFile string
 
-	workers       int
 	timeout       time.Duration
-	memoryLimit   byteSize
 	maxOutput     byteSize
 	maxCode       byteSize
 	maxInputFiles int
@@ -117,12 +116,9 @@ type options struct {
 	maxToolListing        byteSize
 	maxToolMessage        byteSize
 	// Languages (languages.go).
-	languages     stringList
-	rWorkers      int
-	jsWorkers     int
-	rMemoryLimit  byteSize
-	jsMemoryLimit byteSize
-	runLanguage   string // pyrun run --language
+	languages   stringList
+	pools       [lang.Count]poolFlags // by lang.Index
+	runLanguage string                // pyrun run --language
 	// The local socket (local.go).
 	socket         string
 	attach         string
@@ -136,14 +132,12 @@ type options struct {
 func (o *options) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	o.memoryLimit, o.maxOutput, o.maxCode, o.liveBuffer = 512<<20, 64<<10, 1<<20, 256<<10
+	o.maxOutput, o.maxCode, o.liveBuffer = 64<<10, 1<<20, 256<<10
 	o.workerLogPerCall, o.workerLogRate = supervisor.DefaultStderrLogPerCall, supervisor.DefaultStderrLogRate
 	o.maxToolListing, o.maxToolMessage = 8<<10, codemode.DefaultMaxMessage
 	o.workerFileSize = oswall.DefaultFileSize
 	fs.StringVar(&o.configFile, "config", "", "JSON config `file`; its keys are these flags' names in snake_case")
-	fs.IntVar(&o.workers, "workers", supervisor.DefaultWorkers(), "warm pool size")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
-	fs.Var(&o.memoryLimit, "memory-limit", "memory limit per worker (bytes, or with a unit: 512MiB, 1GiB)")
 	fs.Var(&o.maxOutput, "max-output", "cap on each of stdout, stderr and the return value, per call (bytes or 64KiB)")
 	fs.Var(&o.maxCode, "max-code", "largest python_code accepted, and largest global_variables as JSON (bytes or 1MiB)")
 	fs.IntVar(&o.maxInputFiles, "max-input-files", mcp.DefaultMaxInputFiles, "entries a call's files argument may hold; more are refused with a tool error")
@@ -377,42 +371,20 @@ func (o *options) check() error {
 		return err
 	}
 	switch {
-	case o.workers < 1:
-		return fmt.Errorf("workers must be at least 1, not %d", o.workers)
-	case o.workers > 256:
-		return fmt.Errorf("workers must be at most 256, not %d", o.workers)
 	case o.timeout <= 0:
 		return fmt.Errorf("timeout must be positive, not %s", o.timeout)
-	case o.memoryLimit < 128<<20:
-		return fmt.Errorf("memory-limit must be at least 128MiB, not %s", o.memoryLimit)
 	case o.maxOutput < 1<<10:
 		return fmt.Errorf("max-output must be at least 1KiB, not %s", o.maxOutput)
 	case o.maxOutput > 64<<20:
 		return fmt.Errorf("max-output must be at most 64MiB, not %s", o.maxOutput)
-	case o.maxCode < 1<<10 || o.maxCode > 32<<20:
-		return fmt.Errorf("max-code must be between 1KiB and 32MiB, not %s", o.maxCode)
-	case o.maxInputFiles < 1 || o.maxInputFiles > 100000:
-		return fmt.Errorf("max-input-files must be between 1 and 100000, not %d", o.maxInputFiles)
 	case o.maxQueue < 0:
 		return fmt.Errorf("max-queue must not be negative, not %d", o.maxQueue)
 	case o.queueTimeout <= 0:
 		return fmt.Errorf("queue-timeout must be positive, not %s", o.queueTimeout)
-	case o.liveBuffer < 4<<10 || o.liveBuffer > 64<<20:
-		return fmt.Errorf("live-buffer must be between 4KiB and 64MiB, not %s", o.liveBuffer)
-	case o.maxWorkerThreads < 16 || o.maxWorkerThreads > 4096:
-		return fmt.Errorf("max-worker-threads must be between 16 and 4096, not %d", o.maxWorkerThreads)
-	case o.warmCalls < 0 || o.warmCalls > 10000:
-		return fmt.Errorf("warm-calls must be between 0 and 10000, not %d", o.warmCalls)
 	case !(o.idleCPU >= 0.01 && o.idleCPU <= 1):
 		return fmt.Errorf("idle-cpu must be between 0.01 and 1 (a share of one CPU), not %g", o.idleCPU)
 	case o.idleMemorySlack < 0:
 		return fmt.Errorf("idle-memory-slack must not be negative, not %s", o.idleMemorySlack)
-	case o.workerLogPerCall < 1<<10 || o.workerLogPerCall > 64<<20:
-		return fmt.Errorf("worker-log-per-call must be between 1KiB and 64MiB, not %s", o.workerLogPerCall)
-	case o.workerLogRate < 1<<10 || o.workerLogRate > 64<<20:
-		return fmt.Errorf("worker-log-rate must be between 1KiB and 64MiB, not %s", o.workerLogRate)
-	case o.workerOpenFiles < 64 || o.workerOpenFiles > 1<<20:
-		return fmt.Errorf("worker-open-files must be between 64 and 1048576, not %d", o.workerOpenFiles)
 	case o.workerFileSize < 1<<20:
 		return fmt.Errorf("worker-file-size must be at least 1MiB, not %s", o.workerFileSize)
 	case o.progressInterval < 100*time.Millisecond:
@@ -425,28 +397,31 @@ func (o *options) check() error {
 		return fmt.Errorf("drain-timeout must not be negative, not %s", o.drainTimeout)
 	case o.clientMaxCalls < 0 || o.clientMaxCalls > 4096:
 		return fmt.Errorf("client-max-calls must be between 0 (the pool size) and 4096, not %d", o.clientMaxCalls)
-	case o.clientMaxQueue < 0 || o.clientMaxQueue > 4096:
-		return fmt.Errorf("client-max-queue must be between 0 and 4096, not %d", o.clientMaxQueue)
-	case o.maxDisplays < 1 || o.maxDisplays > 1024:
-		return fmt.Errorf("max-displays must be between 1 and 1024, not %d", o.maxDisplays)
-	case o.maxDisplayBytes < 1<<10 || o.maxDisplayBytes > 64<<20:
-		return fmt.Errorf("max-display-bytes must be between 1KiB and 64MiB, not %s", o.maxDisplayBytes)
 	case o.outputTTL < time.Second:
 		return fmt.Errorf("output-ttl must be at least 1s, not %s", o.outputTTL)
-	case o.outputStore < 1<<10 || o.outputStore > 1<<30:
-		return fmt.Errorf("output-store must be between 1KiB and 1GiB, not %s", o.outputStore)
-	case o.outputStoreFiles < 1 || o.outputStoreFiles > 65536:
-		return fmt.Errorf("output-store-files must be between 1 and 65536, not %d", o.outputStoreFiles)
-	case o.maxToolCalls < 1 || o.maxToolCalls > 10000:
-		return fmt.Errorf("max-tool-calls must be between 1 and 10000, not %d", o.maxToolCalls)
-	case o.toolConcurrency < 1 || o.toolConcurrency > 64:
-		return fmt.Errorf("tool-concurrency must be between 1 and 64, not %d", o.toolConcurrency)
-	case o.maxToolListing < 1<<10 || o.maxToolListing > 1<<20:
-		return fmt.Errorf("max-tool-listing must be between 1KiB and 1MiB, not %s", o.maxToolListing)
-	case o.maxToolMessage < 64<<10 || o.maxToolMessage > 256<<20:
-		return fmt.Errorf("max-tool-message must be between 64KiB and 256MiB, not %s", o.maxToolMessage)
 	case o.authIssuer == "" && (o.authJWKSURL != "" || len(o.authAudience) > 0):
 		return errors.New("auth-jwks-url and auth-audience need auth-issuer: the authorization server whose tokens to accept")
+	}
+	if err := firstError(
+		outside("max-code", o.maxCode, 1<<10, 32<<20),
+		outside("max-input-files", o.maxInputFiles, 1, 100000),
+		outside("live-buffer", o.liveBuffer, 4<<10, 64<<20),
+		outside("max-worker-threads", o.maxWorkerThreads, 16, 4096),
+		outside("warm-calls", o.warmCalls, 0, 10000),
+		outside("worker-log-per-call", o.workerLogPerCall, 1<<10, 64<<20),
+		outside("worker-log-rate", o.workerLogRate, 1<<10, 64<<20),
+		outside("worker-open-files", o.workerOpenFiles, 64, 1<<20),
+		outside("client-max-queue", o.clientMaxQueue, 0, 4096),
+		outside("max-displays", o.maxDisplays, 1, 1024),
+		outside("max-display-bytes", o.maxDisplayBytes, 1<<10, 64<<20),
+		outside("output-store", o.outputStore, 1<<10, 1<<30),
+		outside("output-store-files", o.outputStoreFiles, 1, 65536),
+		outside("max-tool-calls", o.maxToolCalls, 1, 10000),
+		outside("tool-concurrency", o.toolConcurrency, 1, 64),
+		outside("max-tool-listing", o.maxToolListing, 1<<10, 1<<20),
+		outside("max-tool-message", o.maxToolMessage, 64<<10, 256<<20),
+	); err != nil {
+		return err
 	}
 	if err := o.checkSessions(); err != nil {
 		return err
@@ -490,16 +465,36 @@ func (o *options) check() error {
 	return nil
 }
 
+// outside is the error of flag name's value v when it is not between lo
+// and hi, which it writes as the flag takes them (1KiB); nil when it is.
+func outside[T int | byteSize](name string, v, lo, hi T) error {
+	if v < lo || v > hi {
+		return fmt.Errorf("%s must be between %v and %v, not %v", name, lo, hi, v)
+	}
+	return nil
+}
+
+// firstError is the first of errs that is not nil.
+func firstError(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // poolConfig is the supervisor's share of the options.
 func (o *options) poolConfig() supervisor.Config {
 	mounts, _ := o.mounts.parse() // checked by check
 	network, _ := supervisor.ParseNetwork(o.network)
 	isolation, _ := supervisor.ParseIsolation(o.isolation)
 	wall, _ := oswall.ParseMode(o.osSandbox)
+	py := o.pool(lang.Python) // the first language's; languageConfig has each one's
 	return supervisor.Config{
-		Workers:      o.workers,
+		Workers:      py.workers,
 		Timeout:      o.timeout,
-		MemoryLimit:  int64(o.memoryLimit),
+		MemoryLimit:  int64(py.memoryLimit),
 		MaxOutput:    int(o.maxOutput),
 		MaxQueue:     o.maxQueue,
 		QueueTimeout: o.queueTimeout,

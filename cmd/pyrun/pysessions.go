@@ -4,10 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/sessions"
@@ -32,12 +32,13 @@ func (o *options) checkSessions() error {
 		return fmt.Errorf("session-idle must be positive, not %s", o.sessionIdle)
 	case o.sessionMaxAge <= 0:
 		return fmt.Errorf("session-max-age must be positive, not %s", o.sessionMaxAge)
-	case o.maxSessions < 1 || o.maxSessions > 256:
-		return fmt.Errorf("max-sessions must be between 1 and 256, not %d", o.maxSessions)
-	case o.clientMaxSessions < 1 || o.clientMaxSessions > 256:
-		return fmt.Errorf("client-max-sessions must be between 1 and 256, not %d", o.clientMaxSessions)
-	case o.sessionSpares < 0 || o.sessionSpares > 16:
-		return fmt.Errorf("session-spares must be between 0 and 16, not %d", o.sessionSpares)
+	}
+	if err := firstError(
+		outside("max-sessions", o.maxSessions, 1, 256),
+		outside("client-max-sessions", o.clientMaxSessions, 1, 256),
+		outside("session-spares", o.sessionSpares, 0, 16),
+	); err != nil {
+		return err
 	}
 	if o.instanceID == "" {
 		return nil
@@ -71,10 +72,11 @@ func (o *options) mcpSessionOptions() mcp.SessionOptions {
 	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, IdleCPU: o.idleCPU}
 }
 
-// startSessions keeps Python sessions on workers pool starts for them.
-func startSessions(o *options, pool *supervisor.Pool, log hclog.Logger) *sessions.Manager {
+// startSessions keeps sessions of l on workers pool starts for them.
+func startSessions(o *options, l lang.Language, pool *supervisor.Pool, log hclog.Logger) *sessions.Manager {
 	return sessions.New(sessions.Options{
 		Instance: o.instance(),
+		Language: l.Title,
 		Start: func(ctx context.Context, exited func()) (sessions.Worker, error) {
 			return pool.StartDedicated(ctx, exited)
 		},
@@ -82,14 +84,4 @@ func startSessions(o *options, pool *supervisor.Pool, log hclog.Logger) *session
 		Anonymous: mcp.Anonymous,
 		Log:       log.Named("sessions"),
 	})
-}
-
-// closeSessions lets running session calls finish, within the bound the
-// pool's calls get, and ends every session.
-func closeSessions(m *sessions.Manager, pool *supervisor.Pool, log hclog.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), pool.Config().Timeout+5*time.Second)
-	defer cancel()
-	if err := m.Close(ctx); err != nil {
-		log.Warn("ending Python sessions", "error", err)
-	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/localsock"
@@ -77,7 +78,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	maxConns := o.maxConns
 	if maxConns == 0 {
 		// Room for each worker's pipes and files, and pyrun's own.
-		maxConns = netguard.TotalFor(64 + 32*o.workers)
+		maxConns = netguard.TotalFor(64 + 32*o.pool(lang.Python).workers)
 	}
 	conns := netguard.Listen(ln, netguard.Limits{Total: maxConns, PerAddr: o.maxConnsPerAddr})
 	guard, err := newGuard(o, ln.Addr().String(), log.Named("access"))

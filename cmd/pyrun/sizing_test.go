@@ -29,8 +29,8 @@ func workerMemory(limit int64) int64 { return supervisor.MemoryCeiling(limit) + 
 func memoryFor(o *options) (most, idle int64) {
 	most, idle = 256*mi, 128*mi
 	for _, l := range o.enabledLanguages() {
-		most += int64(l.spec.workers(o)+o.maxSessions) * workerMemory(int64(l.spec.memoryLimit(o)))
-		idle += int64(l.spec.workers(o)+o.sessionSpares) * idleWorker[l.spec.name]
+		most += int64(o.pool(l).workers+o.maxSessions) * workerMemory(int64(o.pool(l).memoryLimit))
+		idle += int64(o.pool(l).workers+o.sessionSpares) * idleWorker[l.ID]
 	}
 	return most, idle
 }
@@ -39,7 +39,7 @@ func memoryFor(o *options) (most, idle int64) {
 func workersFor(o *options) int {
 	n := 0
 	for _, l := range o.enabledLanguages() {
-		n += l.spec.workers(o) + o.maxSessions
+		n += o.pool(l).workers + o.maxSessions
 	}
 	return n
 }

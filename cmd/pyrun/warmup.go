@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/packages"
 )
@@ -177,7 +178,7 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 		}},
 	}
 	for _, l := range o.enabledLanguages() {
-		if l.engine == supervisor.Python {
+		if l.ID == lang.Python.ID {
 			steps = append(steps, python...)
 			continue
 		}

@@ -8,10 +8,3 @@ func (g *Guard) SetMinRefresh(d time.Duration) {
 	defer g.jwt.keys.mu.Unlock()
 	g.jwt.keys.minRefresh = d
 }
-
-// Fetches is how many times the keys have been fetched.
-func (g *Guard) Fetches() int {
-	g.jwt.keys.mu.Lock()
-	defer g.jwt.keys.mu.Unlock()
-	return g.jwt.keys.fetches
-}

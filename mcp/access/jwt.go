@@ -106,7 +106,6 @@ type keySet struct {
 	tried    time.Time     // the last fetch's start
 	err      error         // of the last fetch
 	fetching chan struct{} // non-nil while a fetch runs; closed when it ends
-	fetches  int           // fetches started, for tests
 }
 
 // Key set refresh defaults.
@@ -149,7 +148,6 @@ func (k *keySet) get(ctx context.Context, kid, alg string) (*jose.JSONWebKey, er
 		}
 		ch := make(chan struct{})
 		k.fetching, k.tried = ch, time.Now()
-		k.fetches++
 		k.mu.Unlock()
 
 		// One client's cancelled request must not fail the fetch others wait for.

@@ -177,13 +177,6 @@ func (h *Hub) Close() {
 	h.retiring.Wait()
 }
 
-// Configured reports whether any server is configured.
-func (h *Hub) Configured() bool {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return len(h.servers) > 0
-}
-
 func (h *Hub) changed() {
 	h.mu.Lock()
 	h.catalog = nil

@@ -115,9 +115,8 @@ func IsURL(s string) bool {
 
 // wheelhouse is a directory of wheels, read again when it changes.
 type wheelhouse struct {
-	dir   string
-	read  map[string]wheelEntry // by file name
-	mtime time.Time
+	dir  string
+	read map[string]wheelEntry // by file name
 }
 
 type wheelEntry struct {

@@ -91,7 +91,6 @@ type Resolver struct {
 	index  string // URL ending in / or a directory
 	client *http.Client
 	log    hclog.Logger
-	env    map[string]string
 	fetchG singleflight.Group
 
 	pypiBase string // ends in /; "": PyPI is not asked

@@ -30,8 +30,8 @@ func (m *Manager) checkInstance(id string) error {
 		return nil
 	}
 	if ValidInstance(inst) == nil && len(rest) == 32 && isHex(rest) {
-		return fmt.Errorf("%w: session %q was started by pyrun instance %q, and this is instance %q; the call must reach %q (a load balancer routes on the Mcp-Param-Session-Id header)",
-			ErrOtherInstance, id, inst, m.opts.Instance, inst)
+		return m.errorf(ErrOtherInstance, ": session %q was started by pyrun instance %q, and this is instance %q; the call must reach %q (a load balancer routes on the Mcp-Param-Session-Id header)",
+			id, inst, m.opts.Instance, inst)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package sessions_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -48,5 +49,51 @@ func TestLanguagesRefuseAnotherLanguagesSession(t *testing.T) {
 	}
 	if s := langs.Stats(); s.Open != 1 || s.Starts != 1 {
 		t.Errorf("stats: %d open, %d started; want 1 and 1", s.Open, s.Starts)
+	}
+}
+
+// stubWorker is a session's worker that runs nothing and is never lost.
+type stubWorker struct{}
+
+func (stubWorker) Run(context.Context, supervisor.Job, supervisor.Events) (supervisor.Result, error) {
+	return supervisor.Result{Status: supervisor.StatusSuccess}, nil
+}
+func (stubWorker) Lost() string { return "" }
+func (stubWorker) Close()       {}
+func (stubWorker) Kill(string)  {}
+
+// A Manager's errors name its language, and still wrap the conditions
+// callers test; one given no language names Python's.
+func TestErrorsNameTheLanguage(t *testing.T) {
+	for lang, word := range map[string]string{"R": "R", "JavaScript": "JavaScript", "": "Python"} {
+		m := sessions.New(sessions.Options{
+			Instance: "test-1", Language: lang, Limits: sessions.Limits{Max: 1, Spares: -1},
+			Start: func(context.Context, func()) (sessions.Worker, error) { return stubWorker{}, nil },
+		})
+		run := func(id string) error {
+			_, err := m.Run(t.Context(), sessions.Call{Session: id, Job: supervisor.Job{ID: "1", Code: "1", Client: "anonymous"}}, nil)
+			return err
+		}
+		if err := run("test-1.nope"); !errors.Is(err, sessions.ErrUnknown) ||
+			err.Error() != `unknown `+word+` session: no `+word+` session "test-1.nope" is open here` {
+			t.Errorf("%q: unknown id: %v", lang, err)
+		}
+		if err := run(sessions.NewSession); err != nil {
+			t.Fatalf("%q: new session: %v", lang, err)
+		}
+		if err := run(sessions.NewSession); !errors.Is(err, sessions.ErrTooMany) ||
+			!strings.HasPrefix(err.Error(), "too many "+word+" sessions: 1 are open") {
+			t.Errorf("%q: a second session past max 1: %v", lang, err)
+		}
+		if err := m.Close(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if err := run(sessions.NewSession); !errors.Is(err, sessions.ErrClosed) ||
+			err.Error() != "pyrun is shutting down; its "+word+" sessions have ended" {
+			t.Errorf("%q: after Close: %v", lang, err)
+		}
+	}
+	if got := sessions.ErrLost.Error(); got != "the session was lost" {
+		t.Errorf("ErrLost says %q", got)
 	}
 }

@@ -23,7 +23,7 @@ func (m *Manager) expire() {
 			}
 			// No call runs, so Lost does not wait.
 			if why := s.w.Lost(); why != "" {
-				m.endLocked(s, lostReason(why), fmt.Errorf("%w: session %q ended because its worker was lost while idle (%s), and its state with it", ErrLost, s.id, why))
+				m.endLocked(s, lostReason(why), m.errorf(ErrLost, ": session %q ended because its worker was lost while idle (%s), and its state with it", s.id, why))
 				continue
 			}
 			idleAt := s.lastUsed.Add(m.limits.Idle)
@@ -33,7 +33,7 @@ func (m *Manager) expire() {
 				m.endLocked(s, EndMaxAge, m.ageErr(s))
 				continue
 			case !now.Before(idleAt):
-				m.endLocked(s, EndIdle, fmt.Errorf("%w: session %q had no call for %s (session_idle)", ErrExpired, s.id, m.limits.Idle))
+				m.endLocked(s, EndIdle, m.errorf(ErrExpired, ": session %q had no call for %s (session_idle)", s.id, m.limits.Idle))
 				continue
 			}
 			if d := min(idleAt.Sub(now), ageAt.Sub(now)); next < 0 || d < next {
@@ -91,7 +91,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		select {
 		case <-idle:
 		case <-ctx.Done():
-			err = fmt.Errorf("close Python sessions: calls still running: %w", ctx.Err())
+			err = fmt.Errorf("close %s sessions: calls still running: %w", m.lang, ctx.Err())
 			m.mu.Lock()
 			for _, s := range m.open {
 				if s.held {
@@ -104,7 +104,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	}
 	m.mu.Lock()
 	for _, s := range m.open {
-		m.endLocked(s, EndShutdown, ErrClosed)
+		m.endLocked(s, EndShutdown, m.errorf(ErrClosed, ""))
 	}
 	for _, sp := range m.spares {
 		m.closeWorker(sp.w)

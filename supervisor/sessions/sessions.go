@@ -1,4 +1,4 @@
-// Package sessions keeps Python sessions: interpreter state that lasts
+// Package sessions keeps sessions of a language: interpreter state that lasts
 // across calls. Each session owns one worker of its own (started on demand,
 // never taken from the stateless pool), has a server-minted id, belongs to
 // the client that started it, runs its calls one at a time in the order
@@ -15,6 +15,7 @@
 package sessions
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,27 +34,51 @@ import (
 const NewSession = "new"
 
 // The conditions a call to a session can fail on, before or instead of
-// running. Each error wraps one and says what happened to that session.
+// running. Each error a Manager returns wraps one, names the Manager's
+// language ("unknown R session") and says what happened to that session.
 var (
 	// ErrUnknown: no session of that id is known here, or it belongs to
 	// another client (who cannot tell the two apart).
-	ErrUnknown = errors.New("unknown Python session")
+	ErrUnknown = condition("unknown %ssession")
 	// ErrEnded: the session was ended by its client.
-	ErrEnded = errors.New("the Python session has ended")
+	ErrEnded = condition("the %ssession has ended")
 	// ErrExpired: the session was idle too long or reached its maximum age.
-	ErrExpired = errors.New("the Python session has expired")
+	ErrExpired = condition("the %ssession has expired")
 	// ErrLost: the session's worker was killed or died, and its state with it.
-	ErrLost = errors.New("the Python session was lost")
+	ErrLost = condition("the %ssession was lost")
 	// ErrTooMany: a new session would pass --max-sessions or
 	// --client-max-sessions.
-	ErrTooMany = errors.New("too many Python sessions")
+	ErrTooMany = condition("too many %ssessions")
 	// ErrOtherInstance: the id names a session of another pyrun instance.
-	ErrOtherInstance = errors.New("the Python session belongs to another pyrun instance")
+	ErrOtherInstance = condition("the %ssession belongs to another pyrun instance")
 	// ErrClosed: pyrun is shutting down.
-	ErrClosed = errors.New("pyrun is shutting down; its Python sessions have ended")
+	ErrClosed = condition("pyrun is shutting down; its %ssessions have ended")
 	// ErrStart: no worker could be started for the new session.
-	ErrStart = errors.New("no worker could be started for the Python session")
+	ErrStart = condition("no worker could be started for the %ssession")
 )
+
+// condition is an ErrXxx: its words, with a %s where the language's name
+// goes (followed by a space), which its own Error leaves out.
+type condition string
+
+func (c condition) Error() string { return fmt.Sprintf(string(c), "") }
+
+// sessionError is an error of a condition, worded for a Manager's
+// language.
+type sessionError struct {
+	cond condition
+	msg  string
+}
+
+func (e *sessionError) Error() string { return e.msg }
+func (e *sessionError) Unwrap() error { return e.cond }
+
+// errorf is an error of cond in m's language: cond's words, then
+// format's.
+func (m *Manager) errorf(cond error, format string, args ...any) error {
+	c := cond.(condition)
+	return &sessionError{cond: c, msg: fmt.Sprintf(string(c), m.lang+" ") + fmt.Sprintf(format, args...)}
+}
 
 // Reasons a session ends, as Stats.Ends counts them and logs say.
 const (
@@ -110,22 +135,20 @@ const (
 )
 
 func (l Limits) withDefaults() Limits {
-	if l.Idle <= 0 {
-		l.Idle = DefaultIdle
-	}
-	if l.MaxAge <= 0 {
-		l.MaxAge = DefaultMaxAge
-	}
-	if l.Max <= 0 {
-		l.Max = DefaultMax
-	}
-	if l.ClientMax <= 0 {
-		l.ClientMax = DefaultClientMax
-	}
-	if l.Spares == 0 {
-		l.Spares = DefaultSpares
-	}
+	l.Idle = positiveOr(l.Idle, DefaultIdle)
+	l.MaxAge = positiveOr(l.MaxAge, DefaultMaxAge)
+	l.Max = positiveOr(l.Max, DefaultMax)
+	l.ClientMax = positiveOr(l.ClientMax, DefaultClientMax)
+	l.Spares = cmp.Or(l.Spares, DefaultSpares)
 	return l
+}
+
+// positiveOr is v, or def when v is not positive.
+func positiveOr[T ~int | ~int64](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // Options configure a Manager. They are copied.
@@ -136,6 +159,9 @@ type Options struct {
 	// worker's process has ended, however that happened.
 	Start  func(ctx context.Context, exited func()) (Worker, error)
 	Limits Limits
+	// Language is how errors name the sessions' language ("R": "unknown
+	// R session"); "": Python.
+	Language string
 	// Anonymous is the client of calls without credentials: its sessions
 	// are not bounded by ClientMax, and any anonymous call may use them
 	// (their ids are the secret). "": every client is bounded and owns
@@ -176,6 +202,7 @@ type Stats struct {
 type Manager struct {
 	opts Options
 	log  hclog.Logger
+	lang string // Options.Language, or Python
 
 	wake chan struct{} // tells the expiry loop to look again
 	stop chan struct{} // closed by Close: the expiry loop ends
@@ -231,6 +258,7 @@ func New(o Options) *Manager {
 	m := &Manager{
 		opts:     o,
 		log:      o.Log,
+		lang:     cmp.Or(o.Language, "Python"),
 		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		limits:   o.Limits.withDefaults(),
@@ -310,7 +338,7 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return nil, ErrClosed
+		return nil, m.errorf(ErrClosed, "")
 	}
 	l := m.limits
 	total, mine := len(m.open), 0
@@ -328,10 +356,10 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 	switch {
 	case total >= l.Max:
 		m.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d are open, the most pyrun allows (max_sessions); end one with end_session, or wait for one to expire", ErrTooMany, total)
+		return nil, m.errorf(ErrTooMany, ": %d are open, the most pyrun allows (max_sessions); end one with end_session, or wait for one to expire", total)
 	case client != m.opts.Anonymous && mine >= l.ClientMax:
 		m.mu.Unlock()
-		return nil, fmt.Errorf("%w: this client has %d open, the most one client may have (client_max_sessions); end one with end_session, or wait for one to expire", ErrTooMany, mine)
+		return nil, m.errorf(ErrTooMany, ": this client has %d open, the most one client may have (client_max_sessions); end one with end_session, or wait for one to expire", mine)
 	}
 	m.starting[client]++
 	m.running++ // Close waits for the start, then for the call
@@ -355,17 +383,17 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 		m.doneLocked()
 		m.counts.StartFailures++
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("start a Python session: %w", ctx.Err())
+			return nil, fmt.Errorf("start a new %s session: %w", m.lang, ctx.Err())
 		}
 		if errors.Is(err, supervisor.ErrClosed) {
-			return nil, ErrClosed
+			return nil, m.errorf(ErrClosed, "")
 		}
-		return nil, fmt.Errorf("%w: %v", ErrStart, err)
+		return nil, m.errorf(ErrStart, ": %v", err)
 	}
 	if m.closed {
 		m.doneLocked()
 		m.closeWorker(w)
-		return nil, ErrClosed
+		return nil, m.errorf(ErrClosed, "")
 	}
 	now := time.Now()
 	s := &session{id: m.mint(), owner: client, w: w, started: now, lastUsed: now, busy: 1, held: true}
@@ -389,7 +417,7 @@ func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*se
 	if s == nil || !m.owns(s.owner, client) {
 		err := m.goneErrLocked(id, client)
 		if s != nil {
-			m.log.Warn("refused a call to another client's Python session", "python_session", id,
+			m.log.Warn("refused a call to another client's session", "python_session", id,
 				"client", client, "owner", s.owner)
 		}
 		m.mu.Unlock()
@@ -397,7 +425,7 @@ func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*se
 	}
 	if m.closed {
 		m.mu.Unlock()
-		return nil, ErrClosed
+		return nil, m.errorf(ErrClosed, "")
 	}
 	s.busy++
 	if !s.held {
@@ -422,7 +450,7 @@ func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*se
 			m.passLocked(s) // the turn came as the call gave up: pass it on
 		}
 		s.busy--
-		return nil, fmt.Errorf("waiting for the Python session's previous call: %w", ctx.Err())
+		return nil, fmt.Errorf("waiting for the %s session's previous call: %w", m.lang, ctx.Err())
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -430,7 +458,7 @@ func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*se
 		// The session ended while this call waited in line.
 		err := m.goneErrLocked(id, client)
 		if m.closed && m.open[id] == s {
-			err = ErrClosed
+			err = m.errorf(ErrClosed, "")
 		}
 		m.passLocked(s)
 		s.busy--
@@ -449,7 +477,7 @@ func (m *Manager) goneErrLocked(id, client string) error {
 	if t, ok := m.gone[id]; ok && m.owns(t.owner, client) {
 		return t.err
 	}
-	return fmt.Errorf("%w: no Python session %q is open here", ErrUnknown, clip(id, 80))
+	return m.errorf(ErrUnknown, ": no %s session %q is open here", m.lang, clip(id, 80))
 }
 
 func clip(s string, n int) string {
@@ -486,7 +514,7 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	res.SessionID = s.id
 	switch {
 	case lost != "":
-		e := fmt.Errorf("%w: session %q ended because its worker was lost (%s), and its state with it", ErrLost, s.id, lost)
+		e := m.errorf(ErrLost, ": session %q ended because its worker was lost (%s), and its state with it", s.id, lost)
 		m.endLocked(s, lostReason(lost), e)
 		if res.Status == "" {
 			return res, e
@@ -495,7 +523,7 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 			`; the next call with this session_id gets an error: start a new session with session_id "new"`
 		return res, err
 	case c.End:
-		m.endLocked(s, EndClient, fmt.Errorf("%w: session %q was ended by its client (end_session)", ErrEnded, s.id))
+		m.endLocked(s, EndClient, m.errorf(ErrEnded, ": session %q was ended by its client (end_session)", s.id))
 	case time.Since(s.started) >= m.limits.MaxAge:
 		m.endLocked(s, EndMaxAge, m.ageErr(s))
 	}
@@ -506,7 +534,7 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 }
 
 func (m *Manager) ageErr(s *session) error {
-	return fmt.Errorf("%w: session %q reached its maximum age of %s (session_max_age)", ErrExpired, s.id, m.limits.MaxAge)
+	return m.errorf(ErrExpired, ": session %q reached its maximum age of %s (session_max_age)", s.id, m.limits.MaxAge)
 }
 
 // doneLocked counts a call (or start) off, telling a waiting Close when it

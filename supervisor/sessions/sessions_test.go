@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
@@ -25,16 +26,7 @@ var (
 	runtimeErr  error
 )
 
-func testLogger(t *testing.T) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: testWriter{t}})
-}
-
-type testWriter struct{ t *testing.T }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
+func testLogger(t *testing.T) hclog.Logger { return testlog.New(t) }
 
 // manager is a Manager on a one-worker pool, closed with the test.
 func manager(t *testing.T, limits sessions.Limits) (*sessions.Manager, *supervisor.Pool) {

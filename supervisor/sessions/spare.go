@@ -107,7 +107,7 @@ func (m *Manager) startSpare() {
 	m.spareDone = make(chan struct{})
 	if err != nil {
 		if !m.closed {
-			m.log.Warn("a worker for the next Python session did not start", "error", err.Error())
+			m.log.Warn("a worker for the next session did not start", "error", err.Error())
 		}
 		return
 	}
@@ -116,7 +116,7 @@ func (m *Manager) startSpare() {
 		return
 	}
 	m.spares = append(m.spares, spareWorker{w: w, ready: time.Now()})
-	m.log.Debug("a worker waits for the next Python session", "startup", time.Since(began).Round(time.Millisecond))
+	m.log.Debug("a worker waits for the next session", "startup", time.Since(began).Round(time.Millisecond))
 	m.kick() // the expiry loop drops it when it has waited too long
 }
 

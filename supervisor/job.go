@@ -1,0 +1,40 @@
+package supervisor
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Job is one call to run.
+type Job struct {
+	// ID names the call in logs and in the worker protocol.
+	ID   string
+	Code string
+	// Language is the engine the call is for (Engine.Name), for Pools;
+	// "": Python.
+	Language string
+	// Globals is a JSON object of names to bind in the call's globals; empty
+	// for none. The front end has checked that it is an object.
+	Globals json.RawMessage
+	// Timeout is the call's own limit; 0 or more than the pool's Timeout
+	// means the pool's.
+	Timeout time.Duration
+	// Client names who asked (a token's name, a JWT's subject), and
+	// Session the MCP session it came in, for logs.
+	Client  string
+	Session string
+	// PythonSession is the id of the Python session the call runs in, for
+	// logs; empty for a stateless call.
+	PythonSession string
+	// Files are written into the working directory before the code runs;
+	// the front end has checked their paths (CheckInputPath). nil: none.
+	Files []InputFile
+	// KeepOutput leaves /output/ as the worker's previous call left it,
+	// for a session; false empties it before and after the call.
+	KeepOutput bool
+	// Tools runs the host calls the code makes (tool_call events); nil:
+	// it can make none. Catalog describes them to the code, as JSON the
+	// supervisor passes on unread; empty: none.
+	Tools   ToolCaller
+	Catalog json.RawMessage
+}
