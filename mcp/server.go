@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/pyrun/pyrun/mcp/codemode"
+	"github.com/pyrun/pyrun/mcp/flow"
 	"github.com/pyrun/pyrun/mcp/outputs"
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -39,8 +40,8 @@ type Options struct {
 	// DefaultMaxInputFiles.
 	MaxInputFiles int
 	Network       supervisor.Network
-	Live          LiveOptions    // what a call sends its client while it runs
-	Delivery      DeliveryLimits // results waiting to be written (delivery.go)
+	Live          LiveOptions         // what a call sends its client while it runs
+	Delivery      flow.DeliveryLimits // results waiting to be written
 	// Sessions are the Python sessions' lifetimes and bound, for the tool
 	// description; zero: no sessions (see UseSessions).
 	Sessions SessionOptions
@@ -57,8 +58,8 @@ type Options struct {
 	// Languages are the languages served, a tool each, in order; nil:
 	// Python alone. The pool runs each call by its Job.Language.
 	Languages []Language
-	// Requests bound the request bytes pyrun holds (requestbytes.go).
-	Requests RequestLimits
+	// Requests bound the request bytes pyrun holds.
+	Requests flow.RequestLimits
 	// CodeMode gives calls the tools of other MCP servers (mcp_tools in
 	// Python); nil: none. Its changes reach clients as a changed tool
 	// description (see New).
@@ -73,10 +74,8 @@ type Server struct {
 	log   hclog.Logger
 	sdk   *sdk.Server
 	names sessionNames
-	live  liveStreams
 	// levels knows the sessions that set a log level, for wantsLive.
 	levels logLevels
-	posts  posts // HTTP requests that carry calls, for CancelOnDisconnect
 	// outputs holds the /output/ files of calls for resources/read;
 	// reading bounds the bytes of them read into memory at once.
 	outputs *outputs.Store
@@ -101,8 +100,8 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 		tools:   newLanguageTools(opts.languages()), published: map[string]string{},
 		tasks: newTaskStore(opts.Tasks.withDefaults())}
 	s.front.init()
-	s.front.out.setLimits(opts.Delivery)
-	s.front.bytes.setLimits(opts.Requests)
+	s.front.out.SetLimits(opts.Delivery)
+	s.front.bytes.SetLimits(opts.Requests)
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: "pyrun", Title: "pyrun: Python in a sandbox", Version: opts.Version},
 		&sdk.ServerOptions{
 			Instructions: instructions(opts.languages()),

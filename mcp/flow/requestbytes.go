@@ -1,4 +1,4 @@
-package mcp
+package flow
 
 import (
 	"context"
@@ -45,10 +45,10 @@ func (l RequestLimits) withDefaults() RequestLimits {
 // pyrun, or its client, holds as many request bytes as it may.
 var ErrRequestBytes = errors.New("pyrun is busy")
 
-// requestBytes counts the request bytes held, per client and in all. Its
+// RequestBytes count the request bytes held, per client and in all. Its
 // methods are safe for concurrent use.
-type requestBytes struct {
-	counters *frontCounters
+type RequestBytes struct {
+	counters *Counters
 
 	mu       sync.Mutex
 	lim      RequestLimits
@@ -58,62 +58,65 @@ type requestBytes struct {
 	waiting  int           // readers in wait, for tests
 }
 
-func newRequestBytes(c *frontCounters) *requestBytes {
-	return &requestBytes{counters: c, lim: RequestLimits{}.withDefaults(), byClient: map[string]int64{},
+// NewRequestBytes counts request bytes, and what its limits refuse in c.
+func NewRequestBytes(c *Counters) *RequestBytes {
+	return &RequestBytes{counters: c, lim: RequestLimits{}.withDefaults(), byClient: map[string]int64{},
 		changed: make(chan struct{})}
 }
 
-func (b *requestBytes) setLimits(l RequestLimits) {
+// SetLimits puts new limits in force.
+func (b *RequestBytes) SetLimits(l RequestLimits) {
 	b.mu.Lock()
 	b.lim = l.withDefaults()
 	b.mu.Unlock()
 }
 
-func (b *requestBytes) limits() RequestLimits {
+// Limits are the limits in force.
+func (b *RequestBytes) Limits() RequestLimits {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.lim
 }
 
-// held is what all clients hold now.
-func (b *requestBytes) held() int64 {
+// Held is what all clients hold now.
+func (b *RequestBytes) Held() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.total
 }
 
-// reserve counts n more bytes held for client, or refuses them with an
+// Reserve counts n more bytes held for client, or refuses them with an
 // error wrapping ErrRequestBytes (counted in pyrun_requests_refused_total)
 // when they would take the client or pyrun past its limit. A client that
 // holds nothing always gets its first request's bytes within the client
 // limit, which the options check is at least a request's largest size.
 // The function returned gives the bytes back; it may be called once.
-func (b *requestBytes) reserve(client string, n int64) (func(), error) {
+func (b *RequestBytes) Reserve(client string, n int64) (func(), error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	mine := b.byClient[client]
 	switch {
 	case mine+n > b.lim.ClientMaxBytes:
-		b.counters.refused.WithLabelValues("client_max_request_bytes").Inc()
+		b.counters.Refused.WithLabelValues("client_max_request_bytes").Inc()
 		return nil, fmt.Errorf("%w for this client: client %s's requests in flight hold %s, and this one of %s would take them past the %s one client may have held at once (client_max_request_bytes); try again when its calls have finished",
 			ErrRequestBytes, client, sizeString(mine), sizeString(n), sizeString(b.lim.ClientMaxBytes))
 	case b.total+n > b.lim.MaxBytes:
-		b.counters.refused.WithLabelValues("max_request_bytes").Inc()
+		b.counters.Refused.WithLabelValues("max_request_bytes").Inc()
 		return nil, fmt.Errorf("%w: the requests in flight of all clients hold %s, and this one of %s would take them past the %s pyrun holds at once (max_request_bytes); try again later",
 			ErrRequestBytes, sizeString(b.total), sizeString(n), sizeString(b.lim.MaxBytes))
 	}
 	return b.addLocked(client, n), nil
 }
 
-// force counts n bytes held for client without refusing them: for stdio,
-// whose reader waits for room instead (wait).
-func (b *requestBytes) force(client string, n int64) func() {
+// Force counts n bytes held for client without refusing them: for stdio,
+// whose reader waits for room instead (Wait).
+func (b *RequestBytes) Force(client string, n int64) func() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.addLocked(client, n)
 }
 
-func (b *requestBytes) addLocked(client string, n int64) func() {
+func (b *RequestBytes) addLocked(client string, n int64) func() {
 	b.byClient[client] += n
 	b.total += n
 	var once sync.Once
@@ -131,9 +134,9 @@ func (b *requestBytes) addLocked(client string, n int64) func() {
 	}
 }
 
-// wait returns once client holds nothing, or little enough that n more
+// Wait returns once client holds nothing, or little enough that n more
 // bytes fit within its limit, or ctx ends. It reports whether it waited.
-func (b *requestBytes) wait(ctx context.Context, client string, n int64) (bool, error) {
+func (b *RequestBytes) Wait(ctx context.Context, client string, n int64) (bool, error) {
 	for waited := false; ; waited = true {
 		b.mu.Lock()
 		mine, changed := b.byClient[client], b.changed
@@ -156,6 +159,13 @@ func (b *requestBytes) wait(ctx context.Context, client string, n int64) (bool, 
 			return waited, err
 		}
 	}
+}
+
+// Waiting is how many readers wait in Wait, for tests.
+func (b *RequestBytes) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.waiting
 }
 
 // sizeString writes n bytes for people: 512 bytes, 3.0 MiB.

@@ -1,0 +1,817 @@
+package httpfront_test
+
+// Tests of the HTTP front end as its clients see it: pyrun's MCP server
+// (mcp.New) on a stand-in pool (mcptest), served by httpfront over a
+// loopback port, driven by the go-sdk's clients and by raw HTTP. They need
+// no worker runtime; cmd/pyrun's tests drive the same handler in the built
+// binary with real workers.
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/mcp/flow"
+	"github.com/pyrun/pyrun/mcp/httpfront"
+	"github.com/pyrun/pyrun/mcp/mcptest"
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+func testLogger(t *testing.T) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: t.Output()})
+}
+
+// front is pyrun's MCP server behind an httpfront.Handler on a loopback
+// port, with /metrics and /healthz.
+type front struct {
+	srv  *mcp.Server
+	h    *httpfront.Handler
+	base string // http://127.0.0.1:port
+	addr string
+}
+
+// startFront serves r's calls; ho.Stats defaults to one idle worker.
+func startFront(t *testing.T, r mcp.Runner, mo mcp.Options, ho httpfront.Options) *front {
+	t.Helper()
+	if ho.Stats == nil {
+		ho.Stats = func() supervisor.Stats { return supervisor.Stats{Workers: 1, Ready: 1} }
+	}
+	srv := mcp.New(r, mo, testLogger(t))
+	h := srv.HTTPHandler(mcp.HTTPOptions{Options: ho, Metrics: mcp.NewMetrics("test", ho.Stats)})
+	ts := httptest.NewServer(h)
+	t.Cleanup(ts.Close)
+	return &front{srv: srv, h: h, base: ts.URL, addr: ts.Listener.Addr().String()}
+}
+
+// sessionRevision is the revision of the sessions these tests open
+// (Mcp-Session-Id, DELETE): 2026-07-28 has none.
+const sessionRevision = "2025-11-25"
+
+// connect opens an MCP session of revision ("": the SDK's latest) over
+// transport, closed with the test.
+func connect(t *testing.T, transport sdk.Transport, revision string) *sdk.ClientSession {
+	t.Helper()
+	// Not t.Context(): it is cancelled before the cleanups run, and a
+	// client closed after it cannot say goodbye (DELETE), which leaves the
+	// session's GET stream to hold the test server's Close for 5s.
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "httpfront-test", Version: "test"}, nil).
+		Connect(context.WithoutCancel(t.Context()), transport, &sdk.ClientSessionOptions{ProtocolVersion: revision})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+func callCode(ctx context.Context, cs *sdk.ClientSession, code string) (*sdk.CallToolResult, error) {
+	return cs.CallTool(ctx, &sdk.CallToolParams{Name: mcp.ToolName, Arguments: map[string]any{"python_code": code}})
+}
+
+// metrics scrapes /metrics into series -> value.
+func (f *front) metrics(t *testing.T) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(f.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	m := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			t.Fatalf("/metrics line %q: %v", line, err)
+		}
+		m[line[:i]] = v
+	}
+	return m
+}
+
+// waitMetric polls /metrics until series satisfies ok, for at most 20s.
+func (f *front) waitMetric(t *testing.T, series string, ok func(float64) bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		v := f.metrics(t)[series]
+		if ok(v) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is %v after 20s", series, v)
+		}
+		time.Sleep(20 * time.Millisecond) // polling what pyrun exposes, not synchronising
+	}
+}
+
+// health asks /healthz.
+func (f *front) health(t *testing.T) (int, map[string]any) {
+	t.Helper()
+	resp, err := http.Get(f.base + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatalf("/healthz: %v", err)
+	}
+	return resp.StatusCode, body
+}
+
+const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+
+func callBody(id int, code string) string {
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "tools/call",
+		"params": map[string]any{"name": mcp.ToolName, "arguments": map[string]any{"python_code": code}}})
+	return string(b)
+}
+
+// post POSTs one JSON-RPC message to /mcp, in session when not "".
+func post(ctx context.Context, hc *http.Client, base, session, body string) (*http.Response, error) {
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/mcp", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if session != "" {
+		req.Header.Set("Mcp-Session-Id", session)
+		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	}
+	return hc.Do(req)
+}
+
+// openSession initializes a Streamable HTTP session by hand: its id, or ""
+// and the answer when it is refused.
+func openSession(t *testing.T, hc *http.Client, base string) (string, int, string) {
+	t.Helper()
+	resp, err := post(t.Context(), hc, base, "", initBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	id := resp.Header.Get("Mcp-Session-Id")
+	if resp.StatusCode == http.StatusOK && id != "" {
+		r, err := post(t.Context(), hc, base, id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+	}
+	return id, resp.StatusCode, string(body)
+}
+
+// bearer is an HTTP client that sends token.
+func bearer(token string) *http.Client {
+	return &http.Client{Transport: roundTripper(func(r *http.Request) (*http.Response, error) {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+token)
+		return http.DefaultTransport.RoundTrip(r)
+	})}
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// tokens is access control as pyrun's: a token NAME-token is client NAME.
+func tokens(next http.Handler) http.Handler {
+	return auth.RequireBearerToken(func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
+		user, ok := strings.CutSuffix(token, "-token")
+		if !ok || user == "" {
+			return nil, auth.ErrInvalidToken
+		}
+		return &auth.TokenInfo{UserID: user, Expiration: time.Now().Add(time.Hour)}, nil
+	}, nil)(next)
+}
+
+// A pool whose Deno cannot start keeps /healthz at 503 and says why.
+func TestHealthWithoutWorkers(t *testing.T) {
+	dir := t.TempDir()
+	rt := &supervisor.Runtime{Dir: dir, Deno: "/bin/false", DenoDir: dir, WorkDir: dir}
+	pool, err := supervisor.NewPool(rt, supervisor.Config{Workers: 1}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pool.Close(context.Background()) })
+	f := startFront(t, pool, mcp.Options{}, httpfront.Options{Stats: pool.Stats})
+	code, body := f.health(t)
+	for _, k := range []string{"workers_ready", "workers_total", "queued"} {
+		if _, ok := body[k]; !ok {
+			t.Errorf("healthz has no %q: %v", k, body)
+		}
+	}
+	if code != http.StatusServiceUnavailable || body["workers_ready"] != 0.0 || body["workers_total"] != 1.0 {
+		t.Errorf("healthz = %d %v, want 503 with 0 of 1 workers ready", code, body)
+	}
+	// The failed start shows once it has happened.
+	deadline := time.Now().Add(30 * time.Second)
+	for body["status"] != "failing" && time.Now().Before(deadline) {
+		<-time.After(20 * time.Millisecond)
+		code, body = f.health(t)
+	}
+	if code != http.StatusServiceUnavailable || body["status"] != "failing" || body["start_error"] == nil {
+		t.Errorf("healthz = %d %v, want 503, failing, with the start error", code, body)
+	}
+	f.h.Drain()
+	if code, body = f.health(t); code != http.StatusServiceUnavailable || body["status"] != "shutting-down" {
+		t.Errorf("healthz while draining = %d %v, want 503 shutting-down", code, body)
+	}
+}
+
+// The SSE endpoint event names the POST URL the client must use: behind a
+// proxy that strips a prefix, with that prefix.
+func TestSSEEndpointBehindPrefix(t *testing.T) {
+	f := startFront(t, mcptest.NewGate(), mcp.Options{}, httpfront.Options{})
+	for _, tc := range []struct{ prefix, want string }{
+		{"", "/sse?sessionid="},
+		{"/pyrun", "/pyrun/sse?sessionid="},
+		{"/a/b/", "/a/b/sse?sessionid="},
+		{"//evil.example", "/sse?sessionid="},
+		{"https://evil.example", "/sse?sessionid="},
+		{"/x/../y", "/sse?sessionid="},
+	} {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", f.base+"/sse", nil)
+		if tc.prefix != "" {
+			req.Header.Set("X-Forwarded-Prefix", tc.prefix)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(resp.Body)
+		var data string
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				data = d
+				break
+			}
+		}
+		resp.Body.Close()
+		if !strings.HasPrefix(data, tc.want) {
+			t.Errorf("X-Forwarded-Prefix %q: endpoint %q, want %q...", tc.prefix, data, tc.want)
+		}
+	}
+}
+
+// A POST taken in before Drain is waited for by WaitAccepted, so that
+// serve closes its pools only once the call it carries has run: a call
+// that had not reached a pool's queue when the drain began was refused as
+// "shutting down" (seen in TestNginx's rolling restart).
+func TestWaitAcceptedWaitsForCallsTakenInBeforeDrain(t *testing.T) {
+	g := mcptest.NewGate()
+	f := startFront(t, g, mcp.Options{}, httpfront.Options{})
+	cs := connect(t, &sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", MaxRetries: -1}, "")
+	answered := make(chan error, 1)
+	go func() {
+		res, err := callCode(t.Context(), cs, "1")
+		if err == nil && res.IsError {
+			err = fmt.Errorf("tool error: %v", res.Content)
+		}
+		answered <- err
+	}()
+	client := <-g.Started
+	f.h.Drain()
+	waited := make(chan error, 1)
+	go func() { waited <- f.h.WaitAccepted(t.Context()) }()
+	select {
+	case err := <-waited:
+		t.Fatalf("WaitAccepted returned while an accepted call ran: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	g.Release(client)
+	if err := <-answered; err != nil {
+		t.Fatalf("the accepted call: %v", err)
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("WaitAccepted did not return once the call was answered")
+	}
+	// After the drain, nothing new is counted: a bounded wait returns.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := f.h.WaitAccepted(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// While draining, what would open a session or a stream is refused with
+// 503 and Retry-After, and a session already open is still served; then
+// CloseSessions ends the open sessions and their streams.
+func TestDrainAndCloseSessions(t *testing.T) {
+	f := startFront(t, mcptest.Result(supervisor.Result{Status: supervisor.StatusSuccess}), mcp.Options{}, httpfront.Options{})
+	streamable := connect(t, &sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", MaxRetries: -1}, sessionRevision)
+	sse := connect(t, &sdk.SSEClientTransport{Endpoint: f.base + "/sse"}, sessionRevision)
+	f.h.Drain()
+	for _, req := range []*http.Request{
+		httptest.NewRequest("POST", f.base+"/mcp", strings.NewReader(initBody)),
+		httptest.NewRequest("GET", f.base+"/sse", nil),
+	} {
+		req.RequestURI = ""
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Errorf("%s %s while draining: %s, want 503 with Retry-After", req.Method, req.URL.Path, resp.Status)
+		}
+	}
+	for name, cs := range map[string]*sdk.ClientSession{"streamable": streamable, "sse": sse} {
+		if res, err := callCode(t.Context(), cs, "1"); err != nil || res.IsError {
+			t.Errorf("a call in an open %s session while draining: %v %v", name, err, res)
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := f.h.CloseSessions(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.metrics(t)["pyrun_sessions"]; n != 0 {
+		t.Errorf("pyrun_sessions %v after CloseSessions, want 0", n)
+	}
+	if _, err := callCode(ctx, sse, "1"); err == nil {
+		t.Error("a call in an HTTP+SSE session after CloseSessions succeeded")
+	}
+}
+
+// MCP sessions are capped per client (the oldest idle session makes room)
+// and in total (refused, with an error that names the cap); /healthz and
+// /metrics show the figures. (50,000 initialize requests took pyrun to
+// 1.68 GB before.)
+func TestSessionCaps(t *testing.T) {
+	f := startFront(t, mcptest.NewGate(), mcp.Options{}, httpfront.Options{Protect: tokens,
+		Sessions: httpfront.SessionLimits{Max: 5, ClientMax: 3}})
+	a, b, c := bearer("a-token"), bearer("b-token"), bearer("c-token")
+	var first string
+	for i := range 4 {
+		id, code, body := openSession(t, a, f.base)
+		if id == "" {
+			t.Fatalf("client a's session %d: %d %s", i+1, code, body)
+		}
+		if i == 0 {
+			first = id
+		}
+	}
+	// The fourth evicted the first, idle the longest; the SDK closes it
+	// on its own goroutine.
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, err := post(t.Context(), a, f.base, first, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusNotFound {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("client a's first session after its fourth opened: %d, want 404 (evicted)", resp.StatusCode)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for range 2 {
+		if id, code, body := openSession(t, b, f.base); id == "" {
+			t.Fatalf("client b's session: %d %s", code, body)
+		}
+	}
+	id, code, body := openSession(t, c, f.base)
+	if id != "" || code != http.StatusServiceUnavailable || !strings.Contains(body, "max_mcp_sessions") {
+		t.Errorf("a sixth session: %d %q, want 503 naming max_mcp_sessions", code, body)
+	}
+	if _, h := f.health(t); h["mcp_sessions"] != 5.0 || h["mcp_sessions_max"] != 5.0 {
+		t.Errorf("/healthz: mcp_sessions %v of %v, want 5 of 5", h["mcp_sessions"], h["mcp_sessions_max"])
+	}
+	m := f.metrics(t)
+	if m[`pyrun_mcp_sessions_refused_total{cap="total"}`] != 1 || m["pyrun_mcp_sessions_evicted_total"] != 1 || m["pyrun_mcp_sessions_max"] != 5 {
+		t.Errorf("metrics: refused %v, evicted %v, max %v; want 1, 1 and 5", m[`pyrun_mcp_sessions_refused_total{cap="total"}`],
+			m["pyrun_mcp_sessions_evicted_total"], m["pyrun_mcp_sessions_max"])
+	}
+}
+
+// A client at its cap whose sessions are all busy gets its new session
+// refused, naming client_max_mcp_sessions: a session with a call running
+// is not evicted.
+func TestSessionCapSparesBusySessions(t *testing.T) {
+	g := mcptest.NewGate()
+	f := startFront(t, g, mcp.Options{}, httpfront.Options{Sessions: httpfront.SessionLimits{ClientMax: 1}})
+	cs := connect(t, &sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", MaxRetries: -1}, sessionRevision)
+	done := make(chan error, 1)
+	go func() { _, err := callCode(t.Context(), cs, "1"); done <- err }()
+	g.WaitStarted(t, mcp.Anonymous)
+	id, code, body := openSession(t, http.DefaultClient, f.base)
+	if id != "" || code != http.StatusServiceUnavailable || !strings.Contains(body, "client_max_mcp_sessions") {
+		t.Errorf("a second session while the first runs a call: %d %q, want 503 naming client_max_mcp_sessions", code, body)
+	}
+	g.Release(mcp.Anonymous)
+	if err := <-done; err != nil {
+		t.Errorf("the busy session's call: %v", err)
+	}
+	if n := f.metrics(t)[`pyrun_mcp_sessions_refused_total{cap="client"}`]; n != 1 {
+		t.Errorf(`pyrun_mcp_sessions_refused_total{cap="client"} = %v, want 1`, n)
+	}
+}
+
+// DELETE of a session while its call runs stops the call, answers the
+// call's POST with an error result, then ends the session. (Before, DELETE
+// waited for the call and the POST got an empty 200.)
+func TestDeleteStopsCalls(t *testing.T) {
+	g := mcptest.NewGate()
+	f := startFront(t, g, mcp.Options{}, httpfront.Options{})
+	id, code, body := openSession(t, http.DefaultClient, f.base)
+	if id == "" {
+		t.Fatalf("initialize: %d %s", code, body)
+	}
+	type answer struct {
+		status int
+		body   string
+	}
+	got := make(chan answer, 1)
+	go func() {
+		resp, err := post(t.Context(), http.DefaultClient, f.base, id, callBody(7, "import time\ntime.sleep(60)"))
+		if err != nil {
+			got <- answer{0, err.Error()}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- answer{resp.StatusCode, string(b)}
+	}()
+	g.WaitStarted(t, mcp.Anonymous)
+	req, _ := http.NewRequestWithContext(t.Context(), "DELETE", f.base+"/mcp", nil)
+	req.Header.Set("Mcp-Session-Id", id)
+	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	a := <-got
+	if resp.StatusCode != http.StatusNoContent {
+		t.Errorf("DELETE: %d, want 204", resp.StatusCode)
+	}
+	if a.status != http.StatusOK || !strings.Contains(a.body, `"isError":true`) || !strings.Contains(a.body, "ended the MCP session") ||
+		!strings.Contains(a.body, `"id":7`) {
+		t.Errorf("the call's POST: %d %q, want its result: an error saying the session was ended", a.status, a.body)
+	}
+	if n := f.metrics(t)["pyrun_calls_stopped_by_delete_total"]; n != 1 {
+		t.Errorf("pyrun_calls_stopped_by_delete_total = %v, want 1", n)
+	}
+	// The session is gone: its next request is refused.
+	resp, err = post(t.Context(), http.DefaultClient, f.base, id, `{"jsonrpc":"2.0","id":8,"method":"tools/list"}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("a request to the deleted session: %d, want 404", resp.StatusCode)
+	}
+}
+
+// A client that drops the POST carrying a call stops the call: its
+// context ends with httpfront.ErrRequestClosed, so the pool frees the
+// worker. Over 2026-07-28 (stateless) a call's POST is all it has.
+func TestDroppedPOSTStopsTheCall(t *testing.T) {
+	started := make(chan struct{}, 1)
+	stopped := make(chan error, 1)
+	r := mcptest.Func(func(ctx context.Context, _ supervisor.Job, _ supervisor.Events) (supervisor.Result, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		stopped <- context.Cause(ctx)
+		return supervisor.Result{}, ctx.Err()
+	})
+	f := startFront(t, r, mcp.Options{}, httpfront.Options{})
+	id, code, body := openSession(t, http.DefaultClient, f.base)
+	if id == "" {
+		t.Fatalf("initialize: %d %s", code, body)
+	}
+	ctx, drop := context.WithCancel(t.Context())
+	go func() {
+		if resp, err := post(ctx, http.DefaultClient, f.base, id, callBody(3, "while True: pass")); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-started
+	drop()
+	select {
+	case cause := <-stopped:
+		if !errors.Is(cause, httpfront.ErrRequestClosed) {
+			t.Errorf("the call stopped for %v, want %v", cause, httpfront.ErrRequestClosed)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call went on after its POST was dropped")
+	}
+}
+
+// An HTTP+SSE session opened with credentials takes POSTs only from the
+// same client: anyone else gets 403, as on Streamable HTTP (where the SDK
+// checks).
+func TestSSESessionBoundToItsClient(t *testing.T) {
+	f := startFront(t, mcptest.Result(supervisor.Result{Status: supervisor.StatusSuccess}), mcp.Options{}, httpfront.Options{Protect: tokens})
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", f.base+"/sse", nil)
+	resp, err := bearer("alice-token").Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var endpoint string
+	for sc := bufio.NewScanner(resp.Body); endpoint == "" && sc.Scan(); {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			endpoint = d
+		}
+	}
+	for _, tc := range []struct {
+		who  *http.Client
+		want int
+	}{
+		{bearer("mallory-token"), http.StatusForbidden},
+		{http.DefaultClient, http.StatusUnauthorized},
+		{bearer("alice-token"), http.StatusAccepted},
+	} {
+		resp, err := tc.who.Post(f.base+endpoint, "application/json", strings.NewReader(initBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("POST %s: %s, want %d", endpoint, resp.Status, tc.want)
+		}
+	}
+	// And alice's own client works through it.
+	cs := connect(t, &sdk.SSEClientTransport{Endpoint: f.base + "/sse", HTTPClient: bearer("alice-token")}, sessionRevision)
+	if res, err := callCode(t.Context(), cs, "1"); err != nil || res.IsError {
+		t.Errorf("alice's call over HTTP+SSE: %v %v", err, res)
+	}
+}
+
+// A request that arrives on a loopback address must name a loopback host
+// (DNS-rebinding protection).
+func TestDNSRebindingProtection(t *testing.T) {
+	f := startFront(t, mcptest.NewGate(), mcp.Options{}, httpfront.Options{})
+	for _, path := range []string{"/mcp", "/sse"} {
+		req, _ := http.NewRequest("GET", f.base+path, nil)
+		req.Host = "attacker.example:3001"
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("GET %s with Host %s: %s, want 403", path, req.Host, resp.Status)
+		}
+	}
+}
+
+// Stateless: no session is made (no Mcp-Session-Id, a GET for a session's
+// stream is refused), and calls are served each on its own, in any
+// revision.
+func TestStateless(t *testing.T) {
+	f := startFront(t, mcptest.Result(supervisor.Result{Status: supervisor.StatusSuccess}), mcp.Options{}, httpfront.Options{Stateless: true})
+	resp, err := post(t.Context(), http.DefaultClient, f.base, "", initBody)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") != "" {
+		t.Errorf("stateless initialize: %s, Mcp-Session-Id %q; want 200 and none", resp.Status, resp.Header.Get("Mcp-Session-Id"))
+	}
+	if resp, err := http.Get(f.base + "/mcp"); err != nil {
+		t.Fatal(err)
+	} else if resp.Body.Close(); resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("stateless GET /mcp: %s, want 405", resp.Status)
+	}
+	for _, rev := range []string{sessionRevision, ""} {
+		cs := connect(t, &sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", MaxRetries: -1}, rev)
+		if res, err := callCode(t.Context(), cs, "1"); err != nil || res.IsError {
+			t.Errorf("a stateless call (revision %q): %v %v", rev, err, res)
+		}
+	}
+	if m := f.metrics(t); m["pyrun_sessions"] != 0 {
+		t.Errorf("pyrun_sessions = %v with --stateless, want 0", m["pyrun_sessions"])
+	}
+}
+
+// A 2026-07-28 client over /mcp is served by the stateless handler even
+// when /mcp keeps sessions for older revisions: it holds no session.
+func TestRevision20260728HoldsNoSession(t *testing.T) {
+	f := startFront(t, mcptest.Result(supervisor.Result{Status: supervisor.StatusSuccess}), mcp.Options{}, httpfront.Options{})
+	cs := connect(t, &sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", MaxRetries: -1}, "2026-07-28")
+	if res, err := callCode(t.Context(), cs, "1"); err != nil || res.IsError {
+		t.Fatalf("a 2026-07-28 call: %v %v", err, res)
+	}
+	if cs.ID() != "" {
+		t.Errorf("the 2026-07-28 session has id %q, want none", cs.ID())
+	}
+	if m := f.metrics(t); m["pyrun_sessions"] != 0 {
+		t.Errorf("pyrun_sessions = %v, want 0", m["pyrun_sessions"])
+	}
+}
+
+// A session idle for SessionTimeout is closed; its next call fails, and a
+// new session works.
+func TestSessionTimeout(t *testing.T) {
+	f := startFront(t, mcptest.Result(supervisor.Result{Status: supervisor.StatusSuccess}), mcp.Options{},
+		httpfront.Options{SessionTimeout: 300 * time.Millisecond})
+	cs := connect(t, &sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", MaxRetries: -1}, sessionRevision)
+	if res, err := callCode(t.Context(), cs, "1"); err != nil || res.IsError {
+		t.Fatalf("a call: %v %v", err, res)
+	}
+	f.waitMetric(t, "pyrun_sessions", func(v float64) bool { return v == 0 })
+	if _, err := callCode(t.Context(), cs, "1"); err == nil {
+		t.Error("a call in the expired session succeeded")
+	}
+	cs = connect(t, &sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", MaxRetries: -1}, sessionRevision)
+	if res, err := callCode(t.Context(), cs, "2"); err != nil || res.IsError {
+		t.Errorf("a call in a new session: %v %v", err, res)
+	}
+}
+
+// A client that gives up on a connection quiet for 400ms, as httpx's read
+// timeout and proxies do, keeps a 1s call: the server sends keep-alive
+// comments. Without them the call is lost.
+func TestLongCallsSurviveIdleTimeouts(t *testing.T) {
+	slow := mcptest.Func(func(ctx context.Context, _ supervisor.Job, _ supervisor.Events) (supervisor.Result, error) {
+		select {
+		case <-time.After(time.Second):
+			return supervisor.Result{Status: supervisor.StatusSuccess}, nil
+		case <-ctx.Done():
+			return supervisor.Result{}, ctx.Err()
+		}
+	})
+	hc := idleTimeoutClient(400 * time.Millisecond)
+	for _, keepAlive := range []time.Duration{50 * time.Millisecond, -1} {
+		f := startFront(t, slow, mcp.Options{}, httpfront.Options{KeepAlive: keepAlive})
+		for _, transport := range []sdk.Transport{
+			&sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", HTTPClient: hc, MaxRetries: -1},
+			&sdk.SSEClientTransport{Endpoint: f.base + "/sse", HTTPClient: hc},
+		} {
+			if keepAlive < 0 {
+				if _, ok := transport.(*sdk.SSEClientTransport); ok {
+					continue // its stream would time out while idle before the call
+				}
+			}
+			cs := connect(t, transport, sessionRevision)
+			res, err := callCode(t.Context(), cs, "import time; time.sleep(1)")
+			switch {
+			case keepAlive > 0 && (err != nil || res.IsError):
+				t.Errorf("%T: a 1s call through a 400ms idle timeout with keep-alive comments: %v %v", transport, err, res)
+			case keepAlive < 0 && err == nil:
+				t.Errorf("%T: a 1s call on a quiet stream survived a 400ms idle timeout: %v", transport, res)
+			}
+		}
+	}
+}
+
+// idleTimeoutClient is an HTTP client whose connections fail a read that
+// waits longer than idle, like httpx's read timeout.
+func idleTimeoutClient(idle time.Duration) *http.Client {
+	d := &net.Dialer{}
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &idleConn{Conn: c, idle: idle}, nil
+		},
+	}}
+}
+
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c *idleConn) Read(b []byte) (int, error) {
+	_ = c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	return c.Conn.Read(b)
+}
+
+// dialStalled opens a TCP connection to addr with a small receive buffer,
+// so that a test that stops reading stalls pyrun's writes soon.
+func dialStalled(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) {
+			_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		})
+	}}
+	c, err := d.DialContext(t.Context(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// A client that opens /sse, stops reading it and posts calls with large
+// results: the results that wait for it are bounded, the stream is closed
+// when a write misses the write timeout, and /metrics counts both.
+// Streamable HTTP responses that are never read are closed the same way.
+// Everyone else is still served.
+func TestStalledReaders(t *testing.T) {
+	big := supervisor.Result{Status: supervisor.StatusSuccess, Stdout: strings.Repeat("<", 1<<20)}
+	f := startFront(t, mcptest.Result(big), mcp.Options{MaxOutput: 4 << 20,
+		Delivery: flow.DeliveryLimits{WriteTimeout: 500 * time.Millisecond, SessionResults: 4}}, httpfront.Options{})
+
+	// HTTP+SSE: read the endpoint event, then nothing more.
+	c := dialStalled(t, f.addr)
+	fmt.Fprintf(c, "GET /sse HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", f.addr)
+	br := bufio.NewReader(c)
+	var endpoint string
+	for endpoint == "" {
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading /sse: %v", err)
+		}
+		if rest, ok := strings.CutPrefix(line, "data: "); ok && strings.Contains(rest, "sessionid=") {
+			endpoint = strings.TrimSpace(rest)
+		}
+	}
+	postSSE := func(body string) int {
+		resp, err := http.Post(f.base+endpoint, "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	postSSE(initBody)
+	postSSE(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for i := range 40 {
+		postSSE(callBody(10+i, "print('<' * 2**20)"))
+	}
+	// Streamable HTTP: calls whose responses are never read.
+	id, code, body := openSession(t, http.DefaultClient, f.base)
+	if id == "" {
+		t.Fatalf("initialize: %d %s", code, body)
+	}
+	for i := range 2 {
+		conn := dialStalled(t, f.addr)
+		msg := callBody(100+i, "print('<' * 2**20)")
+		fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-06-18\r\nContent-Length: %d\r\n\r\n%s",
+			f.addr, id, len(msg), msg)
+	}
+	for _, series := range []string{`pyrun_stream_stalls_total{transport="sse"}`, `pyrun_stream_stalls_total{transport="streamable"}`} {
+		f.waitMetric(t, series, func(v float64) bool { return v >= 1 })
+	}
+	m := f.metrics(t)
+	if m[`pyrun_results_held_back_total{transport="sse",what="result"}`]+m[`pyrun_results_held_back_total{transport="sse",what="call"}`] < 1 {
+		t.Errorf("no result or call held back: %v %v", m[`pyrun_results_held_back_total{transport="sse",what="result"}`],
+			m[`pyrun_results_held_back_total{transport="sse",what="call"}`])
+	}
+	// pyrun still serves everyone else, and holds nothing for the stalled.
+	if code, _ := f.health(t); code != http.StatusOK {
+		t.Errorf("/healthz after the stalls: %d", code)
+	}
+	cs := connect(t, &sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", MaxRetries: -1}, sessionRevision)
+	if res, err := callCode(t.Context(), cs, "1"); err != nil || res.IsError {
+		t.Errorf("another client's call after the stalls: %v", err)
+	}
+	f.waitMetric(t, "pyrun_results_waiting_bytes", func(v float64) bool { return v == 0 })
+}
+
+// A POST's bytes are held from its first byte to its answer, and shown in
+// /metrics. (mcp's requestbytes_test.go covers the refusals.)
+func TestRequestBytesHeldGauge(t *testing.T) {
+	g := mcptest.NewGate()
+	f := startFront(t, g, mcp.Options{Requests: flow.RequestLimits{ClientMaxBytes: 8 << 20}}, httpfront.Options{})
+	cs := connect(t, &sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", MaxRetries: -1}, sessionRevision)
+	arg := strings.Repeat("#", 1<<20)
+	var wg sync.WaitGroup
+	wg.Go(func() { _, _ = callCode(t.Context(), cs, arg) })
+	g.WaitStarted(t, mcp.Anonymous)
+	if held := f.metrics(t)["pyrun_request_bytes_held"]; held < 1<<20 || held > 2<<20 {
+		t.Errorf("pyrun_request_bytes_held = %v while a call of 1 MiB runs", held)
+	}
+	g.Release(mcp.Anonymous)
+	wg.Wait()
+	f.waitMetric(t, "pyrun_request_bytes_held", func(v float64) bool { return v == 0 })
+}
