@@ -36,6 +36,7 @@ type exchange struct {
 
 	// Set before the SDK's handler runs, then fixed.
 	session *session     // the MCP session it belongs to; nil: none
+	opens   *session     // the Streamable HTTP session its initialize opens; nil: none
 	out     *flow.Stream // the stream its results go out on; nil: none (an HTTP+SSE POST, a DELETE)
 	keep    *keepAlive   // its response writer's keep-alive; nil: keep-alive is off
 }
@@ -157,18 +158,22 @@ func (h *Handler) serveStreamable(x *exchange, w http.ResponseWriter, r *http.Re
 			refuseSession(w, err)
 			return
 		}
+		// Named as the answer's headers go out (exchangeWriter), before
+		// the client can use the id; or here, when it got none.
+		x.opens = s
 		defer func() { h.sessions.opened(s, w.Header().Get("Mcp-Session-Id"), nil) }()
 	case sid != "" && r.Method == http.MethodDelete:
 		h.endSession(sid)
 		h.pass(x, w, r, next)
 		return
 	case sid != "":
-		s, ok := h.sessions.enter(sid)
+		post := r.Method == http.MethodPost
+		s, ok := h.sessions.enter(sid, post)
 		if !ok {
 			http.Error(w, "session ended: its client sent DELETE; start a new session", http.StatusNotFound)
 			return
 		}
-		defer h.sessions.leave(s)
+		defer h.sessions.leave(s, post)
 		if s != nil {
 			x.session, backlog = s, &s.backlog
 		}
@@ -186,16 +191,16 @@ const deleteWait = 10 * time.Second
 // (bounded) for their answers to go out, before the SDK ends the session:
 // each call's POST gets an error result, not an empty response.
 func (h *Handler) endSession(sid string) {
-	s, idle, stopped := h.sessions.ending(sid)
+	s, answered, stopped := h.sessions.ending(sid)
 	if s == nil {
 		return
 	}
 	if stopped > 0 {
 		h.log.Info("session ended by its client: stopping its calls", "session", sid, "calls", stopped)
 	}
-	if idle != nil {
+	if answered != nil {
 		select {
-		case <-idle:
+		case <-answered:
 		case <-time.After(deleteWait):
 			h.log.Warn("session ended by its client: its calls' answers did not go out in time", "session", sid)
 		}
@@ -212,6 +217,9 @@ func (h *Handler) pass(x *exchange, w http.ResponseWriter, r *http.Request, next
 		ew := &exchangeWriter{ResponseWriter: w, x: x, timeout: h.b.Deliveries.Limits().WriteTimeout}
 		if x.transport == "sse" && x.method == http.MethodGet {
 			ew.name = func(id string) { h.sessions.name(x.session, id) }
+		}
+		if s := x.opens; s != nil {
+			ew.header = func() { h.sessions.opened(s, ew.Header().Get("Mcp-Session-Id"), nil) }
 		}
 		w = ew
 	}
@@ -270,19 +278,36 @@ func (h *Handler) carry(next sdk.MethodHandler) sdk.MethodHandler {
 // exchangeWriter is the response writer of an exchange with a stream:
 // every write and flush has a deadline, a write that misses it closes the
 // stream, and what is written is accounted to the stream. On an HTTP+SSE
-// session's GET it learns the session's id from the endpoint event.
+// session's GET it learns the session's id from the endpoint event; on a
+// Streamable HTTP initialize, from the headers of its answer.
 type exchangeWriter struct {
 	http.ResponseWriter
 	x       *exchange
 	timeout time.Duration
 
 	mu     sync.Mutex
+	header func()          // called as the headers go out, once
 	name   func(id string) // records the session's id; nil once it has
 	looked int             // writes looked at for it
 }
 
+func (w *exchangeWriter) WriteHeader(code int) {
+	w.mu.Lock()
+	w.headerLocked()
+	w.mu.Unlock()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *exchangeWriter) headerLocked() {
+	if w.header != nil {
+		w.header()
+		w.header = nil
+	}
+}
+
 func (w *exchangeWriter) Write(b []byte) (int, error) {
 	w.mu.Lock()
+	w.headerLocked()
 	if w.name != nil && w.looked < 4 {
 		w.looked++
 		if id := endpointSessionID(b); id != "" {

@@ -492,6 +492,47 @@ func TestDeleteStopsCalls(t *testing.T) {
 	}
 }
 
+// DELETE waits for the answers of the session's calls, not for its event
+// stream, which only the session's end ends: a client that holds the
+// standalone GET stream open (the go-sdk's does) has its DELETE answered at
+// once. (It waited for deleteWait, 10s, and the go-sdk's client gives up
+// on its DELETE after 5s.)
+func TestDeleteDoesNotWaitForTheSessionStream(t *testing.T) {
+	f := startFront(t, mcptest.NewGate(), mcp.Options{}, httpfront.Options{})
+	id, code, body := openSession(t, http.DefaultClient, f.base)
+	if id == "" {
+		t.Fatalf("initialize: %d %s", code, body)
+	}
+	get, _ := http.NewRequestWithContext(t.Context(), "GET", f.base+"/mcp", nil)
+	get.Header.Set("Accept", "text/event-stream")
+	get.Header.Set("Mcp-Session-Id", id)
+	get.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	stream, err := http.DefaultClient.Do(get)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stream.Body.Close()
+	if stream.StatusCode != http.StatusOK {
+		t.Fatalf("GET /mcp: %s", stream.Status)
+	}
+	del, _ := http.NewRequestWithContext(t.Context(), "DELETE", f.base+"/mcp", nil)
+	del.Header.Set("Mcp-Session-Id", id)
+	del.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+	began := time.Now()
+	resp, err := http.DefaultClient.Do(del)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if took := time.Since(began); resp.StatusCode != http.StatusNoContent || took > 3*time.Second {
+		t.Errorf("DELETE with the session's GET stream open: %s after %s, want 204 at once", resp.Status, took.Round(time.Millisecond))
+	}
+	// The stream ends with the session.
+	if _, err := io.Copy(io.Discard, stream.Body); err != nil {
+		t.Errorf("the session's stream: %v", err)
+	}
+}
+
 // A client that drops the POST carrying a call stops the call: its
 // context ends with httpfront.ErrRequestClosed, so the pool frees the
 // worker. Over 2026-07-28 (stateless) a call's POST is all it has.

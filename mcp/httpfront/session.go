@@ -57,12 +57,13 @@ type session struct {
 	// guarded by sessionTable.mu
 	id       string
 	last     time.Time
-	inflight int                // its HTTP requests in flight (Streamable HTTP)
+	inflight int                // its HTTP requests in flight (Streamable HTTP): it is not idle
+	posts    int                // those of them that are POSTs, whose answers DELETE waits for
 	out      *flow.Stream       // HTTP+SSE: the stream its results go out on
 	calls    map[*call]struct{} // its calls running (Streamable HTTP), for DELETE
 	opening  bool               // no id yet
 	closing  bool               // ended by its client (DELETE): no new requests
-	idle     chan struct{}      // closed when closing and inflight is 0
+	answered chan struct{}      // closed when closing and posts is 0
 	removed  bool
 }
 
@@ -137,6 +138,9 @@ func (t *sessionTable) admit(client, transport, owner string, evict func(id stri
 func (t *sessionTable) opened(s *session, id string, out *flow.Stream) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if !s.opening {
+		return // opened already
+	}
 	s.opening, s.out, s.last = false, out, time.Now()
 	if s.transport == "streamable" {
 		if id == "" || t.byID[id] != nil {
@@ -219,10 +223,10 @@ func (t *sessionTable) removeLocked(s *session) {
 	}
 }
 
-// enter counts a request to the Streamable HTTP session id; leave must
-// follow. It returns nil, true for a session unknown to pyrun (the SDK
-// answers), and false when the session is being ended.
-func (t *sessionTable) enter(id string) (*session, bool) {
+// enter counts a request to the Streamable HTTP session id (post: a POST);
+// leave must follow. It returns nil, true for a session unknown to pyrun
+// (the SDK answers), and false when the session is being ended.
+func (t *sessionTable) enter(id string, post bool) (*session, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s := t.byID[id]
@@ -233,11 +237,14 @@ func (t *sessionTable) enter(id string) (*session, bool) {
 		return nil, false
 	}
 	s.inflight++
+	if post {
+		s.posts++
+	}
 	s.last = time.Now()
 	return s, true
 }
 
-func (t *sessionTable) leave(s *session) {
+func (t *sessionTable) leave(s *session, post bool) {
 	if s == nil {
 		return
 	}
@@ -245,9 +252,12 @@ func (t *sessionTable) leave(s *session) {
 	defer t.mu.Unlock()
 	s.inflight--
 	s.last = time.Now()
-	if s.inflight == 0 && s.idle != nil {
-		close(s.idle)
-		s.idle = nil
+	if !post {
+		return
+	}
+	if s.posts--; s.posts == 0 && s.answered != nil {
+		close(s.answered)
+		s.answered = nil
 	}
 }
 
@@ -273,8 +283,9 @@ func (t *sessionTable) track(s *session, cancel context.CancelCauseFunc) func() 
 
 // ending marks the Streamable HTTP session id as ended by its client,
 // stops its calls (ErrSessionEnded) and says how many, and returns a
-// channel closed once its requests in flight are over (nil when none is).
-func (t *sessionTable) ending(id string) (s *session, idle <-chan struct{}, stopped int) {
+// channel closed once its POSTs in flight have been answered (nil when
+// none is). Its event stream (GET) ends with the session.
+func (t *sessionTable) ending(id string) (s *session, answered <-chan struct{}, stopped int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s = t.byID[id]
@@ -285,11 +296,11 @@ func (t *sessionTable) ending(id string) (s *session, idle <-chan struct{}, stop
 	for c := range s.calls {
 		c.cancel(ErrSessionEnded)
 	}
-	if s.inflight == 0 {
+	if s.posts == 0 {
 		return s, nil, len(s.calls)
 	}
-	if s.idle == nil {
-		s.idle = make(chan struct{})
+	if s.answered == nil {
+		s.answered = make(chan struct{})
 	}
-	return s, s.idle, len(s.calls)
+	return s, s.answered, len(s.calls)
 }
