@@ -24,6 +24,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/internal/testtier"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -134,9 +135,7 @@ func (l *logLines) find(msg string) []map[string]any {
 // newTestServer builds a pyrun MCP server on the shared test pool.
 func newTestServer(t *testing.T, live LiveOptions) (*Server, *runner, *logLines) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs Deno and Pyodide workers: skipped with -short")
-	}
+	testtier.Runtime(t)
 	testPool.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()

@@ -856,3 +856,35 @@ func TestRequestBytesHeldGauge(t *testing.T) {
 	wg.Wait()
 	f.waitMetric(t, "pyrun_request_bytes_held", func(v float64) bool { return v == 0 })
 }
+
+// The /output/ files of a call are read back with resources/read by the
+// client of the credentials that made the call, and by no one else.
+func TestOutputFilesBoundToTheirClient(t *testing.T) {
+	r := mcptest.Func(func(context.Context, supervisor.Job, supervisor.Events) (supervisor.Result, error) {
+		return supervisor.Result{Status: supervisor.StatusSuccess,
+			Files: []supervisor.OutputFile{mcptest.OutputFile(t, "out.txt", "text/plain", []byte("alice's"))}}, nil
+	})
+	f := startFront(t, r, mcp.Options{}, httpfront.Options{Protect: tokens})
+	alice := connect(t, &sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", HTTPClient: bearer("alice-token"), MaxRetries: -1}, sessionRevision)
+	bob := connect(t, &sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", HTTPClient: bearer("bob-token"), MaxRetries: -1}, sessionRevision)
+	res, err := callCode(t.Context(), alice, "open('/output/out.txt', 'w').write(\"alice's\")")
+	if err != nil || res.IsError {
+		t.Fatalf("alice's call: %v %v", err, res)
+	}
+	var uri string
+	for _, c := range res.Content {
+		if l, ok := c.(*sdk.ResourceLink); ok {
+			uri = l.URI
+		}
+	}
+	if uri == "" {
+		t.Fatalf("no resource link in %v", res.Content)
+	}
+	read, err := alice.ReadResource(t.Context(), &sdk.ReadResourceParams{URI: uri})
+	if err != nil || len(read.Contents) != 1 || read.Contents[0].Text != "alice's" {
+		t.Errorf("alice reads %s: %v %v, want her file", uri, err, read)
+	}
+	if read, err := bob.ReadResource(t.Context(), &sdk.ReadResourceParams{URI: uri}); err == nil {
+		t.Errorf("bob read alice's %s: %v", uri, read.Contents)
+	}
+}

@@ -12,6 +12,7 @@ package mcptest
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -111,4 +112,25 @@ func (g *Gate) NoneStarted(t testing.TB) {
 		t.Fatalf("a call of %s reached the pool past its limit", c)
 	default:
 	}
+}
+
+// OutputFile is a file a call wrote under /output/, for a Result: path
+// under /output/, its mime type and its bytes, spooled in a folder of t's.
+func OutputFile(t testing.TB, path, mime string, data []byte) supervisor.OutputFile {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "spool-")
+	if err == nil {
+		_, err = f.Write(data)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		t.Fatalf("spool %s: %v", path, err)
+	}
+	sp, err := supervisor.SpoolFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return supervisor.OutputFile{Path: path, MIMEType: mime, Size: int64(len(data)), Data: sp}
 }
