@@ -806,7 +806,7 @@ func TestStalledReaders(t *testing.T) {
 	}
 	postSSE(initBody)
 	postSSE(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	for i := range 40 {
+	for i := range 12 {
 		postSSE(callBody(10+i, "print('<' * 2**20)"))
 	}
 	// Streamable HTTP: calls whose responses are never read.
