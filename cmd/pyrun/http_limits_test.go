@@ -11,31 +11,11 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-)
 
-// dialFrom opens a TCP connection to addr from the loopback address from
-// (127.0.0.2 and so on are other clients to pyrun), with a small receive
-// buffer so that a test that stops reading stalls pyrun's writes soon.
-func dialFrom(t *testing.T, from, addr string) net.Conn {
-	t.Helper()
-	d := net.Dialer{
-		LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)},
-		Control: func(_, _ string, c syscall.RawConn) error {
-			return c.Control(func(fd uintptr) {
-				_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-			})
-		},
-	}
-	c, err := d.DialContext(t.Context(), "tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
+	"github.com/pyrun/pyrun/mcp/mcptest"
+)
 
 // clientFrom is an HTTP client whose connections come from the loopback
 // address from.
@@ -62,39 +42,19 @@ func errorsAs(err error, target *net.Error) bool {
 	return ok
 }
 
-const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+const initBody = mcptest.InitBody
 
 // postMCP POSTs one JSON-RPC message to /mcp and returns the response.
 func postMCP(t *testing.T, hc *http.Client, base, session, body string) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), "POST", base+"/mcp", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
-		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-	}
-	resp, err := hc.Do(req)
+	resp, err := mcptest.Post(t.Context(), hc, base, session, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return resp
 }
 
-// openSession initializes a Streamable HTTP session; "" and the answer when
-// it is refused.
-func openSession(t *testing.T, hc *http.Client, base string) (string, int, string) {
-	t.Helper()
-	resp := postMCP(t, hc, base, "", initBody)
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	id := resp.Header.Get("Mcp-Session-Id")
-	if resp.StatusCode == http.StatusOK && id != "" {
-		r := postMCP(t, hc, base, id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-		r.Body.Close()
-	}
-	return id, resp.StatusCode, string(body)
-}
+var openSession = mcptest.OpenSession
 
 // Slow requests: headers and bodies that trickle in are cut off at their
 // timeouts, and a request refused by access control gets its 401 at once,
@@ -109,7 +69,7 @@ func TestServeSlowRequests(t *testing.T) {
 	s.metricsToken = token
 
 	t.Run("UnauthorizedBeforeBody", func(t *testing.T) {
-		c := dialFrom(t, "127.0.0.1", s.addr)
+		c := mcptest.DialFrom(t, "127.0.0.1", s.addr)
 		fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", s.addr)
 		began := time.Now()
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -120,7 +80,7 @@ func TestServeSlowRequests(t *testing.T) {
 		}
 	})
 	t.Run("SlowBody", func(t *testing.T) {
-		c := dialFrom(t, "127.0.0.1", s.addr)
+		c := mcptest.DialFrom(t, "127.0.0.1", s.addr)
 		fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n{\"jsonrpc\"",
 			s.addr, token)
 		began := time.Now()
@@ -131,7 +91,7 @@ func TestServeSlowRequests(t *testing.T) {
 		}
 	})
 	t.Run("SlowHeaders", func(t *testing.T) {
-		c := dialFrom(t, "127.0.0.1", s.addr)
+		c := mcptest.DialFrom(t, "127.0.0.1", s.addr)
 		fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: %s\r\n", s.addr)
 		began := time.Now()
 		_, closed := readWithin(c, 20*time.Second)
@@ -152,10 +112,10 @@ func TestServeSlowRequests(t *testing.T) {
 func TestServeConnectionCap(t *testing.T) {
 	s := startServe(t, "--workers", "1", "--max-conns-per-addr", "8")
 	for range 8 {
-		dialFrom(t, "127.0.0.1", s.addr) // held open, idle
+		mcptest.DialFrom(t, "127.0.0.1", s.addr) // held open, idle
 	}
 	// The ninth waits in the kernel until pyrun accepts it.
-	c := dialFrom(t, "127.0.0.1", s.addr)
+	c := mcptest.DialFrom(t, "127.0.0.1", s.addr)
 	got, closed := readWithin(c, 20*time.Second)
 	if !closed || !strings.HasPrefix(got, "HTTP/1.1 503") || !strings.Contains(got, "max_conns_per_addr") {
 		t.Errorf("ninth connection from one address: closed %v, %q; want 503 naming max_conns_per_addr", closed, clipText(got))
@@ -197,29 +157,8 @@ func TestServeStalledReaders(t *testing.T) {
 	call := func(id int) string { return callLine(id, "print('<' * 60000)") }
 
 	// HTTP+SSE: read the endpoint event, then nothing more.
-	c := dialFrom(t, "127.0.0.1", s.addr)
-	fmt.Fprintf(c, "GET /sse HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", s.addr)
-	br := bufio.NewReader(c)
-	var endpoint string
-	for endpoint == "" {
-		_ = c.SetReadDeadline(time.Now().Add(callTimeout))
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading /sse: %v", err)
-		}
-		if rest, ok := strings.CutPrefix(line, "data: "); ok && strings.Contains(rest, "sessionid=") {
-			endpoint = strings.TrimSpace(rest)
-		}
-	}
+	_, post := mcptest.StalledSSE(t, s.addr)
 	hc := &http.Client{Timeout: callTimeout}
-	post := func(body string) int {
-		resp, err := hc.Post(s.base+endpoint, "application/json", strings.NewReader(body))
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
 	post(initBody)
 	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	accepted, refused := 0, 0
@@ -238,7 +177,7 @@ func TestServeStalledReaders(t *testing.T) {
 		t.Fatalf("initialize: %d %s", code, body)
 	}
 	for i := range 2 {
-		conn := dialFrom(t, "127.0.0.1", s.addr)
+		conn := mcptest.DialFrom(t, "127.0.0.1", s.addr)
 		msg := callLine(1000+i, "print('x' * 3_000_000)")
 		fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-06-18\r\nContent-Length: %d\r\n\r\n%s",
 			s.addr, id, len(msg), msg)

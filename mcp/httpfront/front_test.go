@@ -13,13 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
+	"maps"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -92,21 +90,7 @@ func (f *front) metrics(t *testing.T) map[string]float64 {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	m := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("/metrics line %q: %v", line, err)
-		}
-		m[line[:i]] = v
-	}
-	return m
+	return mcptest.ParseMetrics(t, resp.Body)
 }
 
 // waitMetric polls /metrics until series satisfies ok, for at most 20s.
@@ -139,46 +123,13 @@ func (f *front) health(t *testing.T) (int, map[string]any) {
 	return resp.StatusCode, body
 }
 
-const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+const initBody = mcptest.InitBody
 
-func callBody(id int, code string) string {
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "tools/call",
-		"params": map[string]any{"name": mcp.ToolName, "arguments": map[string]any{"python_code": code}}})
-	return string(b)
-}
-
-// post POSTs one JSON-RPC message to /mcp, in session when not "".
-func post(ctx context.Context, hc *http.Client, base, session, body string) (*http.Response, error) {
-	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/mcp", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
-		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-	}
-	return hc.Do(req)
-}
-
-// openSession initializes a Streamable HTTP session by hand: its id, or ""
-// and the answer when it is refused.
-func openSession(t *testing.T, hc *http.Client, base string) (string, int, string) {
-	t.Helper()
-	resp, err := post(t.Context(), hc, base, "", initBody)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	id := resp.Header.Get("Mcp-Session-Id")
-	if resp.StatusCode == http.StatusOK && id != "" {
-		r, err := post(t.Context(), hc, base, id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.Body.Close()
-	}
-	return id, resp.StatusCode, string(body)
-}
+var (
+	callBody    = mcptest.CallBody
+	post        = mcptest.Post
+	openSession = mcptest.OpenSession
+)
 
 // bearer is an HTTP client that sends token.
 func bearer(token string) *http.Client {
@@ -705,7 +656,7 @@ func TestLongCallsSurviveIdleTimeouts(t *testing.T) {
 			return supervisor.Result{}, ctx.Err()
 		}
 	})
-	hc := idleTimeoutClient(400 * time.Millisecond)
+	hc := mcptest.IdleTimeoutClient(400 * time.Millisecond)
 	for _, keepAlive := range []time.Duration{50 * time.Millisecond, -1} {
 		f := startFront(t, slow, mcp.Options{}, httpfront.Options{KeepAlive: keepAlive})
 		for _, transport := range []sdk.Transport{
@@ -729,85 +680,24 @@ func TestLongCallsSurviveIdleTimeouts(t *testing.T) {
 	}
 }
 
-// idleTimeoutClient is an HTTP client whose connections fail a read that
-// waits longer than idle, like httpx's read timeout.
-func idleTimeoutClient(idle time.Duration) *http.Client {
-	d := &net.Dialer{}
-	return &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &idleConn{Conn: c, idle: idle}, nil
-		},
-	}}
-}
-
-type idleConn struct {
-	net.Conn
-	idle time.Duration
-}
-
-func (c *idleConn) Read(b []byte) (int, error) {
-	_ = c.Conn.SetReadDeadline(time.Now().Add(c.idle))
-	return c.Conn.Read(b)
-}
-
-// dialStalled opens a TCP connection to addr with a small receive buffer,
-// so that a test that stops reading stalls pyrun's writes soon.
-func dialStalled(t *testing.T, addr string) net.Conn {
-	t.Helper()
-	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
-		return c.Control(func(fd uintptr) {
-			_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-		})
-	}}
-	c, err := d.DialContext(t.Context(), "tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // A client that opens /sse, stops reading it and posts calls with large
 // results: the results that wait for it are bounded, the stream is closed
 // when a write misses the write timeout, and /metrics counts both.
 // Streamable HTTP responses that are never read are closed the same way.
 // Everyone else is still served.
 func TestStalledReaders(t *testing.T) {
-	big := supervisor.Result{Status: supervisor.StatusSuccess, Stdout: strings.Repeat("<", 1<<20)}
+	// Results of 4 MiB (their stdout), more than the kernel buffers on the
+	// way to a client that does not read.
+	big := supervisor.Result{Status: supervisor.StatusSuccess, Stdout: strings.Repeat("x", 4<<20)}
 	f := startFront(t, mcptest.Result(big), mcp.Options{MaxOutput: 4 << 20,
 		Delivery: flow.DeliveryLimits{WriteTimeout: 500 * time.Millisecond, SessionResults: 4}}, httpfront.Options{})
 
 	// HTTP+SSE: read the endpoint event, then nothing more.
-	c := dialStalled(t, f.addr)
-	fmt.Fprintf(c, "GET /sse HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", f.addr)
-	br := bufio.NewReader(c)
-	var endpoint string
-	for endpoint == "" {
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading /sse: %v", err)
-		}
-		if rest, ok := strings.CutPrefix(line, "data: "); ok && strings.Contains(rest, "sessionid=") {
-			endpoint = strings.TrimSpace(rest)
-		}
-	}
-	postSSE := func(body string) int {
-		resp, err := http.Post(f.base+endpoint, "application/json", strings.NewReader(body))
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	_, postSSE := mcptest.StalledSSE(t, f.addr)
 	postSSE(initBody)
 	postSSE(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	for i := range 12 {
-		postSSE(callBody(10+i, "print('<' * 2**20)"))
+	for i := range 6 {
+		postSSE(callBody(10+i, "print('x' * 2**22)"))
 	}
 	// Streamable HTTP: calls whose responses are never read.
 	id, code, body := openSession(t, http.DefaultClient, f.base)
@@ -815,8 +705,8 @@ func TestStalledReaders(t *testing.T) {
 		t.Fatalf("initialize: %d %s", code, body)
 	}
 	for i := range 2 {
-		conn := dialStalled(t, f.addr)
-		msg := callBody(100+i, "print('<' * 2**20)")
+		conn := mcptest.DialFrom(t, "127.0.0.1", f.addr)
+		msg := callBody(100+i, "print('x' * 2**22)")
 		fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-06-18\r\nContent-Length: %d\r\n\r\n%s",
 			f.addr, id, len(msg), msg)
 	}
@@ -886,5 +776,47 @@ func TestOutputFilesBoundToTheirClient(t *testing.T) {
 	}
 	if read, err := bob.ReadResource(t.Context(), &sdk.ReadResourceParams{URI: uri}); err == nil {
 		t.Errorf("bob read alice's %s: %v", uri, read.Contents)
+	}
+}
+
+// With several languages, /healthz says each one's pool and is 503 while
+// any cannot take calls: "failing" (its workers fail to start) before
+// "starting".
+func TestHealthOfLanguages(t *testing.T) {
+	var mu sync.Mutex
+	stats := map[string]supervisor.Stats{
+		"python": {Workers: 2, Ready: 1, Busy: 1},
+		"r":      {Workers: 1, Starting: 1},
+		"js":     {Workers: 1, Ready: 1},
+	}
+	langStats := func() map[string]supervisor.Stats {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(stats)
+	}
+	f := startFront(t, mcptest.NewGate(), mcp.Options{}, httpfront.Options{
+		Stats:            func() supervisor.Stats { return supervisor.Stats{Workers: 4, Ready: 2, Busy: 1, Starting: 1} },
+		LanguageStats:    langStats,
+		LanguageSessions: func() map[string]int { return map[string]int{"python": 3} },
+	})
+	code, body := f.health(t)
+	langs, _ := body["languages"].(map[string]any)
+	py, _ := langs["python"].(map[string]any)
+	if code != http.StatusServiceUnavailable || body["status"] != "starting" || body["workers_ready"] != 3.0 || len(langs) != 3 ||
+		py["status"] != "ok" || py["workers_busy"] != 1.0 || py["sessions_open"] != 3.0 {
+		t.Errorf("/healthz with R starting: %d %v, want 503 starting with each language's figures", code, body)
+	}
+	mu.Lock()
+	stats["r"] = supervisor.Stats{Workers: 1, StartError: "webR did not start"}
+	stats["js"] = supervisor.Stats{Workers: 1, Starting: 1}
+	mu.Unlock()
+	if code, body = f.health(t); code != http.StatusServiceUnavailable || body["status"] != "failing" {
+		t.Errorf("/healthz with R failing and JavaScript starting: %d %v, want 503 failing", code, body)
+	}
+	mu.Lock()
+	stats["r"], stats["js"] = supervisor.Stats{Workers: 1, Ready: 1}, supervisor.Stats{Workers: 1, Busy: 1}
+	mu.Unlock()
+	if code, body = f.health(t); code != http.StatusOK || body["status"] != "ok" {
+		t.Errorf("/healthz with every language up: %d %v, want 200 ok", code, body)
 	}
 }

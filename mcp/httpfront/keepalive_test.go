@@ -3,6 +3,7 @@ package httpfront
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -21,6 +22,21 @@ func keepAliveHandler(every time.Duration, next func(w http.ResponseWriter, r *h
 	})
 }
 
+// readStream reads an event stream's lines to its end, and closes release
+// once it has seen after keep-alive comments.
+func readStream(body io.Reader, after int, release chan struct{}) (comments int, lines []string) {
+	sc := bufio.NewScanner(body)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if sc.Text() == ": keep-alive" {
+			if comments++; comments == after {
+				close(release)
+			}
+		}
+	}
+	return comments, lines
+}
+
 // A quiet event stream gets comment lines; events still arrive whole.
 func TestKeepAliveComments(t *testing.T) {
 	release := make(chan struct{})
@@ -37,18 +53,7 @@ func TestKeepAliveComments(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	comments := 0
-	var lines []string
-	for sc.Scan() {
-		line := sc.Text()
-		lines = append(lines, line)
-		if line == ": keep-alive" {
-			if comments++; comments == 3 {
-				close(release)
-			}
-		}
-	}
+	comments, lines := readStream(resp.Body, 3, release)
 	want := []string{"event: message", `data: {"x":1}`, ""}
 	if comments < 3 || len(lines) < 3 || !slices.Equal(lines[len(lines)-3:], want) {
 		t.Errorf("stream lines %q: want 3 keep-alive comments, then the event whole", lines)
@@ -79,17 +84,7 @@ func TestKeepAliveOpensCallStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	comments := 0
-	var lines []string
-	for sc.Scan() {
-		lines = append(lines, sc.Text())
-		if sc.Text() == ": keep-alive" {
-			if comments++; comments == 2 {
-				close(release)
-			}
-		}
-	}
+	comments, lines := readStream(resp.Body, 2, release)
 	if comments < 2 || lines[len(lines)-2] != "data: {}" {
 		t.Errorf("stream lines %q: want keep-alive comments, then the event", lines)
 	}
