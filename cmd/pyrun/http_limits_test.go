@@ -2,9 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -211,105 +208,20 @@ func TestServeStalledReaders(t *testing.T) {
 	wantStatus(t, r, "success")
 }
 
-// MCP sessions are capped per client (the oldest idle session makes room)
-// and in total (refused, with an error that names the cap); /healthz and
-// /metrics show the figures. (50,000 initialize requests took pyrun to
-// 1.68 GB before.)
+// MCP sessions are capped per client and in all (mcptest.SessionCaps),
+// set by --max-mcp-sessions and --client-max-mcp-sessions; a client is a
+// remote address.
 func TestServeSessionCaps(t *testing.T) {
 	s := startServe(t, "--workers", "1", "--max-mcp-sessions", "5", "--client-max-mcp-sessions", "3")
-	a, b, c := clientFrom("127.0.0.1"), clientFrom("127.0.0.2"), clientFrom("127.0.0.3")
-	var first string
-	for i := range 4 {
-		id, code, body := openSession(t, a, s.base)
-		if id == "" {
-			t.Fatalf("client a's session %d: %d %s", i+1, code, body)
-		}
-		if i == 0 {
-			first = id
-		}
-	}
-	// The fourth evicted the first, idle the longest.
-	resp := postMCP(t, a, s.base, first, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("client a's first session after its fourth opened: %d, want 404 (evicted)", resp.StatusCode)
-	}
-	for range 2 {
-		if id, code, body := openSession(t, b, s.base); id == "" {
-			t.Fatalf("client b's session: %d %s", code, body)
-		}
-	}
-	id, code, body := openSession(t, c, s.base)
-	if id != "" || code != http.StatusServiceUnavailable || !strings.Contains(body, "max_mcp_sessions") {
-		t.Errorf("a sixth session: %d %q, want 503 naming max_mcp_sessions", code, body)
-	}
-	hresp, err := http.Get(s.base + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h map[string]any
-	_ = json.NewDecoder(hresp.Body).Decode(&h)
-	hresp.Body.Close()
-	if h["mcp_sessions"] != 5.0 || h["mcp_sessions_max"] != 5.0 {
-		t.Errorf("/healthz: mcp_sessions %v of %v, want 5 of 5", h["mcp_sessions"], h["mcp_sessions_max"])
-	}
-	m := s.metrics(t)
-	if m[`pyrun_mcp_sessions_refused_total{cap="total"}`] != 1 || m["pyrun_mcp_sessions_evicted_total"] != 1 {
-		t.Errorf("metrics: refused %v, evicted %v; want 1 and 1", m[`pyrun_mcp_sessions_refused_total{cap="total"}`],
-			m["pyrun_mcp_sessions_evicted_total"])
-	}
+	mcptest.SessionCaps(t, s.front(), clientFrom("127.0.0.1"), clientFrom("127.0.0.2"), clientFrom("127.0.0.3"))
 }
 
-// DELETE of a session while its call runs stops the call, answers the
-// call's POST with an error result, then ends the session. (Before, DELETE
-// waited for the call and the POST got an empty 200.)
+// DELETE of a session while its call runs stops the call, a real
+// worker's (mcptest.DeleteStopsCalls).
 func TestServeDeleteStopsCalls(t *testing.T) {
 	s := startServe(t, "--workers", "1")
 	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
-	hc := &http.Client{Timeout: callTimeout}
-	id, code, body := openSession(t, hc, s.base)
-	if id == "" {
-		t.Fatalf("initialize: %d %s", code, body)
-	}
-	type answer struct {
-		status int
-		body   string
-	}
-	got := make(chan answer, 1)
-	go func() {
-		req, _ := http.NewRequest("POST", s.base+"/mcp", strings.NewReader(callLine(7, "import time\ntime.sleep(60)")))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Session-Id", id)
-		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-		resp, err := hc.Do(req)
-		if err != nil {
-			got <- answer{0, err.Error()}
-			return
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		got <- answer{resp.StatusCode, string(b)}
-	}()
-	s.waitHealth(t, "the call running", func(h health) bool { return h.WorkersBusy == 1 })
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "DELETE", s.base+"/mcp", nil)
-	req.Header.Set("Mcp-Session-Id", id)
-	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-	began := time.Now()
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	took := time.Since(began)
-	a := <-got
-	if resp.StatusCode != http.StatusNoContent || took > 20*time.Second {
-		t.Errorf("DELETE: %d after %s, want 204 well before the call's 60 s", resp.StatusCode, took.Round(time.Millisecond))
-	}
-	if a.status != http.StatusOK || !strings.Contains(a.body, `"isError":true`) || !strings.Contains(a.body, "ended the MCP session") ||
-		!bytes.Contains([]byte(a.body), []byte(`"id":7`)) {
-		t.Errorf("the call's POST: %d %q, want its result: an error saying the session was ended", a.status, clipText(a.body))
-	}
+	mcptest.DeleteStopsCalls(t, s.front(), func(t *testing.T) {
+		s.waitHealth(t, "the call running", func(h health) bool { return h.WorkersBusy == 1 })
+	})
 }

@@ -124,6 +124,11 @@ func (s *httpServer) signal(sig os.Signal) {
 	}
 }
 
+// front is s for mcptest's scenarios.
+func (s *httpServer) front() mcptest.Front {
+	return mcptest.Front{Base: s.base, Metrics: s.metrics}
+}
+
 // sessionRevision is the MCP revision of the sessions the serve and access
 // tests open: they test sessions (Mcp-Session-Id, logging/setLevel, drain),
 // which 2026-07-28 does without. revisions_test.go tests 2026-07-28.
@@ -579,23 +584,7 @@ func TestServeStateless(t *testing.T) {
 			m[`pyrun_worker_starts_total{from="snapshot"}`], m[`pyrun_worker_starts_total{from="plain"}`])
 	}
 	// No session: no Mcp-Session-Id, and GET (a session's stream) is refused.
-	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
-	req, _ := http.NewRequest("POST", s.base+"/mcp", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") != "" {
-		t.Errorf("stateless initialize: %s, Mcp-Session-Id %q; want 200 and none", resp.Status, resp.Header.Get("Mcp-Session-Id"))
-	}
-	if resp, err := http.Get(s.base + "/mcp"); err != nil {
-		t.Fatal(err)
-	} else if resp.Body.Close(); resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("stateless GET /mcp: %s, want 405", resp.Status)
-	}
+	mcptest.Stateless(t, s.front())
 	// Without keep-alive comments, a client that drops quiet connections
 	// loses a long call: the control for LongCallsSurviveIdleTimeouts.
 	quiet := s.connect(t, "mcp", "", mcptest.IdleTimeoutClient(1500*time.Millisecond))

@@ -53,18 +53,8 @@ const (
 )
 
 func (l DeliveryLimits) withDefaults() DeliveryLimits {
-	if l.WriteTimeout <= 0 {
-		l.WriteTimeout = DefaultWriteTimeout
-	}
-	if l.SessionResults <= 0 {
-		l.SessionResults = DefaultSessionResults
-	}
-	if l.SessionBytes <= 0 {
-		l.SessionBytes = DefaultSessionBytes
-	}
-	if l.ClientBytes <= 0 {
-		l.ClientBytes = DefaultClientBytes
-	}
+	l.WriteTimeout, l.SessionResults = Positive(l.WriteTimeout, DefaultWriteTimeout), Positive(l.SessionResults, DefaultSessionResults)
+	l.SessionBytes, l.ClientBytes = Positive(l.SessionBytes, DefaultSessionBytes), Positive(l.ClientBytes, DefaultClientBytes)
 	return l
 }
 
@@ -80,9 +70,9 @@ var ErrStalled = errors.New("the stream was closed: the client did not read it")
 // client. Its methods are safe for concurrent use.
 type Deliveries struct {
 	counters *Counters
+	lim      setting[DeliveryLimits]
 
 	mu      sync.Mutex
-	lim     DeliveryLimits
 	clients map[string]*backlog
 	total   int64 // bytes waiting, all clients
 }
@@ -102,22 +92,16 @@ type backlog struct {
 
 // NewDeliveries accounts for results waiting, counting what they refuse in c.
 func NewDeliveries(c *Counters) *Deliveries {
-	return &Deliveries{counters: c, lim: DeliveryLimits{}.withDefaults(), clients: map[string]*backlog{}}
+	d := &Deliveries{counters: c, clients: map[string]*backlog{}}
+	d.SetLimits(DeliveryLimits{})
+	return d
 }
 
 // SetLimits puts new limits in force.
-func (d *Deliveries) SetLimits(l DeliveryLimits) {
-	d.mu.Lock()
-	d.lim = l.withDefaults()
-	d.mu.Unlock()
-}
+func (d *Deliveries) SetLimits(l DeliveryLimits) { d.lim.set(l.withDefaults()) }
 
 // Limits are the limits in force.
-func (d *Deliveries) Limits() DeliveryLimits {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.lim
-}
+func (d *Deliveries) Limits() DeliveryLimits { return d.lim.get() }
 
 // WaitingBytes is the bytes of results waiting to be written, for /metrics.
 func (d *Deliveries) WaitingBytes() int64 {
@@ -250,18 +234,18 @@ func (st *Stream) BackedUp() error {
 
 // fullLocked says whether one more result of n bytes exceeds a backlog.
 func (st *Stream) fullLocked(n int64) error {
-	d := st.d
-	s, c := st.session, d.clients[st.client]
+	lim := st.d.Limits()
+	s, c := st.session, st.d.clients[st.client]
 	switch {
-	case s.results+1 > d.lim.SessionResults:
+	case s.results+1 > lim.SessionResults:
 		return fmt.Errorf("%w: %d results wait to be written to this session, the most pyrun keeps (session_pending_results %d)",
-			ErrBacklog, s.results, d.lim.SessionResults)
-	case s.results > 0 && s.bytes+n > d.lim.SessionBytes:
+			ErrBacklog, s.results, lim.SessionResults)
+	case s.results > 0 && s.bytes+n > lim.SessionBytes:
 		return fmt.Errorf("%w: %s of results wait to be written to this session, the most pyrun keeps (session_pending_bytes %s)",
-			ErrBacklog, HumanBytes(int(s.bytes)), HumanBytes(int(d.lim.SessionBytes)))
-	case c.bytes > 0 && c.bytes+n > d.lim.ClientBytes:
+			ErrBacklog, HumanBytes(int(s.bytes)), HumanBytes(int(lim.SessionBytes)))
+	case c.bytes > 0 && c.bytes+n > lim.ClientBytes:
 		return fmt.Errorf("%w: %s of results wait to be written to client %s, the most pyrun keeps (client_pending_bytes %s)",
-			ErrBacklog, HumanBytes(int(c.bytes)), st.client, HumanBytes(int(d.lim.ClientBytes)))
+			ErrBacklog, HumanBytes(int(c.bytes)), st.client, HumanBytes(int(lim.ClientBytes)))
 	}
 	return nil
 }

@@ -13,7 +13,11 @@
 //	if err := st.Finish(size, measure); err != nil { ... send err instead ... }
 package flow
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Counters count what the front end's limits did: streams closed for
 // not draining, calls and results held back, sessions refused or evicted,
@@ -34,31 +38,29 @@ var RefusalLimits = []string{"max_input_files", "max_request_bytes", "client_max
 
 // NewCounters makes the counters, every series of them at 0.
 func NewCounters() *Counters {
+	vec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
+	}
+	one := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
 	c := &Counters{
-		Stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pyrun_stream_stalls_total",
-			Help: "Event streams and responses closed because a write to the client did not finish within write_timeout, by transport.",
-		}, []string{"transport"}),
-		HeldBack: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pyrun_results_held_back_total",
-			Help: "Calls refused (what=call) and results replaced by an error (what=result) because their client was not reading the results already sent, by transport.",
-		}, []string{"transport", "what"}),
-		SessionsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pyrun_mcp_sessions_refused_total",
-			Help: "New MCP sessions refused, by the cap that refused them: total (max_mcp_sessions) or client (client_max_mcp_sessions, when no idle session could be evicted).",
-		}, []string{"cap"}),
-		SessionsEvicted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pyrun_mcp_sessions_evicted_total",
-			Help: "Idle MCP sessions closed to make room for a new session of the same client (client_max_mcp_sessions).",
-		}),
-		DeleteCancelled: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "pyrun_calls_stopped_by_delete_total",
-			Help: "Calls stopped because their client ended the session (HTTP DELETE) while they ran.",
-		}),
-		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "pyrun_requests_refused_total",
-			Help: "Requests refused by a bound on what they carry, before their call ran, by limit: max_input_files (entries of the files argument), max_request_bytes and client_max_request_bytes (request bytes held at once, by all clients and by one), stdio_max_line (a stdio line longer than pyrun reads).",
-		}, []string{"limit"}),
+		Stalls: vec("pyrun_stream_stalls_total",
+			"Event streams and responses closed because a write to the client did not finish within write_timeout, by transport.",
+			"transport"),
+		HeldBack: vec("pyrun_results_held_back_total",
+			"Calls refused (what=call) and results replaced by an error (what=result) because their client was not reading the results already sent, by transport.",
+			"transport", "what"),
+		SessionsRefused: vec("pyrun_mcp_sessions_refused_total",
+			"New MCP sessions refused, by the cap that refused them: total (max_mcp_sessions) or client (client_max_mcp_sessions, when no idle session could be evicted).",
+			"cap"),
+		SessionsEvicted: one("pyrun_mcp_sessions_evicted_total",
+			"Idle MCP sessions closed to make room for a new session of the same client (client_max_mcp_sessions)."),
+		DeleteCancelled: one("pyrun_calls_stopped_by_delete_total",
+			"Calls stopped because their client ended the session (HTTP DELETE) while they ran."),
+		Refused: vec("pyrun_requests_refused_total",
+			"Requests refused by a bound on what they carry, before their call ran, by limit: max_input_files (entries of the files argument), max_request_bytes and client_max_request_bytes (request bytes held at once, by all clients and by one), stdio_max_line (a stdio line longer than pyrun reads).",
+			"limit"),
 	}
 	for _, l := range RefusalLimits {
 		c.Refused.WithLabelValues(l)
@@ -78,4 +80,32 @@ func NewCounters() *Counters {
 // Collectors are the counters, for a prometheus.Registry.
 func (c *Counters) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{c.Stalls, c.HeldBack, c.SessionsRefused, c.SessionsEvicted, c.DeleteCancelled, c.Refused}
+}
+
+// Positive is v when it is positive, else d: a limit whose zero value
+// means its default.
+func Positive[T ~int | ~int64](v, d T) T {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+// setting holds the limits in force, replaced as a whole (a reload) and
+// read under a lock of their own.
+type setting[L any] struct {
+	mu sync.Mutex
+	v  L
+}
+
+func (s *setting[L]) set(v L) {
+	s.mu.Lock()
+	s.v = v
+	s.mu.Unlock()
+}
+
+func (s *setting[L]) get() L {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.v
 }

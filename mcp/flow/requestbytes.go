@@ -32,12 +32,7 @@ const (
 )
 
 func (l RequestLimits) withDefaults() RequestLimits {
-	if l.MaxBytes <= 0 {
-		l.MaxBytes = DefaultMaxRequestBytes
-	}
-	if l.ClientMaxBytes <= 0 {
-		l.ClientMaxBytes = DefaultClientMaxRequestBytes
-	}
+	l.MaxBytes, l.ClientMaxBytes = Positive(l.MaxBytes, DefaultMaxRequestBytes), Positive(l.ClientMaxBytes, DefaultClientMaxRequestBytes)
 	return l
 }
 
@@ -49,9 +44,9 @@ var ErrRequestBytes = errors.New("pyrun is busy")
 // methods are safe for concurrent use.
 type RequestBytes struct {
 	counters *Counters
+	lim      setting[RequestLimits]
 
 	mu       sync.Mutex
-	lim      RequestLimits
 	total    int64
 	byClient map[string]int64
 	changed  chan struct{} // closed and replaced when bytes are given back
@@ -60,23 +55,16 @@ type RequestBytes struct {
 
 // NewRequestBytes counts request bytes, and what its limits refuse in c.
 func NewRequestBytes(c *Counters) *RequestBytes {
-	return &RequestBytes{counters: c, lim: RequestLimits{}.withDefaults(), byClient: map[string]int64{},
-		changed: make(chan struct{})}
+	b := &RequestBytes{counters: c, byClient: map[string]int64{}, changed: make(chan struct{})}
+	b.SetLimits(RequestLimits{})
+	return b
 }
 
 // SetLimits puts new limits in force.
-func (b *RequestBytes) SetLimits(l RequestLimits) {
-	b.mu.Lock()
-	b.lim = l.withDefaults()
-	b.mu.Unlock()
-}
+func (b *RequestBytes) SetLimits(l RequestLimits) { b.lim.set(l.withDefaults()) }
 
 // Limits are the limits in force.
-func (b *RequestBytes) Limits() RequestLimits {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.lim
-}
+func (b *RequestBytes) Limits() RequestLimits { return b.lim.get() }
 
 // Held is what all clients hold now.
 func (b *RequestBytes) Held() int64 {
@@ -92,18 +80,19 @@ func (b *RequestBytes) Held() int64 {
 // limit, which the options check is at least a request's largest size.
 // The function returned gives the bytes back; it may be called once.
 func (b *RequestBytes) Reserve(client string, n int64) (func(), error) {
+	lim := b.Limits()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	mine := b.byClient[client]
 	switch {
-	case mine+n > b.lim.ClientMaxBytes:
+	case mine+n > lim.ClientMaxBytes:
 		b.counters.Refused.WithLabelValues("client_max_request_bytes").Inc()
 		return nil, fmt.Errorf("%w for this client: client %s's requests in flight hold %s, and this one of %s would take them past the %s one client may have held at once (client_max_request_bytes); try again when its calls have finished",
-			ErrRequestBytes, client, sizeString(mine), sizeString(n), sizeString(b.lim.ClientMaxBytes))
-	case b.total+n > b.lim.MaxBytes:
+			ErrRequestBytes, client, sizeString(mine), sizeString(n), sizeString(lim.ClientMaxBytes))
+	case b.total+n > lim.MaxBytes:
 		b.counters.Refused.WithLabelValues("max_request_bytes").Inc()
 		return nil, fmt.Errorf("%w: the requests in flight of all clients hold %s, and this one of %s would take them past the %s pyrun holds at once (max_request_bytes); try again later",
-			ErrRequestBytes, sizeString(b.total), sizeString(n), sizeString(b.lim.MaxBytes))
+			ErrRequestBytes, sizeString(b.total), sizeString(n), sizeString(lim.MaxBytes))
 	}
 	return b.addLocked(client, n), nil
 }
@@ -138,9 +127,10 @@ func (b *RequestBytes) addLocked(client string, n int64) func() {
 // bytes fit within its limit, or ctx ends. It reports whether it waited.
 func (b *RequestBytes) Wait(ctx context.Context, client string, n int64) (bool, error) {
 	for waited := false; ; waited = true {
+		lim := b.Limits()
 		b.mu.Lock()
 		mine, changed := b.byClient[client], b.changed
-		fits := mine == 0 || mine+n <= b.lim.ClientMaxBytes
+		fits := mine == 0 || mine+n <= lim.ClientMaxBytes
 		b.mu.Unlock()
 		if fits {
 			return waited, nil

@@ -93,6 +93,9 @@ func (f *front) metrics(t *testing.T) map[string]float64 {
 	return mcptest.ParseMetrics(t, resp.Body)
 }
 
+// front is f for mcptest's scenarios.
+func (f *front) front() mcptest.Front { return mcptest.Front{Base: f.base, Metrics: f.metrics} }
+
 // waitMetric polls /metrics until series satisfies ok, for at most 20s.
 func (f *front) waitMetric(t *testing.T, series string, ok func(float64) bool) {
 	t.Helper()
@@ -311,57 +314,11 @@ func TestDrainAndCloseSessions(t *testing.T) {
 	}
 }
 
-// MCP sessions are capped per client (the oldest idle session makes room)
-// and in total (refused, with an error that names the cap); /healthz and
-// /metrics show the figures. (50,000 initialize requests took pyrun to
-// 1.68 GB before.)
+// MCP sessions are capped per client and in all (mcptest.SessionCaps).
 func TestSessionCaps(t *testing.T) {
 	f := startFront(t, mcptest.NewGate(), mcp.Options{}, httpfront.Options{Protect: tokens,
 		Sessions: httpfront.SessionLimits{Max: 5, ClientMax: 3}})
-	a, b, c := bearer("a-token"), bearer("b-token"), bearer("c-token")
-	var first string
-	for i := range 4 {
-		id, code, body := openSession(t, a, f.base)
-		if id == "" {
-			t.Fatalf("client a's session %d: %d %s", i+1, code, body)
-		}
-		if i == 0 {
-			first = id
-		}
-	}
-	// The fourth evicted the first, idle the longest; the SDK closes it
-	// on its own goroutine.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		resp, err := post(t.Context(), a, f.base, first, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusNotFound {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("client a's first session after its fourth opened: %d, want 404 (evicted)", resp.StatusCode)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	for range 2 {
-		if id, code, body := openSession(t, b, f.base); id == "" {
-			t.Fatalf("client b's session: %d %s", code, body)
-		}
-	}
-	id, code, body := openSession(t, c, f.base)
-	if id != "" || code != http.StatusServiceUnavailable || !strings.Contains(body, "max_mcp_sessions") {
-		t.Errorf("a sixth session: %d %q, want 503 naming max_mcp_sessions", code, body)
-	}
-	if _, h := f.health(t); h["mcp_sessions"] != 5.0 || h["mcp_sessions_max"] != 5.0 {
-		t.Errorf("/healthz: mcp_sessions %v of %v, want 5 of 5", h["mcp_sessions"], h["mcp_sessions_max"])
-	}
-	m := f.metrics(t)
-	if m[`pyrun_mcp_sessions_refused_total{cap="total"}`] != 1 || m["pyrun_mcp_sessions_evicted_total"] != 1 || m["pyrun_mcp_sessions_max"] != 5 {
-		t.Errorf("metrics: refused %v, evicted %v, max %v; want 1, 1 and 5", m[`pyrun_mcp_sessions_refused_total{cap="total"}`],
-			m["pyrun_mcp_sessions_evicted_total"], m["pyrun_mcp_sessions_max"])
-	}
+	mcptest.SessionCaps(t, f.front(), bearer("a-token"), bearer("b-token"), bearer("c-token"))
 }
 
 // A client at its cap whose sessions are all busy gets its new session
@@ -387,60 +344,12 @@ func TestSessionCapSparesBusySessions(t *testing.T) {
 	}
 }
 
-// DELETE of a session while its call runs stops the call, answers the
-// call's POST with an error result, then ends the session. (Before, DELETE
-// waited for the call and the POST got an empty 200.)
+// DELETE of a session while its call runs stops the call
+// (mcptest.DeleteStopsCalls).
 func TestDeleteStopsCalls(t *testing.T) {
 	g := mcptest.NewGate()
 	f := startFront(t, g, mcp.Options{}, httpfront.Options{})
-	id, code, body := openSession(t, http.DefaultClient, f.base)
-	if id == "" {
-		t.Fatalf("initialize: %d %s", code, body)
-	}
-	type answer struct {
-		status int
-		body   string
-	}
-	got := make(chan answer, 1)
-	go func() {
-		resp, err := post(t.Context(), http.DefaultClient, f.base, id, callBody(7, "import time\ntime.sleep(60)"))
-		if err != nil {
-			got <- answer{0, err.Error()}
-			return
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		got <- answer{resp.StatusCode, string(b)}
-	}()
-	g.WaitStarted(t, mcp.Anonymous)
-	req, _ := http.NewRequestWithContext(t.Context(), "DELETE", f.base+"/mcp", nil)
-	req.Header.Set("Mcp-Session-Id", id)
-	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	a := <-got
-	if resp.StatusCode != http.StatusNoContent {
-		t.Errorf("DELETE: %d, want 204", resp.StatusCode)
-	}
-	if a.status != http.StatusOK || !strings.Contains(a.body, `"isError":true`) || !strings.Contains(a.body, "ended the MCP session") ||
-		!strings.Contains(a.body, `"id":7`) {
-		t.Errorf("the call's POST: %d %q, want its result: an error saying the session was ended", a.status, a.body)
-	}
-	if n := f.metrics(t)["pyrun_calls_stopped_by_delete_total"]; n != 1 {
-		t.Errorf("pyrun_calls_stopped_by_delete_total = %v, want 1", n)
-	}
-	// The session is gone: its next request is refused.
-	resp, err = post(t.Context(), http.DefaultClient, f.base, id, `{"jsonrpc":"2.0","id":8,"method":"tools/list"}`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("a request to the deleted session: %d, want 404", resp.StatusCode)
-	}
+	mcptest.DeleteStopsCalls(t, f.front(), func(t *testing.T) { g.WaitStarted(t, mcp.Anonymous) })
 }
 
 // DELETE waits for the answers of the session's calls, not for its event
@@ -585,19 +494,7 @@ func TestDNSRebindingProtection(t *testing.T) {
 // revision.
 func TestStateless(t *testing.T) {
 	f := startFront(t, mcptest.Result(supervisor.Result{Status: supervisor.StatusSuccess}), mcp.Options{}, httpfront.Options{Stateless: true})
-	resp, err := post(t.Context(), http.DefaultClient, f.base, "", initBody)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") != "" {
-		t.Errorf("stateless initialize: %s, Mcp-Session-Id %q; want 200 and none", resp.Status, resp.Header.Get("Mcp-Session-Id"))
-	}
-	if resp, err := http.Get(f.base + "/mcp"); err != nil {
-		t.Fatal(err)
-	} else if resp.Body.Close(); resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("stateless GET /mcp: %s, want 405", resp.Status)
-	}
+	mcptest.Stateless(t, f.front())
 	for _, rev := range []string{sessionRevision, ""} {
 		cs := connect(t, &sdk.StreamableClientTransport{Endpoint: f.base + "/mcp", MaxRetries: -1}, rev)
 		if res, err := callCode(t.Context(), cs, "1"); err != nil || res.IsError {

@@ -30,12 +30,7 @@ const (
 )
 
 func (l SessionLimits) withDefaults() SessionLimits {
-	if l.Max <= 0 {
-		l.Max = DefaultMaxSessions
-	}
-	if l.ClientMax <= 0 {
-		l.ClientMax = DefaultClientMaxSessions
-	}
+	l.Max, l.ClientMax = flow.Positive(l.Max, DefaultMaxSessions), flow.Positive(l.ClientMax, DefaultClientMaxSessions)
 	return l
 }
 
