@@ -1,10 +1,13 @@
 // Package mcp is pyrun's MCP front end: the run_python_code tool (schema,
 // description, argument checks), result formatting (mcp-run-python's XML
-// text plus structured content) and the transports. It calls the worker pool
-// through the small Runner interface and knows nothing of processes.
+// text plus structured content), stdio and the local socket. HTTP is
+// package httpfront's, which HTTPHandler builds; the limits both share are
+// package flow's. It calls the worker pool through the small Runner
+// interface and knows nothing of processes.
 //
 //	srv := mcp.New(pool, mcp.Options{PythonVersion: rt.Python, ...}, log)
 //	err := srv.RunStdio(ctx)
+//	h := srv.HTTPHandler(mcp.HTTPOptions{...}) // an *httpfront.Handler
 package mcp
 
 import (

@@ -98,8 +98,8 @@ type options struct {
 	outputs string
 	mounts  mountList
 	out     string
-	// What one client may hold of pyrun (mcp's delivery.go, sessioncap.go;
-	// mcp/netguard).
+	// What one client may hold of pyrun (mcp/flow, mcp/httpfront's
+	// session.go, mcp/netguard).
 	writeTimeout          time.Duration
 	sessionPendingResults int
 	sessionPendingBytes   byteSize
