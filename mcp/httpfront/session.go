@@ -47,7 +47,7 @@ type session struct {
 	// owner is the identity of the client that opened an HTTP+SSE session
 	// with credentials, the only one its POSTs are taken from; "": anyone.
 	owner   string
-	backlog flow.Backlog // the results waiting to be written to it
+	backlog flow.Backlog // the results waiting to be written to it (flow's to guard)
 
 	// guarded by sessionTable.mu
 	id       string
@@ -66,7 +66,8 @@ type session struct {
 type call struct{ cancel context.CancelCauseFunc }
 
 // sessionTable keeps the open sessions: all of them, by id and the number of
-// each client's. Its methods are safe for concurrent use.
+// each client's. Its methods are safe for concurrent use; while holding its
+// lock they may take flow's (a session's stream), never the other way.
 type sessionTable struct {
 	counters *flow.Counters
 	live     func() map[string]bool // ids of the SDK's sessions alive
