@@ -132,7 +132,7 @@ func TestTooManyInputFilesIsAToolError(t *testing.T) {
 func refusedCount(t *testing.T, s *Server, limit string) float64 {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(s.front.counters.refused)
+	reg.MustRegister(s.front.counters.Refused)
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/internal/testtier"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -134,9 +135,7 @@ func (l *logLines) find(msg string) []map[string]any {
 // newTestServer builds a pyrun MCP server on the shared test pool.
 func newTestServer(t *testing.T, live LiveOptions) (*Server, *runner, *logLines) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("needs Deno and Pyodide workers: skipped with -short")
-	}
+	testtier.Runtime(t)
 	testPool.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -234,11 +233,7 @@ func (s *session) streamed(t *testing.T, suffix string) string {
 
 func TestSessionsGetOnlyTheirOwnOutput(t *testing.T) {
 	s, _, _ := newTestServer(t, LiveOptions{})
-	mux := http.NewServeMux()
-	getServer := func(*http.Request) *sdk.Server { return s.sdk }
-	mux.Handle("/mcp", s.CancelOnDisconnect(sdk.NewStreamableHTTPHandler(getServer, nil)))
-	mux.Handle("/sse", sdk.NewSSEHandler(getServer, nil))
-	web := httptest.NewServer(mux)
+	web := httptest.NewServer(s.HTTPHandler(HTTPOptions{}))
 	t.Cleanup(web.Close) // after the sessions close
 
 	sessions := map[string]*session{
@@ -418,11 +413,10 @@ func (s *severable) cut() bool {
 
 func TestDroppedHTTPRequestCancelsTheCall(t *testing.T) {
 	s, r, lines := newTestServer(t, LiveOptions{})
-	handler := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.sdk }, nil)
-	web := httptest.NewServer(s.CancelOnDisconnect(handler))
+	web := httptest.NewServer(s.HTTPHandler(HTTPOptions{}))
 	t.Cleanup(web.Close) // after the session closes
 	rt := &severable{}
-	sess := connect(t, &sdk.StreamableClientTransport{Endpoint: web.URL, HTTPClient: &http.Client{Transport: rt}, MaxRetries: -1})
+	sess := connect(t, &sdk.StreamableClientTransport{Endpoint: web.URL + "/mcp", HTTPClient: &http.Client{Transport: rt}, MaxRetries: -1})
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -508,9 +502,9 @@ func TestHangUpCancelsTheCall(t *testing.T) {
 }
 
 func TestCancelledOverHTTP(t *testing.T) {
-	// No CancelOnDisconnect here: what stops the call is the client's
-	// notifications/cancelled, which the Go client sends when the call's
-	// context ends.
+	// The SDK's handler alone, without pyrun's HTTP front end: what stops
+	// the call is the client's notifications/cancelled, which the Go
+	// client sends when the call's context ends.
 	s, r, lines := newTestServer(t, LiveOptions{})
 	handler := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.sdk }, nil)
 	web := httptest.NewServer(handler)

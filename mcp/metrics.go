@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/pyrun/pyrun/mcp/codemode"
+	"github.com/pyrun/pyrun/mcp/flow"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/oswall"
 )
@@ -102,8 +103,8 @@ func (m *Metrics) countSessions(n func() int) {
 }
 
 // countFront adds the front end's limit counters and gauges.
-func (m *Metrics) countFront(c *frontCounters, waiting func() int64, sessions func() (int, int)) {
-	for _, col := range c.collectors() {
+func (m *Metrics) countFront(c *flow.Counters, waiting func() int64, sessions func() (int, int)) {
+	for _, col := range c.Collectors() {
 		_ = m.reg.Register(col)
 	}
 	_ = m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -26,8 +26,8 @@ func (s *Server) options() Options {
 func (s *Server) SetOptions(opts Options) {
 	opts = opts.withDefaults()
 	s.outputs.SetConfig(opts.Outputs)
-	s.front.out.setLimits(opts.Delivery)
-	s.front.bytes.setLimits(opts.Requests)
+	s.front.out.SetLimits(opts.Delivery)
+	s.front.bytes.SetLimits(opts.Requests)
 	s.tasks.setOptions(opts.Tasks)
 	s.mu.Lock()
 	old := s.opts

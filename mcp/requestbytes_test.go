@@ -13,6 +13,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/mcp/flow"
+	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
 // bigArgs are arguments of about 3 MiB: a comment of 1 MiB, 1 MiB of
@@ -50,8 +53,8 @@ func connectHTTP(t *testing.T, transport sdk.Transport) *sdk.ClientSession {
 // once) that names client_max_request_bytes; the call never reaches the
 // pool, and is counted. Once a call ends, the client's next call is taken.
 func TestRequestBytesRefusedOverStreamableHTTP(t *testing.T) {
-	g := newGate()
-	s := New(g, Options{Requests: RequestLimits{ClientMaxBytes: 8 << 20, MaxBytes: 64 << 20}}, testLogger(t))
+	g := mcptest.NewGate()
+	s := New(g, Options{Requests: flow.RequestLimits{ClientMaxBytes: 8 << 20, MaxBytes: 64 << 20}}, testLogger(t))
 	ts := startHTTP(t, s)
 	cs := connectHTTP(t, &sdk.StreamableClientTransport{Endpoint: ts.URL + "/mcp", MaxRetries: -1})
 	type outcome struct {
@@ -67,8 +70,8 @@ func TestRequestBytesRefusedOverStreamableHTTP(t *testing.T) {
 		return out
 	}
 	first, second := call(), call()
-	g.waitStarted(t, Anonymous)
-	g.waitStarted(t, Anonymous)
+	g.WaitStarted(t, Anonymous)
+	g.WaitStarted(t, Anonymous)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	_, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: ToolName, Arguments: bigArgs()})
@@ -77,15 +80,15 @@ func TestRequestBytesRefusedOverStreamableHTTP(t *testing.T) {
 		!strings.Contains(rpcErr.Message, "busy") {
 		t.Fatalf("a third call of 3 MiB past the client's 8 MiB: %v; want a JSON-RPC error at once naming client_max_request_bytes", err)
 	}
-	g.noneStarted(t)
+	g.NoneStarted(t)
 	if n := refusedCount(t, s, "client_max_request_bytes"); n != 1 {
 		t.Errorf("pyrun_requests_refused_total{limit=client_max_request_bytes} is %v, want 1", n)
 	}
-	if held := s.front.bytes.held(); held < 6<<20 || held > 7<<20 {
+	if held := s.front.bytes.Held(); held < 6<<20 || held > 7<<20 {
 		t.Errorf("%d bytes held for two calls of about 3 MiB", held)
 	}
 	// One call ends; the client's next call is taken.
-	g.release(Anonymous)
+	g.Release(Anonymous)
 	var pending chan outcome
 	select {
 	case o := <-first:
@@ -102,9 +105,9 @@ func TestRequestBytesRefusedOverStreamableHTTP(t *testing.T) {
 		t.Fatal("no call ended")
 	}
 	third := call()
-	g.waitStarted(t, Anonymous)
-	g.release(Anonymous)
-	g.release(Anonymous)
+	g.WaitStarted(t, Anonymous)
+	g.Release(Anonymous)
+	g.Release(Anonymous)
 	for _, ch := range []chan outcome{pending, third} {
 		select {
 		case o := <-ch:
@@ -116,9 +119,9 @@ func TestRequestBytesRefusedOverStreamableHTTP(t *testing.T) {
 		}
 	}
 	// Given back as each POST's handler returns, just after its answer.
-	for deadline := time.Now().Add(10 * time.Second); s.front.bytes.held() != 0; {
+	for deadline := time.Now().Add(10 * time.Second); s.front.bytes.Held() != 0; {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes held once every call has ended, want 0", s.front.bytes.held())
+			t.Fatalf("%d bytes held once every call has ended, want 0", s.front.bytes.Held())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -128,23 +131,23 @@ func TestRequestBytesRefusedOverStreamableHTTP(t *testing.T) {
 // 503 (its answer would go out on the event stream), and the client's call
 // fails at once; a raw POST shows the status and the message.
 func TestRequestBytesRefusedOverSSE(t *testing.T) {
-	g := newGate()
-	s := New(g, Options{Requests: RequestLimits{ClientMaxBytes: 8 << 20, MaxBytes: 64 << 20}}, testLogger(t))
+	g := mcptest.NewGate()
+	s := New(g, Options{Requests: flow.RequestLimits{ClientMaxBytes: 8 << 20, MaxBytes: 64 << 20}}, testLogger(t))
 	ts := startHTTP(t, s)
 	cs := connectHTTP(t, &sdk.SSEClientTransport{Endpoint: ts.URL + "/sse"})
 	for range 2 {
 		go func() { _, _ = cs.CallTool(t.Context(), &sdk.CallToolParams{Name: ToolName, Arguments: bigArgs()}) }()
 	}
-	g.waitStarted(t, Anonymous)
-	g.waitStarted(t, Anonymous)
+	g.WaitStarted(t, Anonymous)
+	g.WaitStarted(t, Anonymous)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if _, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: ToolName, Arguments: bigArgs()}); err == nil || ctx.Err() != nil {
 		t.Errorf("a third call past the client's share over SSE: %v; want an error at once", err)
 	}
-	g.noneStarted(t)
+	g.NoneStarted(t)
 	// The same limit holds for all clients together (max_request_bytes).
-	s.front.bytes.setLimits(RequestLimits{ClientMaxBytes: 32 << 20, MaxBytes: 8 << 20})
+	s.front.bytes.SetLimits(flow.RequestLimits{ClientMaxBytes: 32 << 20, MaxBytes: 8 << 20})
 	body := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"run_python_code","arguments":{"python_code":"` +
 		strings.Repeat("#", 3<<20) + `"}}}`
 	resp, err := http.Post(ts.URL+"/mcp", "application/json", strings.NewReader(body))
@@ -159,16 +162,16 @@ func TestRequestBytesRefusedOverSSE(t *testing.T) {
 	if n := refusedCount(t, s, "max_request_bytes"); n != 1 {
 		t.Errorf("pyrun_requests_refused_total{limit=max_request_bytes} is %v, want 1", n)
 	}
-	g.release(Anonymous)
-	g.release(Anonymous)
+	g.Release(Anonymous)
+	g.Release(Anonymous)
 }
 
 // On stdio nothing is refused: pyrun reads no more requests while the
 // calls in flight hold the client's share (a request or two more may be on
 // their way to the handler as it looks), and reads on once calls end.
 func TestRequestBytesHoldStdioBack(t *testing.T) {
-	g := newGate()
-	s := New(g, Options{Requests: RequestLimits{ClientMaxBytes: 9 << 20}}, testLogger(t))
+	g := mcptest.NewGate()
+	s := New(g, Options{Requests: flow.RequestLimits{ClientMaxBytes: 9 << 20}}, testLogger(t))
 	p := startStdio(t, s)
 	const calls = 8
 	go func() {
@@ -183,10 +186,7 @@ func TestRequestBytesHoldStdioBack(t *testing.T) {
 	// Calls of 3 MiB: once they hold 6 MiB, a line of up to 4 MiB more does
 	// not fit in 9 MiB, and the reader waits.
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		s.front.bytes.mu.Lock()
-		waiting := s.front.bytes.waiting
-		s.front.bytes.mu.Unlock()
-		if waiting == 1 {
+		if s.front.bytes.Waiting() == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -195,15 +195,15 @@ func TestRequestBytesHoldStdioBack(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	started := 0
-	for len(g.started) > 0 {
-		<-g.started
+	for len(g.Started) > 0 {
+		<-g.Started
 		started++
 	}
 	if started > 4 {
 		t.Errorf("%d calls of 3 MiB were read under a share of 9 MiB, want at most 4", started)
 	}
 	for answered := 0; answered < calls; answered++ {
-		g.release(Anonymous)
+		g.Release(Anonymous)
 		if m := p.recv(t); m["result"] == nil {
 			t.Fatalf("answer: %v", m)
 		}

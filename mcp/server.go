@@ -1,10 +1,13 @@
 // Package mcp is pyrun's MCP front end: the run_python_code tool (schema,
 // description, argument checks), result formatting (mcp-run-python's XML
-// text plus structured content) and the transports. It calls the worker pool
-// through the small Runner interface and knows nothing of processes.
+// text plus structured content), stdio and the local socket. HTTP is
+// package httpfront's, which HTTPHandler builds; the limits both share are
+// package flow's. It calls the worker pool through the small Runner
+// interface and knows nothing of processes.
 //
 //	srv := mcp.New(pool, mcp.Options{PythonVersion: rt.Python, ...}, log)
 //	err := srv.RunStdio(ctx)
+//	h := srv.HTTPHandler(mcp.HTTPOptions{...}) // an *httpfront.Handler
 package mcp
 
 import (
@@ -18,6 +21,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/pyrun/pyrun/mcp/codemode"
+	"github.com/pyrun/pyrun/mcp/flow"
 	"github.com/pyrun/pyrun/mcp/outputs"
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -39,8 +43,8 @@ type Options struct {
 	// DefaultMaxInputFiles.
 	MaxInputFiles int
 	Network       supervisor.Network
-	Live          LiveOptions    // what a call sends its client while it runs
-	Delivery      DeliveryLimits // results waiting to be written (delivery.go)
+	Live          LiveOptions         // what a call sends its client while it runs
+	Delivery      flow.DeliveryLimits // results waiting to be written
 	// Sessions are the Python sessions' lifetimes and bound, for the tool
 	// description; zero: no sessions (see UseSessions).
 	Sessions SessionOptions
@@ -57,8 +61,8 @@ type Options struct {
 	// Languages are the languages served, a tool each, in order; nil:
 	// Python alone. The pool runs each call by its Job.Language.
 	Languages []Language
-	// Requests bound the request bytes pyrun holds (requestbytes.go).
-	Requests RequestLimits
+	// Requests bound the request bytes pyrun holds.
+	Requests flow.RequestLimits
 	// CodeMode gives calls the tools of other MCP servers (mcp_tools in
 	// Python); nil: none. Its changes reach clients as a changed tool
 	// description (see New).
@@ -73,10 +77,8 @@ type Server struct {
 	log   hclog.Logger
 	sdk   *sdk.Server
 	names sessionNames
-	live  liveStreams
 	// levels knows the sessions that set a log level, for wantsLive.
 	levels logLevels
-	posts  posts // HTTP requests that carry calls, for CancelOnDisconnect
 	// outputs holds the /output/ files of calls for resources/read;
 	// reading bounds the bytes of them read into memory at once.
 	outputs *outputs.Store
@@ -101,8 +103,8 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 		tools:   newLanguageTools(opts.languages()), published: map[string]string{},
 		tasks: newTaskStore(opts.Tasks.withDefaults())}
 	s.front.init()
-	s.front.out.setLimits(opts.Delivery)
-	s.front.bytes.setLimits(opts.Requests)
+	s.front.out.SetLimits(opts.Delivery)
+	s.front.bytes.SetLimits(opts.Requests)
 	s.sdk = sdk.NewServer(&sdk.Implementation{Name: "pyrun", Title: "pyrun: Python in a sandbox", Version: opts.Version},
 		&sdk.ServerOptions{
 			Instructions: instructions(opts.languages()),

@@ -60,7 +60,7 @@ func (s *Server) ServeSocket(ctx context.Context, ln net.Listener) error {
 			name := "socket-" + strconv.FormatUint(socketSeq.Add(1), 10)
 			peer, _ := localsock.PeerOfConn(c)
 			log.Debug("local client connected", "session", name, "pid", peer.PID, "uid", peer.UID)
-			err := s.runLines(ctx, name, "socket", c, c)
+			err := s.runLines(ctx, "socket", c, c)
 			log.Debug("local client gone", "session", name, "pid", peer.PID, "error", err)
 		}()
 	}

@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/mcp/flow"
 )
 
 // stdio: the SDK's transport ends the session at the first line that is not
@@ -28,17 +30,17 @@ import (
 
 // runIO serves one client on r and w until it hangs up or ctx ends.
 func (s *Server) runIO(ctx context.Context, r io.ReadCloser, w io.Writer) error {
-	return s.runLines(ctx, "stdio", "stdio", r, w)
+	return s.runLines(ctx, "stdio", r, w)
 }
 
 // runLines serves one session of the local client (Anonymous) on r and w,
 // lines of JSON-RPC, until it hangs up or ctx ends: stdio's, or one
-// connection's on the socket (socket.go). session names it among the open
-// ones, transport in logs and metrics.
-func (s *Server) runLines(ctx context.Context, session, transport string, r io.ReadCloser, w io.Writer) error {
-	st := s.front.out.open(session, Anonymous, transport, nil)
-	defer st.close()
-	ctx = context.WithValue(ctx, outStreamKey{}, st)
+// connection's on the socket (socket.go); transport names it in logs and
+// metrics.
+func (s *Server) runLines(ctx context.Context, transport string, r io.ReadCloser, w io.Writer) error {
+	st := s.front.out.Open(new(flow.Backlog), Anonymous, transport, nil)
+	defer st.Close()
+	ctx = flow.WithStream(ctx, st)
 	ctx, cancel := context.WithCancel(ctx) // ends the session's task waits
 	defer cancel()
 	out := &stdioWriter{w: w, st: st}
@@ -69,7 +71,7 @@ func (s *Server) runLines(ctx context.Context, session, transport string, r io.R
 type stdioWriter struct {
 	mu    sync.Mutex
 	w     io.Writer
-	st    *outStream
+	st    *flow.Stream
 	tasks *lineTasks // adds tasks to the answers that advertise them
 }
 
@@ -91,7 +93,7 @@ func (o *stdioWriter) write(b []byte) (int, error) {
 	defer o.mu.Unlock()
 	n, err := o.w.Write(b)
 	if err == nil {
-		o.st.wrote(n)
+		o.st.Wrote(n)
 	}
 	return n, err
 }
@@ -104,13 +106,13 @@ type stdioReader struct {
 	r   io.ReadCloser
 	br  *bufio.Reader
 	out *stdioWriter
-	st  *outStream
+	st  *flow.Stream
 	ctx context.Context
 	log hclog.Logger
 	max int // longest line, in bytes
 
-	counters *frontCounters
-	bytes    *requestBytes // what the calls in flight hold: read nothing more past the client's share
+	counters *flow.Counters
+	bytes    *flow.RequestBytes // what the calls in flight hold: read nothing more past the client's share
 
 	tasks *lineTasks // answers tasks' requests (tasklines.go)
 
@@ -138,7 +140,7 @@ func (in *stdioReader) next() ([]byte, error) {
 		// Backpressure: nothing more is read while the parent does not read
 		// the results already written.
 		for waited := false; ; waited = true {
-			err := in.st.backedUp()
+			err := in.st.BackedUp()
 			if err == nil {
 				if waited {
 					in.log.Info("the client reads its results again: reading its requests again")
@@ -149,7 +151,7 @@ func (in *stdioReader) next() ([]byte, error) {
 				in.log.Warn("not reading requests until the client reads the results written to it", "why", err.Error())
 			}
 			select {
-			case <-in.st.changed:
+			case <-in.st.Changed():
 			case <-in.ctx.Done():
 				return nil, in.ctx.Err()
 			}
@@ -157,7 +159,7 @@ func (in *stdioReader) next() ([]byte, error) {
 		// And nothing while the calls in flight hold the client's share of
 		// request bytes (client_max_request_bytes): the next line may be
 		// as large as a line can be.
-		if waited, err := in.bytes.wait(in.ctx, Anonymous, int64(in.max)); err != nil {
+		if waited, err := in.bytes.Wait(in.ctx, Anonymous, int64(in.max)); err != nil {
 			return nil, err
 		} else if waited {
 			in.log.Info("the calls in flight hold the client's share of request bytes (client_max_request_bytes); read the next request once they ended")
@@ -182,16 +184,16 @@ func (in *stdioReader) next() ([]byte, error) {
 }
 
 // readLine reads one line, without its newline. A line longer than
-// in.max is not kept: its bytes go through an idScanner, returned as
+// in.max is not kept: its bytes go through an IDScanner, returned as
 // tooLong, which finds the id to answer with in bounded memory.
-func (in *stdioReader) readLine() (line []byte, tooLong *idScanner, err error) {
+func (in *stdioReader) readLine() (line []byte, tooLong *flow.IDScanner, err error) {
 	for {
 		chunk, err := in.br.ReadSlice('\n')
 		switch {
 		case tooLong != nil:
 			_, _ = tooLong.Write(chunk)
 		case len(line)+len(chunk) > in.max+1:
-			tooLong = &idScanner{}
+			tooLong = &flow.IDScanner{}
 			_, _ = tooLong.Write(line)
 			_, _ = tooLong.Write(chunk)
 			line = nil
@@ -209,8 +211,8 @@ func (in *stdioReader) readLine() (line []byte, tooLong *idScanner, err error) {
 // own id, so that its client need not wait for its own timeout, and a
 // message naming the limit. A response (an id and no method) gets none:
 // its peer is waiting for nothing.
-func (in *stdioReader) refuseLong(sc *idScanner) {
-	in.counters.refused.WithLabelValues("stdio_max_line").Inc()
+func (in *stdioReader) refuseLong(sc *flow.IDScanner) {
+	in.counters.Refused.WithLabelValues("stdio_max_line").Inc()
 	id, hasID := sc.ID()
 	method, hasMethod := sc.Method()
 	in.log.Warn("refused a message longer than pyrun reads on stdio", "limit", in.max, "id", id.Raw(), "method", method)

@@ -21,7 +21,7 @@ import (
 type lineTasks struct {
 	s   *Server
 	out *stdioWriter
-	ctx context.Context // the session's: its outStream, for live output
+	ctx context.Context // the session's: its flow.Stream, for live output
 
 	ready   chan struct{} // closed once ss is set
 	ss      *sdk.ServerSession

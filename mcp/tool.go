@@ -16,6 +16,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/mcp/flow"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -323,7 +324,6 @@ func argError(err error) error {
 // message and no result.
 // runCall runs one call of a language's tool (handle puts limits around it).
 func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-	s.live.opened(req)
 	lt := s.toolOf(req)
 	args, err := parseArgsFor(req.Params.Arguments, s.options().MaxCode, lt)
 	if err != nil {
@@ -332,7 +332,7 @@ func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Ca
 	files, err := decodeFiles(ctx, args.Files, s.options().MaxCode, s.options().MaxInputFiles)
 	if err != nil {
 		if errors.Is(err, errTooManyInputFiles) {
-			s.front.counters.refused.WithLabelValues("max_input_files").Inc()
+			s.front.counters.Refused.WithLabelValues("max_input_files").Inc()
 		}
 		return toolError(err), nil
 	}
@@ -354,8 +354,6 @@ func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Ca
 	if t := args.TimeoutSeconds; t != nil {
 		job.Timeout = jobTimeout(*t)
 	}
-	ctx, untie := s.tieToPost(ctx, req)
-	defer untie()
 	var ev supervisor.Events
 	if s.levels.wantsLive(req) {
 		lv := newLive(ctx, req.Session, job.ID, req.Params.GetProgressToken(), s.options().Live, s.log)
@@ -394,15 +392,7 @@ func toolError(err error) *sdk.CallToolResult {
 	return &r
 }
 
-func humanBytes(n int) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return strconv.Itoa(n>>20) + " MiB"
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return strconv.Itoa(n>>10) + " KiB"
-	}
-	return strings.TrimSpace(strconv.Itoa(n) + " bytes")
-}
+func humanBytes(n int) string { return flow.HumanBytes(n) }
 
 // jobTimeout is a call's timeout_seconds as a limit: a positive value too
 // small for a Duration (1e-10) or below supervisor.MinCallTimeout is

@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/tools/txtar"
 
+	"github.com/pyrun/pyrun/internal/testtier"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -106,6 +107,7 @@ var (
 // default runtime folder, so that runs after the first reuse it.
 func provision(t testing.TB) *supervisor.Runtime {
 	t.Helper()
+	testtier.Runtime(t)
 	runtimeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()

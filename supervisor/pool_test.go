@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/testtier"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -22,6 +23,7 @@ var (
 
 func testRuntime(t *testing.T) *supervisor.Runtime {
 	t.Helper()
+	testtier.Runtime(t)
 	runtimeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()

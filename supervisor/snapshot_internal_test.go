@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/internal/testlog"
+	"github.com/pyrun/pyrun/internal/testtier"
 	"github.com/pyrun/pyrun/supervisor/oswall"
 )
 
@@ -361,6 +362,7 @@ func TestWorkerStartsPlainlyFromABadSnapshot(t *testing.T) {
 // runtime folder, as pyrun does.
 func realRuntime(t *testing.T) *Runtime {
 	t.Helper()
+	testtier.Runtime(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	rt, err := Provision(ctx, DefaultRuntimeRoot(), io.Discard, hclog.NewNullLogger())

@@ -33,6 +33,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/internal/testtier"
 	"github.com/pyrun/pyrun/lang"
 )
 
@@ -89,11 +90,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// needBinary skips t under -short, where TestMain builds no binary: the
+// binary runs the worker runtime.
 func needBinary(t *testing.T) {
 	t.Helper()
-	if pyrunBin == "" {
-		t.Skip("end-to-end test: skipped with -short")
-	}
+	testtier.Runtime(t)
 }
 
 // ---- servers ---------------------------------------------------------------

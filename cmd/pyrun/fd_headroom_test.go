@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
 // prlimit runs a command under other resource limits; it execs the
@@ -129,7 +131,7 @@ func TestServeWorkerReplacedWithDescriptorsShort(t *testing.T) {
 	}
 	// A newcomer is told at once, rather than left waiting in the backlog
 	// (pyrun answers at accept, before a request: read it raw).
-	probe := dialFrom(t, "127.0.0.1", s.addr)
+	probe := mcptest.DialFrom(t, "127.0.0.1", s.addr)
 	if got, closed := readWithin(probe, 10*time.Second); !closed || !strings.HasPrefix(got, "HTTP/1.1 503") || !strings.Contains(got, "max_conns") {
 		t.Errorf("a new connection with the connections held: closed %v, %q; want a 503 naming max_conns within 10 s", closed, clipText(got))
 	}

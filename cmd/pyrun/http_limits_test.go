@@ -2,40 +2,17 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-)
 
-// dialFrom opens a TCP connection to addr from the loopback address from
-// (127.0.0.2 and so on are other clients to pyrun), with a small receive
-// buffer so that a test that stops reading stalls pyrun's writes soon.
-func dialFrom(t *testing.T, from, addr string) net.Conn {
-	t.Helper()
-	d := net.Dialer{
-		LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)},
-		Control: func(_, _ string, c syscall.RawConn) error {
-			return c.Control(func(fd uintptr) {
-				_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
-			})
-		},
-	}
-	c, err := d.DialContext(t.Context(), "tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
+	"github.com/pyrun/pyrun/mcp/mcptest"
+)
 
 // clientFrom is an HTTP client whose connections come from the loopback
 // address from.
@@ -62,39 +39,19 @@ func errorsAs(err error, target *net.Error) bool {
 	return ok
 }
 
-const initBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+const initBody = mcptest.InitBody
 
 // postMCP POSTs one JSON-RPC message to /mcp and returns the response.
 func postMCP(t *testing.T, hc *http.Client, base, session, body string) *http.Response {
 	t.Helper()
-	req, _ := http.NewRequestWithContext(t.Context(), "POST", base+"/mcp", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if session != "" {
-		req.Header.Set("Mcp-Session-Id", session)
-		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-	}
-	resp, err := hc.Do(req)
+	resp, err := mcptest.Post(t.Context(), hc, base, session, body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return resp
 }
 
-// openSession initializes a Streamable HTTP session; "" and the answer when
-// it is refused.
-func openSession(t *testing.T, hc *http.Client, base string) (string, int, string) {
-	t.Helper()
-	resp := postMCP(t, hc, base, "", initBody)
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	id := resp.Header.Get("Mcp-Session-Id")
-	if resp.StatusCode == http.StatusOK && id != "" {
-		r := postMCP(t, hc, base, id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-		r.Body.Close()
-	}
-	return id, resp.StatusCode, string(body)
-}
+var openSession = mcptest.OpenSession
 
 // Slow requests: headers and bodies that trickle in are cut off at their
 // timeouts, and a request refused by access control gets its 401 at once,
@@ -109,7 +66,7 @@ func TestServeSlowRequests(t *testing.T) {
 	s.metricsToken = token
 
 	t.Run("UnauthorizedBeforeBody", func(t *testing.T) {
-		c := dialFrom(t, "127.0.0.1", s.addr)
+		c := mcptest.DialFrom(t, "127.0.0.1", s.addr)
 		fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", s.addr)
 		began := time.Now()
 		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -120,7 +77,7 @@ func TestServeSlowRequests(t *testing.T) {
 		}
 	})
 	t.Run("SlowBody", func(t *testing.T) {
-		c := dialFrom(t, "127.0.0.1", s.addr)
+		c := mcptest.DialFrom(t, "127.0.0.1", s.addr)
 		fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100000\r\n\r\n{\"jsonrpc\"",
 			s.addr, token)
 		began := time.Now()
@@ -131,7 +88,7 @@ func TestServeSlowRequests(t *testing.T) {
 		}
 	})
 	t.Run("SlowHeaders", func(t *testing.T) {
-		c := dialFrom(t, "127.0.0.1", s.addr)
+		c := mcptest.DialFrom(t, "127.0.0.1", s.addr)
 		fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: %s\r\n", s.addr)
 		began := time.Now()
 		_, closed := readWithin(c, 20*time.Second)
@@ -152,10 +109,10 @@ func TestServeSlowRequests(t *testing.T) {
 func TestServeConnectionCap(t *testing.T) {
 	s := startServe(t, "--workers", "1", "--max-conns-per-addr", "8")
 	for range 8 {
-		dialFrom(t, "127.0.0.1", s.addr) // held open, idle
+		mcptest.DialFrom(t, "127.0.0.1", s.addr) // held open, idle
 	}
 	// The ninth waits in the kernel until pyrun accepts it.
-	c := dialFrom(t, "127.0.0.1", s.addr)
+	c := mcptest.DialFrom(t, "127.0.0.1", s.addr)
 	got, closed := readWithin(c, 20*time.Second)
 	if !closed || !strings.HasPrefix(got, "HTTP/1.1 503") || !strings.Contains(got, "max_conns_per_addr") {
 		t.Errorf("ninth connection from one address: closed %v, %q; want 503 naming max_conns_per_addr", closed, clipText(got))
@@ -197,29 +154,8 @@ func TestServeStalledReaders(t *testing.T) {
 	call := func(id int) string { return callLine(id, "print('<' * 60000)") }
 
 	// HTTP+SSE: read the endpoint event, then nothing more.
-	c := dialFrom(t, "127.0.0.1", s.addr)
-	fmt.Fprintf(c, "GET /sse HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", s.addr)
-	br := bufio.NewReader(c)
-	var endpoint string
-	for endpoint == "" {
-		_ = c.SetReadDeadline(time.Now().Add(callTimeout))
-		line, err := br.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading /sse: %v", err)
-		}
-		if rest, ok := strings.CutPrefix(line, "data: "); ok && strings.Contains(rest, "sessionid=") {
-			endpoint = strings.TrimSpace(rest)
-		}
-	}
+	_, post := mcptest.StalledSSE(t, s.addr)
 	hc := &http.Client{Timeout: callTimeout}
-	post := func(body string) int {
-		resp, err := hc.Post(s.base+endpoint, "application/json", strings.NewReader(body))
-		if err != nil {
-			return 0
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
 	post(initBody)
 	post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	accepted, refused := 0, 0
@@ -238,7 +174,7 @@ func TestServeStalledReaders(t *testing.T) {
 		t.Fatalf("initialize: %d %s", code, body)
 	}
 	for i := range 2 {
-		conn := dialFrom(t, "127.0.0.1", s.addr)
+		conn := mcptest.DialFrom(t, "127.0.0.1", s.addr)
 		msg := callLine(1000+i, "print('x' * 3_000_000)")
 		fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-06-18\r\nContent-Length: %d\r\n\r\n%s",
 			s.addr, id, len(msg), msg)
@@ -272,105 +208,20 @@ func TestServeStalledReaders(t *testing.T) {
 	wantStatus(t, r, "success")
 }
 
-// MCP sessions are capped per client (the oldest idle session makes room)
-// and in total (refused, with an error that names the cap); /healthz and
-// /metrics show the figures. (50,000 initialize requests took pyrun to
-// 1.68 GB before.)
+// MCP sessions are capped per client and in all (mcptest.SessionCaps),
+// set by --max-mcp-sessions and --client-max-mcp-sessions; a client is a
+// remote address.
 func TestServeSessionCaps(t *testing.T) {
 	s := startServe(t, "--workers", "1", "--max-mcp-sessions", "5", "--client-max-mcp-sessions", "3")
-	a, b, c := clientFrom("127.0.0.1"), clientFrom("127.0.0.2"), clientFrom("127.0.0.3")
-	var first string
-	for i := range 4 {
-		id, code, body := openSession(t, a, s.base)
-		if id == "" {
-			t.Fatalf("client a's session %d: %d %s", i+1, code, body)
-		}
-		if i == 0 {
-			first = id
-		}
-	}
-	// The fourth evicted the first, idle the longest.
-	resp := postMCP(t, a, s.base, first, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusNotFound {
-		t.Errorf("client a's first session after its fourth opened: %d, want 404 (evicted)", resp.StatusCode)
-	}
-	for range 2 {
-		if id, code, body := openSession(t, b, s.base); id == "" {
-			t.Fatalf("client b's session: %d %s", code, body)
-		}
-	}
-	id, code, body := openSession(t, c, s.base)
-	if id != "" || code != http.StatusServiceUnavailable || !strings.Contains(body, "max_mcp_sessions") {
-		t.Errorf("a sixth session: %d %q, want 503 naming max_mcp_sessions", code, body)
-	}
-	hresp, err := http.Get(s.base + "/healthz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var h map[string]any
-	_ = json.NewDecoder(hresp.Body).Decode(&h)
-	hresp.Body.Close()
-	if h["mcp_sessions"] != 5.0 || h["mcp_sessions_max"] != 5.0 {
-		t.Errorf("/healthz: mcp_sessions %v of %v, want 5 of 5", h["mcp_sessions"], h["mcp_sessions_max"])
-	}
-	m := s.metrics(t)
-	if m[`pyrun_mcp_sessions_refused_total{cap="total"}`] != 1 || m["pyrun_mcp_sessions_evicted_total"] != 1 {
-		t.Errorf("metrics: refused %v, evicted %v; want 1 and 1", m[`pyrun_mcp_sessions_refused_total{cap="total"}`],
-			m["pyrun_mcp_sessions_evicted_total"])
-	}
+	mcptest.SessionCaps(t, s.front(), clientFrom("127.0.0.1"), clientFrom("127.0.0.2"), clientFrom("127.0.0.3"))
 }
 
-// DELETE of a session while its call runs stops the call, answers the
-// call's POST with an error result, then ends the session. (Before, DELETE
-// waited for the call and the POST got an empty 200.)
+// DELETE of a session while its call runs stops the call, a real
+// worker's (mcptest.DeleteStopsCalls).
 func TestServeDeleteStopsCalls(t *testing.T) {
 	s := startServe(t, "--workers", "1")
 	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
-	hc := &http.Client{Timeout: callTimeout}
-	id, code, body := openSession(t, hc, s.base)
-	if id == "" {
-		t.Fatalf("initialize: %d %s", code, body)
-	}
-	type answer struct {
-		status int
-		body   string
-	}
-	got := make(chan answer, 1)
-	go func() {
-		req, _ := http.NewRequest("POST", s.base+"/mcp", strings.NewReader(callLine(7, "import time\ntime.sleep(60)")))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Session-Id", id)
-		req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-		resp, err := hc.Do(req)
-		if err != nil {
-			got <- answer{0, err.Error()}
-			return
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		got <- answer{resp.StatusCode, string(b)}
-	}()
-	s.waitHealth(t, "the call running", func(h health) bool { return h.WorkersBusy == 1 })
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "DELETE", s.base+"/mcp", nil)
-	req.Header.Set("Mcp-Session-Id", id)
-	req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
-	began := time.Now()
-	resp, err := hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	took := time.Since(began)
-	a := <-got
-	if resp.StatusCode != http.StatusNoContent || took > 20*time.Second {
-		t.Errorf("DELETE: %d after %s, want 204 well before the call's 60 s", resp.StatusCode, took.Round(time.Millisecond))
-	}
-	if a.status != http.StatusOK || !strings.Contains(a.body, `"isError":true`) || !strings.Contains(a.body, "ended the MCP session") ||
-		!bytes.Contains([]byte(a.body), []byte(`"id":7`)) {
-		t.Errorf("the call's POST: %d %q, want its result: an error saying the session was ended", a.status, clipText(a.body))
-	}
+	mcptest.DeleteStopsCalls(t, s.front(), func(t *testing.T) {
+		s.waitHealth(t, "the call running", func(h health) bool { return h.WorkersBusy == 1 })
+	})
 }

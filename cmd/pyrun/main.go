@@ -19,6 +19,7 @@ import (
 
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/mcp/flow"
 	"github.com/pyrun/pyrun/mcp/outputs"
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -170,7 +171,7 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		Mounts:          mountPaths(cfg.Mounts),
 		Languages:       o.mcpLanguages(rt),
 		Requests:        o.requestLimits(),
-		Delivery: mcp.DeliveryLimits{WriteTimeout: o.writeTimeout, SessionResults: o.sessionPendingResults,
+		Delivery: flow.DeliveryLimits{WriteTimeout: o.writeTimeout, SessionResults: o.sessionPendingResults,
 			SessionBytes: int64(o.sessionPendingBytes), ClientBytes: int64(o.clientPendingBytes)},
 		Tasks: o.taskOptions(),
 	}

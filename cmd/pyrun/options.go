@@ -16,6 +16,8 @@ import (
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/codemode"
+	"github.com/pyrun/pyrun/mcp/flow"
+	"github.com/pyrun/pyrun/mcp/httpfront"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/oswall"
 	"github.com/pyrun/pyrun/supervisor/packages"
@@ -95,8 +97,8 @@ type options struct {
 	outputs string
 	mounts  mountList
 	out     string
-	// What one client may hold of pyrun (mcp's delivery.go, sessioncap.go;
-	// mcp/netguard).
+	// What one client may hold of pyrun (mcp/flow, mcp/httpfront's
+	// session.go, mcp/netguard).
 	writeTimeout          time.Duration
 	sessionPendingResults int
 	sessionPendingBytes   byteSize
@@ -201,16 +203,16 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 // flagLimits declares the flags that bound what one client can hold of
 // pyrun: connections, sessions, results waiting to be written.
 func (o *options) flagLimits(fs *flag.FlagSet) {
-	o.sessionPendingBytes, o.clientPendingBytes = mcp.DefaultSessionBytes, mcp.DefaultClientBytes
-	fs.DurationVar(&o.writeTimeout, "write-timeout", mcp.DefaultWriteTimeout, "longest one write to an HTTP client may take (an event stream, a response); a stream that does not drain is closed")
-	fs.IntVar(&o.sessionPendingResults, "session-pending-results", mcp.DefaultSessionResults, "results that may wait to be written to one session; past it, calls are refused (on stdio, no more requests are read)")
+	o.sessionPendingBytes, o.clientPendingBytes = flow.DefaultSessionBytes, flow.DefaultClientBytes
+	fs.DurationVar(&o.writeTimeout, "write-timeout", flow.DefaultWriteTimeout, "longest one write to an HTTP client may take (an event stream, a response); a stream that does not drain is closed")
+	fs.IntVar(&o.sessionPendingResults, "session-pending-results", flow.DefaultSessionResults, "results that may wait to be written to one session; past it, calls are refused (on stdio, no more requests are read)")
 	fs.Var(&o.sessionPendingBytes, "session-pending-bytes", "bytes of results that may wait to be written to one session (bytes or 8MiB)")
 	fs.Var(&o.clientPendingBytes, "client-pending-bytes", "bytes of results that may wait to be written to one client's sessions (bytes or 32MiB)")
 	fs.Var(&o.maxRequestBytes, "max-request-bytes", "bytes of requests pyrun holds at once for all clients: bodies being read and the arguments of calls in flight; a request past it is refused before it is decoded (bytes or 64MiB; 0: 64MiB, or four times client-max-request-bytes if more)")
 	fs.Var(&o.clientMaxRequestBytes, "client-max-request-bytes", "the same for one client (token, or IP address; on stdio, no more requests are read) (bytes or 16MiB; 0: 16MiB, or two of the largest request bodies if more)")
 	fs.Var(&o.goMemoryLimit, "go-memory-limit", "soft limit on pyrun's own Go heap, so that its garbage is collected before it grows past what the other limits let clients make pyrun hold (bytes or 512MiB; 0: derived from them, see the README; GOMEMLIMIT wins)")
-	fs.IntVar(&o.maxMCPSessions, "max-mcp-sessions", mcp.DefaultMaxSessions, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
-	fs.IntVar(&o.clientMaxMCPSessions, "client-max-mcp-sessions", mcp.DefaultClientMaxSessions, "serve: MCP sessions one client (token, or remote address) may have open; a new one closes its session idle the longest")
+	fs.IntVar(&o.maxMCPSessions, "max-mcp-sessions", httpfront.DefaultMaxSessions, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
+	fs.IntVar(&o.clientMaxMCPSessions, "client-max-mcp-sessions", httpfront.DefaultClientMaxSessions, "serve: MCP sessions one client (token, or remote address) may have open; a new one closes its session idle the longest")
 	fs.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "serve: longest a request's headers may take to arrive")
 	fs.DurationVar(&o.bodyTimeout, "body-timeout", 30*time.Second, "serve: longest a request's body may take to arrive, after its headers")
 	fs.IntVar(&o.maxConns, "max-conns", 0, "serve: HTTP connections open at once (default: 1024, fewer when the open-files limit is low, to leave room for workers)")
@@ -671,14 +673,14 @@ func (o *options) makeOutputs() (func(), error) {
 // requestLimits are the request byte limits in force, defaults resolved:
 // room for two of the largest requests per client and four clients' worth
 // in all.
-func (o *options) requestLimits() mcp.RequestLimits {
+func (o *options) requestLimits() flow.RequestLimits {
 	client := int64(o.clientMaxRequestBytes)
 	if client == 0 {
-		client = max(mcp.DefaultClientMaxRequestBytes, 2*mcp.MaxRequestBody(int(o.maxCode)))
+		client = max(flow.DefaultClientMaxRequestBytes, 2*mcp.MaxRequestBody(int(o.maxCode)))
 	}
 	total := int64(o.maxRequestBytes)
 	if total == 0 {
-		total = max(mcp.DefaultMaxRequestBytes, 4*client)
+		total = max(flow.DefaultMaxRequestBytes, 4*client)
 	}
-	return mcp.RequestLimits{MaxBytes: total, ClientMaxBytes: client}
+	return flow.RequestLimits{MaxBytes: total, ClientMaxBytes: client}
 }

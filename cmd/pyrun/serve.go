@@ -18,6 +18,7 @@ import (
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/codemode"
+	"github.com/pyrun/pyrun/mcp/httpfront"
 	"github.com/pyrun/pyrun/mcp/localsock"
 	"github.com/pyrun/pyrun/mcp/netguard"
 	"github.com/pyrun/pyrun/supervisor"
@@ -37,7 +38,7 @@ type service struct {
 	pools   *supervisor.Pools   // a pool per language
 	py      *sessions.Languages // sessions, per language
 	srv     *mcp.Server
-	handler *mcp.HTTPHandler
+	handler *httpfront.Handler
 	http    *http.Server
 	watcher *configWatcher // nil without a config file
 	hub     *codemode.Hub  // code mode's MCP servers
@@ -121,19 +122,18 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	if keepAlive == 0 {
 		keepAlive = -1 // never
 	}
-	httpOpts := mcp.HTTPOptions{
+	httpOpts := mcp.HTTPOptions{Metrics: metrics, Options: httpfront.Options{
 		Stateless:      o.stateless,
 		SessionTimeout: o.sessionTimeout,
 		KeepAlive:      keepAlive,
 		Stats:          pools.Stats,
-		Metrics:        metrics,
 		SessionsOpen:   func() int { return s.py.Stats().Open },
-		Sessions:       mcp.SessionLimits{Max: o.maxMCPSessions, ClientMax: o.clientMaxMCPSessions},
+		Sessions:       httpfront.SessionLimits{Max: o.maxMCPSessions, ClientMax: o.clientMaxMCPSessions},
 
 		LanguageStats:    pools.LanguageStats,
 		LanguageSessions: languageSessions,
 		OSSandbox:        &wall,
-	}
+	}}
 	if guard != nil {
 		httpOpts.Protect, httpOpts.ProtectMetrics = guard.Protect, o.metricsAuth
 	}

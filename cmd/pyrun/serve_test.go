@@ -6,12 +6,10 @@ package main
 // HTTP for /healthz and /metrics, and by signals.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -30,6 +28,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/mcp/mcptest"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -123,6 +122,11 @@ func (s *httpServer) signal(sig os.Signal) {
 	if err := s.cmd.Process.Signal(sig); err != nil {
 		s.t.Fatal(err)
 	}
+}
+
+// front is s for mcptest's scenarios.
+func (s *httpServer) front() mcptest.Front {
+	return mcptest.Front{Base: s.base, Metrics: s.metrics}
 }
 
 // sessionRevision is the MCP revision of the sessions the serve and access
@@ -243,21 +247,7 @@ func (s *httpServer) metricsVia(t *testing.T, hc *http.Client) map[string]float6
 	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
 		t.Fatalf("/metrics: %s %s", resp.Status, resp.Header.Get("Content-Type"))
 	}
-	m := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("/metrics line %q: %v", line, err)
-		}
-		m[line[:i]] = v
-	}
-	return m
+	return mcptest.ParseMetrics(t, resp.Body)
 }
 
 // ---- logs --------------------------------------------------------------------
@@ -533,7 +523,7 @@ func TestServe(t *testing.T) {
 		// A client that gives up on a connection quiet for 1.5s, as httpx's
 		// read timeout and proxies do, keeps a 3s call: the server sends
 		// keep-alive comments every 300ms.
-		hc := idleTimeoutClient(1500 * time.Millisecond)
+		hc := mcptest.IdleTimeoutClient(1500 * time.Millisecond)
 		for _, transport := range []string{"mcp", "sse"} {
 			c := s.connect(t, transport, "", hc)
 			r := c.mustCall(t, map[string]any{"python_code": "import time\ntime.sleep(3)\n'slept'"})
@@ -568,46 +558,6 @@ func TestServe(t *testing.T) {
 			}
 		}
 	})
-
-	t.Run("DNSRebindingProtection", func(t *testing.T) {
-		for _, path := range []string{"/mcp", "/sse"} {
-			req, _ := http.NewRequest("GET", s.base+path, nil)
-			req.Host = "attacker.example:3001"
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusForbidden {
-				t.Errorf("GET %s with Host %s: %s, want 403", path, req.Host, resp.Status)
-			}
-		}
-	})
-}
-
-// idleTimeoutClient is an HTTP client whose connections fail a read that
-// waits longer than idle, like httpx's read timeout.
-func idleTimeoutClient(idle time.Duration) *http.Client {
-	d := &net.Dialer{}
-	return &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &idleConn{Conn: c, idle: idle}, nil
-		},
-	}}
-}
-
-type idleConn struct {
-	net.Conn
-	idle time.Duration
-}
-
-func (c *idleConn) Read(b []byte) (int, error) {
-	_ = c.Conn.SetReadDeadline(time.Now().Add(c.idle))
-	return c.Conn.Read(b)
 }
 
 // ---- servers of their own -------------------------------------------------------
@@ -634,26 +584,10 @@ func TestServeStateless(t *testing.T) {
 			m[`pyrun_worker_starts_total{from="snapshot"}`], m[`pyrun_worker_starts_total{from="plain"}`])
 	}
 	// No session: no Mcp-Session-Id, and GET (a session's stream) is refused.
-	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
-	req, _ := http.NewRequest("POST", s.base+"/mcp", strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") != "" {
-		t.Errorf("stateless initialize: %s, Mcp-Session-Id %q; want 200 and none", resp.Status, resp.Header.Get("Mcp-Session-Id"))
-	}
-	if resp, err := http.Get(s.base + "/mcp"); err != nil {
-		t.Fatal(err)
-	} else if resp.Body.Close(); resp.StatusCode != http.StatusMethodNotAllowed {
-		t.Errorf("stateless GET /mcp: %s, want 405", resp.Status)
-	}
+	mcptest.Stateless(t, s.front())
 	// Without keep-alive comments, a client that drops quiet connections
 	// loses a long call: the control for LongCallsSurviveIdleTimeouts.
-	quiet := s.connect(t, "mcp", "", idleTimeoutClient(1500*time.Millisecond))
+	quiet := s.connect(t, "mcp", "", mcptest.IdleTimeoutClient(1500*time.Millisecond))
 	if r, err := quiet.callRaw(t.Context(), map[string]any{"python_code": "import time\ntime.sleep(3)"}); err == nil {
 		t.Errorf("a 3s call on a quiet stream survived a 1.5s idle timeout: %v", r)
 	}

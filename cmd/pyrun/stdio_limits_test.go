@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
 // rawStdio is `pyrun stdio` driven line by line, without an MCP client, so
@@ -100,11 +102,8 @@ func (s *rawStdio) recv(t *testing.T) map[string]any {
 	return nil
 }
 
-func callLine(id any, code string) string {
-	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "tools/call",
-		"params": map[string]any{"name": "run_python_code", "arguments": map[string]any{"python_code": code}}})
-	return string(b)
-}
+// callLine is a tools/call request of run_python_code with code.
+var callLine = mcptest.CallBody
 
 // A line that is not JSON-RPC gets its JSON-RPC error and pyrun goes on:
 // calls sent before and after it are answered. (It used to end pyrun with

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pyrun/pyrun/internal/testtier"
 )
 
 // TestMemoryAttacks runs the three attacks against pyrun built from this
@@ -14,9 +16,7 @@ import (
 // 512 MiB in each (it reached 1.2, 4.1 and 4.0 GB), and every call is
 // answered: a result, or a refusal that says which limit it met.
 func TestMemoryAttacks(t *testing.T) {
-	if testing.Short() {
-		t.Skip("memory attacks: skipped with -short")
-	}
+	testtier.Runtime(t)
 	bin := filepath.Join(t.TempDir(), "pyrun")
 	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/pyrun/pyrun/cmd/pyrun").CombinedOutput(); err != nil {
 		t.Fatalf("build pyrun: %v\n%s", err, out)

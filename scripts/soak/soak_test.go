@@ -3,15 +3,15 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/pyrun/pyrun/internal/testtier"
 )
 
 // TestSoakShort is the soak in small: 150 mixed calls from six
 // clients while workers are killed from outside. It builds pyrun from this
 // module.
 func TestSoakShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("soak: skipped with -short")
-	}
+	testtier.Runtime(t)
 	rep, err := Run(t.Context(), Config{
 		Clients:     6,
 		Calls:       150,
@@ -37,9 +37,7 @@ func TestSoakShort(t *testing.T) {
 // pyrun, while workers of all three are killed from outside: every call is
 // answered with its own output and a status of its kind.
 func TestSoakLanguages(t *testing.T) {
-	if testing.Short() {
-		t.Skip("soak: skipped with -short")
-	}
+	testtier.Runtime(t)
 	rep, err := Run(t.Context(), Config{
 		Clients:     4,
 		Calls:       120,

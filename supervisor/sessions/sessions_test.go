@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/internal/testlog"
+	"github.com/pyrun/pyrun/internal/testtier"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
@@ -31,9 +32,7 @@ func testLogger(t *testing.T) hclog.Logger { return testlog.New(t) }
 // manager is a Manager on a one-worker pool, closed with the test.
 func manager(t *testing.T, limits sessions.Limits) (*sessions.Manager, *supervisor.Pool) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts real workers: skipped with -short")
-	}
+	testtier.Runtime(t)
 	runtimeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()

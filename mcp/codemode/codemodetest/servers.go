@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"syscall"
 	"testing"
+
+	"github.com/pyrun/pyrun/internal/testtier"
 )
 
 // dir is the servers folder, next to this file.
@@ -25,6 +27,7 @@ func dir() string {
 // packages may call it at once: an flock serialises the install.
 func Install(t testing.TB) string {
 	t.Helper()
+	testtier.Needs(t, "MCP servers from npm")
 	d := dir()
 	mods := filepath.Join(d, "node_modules", "@modelcontextprotocol")
 	lock, err := os.OpenFile(filepath.Join(d, ".install.lock"), os.O_CREATE|os.O_RDWR, 0o644)

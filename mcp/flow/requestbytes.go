@@ -1,4 +1,4 @@
-package mcp
+package flow
 
 import (
 	"context"
@@ -32,12 +32,7 @@ const (
 )
 
 func (l RequestLimits) withDefaults() RequestLimits {
-	if l.MaxBytes <= 0 {
-		l.MaxBytes = DefaultMaxRequestBytes
-	}
-	if l.ClientMaxBytes <= 0 {
-		l.ClientMaxBytes = DefaultClientMaxRequestBytes
-	}
+	l.MaxBytes, l.ClientMaxBytes = Positive(l.MaxBytes, DefaultMaxRequestBytes), Positive(l.ClientMaxBytes, DefaultClientMaxRequestBytes)
 	return l
 }
 
@@ -45,75 +40,72 @@ func (l RequestLimits) withDefaults() RequestLimits {
 // pyrun, or its client, holds as many request bytes as it may.
 var ErrRequestBytes = errors.New("pyrun is busy")
 
-// requestBytes counts the request bytes held, per client and in all. Its
+// RequestBytes count the request bytes held, per client and in all. Its
 // methods are safe for concurrent use.
-type requestBytes struct {
-	counters *frontCounters
+type RequestBytes struct {
+	counters *Counters
+	lim      setting[RequestLimits]
 
 	mu       sync.Mutex
-	lim      RequestLimits
 	total    int64
 	byClient map[string]int64
 	changed  chan struct{} // closed and replaced when bytes are given back
 	waiting  int           // readers in wait, for tests
 }
 
-func newRequestBytes(c *frontCounters) *requestBytes {
-	return &requestBytes{counters: c, lim: RequestLimits{}.withDefaults(), byClient: map[string]int64{},
-		changed: make(chan struct{})}
+// NewRequestBytes counts request bytes, and what its limits refuse in c.
+func NewRequestBytes(c *Counters) *RequestBytes {
+	b := &RequestBytes{counters: c, byClient: map[string]int64{}, changed: make(chan struct{})}
+	b.SetLimits(RequestLimits{})
+	return b
 }
 
-func (b *requestBytes) setLimits(l RequestLimits) {
-	b.mu.Lock()
-	b.lim = l.withDefaults()
-	b.mu.Unlock()
-}
+// SetLimits puts new limits in force.
+func (b *RequestBytes) SetLimits(l RequestLimits) { b.lim.set(l.withDefaults()) }
 
-func (b *requestBytes) limits() RequestLimits {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.lim
-}
+// Limits are the limits in force.
+func (b *RequestBytes) Limits() RequestLimits { return b.lim.get() }
 
-// held is what all clients hold now.
-func (b *requestBytes) held() int64 {
+// Held is what all clients hold now.
+func (b *RequestBytes) Held() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.total
 }
 
-// reserve counts n more bytes held for client, or refuses them with an
+// Reserve counts n more bytes held for client, or refuses them with an
 // error wrapping ErrRequestBytes (counted in pyrun_requests_refused_total)
 // when they would take the client or pyrun past its limit. A client that
 // holds nothing always gets its first request's bytes within the client
 // limit, which the options check is at least a request's largest size.
 // The function returned gives the bytes back; it may be called once.
-func (b *requestBytes) reserve(client string, n int64) (func(), error) {
+func (b *RequestBytes) Reserve(client string, n int64) (func(), error) {
+	lim := b.Limits()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	mine := b.byClient[client]
 	switch {
-	case mine+n > b.lim.ClientMaxBytes:
-		b.counters.refused.WithLabelValues("client_max_request_bytes").Inc()
+	case mine+n > lim.ClientMaxBytes:
+		b.counters.Refused.WithLabelValues("client_max_request_bytes").Inc()
 		return nil, fmt.Errorf("%w for this client: client %s's requests in flight hold %s, and this one of %s would take them past the %s one client may have held at once (client_max_request_bytes); try again when its calls have finished",
-			ErrRequestBytes, client, sizeString(mine), sizeString(n), sizeString(b.lim.ClientMaxBytes))
-	case b.total+n > b.lim.MaxBytes:
-		b.counters.refused.WithLabelValues("max_request_bytes").Inc()
+			ErrRequestBytes, client, sizeString(mine), sizeString(n), sizeString(lim.ClientMaxBytes))
+	case b.total+n > lim.MaxBytes:
+		b.counters.Refused.WithLabelValues("max_request_bytes").Inc()
 		return nil, fmt.Errorf("%w: the requests in flight of all clients hold %s, and this one of %s would take them past the %s pyrun holds at once (max_request_bytes); try again later",
-			ErrRequestBytes, sizeString(b.total), sizeString(n), sizeString(b.lim.MaxBytes))
+			ErrRequestBytes, sizeString(b.total), sizeString(n), sizeString(lim.MaxBytes))
 	}
 	return b.addLocked(client, n), nil
 }
 
-// force counts n bytes held for client without refusing them: for stdio,
-// whose reader waits for room instead (wait).
-func (b *requestBytes) force(client string, n int64) func() {
+// Force counts n bytes held for client without refusing them: for stdio,
+// whose reader waits for room instead (Wait).
+func (b *RequestBytes) Force(client string, n int64) func() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.addLocked(client, n)
 }
 
-func (b *requestBytes) addLocked(client string, n int64) func() {
+func (b *RequestBytes) addLocked(client string, n int64) func() {
 	b.byClient[client] += n
 	b.total += n
 	var once sync.Once
@@ -131,13 +123,14 @@ func (b *requestBytes) addLocked(client string, n int64) func() {
 	}
 }
 
-// wait returns once client holds nothing, or little enough that n more
+// Wait returns once client holds nothing, or little enough that n more
 // bytes fit within its limit, or ctx ends. It reports whether it waited.
-func (b *requestBytes) wait(ctx context.Context, client string, n int64) (bool, error) {
+func (b *RequestBytes) Wait(ctx context.Context, client string, n int64) (bool, error) {
 	for waited := false; ; waited = true {
+		lim := b.Limits()
 		b.mu.Lock()
 		mine, changed := b.byClient[client], b.changed
-		fits := mine == 0 || mine+n <= b.lim.ClientMaxBytes
+		fits := mine == 0 || mine+n <= lim.ClientMaxBytes
 		b.mu.Unlock()
 		if fits {
 			return waited, nil
@@ -156,6 +149,13 @@ func (b *requestBytes) wait(ctx context.Context, client string, n int64) (bool, 
 			return waited, err
 		}
 	}
+}
+
+// Waiting is how many readers wait in Wait, for tests.
+func (b *RequestBytes) Waiting() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.waiting
 }
 
 // sizeString writes n bytes for people: 512 bytes, 3.0 MiB.

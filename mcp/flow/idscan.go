@@ -1,4 +1,4 @@
-package mcp
+package flow
 
 import (
 	"encoding/json"
@@ -6,7 +6,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
-// idScanner reads the "id" and "method" members of a JSON-RPC message
+// An IDScanner reads the "id" and "method" members of a JSON-RPC message
 // that is too large to keep, as its bytes go by: it is fed the message in
 // pieces (Write) and keeps a few states and at most maxIDBytes of the
 // values it looks for, whatever the message's size, so that a request
@@ -14,7 +14,7 @@ import (
 // tokenizes only as far as finding those members needs (strings, nesting,
 // the top-level object's keys and values); a message that is not such an
 // object yields no id.
-type idScanner struct {
+type IDScanner struct {
 	depth    int  // nesting: 1 inside the top-level object
 	inString bool // inside a string at any depth
 	escaped  bool // after a backslash in that string
@@ -42,11 +42,11 @@ const (
 	scanDone                    // after the top-level '}'
 )
 
-// maxIDBytes bounds what idScanner keeps of an id, a method or a key: the
+// maxIDBytes bounds what IDScanner keeps of an id, a method or a key: the
 // ids pyrun answers are strings or integers of a few bytes.
 const maxIDBytes = 256
 
-func (s *idScanner) Write(p []byte) (int, error) {
+func (s *IDScanner) Write(p []byte) (int, error) {
 	for _, c := range p {
 		if s.broken || s.state == scanDone {
 			break
@@ -56,7 +56,7 @@ func (s *idScanner) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (s *idScanner) keep(c byte) {
+func (s *IDScanner) keep(c byte) {
 	if s.capture != nil && len(*s.capture) <= maxIDBytes {
 		*s.capture = append(*s.capture, c)
 	}
@@ -64,7 +64,7 @@ func (s *idScanner) keep(c byte) {
 
 func space(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-func (s *idScanner) step(c byte) {
+func (s *IDScanner) step(c byte) {
 	if s.inString {
 		switch {
 		case s.escaped:
@@ -178,7 +178,7 @@ func (s *idScanner) step(c byte) {
 
 // endValue ends the top-level value being read: a captured id or method
 // is kept if it was read whole.
-func (s *idScanner) endValue() {
+func (s *IDScanner) endValue() {
 	if s.capture == nil {
 		return
 	}
@@ -194,7 +194,7 @@ func (s *idScanner) endValue() {
 // ID is the message's id: a string or a number, when the message had
 // one (a request); ok is false otherwise (a notification, a message too
 // broken to tell, an id that is no JSON-RPC id).
-func (s *idScanner) ID() (id jsonrpc.ID, ok bool) {
+func (s *IDScanner) ID() (id jsonrpc.ID, ok bool) {
 	if !s.idOK {
 		return jsonrpc.ID{}, false
 	}
@@ -207,7 +207,7 @@ func (s *idScanner) ID() (id jsonrpc.ID, ok bool) {
 }
 
 // Method is the message's method, when it had a string one.
-func (s *idScanner) Method() (string, bool) {
+func (s *IDScanner) Method() (string, bool) {
 	var m string
 	if !s.methodOK || json.Unmarshal(s.method, &m) != nil {
 		return "", false

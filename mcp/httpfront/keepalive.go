@@ -1,14 +1,10 @@
-package mcp
+package httpfront
 
 import (
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // keepAliveComment is an SSE comment line: every SSE client ignores it, and
@@ -18,55 +14,13 @@ import (
 // opens its standalone stream with such a comment.
 const keepAliveComment = ": keep-alive\n\n"
 
-// streamHeader carries the id of a POST's response, from pyrun's HTTP layer
-// through the SDK (RequestExtra.Header) to the tool handler. Whatever a
-// client sends under this name is replaced.
-const streamHeader = "X-Pyrun-Stream"
-
-// liveStreams finds the response writer of the POST a tool call came in.
-// Its methods are safe for concurrent use.
-type liveStreams struct {
-	seq atomic.Uint64
-	m   sync.Map // id -> *streamWriter
-}
-
-// keepAlive wraps next so that an event stream it answers with gets a
-// comment line whenever it has been quiet for every. A stream whose
+// keepAlive is the response writer of an exchange that may become an
+// event stream: it serialises the SDK's writes with keep-alive comments,
+// written whenever the stream has been quiet for every. A stream whose
 // headers the SDK has not sent yet (the response to a POSTed call, which it
 // sends when the call ends) is opened early once the call's handler runs
-// (see opened). Writes stop before next's ServeHTTP returns.
-func (l *liveStreams) keepAlive(next http.Handler, every time.Duration) http.Handler {
-	if every <= 0 {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &streamWriter{ResponseWriter: w, every: every}
-		defer sw.stop()
-		r.Header.Del(streamHeader)
-		if r.Method == http.MethodPost {
-			id := strconv.FormatUint(l.seq.Add(1), 10)
-			r.Header.Set(streamHeader, id)
-			l.m.Store(id, sw)
-			defer l.m.Delete(id)
-		}
-		next.ServeHTTP(sw, r)
-	})
-}
-
-// opened tells the POST that carried req that a handler is running: the
-// SDK has set the response's headers by then (it hands calls to handlers
-// only after that), so an event stream may be started and kept alive.
-func (l *liveStreams) opened(req *sdk.CallToolRequest) {
-	if req == nil || req.Extra == nil || req.Extra.Header == nil {
-		return // stdio, HTTP+SSE (its GET stream is already open)
-	}
-	if sw, ok := l.m.Load(req.Extra.Header.Get(streamHeader)); ok {
-		sw.(*streamWriter).expectStream()
-	}
-}
-
-// streamWriter serialises the handler's writes with the keep-alive ones.
-type streamWriter struct {
+// (expectStream). Writes stop with stop.
+type keepAlive struct {
 	http.ResponseWriter
 	every time.Duration
 
@@ -80,13 +34,17 @@ type streamWriter struct {
 	done    chan struct{}
 }
 
-func (s *streamWriter) WriteHeader(code int) {
+func newKeepAlive(w http.ResponseWriter, every time.Duration) *keepAlive {
+	return &keepAlive{ResponseWriter: w, every: every}
+}
+
+func (s *keepAlive) WriteHeader(code int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.writeHeaderLocked(code)
 }
 
-func (s *streamWriter) writeHeaderLocked(code int) {
+func (s *keepAlive) writeHeaderLocked(code int) {
 	s.ResponseWriter.WriteHeader(code)
 	if code >= 100 && code < 200 {
 		return // informational: the real header is still to come
@@ -106,7 +64,7 @@ func isEventStream(h http.Header) bool {
 }
 
 // startLocked starts the ticker, once.
-func (s *streamWriter) startLocked() {
+func (s *keepAlive) startLocked() {
 	if s.quit != nil || s.stopped {
 		return
 	}
@@ -117,7 +75,7 @@ func (s *streamWriter) startLocked() {
 
 // expectStream starts the ticker for a response whose headers are set but
 // not sent: if they are an event stream's when it fires, they are sent.
-func (s *streamWriter) expectStream() {
+func (s *keepAlive) expectStream() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.header {
@@ -127,7 +85,7 @@ func (s *streamWriter) expectStream() {
 	s.startLocked()
 }
 
-func (s *streamWriter) Write(b []byte) (int, error) {
+func (s *keepAlive) Write(b []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.header {
@@ -137,7 +95,7 @@ func (s *streamWriter) Write(b []byte) (int, error) {
 	return s.ResponseWriter.Write(b)
 }
 
-func (s *streamWriter) Flush() {
+func (s *keepAlive) Flush() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.header {
@@ -148,9 +106,9 @@ func (s *streamWriter) Flush() {
 
 // Unwrap lets http.ResponseController reach the connection's other
 // controls (deadlines, full duplex).
-func (s *streamWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+func (s *keepAlive) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-func (s *streamWriter) tick() {
+func (s *keepAlive) tick() {
 	defer close(s.done)
 	t := time.NewTicker(s.every)
 	defer t.Stop()
@@ -164,7 +122,7 @@ func (s *streamWriter) tick() {
 	}
 }
 
-func (s *streamWriter) ping() {
+func (s *keepAlive) ping() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped || time.Since(s.last) < s.every/2 {
@@ -186,7 +144,7 @@ func (s *streamWriter) ping() {
 }
 
 // stop ends the keep-alive writes; it returns once the ticker is gone.
-func (s *streamWriter) stop() {
+func (s *keepAlive) stop() {
 	s.mu.Lock()
 	s.stopped = true
 	quit, done := s.quit, s.done
