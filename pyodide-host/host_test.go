@@ -39,7 +39,7 @@ func TestDenoTools(t *testing.T) {
 	// host files, Pyodide's types for deno check: a fresh clone needs no npm
 	// install in this folder to run this test.
 	rt := provision(t)
-	fmtFiles := append([]string{"deno.json", "PROTOCOL.md"}, hostSources...)
+	fmtFiles := append([]string{"deno.json", "../docs/protocol.md"}, hostSources...)
 	var installed []string
 	for _, f := range hostSources {
 		installed = append(installed, filepath.Join(rt.Dir, f))
