@@ -56,16 +56,16 @@ func TestExampleConfig(t *testing.T) {
 	}
 }
 
-// The README's configuration table names every flag.
-func TestReadmeNamesEveryFlag(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+// docs/configuration.md names every flag.
+func TestDocsNameEveryFlag(t *testing.T) {
+	b, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var o options
 	o.flagSet("pyrun").VisitAll(func(f *flag.Flag) {
 		if !strings.Contains(string(b), "`--"+f.Name) {
-			t.Errorf("README.md does not document --%s", f.Name)
+			t.Errorf("docs/configuration.md does not document --%s", f.Name)
 		}
 	})
 }
