@@ -95,7 +95,7 @@ var derivedDefaults = map[string]string{
 	"idle-memory-slack":        "a quarter of the memory limit, at least 64MiB",
 	"max-request-bytes":        "`64MiB`, or four times client-max-request-bytes if more",
 	"client-max-request-bytes": "`16MiB`, or two of the largest request bodies if more",
-	"go-memory-limit":          "derived from the other limits ([how](security.md#pyruns-own-memory))",
+	"go-memory-limit":          "derived from the other limits ([how](security.md#what-one-client-can-hold))",
 	"max-conns":                "1024, fewer under a low open-files limit",
 	"instance-id":              "the host name",
 	"socket":                   "serve: none; stdio: `$XDG_RUNTIME_DIR/pyrun.sock`, else `/run/user/UID/pyrun.sock`",
