@@ -12,7 +12,7 @@ import (
 	"github.com/pyrun/pyrun/supervisor/packages"
 )
 
-// warmRequest lets a fresh worker run n of its warming calls now (PROTOCOL.md,
+// warmRequest lets a fresh worker run n of its warming calls now (docs/protocol.md,
 // Warming calls).
 type warmRequest struct {
 	Type  string `json:"type"`

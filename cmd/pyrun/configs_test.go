@@ -194,7 +194,7 @@ func TestSystemdUnit(t *testing.T) {
 	}
 }
 
-// The user units (SPEC.md section 16) verify cleanly in a user manager,
+// The user units (docs/contract.md section 16) verify cleanly in a user manager,
 // the socket is owner-only at $XDG_RUNTIME_DIR/pyrun.sock (where pyrun
 // stdio looks), and the service serves that socket with flags that load.
 // TestSocketActivation runs the service's ExecStart under socket activation.

@@ -17,7 +17,7 @@ import (
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
-// Languages (README "Languages"): which languages pyrun serves, a pool and
+// Languages (docs/languages.md): which languages pyrun serves, a pool and
 // a tool each, and each language's own pool size and memory limit.
 
 // languageSpec is what pyrun needs to know of a language besides its
@@ -36,7 +36,7 @@ type languageSpec struct {
 var languageSpecs = []languageSpec{
 	{"python", "workers", "memory-limit", func(o *options) int { return o.workers }, func(o *options) byteSize { return o.memoryLimit }, 512 << 20},
 	// webR idles at 300-440 MB resident and reaches 530-630 MB after its
-	// first plots (FACTS.md): 1 GiB leaves a call about 400 MB above that,
+	// first plots (docs/architecture.md, Facts): 1 GiB leaves a call about 400 MB above that,
 	// and the watchdog's ceiling (1.25 GiB) stays clear of a healthy worker.
 	{"r", "r-workers", "r-memory-limit", func(o *options) int { return o.rWorkers }, func(o *options) byteSize { return o.rMemoryLimit }, 1 << 30},
 	// A Deno process with one V8 isolate per call idles well under 100 MB.

@@ -162,7 +162,7 @@ function bytesOf(data: unknown, what: string): Uint8Array {
 
 const MIME = /^[A-Za-z0-9][\w.+-]*\/[\w.+-]+$/;
 
-/** The API the code has instead of a file system (PROTOCOL.md, Engines: JavaScript). */
+/** The API the code has instead of a file system (docs/protocol.md, Engines: JavaScript). */
 const pyrun = Object.freeze({
   /**
    * The bytes of an input file (a path relative to the working folder), of
