@@ -9,7 +9,7 @@ import (
 )
 
 // Structured is a call's structuredContent. Its JSON shape is part of pyrun's
-// contract (SPEC.md section 2) and matches outputSchema.
+// contract (docs/contract.md section 2) and matches outputSchema.
 type Structured struct {
 	Status       supervisor.Status  `json:"status"`
 	Stdout       string             `json:"stdout"`
@@ -22,7 +22,7 @@ type Structured struct {
 	DurationMS   float64            `json:"duration_ms"`
 	SessionID    string             `json:"session_id,omitempty"`
 	// Displays and Files are what the call showed and wrote under
-	// /output/ (SPEC.md section 9); absent when there are none.
+	// /output/ (docs/contract.md section 9); absent when there are none.
 	Displays []DisplayInfo `json:"displays,omitempty"`
 	Files    []FileInfo    `json:"files,omitempty"`
 }

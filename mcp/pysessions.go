@@ -4,7 +4,7 @@ package mcp
 // the tool description's word on lifetimes, and the errors of calls that
 // name a session. They are not MCP sessions (sessions.go): a Python session
 // is a handle the server mints and the client passes back as an argument,
-// so it works the same over stdio, stateful and stateless HTTP (SPEC.md
+// so it works the same over stdio, stateful and stateless HTTP (docs/contract.md
 // section 8). The sessions themselves are supervisor/sessions'.
 
 import (

@@ -21,7 +21,7 @@ import (
 	"github.com/pyrun/pyrun/supervisor"
 )
 
-// Rich results (SPEC.md section 9): what a call showed becomes content
+// Rich results (docs/contract.md section 9): what a call showed becomes content
 // blocks after the text block, files it wrote under /output/ become
 // resource links the calling client can read for a while, and the text
 // block lists both, so that a client that drops images still tells the

@@ -15,7 +15,7 @@ import (
 	"github.com/pyrun/pyrun/mcp/localsock"
 )
 
-// The local socket (SPEC.md section 16): `pyrun serve --socket PATH` serves
+// The local socket (docs/contract.md section 16): `pyrun serve --socket PATH` serves
 // MCP on a Unix socket, each connection one session of the local client,
 // exactly as stdio serves one: the same line filter (stdio.go) in front of
 // the go-sdk's IOTransport, so a `pyrun stdio` that bridges its

@@ -1,6 +1,6 @@
 package mcp
 
-// MCP tasks (SPEC.md section 16; the 2025-11-25 revision's tasks, SEP-1686,
+// MCP tasks (docs/mcp.md, docs/contract.md section 17; the 2025-11-25 revision's tasks, SEP-1686,
 // and the 2026-07-28 tasks extension, SEP-2663): a run tool's call that
 // answers at once with a task handle, its result fetched later by polling.
 //

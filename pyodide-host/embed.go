@@ -1,7 +1,7 @@
 // Package pyodidehost carries pyrun's Deno worker programs: the TypeScript
 // host, the Python helper it loads into Pyodide, the R worker (webr/, R in
-// webR, PROTOCOL.md, Engines: R), the JavaScript engine's program in js/
-// (PROTOCOL.md, Engines: JavaScript), and the npm manifest that pins Deno,
+// webR, docs/protocol.md, Engines: R), the JavaScript engine's program in js/
+// (docs/protocol.md, Engines: JavaScript), and the npm manifest that pins Deno,
 // Pyodide, webR and TypeScript. The supervisor writes these files into its
 // runtime folder and installs the manifest there with npm.
 package pyodidehost

@@ -40,7 +40,7 @@ func TestDenoTools(t *testing.T) {
 	// host files, Pyodide's types for deno check: a fresh clone needs no npm
 	// install in this folder to run this test.
 	rt := provision(t)
-	fmtFiles := append([]string{"deno.json", "PROTOCOL.md"}, hostSources...)
+	fmtFiles := append([]string{"deno.json", "../docs/protocol.md"}, hostSources...)
 	var installed []string
 	for _, f := range hostSources {
 		installed = append(installed, filepath.Join(rt.Dir, f))
@@ -366,7 +366,7 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 		fail("first event is not ready: %v", ready)
 	}
 	// A worker that settles says "idle" after each result, once it has
-	// cleaned up after the call (PROTOCOL.md, Idle): the answer's end.
+	// cleaned up after the call (docs/protocol.md, Idle): the answer's end.
 	settles := ready["settles"] == true
 	sent := 0 // SIGUSR2 signals sent, for $SENT
 	signal := func() {
@@ -422,7 +422,7 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 			continue // the run waits for its other answers: no event is due
 		}
 		if req.Type == "warm" {
-			continue // answered by nothing (PROTOCOL.md, Warming calls)
+			continue // answered by nothing (docs/protocol.md, Warming calls)
 		}
 		signalled := !st.interruptAfterOutput
 		var tick <-chan time.Time
@@ -499,7 +499,7 @@ func readLine(r *bufio.Reader) (string, error) {
 	}
 }
 
-// eventTypes are the events of PROTOCOL.md.
+// eventTypes are the events of docs/protocol.md.
 var eventTypes = map[string]bool{
 	"ready": true, "output": true, "package": true, "pong": true, "error": true, "result": true, "need": true,
 	"display": true, "file": true,

@@ -215,7 +215,7 @@ func TestJavaScriptMemory(t *testing.T) {
 	}
 }
 
-// The figures the README quotes: start to ready, a warm stateless `1+1`
+// The figures docs/languages.md quotes: start to ready, a warm stateless `1+1`
 // round trip, idle RSS. Bounds are loose (the machine is shared); the
 // figures are logged (go test -v -run TestJavaScriptFigures).
 func TestJavaScriptFigures(t *testing.T) {

@@ -1,4 +1,4 @@
-// The pipe's lines (PROTOCOL.md, Rules), read and written the same way by
+// The pipe's lines (docs/protocol.md, Rules), read and written the same way by
 // every engine's worker program: worker.ts (Python), js/main.ts and
 // webr/main.ts. It imports nothing, so that no engine loads another's runtime.
 

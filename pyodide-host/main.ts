@@ -1,5 +1,5 @@
 // pyrun worker process. The supervisor starts it with one argument, the JSON
-// HostConfig, and talks to it over stdin/stdout (PROTOCOL.md).
+// HostConfig, and talks to it over stdin/stdout (docs/protocol.md).
 //
 // This main thread stays idle so that it can always react: Pyodide runs on a
 // Worker thread (worker.ts), which owns the pipes. SIGUSR2 from the supervisor

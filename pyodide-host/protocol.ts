@@ -1,5 +1,5 @@
 // The pipe protocol between pyrun's supervisor (Go) and this worker.
-// PROTOCOL.md is the specification; supervisor/protocol.go is the Go side.
+// docs/protocol.md is the specification; supervisor/protocol.go is the Go side.
 
 export const PROTOCOL_VERSION = 6;
 
@@ -23,7 +23,10 @@ export interface HostConfig {
   make_snapshot: boolean;
   /** Packages to load before ready (--deps), from the supervisor's cache. */
   preload: PackageFile[];
-  /** A Python session's worker: calls share globals, modules and files (PROTOCOL.md, Sessions). */
+  /**
+   * A Python session's worker: calls share globals, modules and files (docs/protocol.md,
+   * Sessions).
+   */
   session: boolean;
   /** Host folders to mount (--mount); absent: none. */
   mounts?: Mount[];
@@ -67,7 +70,7 @@ export type Request =
     max_output: number;
     /** How many interrupt signals the supervisor has sent this worker so far. */
     interrupts: number;
-    // Rich results (PROTOCOL.md): handed to pyrun_display as one JSON text.
+    // Rich results (docs/protocol.md): handed to pyrun_display as one JSON text.
     input_files?: InputFile[];
     keep_output?: boolean;
     max_displays?: number;

@@ -14,7 +14,7 @@ pyrun_helper imports this module and calls it at four points:
   into the result.
 
 What is shown goes to the supervisor as ``display`` and ``file`` events
-(PROTOCOL.md, Rich results), one representation each, with its bytes in
+(docs/protocol.md, Rich results), one representation each, with its bytes in
 base64. Nothing here runs for a call that shows nothing and writes nothing
 under /output/ but a few dictionary lookups.
 """
@@ -29,7 +29,7 @@ import sys
 
 OUTPUT = "/output"
 
-# Representations, richest first (SPEC.md section 9). A mime bundle's
+# Representations, richest first (docs/contract.md section 9). A mime bundle's
 # other entries are ignored; text/plain is shown only when display() was
 # asked for an object with nothing richer.
 RICH = (
@@ -125,7 +125,7 @@ def install(active):
     _hooks.active = active
     builtins.display = display
     # matplotlib's default backend in Pyodide needs a browser page
-    # (js.document); Agg renders without one (FACTS.md).
+    # (js.document); Agg renders without one (docs/architecture.md, Facts).
     os.environ["MPLBACKEND"] = "Agg"
     if not any(isinstance(f, _PyplotHook) for f in sys.meta_path):
         sys.meta_path.insert(0, _PyplotHook())
@@ -330,7 +330,7 @@ def _send(call, mime, data):
 
 # The most bytes one event carries: a larger display or file goes as events
 # of the same kind marked "more", so that a protocol line stays small
-# (PROTOCOL.md, Rich results).
+# (docs/protocol.md, Rich results).
 CHUNK = 1 << 20
 
 

@@ -298,7 +298,7 @@ class _Baseline:
         # itself without calling its __eq__ (6 us for 200 modules, against
         # 22 us for the loop in _forget_modules). A module a call replaced
         # with an object whose __eq__ lies stays: deliberate interference,
-        # like patching a module's attributes (README).
+        # like patching a module's attributes (docs/security.md).
         self.module_names = list(sys.modules)
         self.module_values = list(sys.modules.values())
 
@@ -332,7 +332,8 @@ class _Baseline:
         """Drop modules a call created itself; keep stdlib and packages warm.
 
         A module the baseline knows is put back if a call replaced it in
-        sys.modules; changes to a module's attributes persist (README).
+        sys.modules; changes to a module's attributes persist (docs/security.md,
+        Isolation between calls).
         """
         modules = sys.modules
         if (

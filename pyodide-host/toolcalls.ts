@@ -1,6 +1,6 @@
 // Host calls of a running call (code mode): Python's mcp_tools module calls
 // toolCall, which writes a tool_call event and resolves with the
-// supervisor's tool_result line (PROTOCOL.md, Tool calls).
+// supervisor's tool_result line (docs/protocol.md, Tool calls).
 
 import type { Event } from "./protocol.ts";
 

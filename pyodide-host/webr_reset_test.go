@@ -107,7 +107,7 @@ func derefValue(r rEvent) string {
 }
 
 // BenchmarkRCleanup times pyrun.R's cleanup after a stateless call (the
-// reset included) inside a warm worker, by R's own clock, as the README
+// reset included) inside a warm worker, by R's own clock, as docs/security.md
 // quotes it (cleanup-ms):
 //
 //	go test -run '^$' -bench BenchmarkRCleanup -benchtime 500x ./pyodide-host/

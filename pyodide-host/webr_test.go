@@ -176,7 +176,7 @@ func (w *rWorker) answer(line string, interrupt bool) []rEvent {
 		evs = append(evs, ev)
 		switch ev.Type {
 		case "result":
-			// The R worker settles: idle follows, once R is reset (PROTOCOL.md, Idle).
+			// The R worker settles: idle follows, once R is reset (docs/protocol.md, Idle).
 			var idle rEvent
 			if raw := w.next(requestTimeout, "idle after the answer to "+line); json.Unmarshal([]byte(raw), &idle) != nil || idle.Type != "idle" || idle.ID != ev.ID {
 				w.t.Fatalf("after the result of %s: %q, want idle for the same call", line, raw)
@@ -295,7 +295,7 @@ func TestRReadySaysEngineAndVersions(t *testing.T) {
 }
 
 // The value of the last visible expression, as JSON, in the forms that
-// PROTOCOL.md's "Engines: R" lists.
+// docs/protocol.md's "Engines: R" lists.
 func TestRValueForms(t *testing.T) {
 	w := startR(t, rConfig)
 	for _, tc := range []struct{ code, want string }{
@@ -696,7 +696,7 @@ func TestRDenoTools(t *testing.T) {
 	}
 }
 
-// BenchmarkRWorker measures an R worker as the README quotes it: the wall
+// BenchmarkRWorker measures an R worker as docs/languages.md quotes it: the wall
 // time from start to ready (start-ms), its resident memory when idle after
 // one call (idle-MiB), and a warm 1 + 1 round trip over the pipe (ns/op).
 //

@@ -167,7 +167,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   // A warming call's lines (warm.ts) go nowhere: no call asked for them.
   let muted = false;
   // Packages for a call: the need line goes to the supervisor, which
-  // answers on stdin with files in its cache (PROTOCOL.md, Packages).
+  // answers on stdin with files in its cache (docs/protocol.md, Packages).
   const load = async (need: string): Promise<string> => {
     // A warming call imports only what the snapshot holds; were it to
     // need more, its request must not reach the supervisor.
@@ -289,7 +289,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     }
     // Answers to host calls the run left outstanding come first.
     await tools.idle();
-    // The supervisor hands the worker no call before this (PROTOCOL.md, Idle).
+    // The supervisor hands the worker no call before this (docs/protocol.md, Idle).
     if (announce) send({ type: "idle", id: req.id });
   };
   const warming = warmer(cfg.warm_calls ?? 0, async (line) => {

@@ -18,7 +18,7 @@ import (
 // 1.51 s, medians of 10 starts from the snapshot at load average 3). It is
 // shared by every worker, so behind the OS sandbox no worker may write it:
 // a worker whose Deno or V8 was subverted could put code there that every
-// later worker would run, other clients' workers too (SPEC 13). Workers
+// later worker would run, other clients' workers too. Workers
 // read it; a primer writes it. The primer is a worker started exactly as
 // the pool's are, with write access to the cache, which takes no call and
 // is stopped as soon as it is ready: it runs pyrun's code alone. One runs

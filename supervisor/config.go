@@ -127,7 +127,7 @@ type Isolation string
 
 const (
 	// IsolationCall runs calls on reused workers with fresh globals, files and
-	// user modules; see the README for what else persists.
+	// user modules; docs/security.md (Isolation between calls) says what else persists.
 	IsolationCall Isolation = "call"
 	// IsolationProcess runs every call on a worker that never ran code and
 	// discards it afterwards.

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// conn speaks the worker protocol (pyodide-host/PROTOCOL.md) over a
+// conn speaks the worker protocol (docs/protocol.md) over a
 // process's pipes, as go-plugin's Client does over its Runner: the ready
 // handshake, the requests it writes to stdin, and the events it reads from
 // stdout, which one goroutine (readEvents, the process's stdout reader)
@@ -37,7 +37,7 @@ type conn struct {
 	// (settle); "": none.
 	unsettled string
 	// recycle: the worker said, with its last idle, that it could not set
-	// its engine back after a stateless call (PROTOCOL.md, Idle); it serves
+	// its engine back after a stateless call (docs/protocol.md, Idle); it serves
 	// no other call.
 	recycle retirement
 }
@@ -144,7 +144,7 @@ func (c *conn) send(req any, limit time.Duration) error {
 	return err
 }
 
-// warmRequest lets a fresh worker run n of its warming calls now (PROTOCOL.md,
+// warmRequest lets a fresh worker run n of its warming calls now (docs/protocol.md,
 // Warming calls).
 type warmRequest struct {
 	Type  string `json:"type"`

@@ -10,7 +10,7 @@ import (
 // what it may do, and what of the pool's machinery it takes part in. A Pool
 // runs one engine (NewEnginePool); its limits, crash recovery, live output,
 // displays, files, sessions and metrics are the same for every engine, as
-// the worker protocol is one protocol (pyodide-host/PROTOCOL.md).
+// the worker protocol is one protocol (docs/protocol.md).
 //
 // Every engine is a file of its own, engine_<name>.go, that names each
 // permission its workers get with its reason; Engines lists them all. A

@@ -9,7 +9,7 @@ import (
 
 // javascriptEngine runs JavaScript and TypeScript in Deno itself:
 // pyodide-host/js/main.ts, whose host thread runs each call's code in a
-// Deno Worker that has no permissions at all (PROTOCOL.md, Engines:
+// Deno Worker that has no permissions at all (docs/protocol.md, Engines:
 // JavaScript). No snapshots (a worker starts in ~0.3 s), no packages, no
 // network, no globals, no tool calls; mounts, read and written through the
 // runner's pyrun API.

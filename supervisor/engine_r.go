@@ -12,11 +12,11 @@ import (
 
 // R is the engine of R in webR (R compiled to WebAssembly):
 // pyodide-host/webr/main.ts and the files next to it
-// (PROTOCOL.md, "Engines: R").
+// (docs/protocol.md, "Engines: R").
 var R Engine = rEngine{}
 
 // rEngine takes part in little of the pool's optional machinery: webR has
-// no memory snapshot pyrun can make (PROTOCOL.md says why), R packages
+// no memory snapshot pyrun can make (docs/protocol.md says why), R packages
 // beyond the 16 bundled ones would need the network, and the network,
 // globals and host tool calls are Python's. Mounts it has: R's data is
 // often a folder of files.
@@ -76,14 +76,15 @@ func (rEngine) Program() string { return "webr/main.ts" }
 //     /etc/passwd finds no such file. The host folders of --mount are
 //     added by the pool (Features.Mounts), as for Python.
 //   - env TEXT_ENCODING and TEXT_DECODER only: the msgpack bundled in webR
-//     reads them (FACTS.md); never the host's other variables.
+//     reads them (docs/architecture.md, Facts the design rests on); never
+//     the host's other variables.
 //   - --node-modules-dir=manual: with --no-config, Deno resolves the bare
 //     "webr" import through <rt.Dir>/package.json and node_modules only in
 //     this mode, and only then loads webR's CommonJS files (R.js uses
 //     __dirname) as CommonJS.
 //
 // Never run: with it, R's exit after an interrupt at top level of a
-// non-interactive R would run `rm -Rf` on the host (FACTS.md); the worker
+// non-interactive R would run `rm -Rf` on the host (docs/architecture.md, Facts); the worker
 // keeps R interactive besides. No net (webR would fetch packages from
 // repo.r-wasm.org), no write, no sys, no ffi.
 func (rEngine) Permissions(rt *Runtime) (Permissions, error) {

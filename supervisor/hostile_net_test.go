@@ -273,7 +273,7 @@ func TestHostileNetwork(t *testing.T) {
 	t.Run("public: other machines' private IPv6 addresses are not refused", func(t *testing.T) {
 		// Deno 2.9 takes no IPv6 ranges in --deny-net: pyrun denies the
 		// host's own IPv6 addresses one by one, but not fc00::/7 or
-		// fe80::/10 as a whole (README, Security model). This pins the gap,
+		// fe80::/10 as a whole (docs/security.md, the boundary). This pins the gap,
 		// so that it is noticed when it closes.
 		p := realPool(t, supervisor.Config{Workers: 1, Network: supervisor.NetworkPublic})
 		res := hostileRun(t, p, `
@@ -293,7 +293,7 @@ out`, nil, 30*time.Second)
 			t.Fatalf("%s %s", res.Status, res.Error)
 		}
 		if refused(res.Value) {
-			t.Errorf("Deno now refuses private IPv6 addresses in public mode: %s; update README's security model", res.Value)
+			t.Errorf("Deno now refuses private IPv6 addresses in public mode: %s; update docs/security.md", res.Value)
 		}
 		t.Logf("%q", res.Value)
 	})

@@ -13,7 +13,7 @@ import (
 // addresses the host gains later are denied to workers started after.
 //
 // What it cannot deny: other machines' private IPv6 addresses (fc00::/7,
-// fe80::/10), since Deno takes no IPv6 ranges; README's security model says
+// fe80::/10), since Deno takes no IPv6 ranges; docs/security.md says
 // so.
 func publicDenyList() ([]string, error) {
 	addrs, err := net.InterfaceAddrs()

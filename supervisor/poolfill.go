@@ -8,7 +8,7 @@ import (
 )
 
 // warmIdleLocked lets the workers that have had no call, the pool's and the
-// dedicated ones, run a batch of their warming calls (PROTOCOL.md, Warming
+// dedicated ones, run a batch of their warming calls (docs/protocol.md, Warming
 // calls), while nothing else wants the CPU: the pool whole, no worker
 // starting, no call running or waiting. Warming takes about half a core
 // and V8's compilers beside it; a start beside it took 25-30% longer

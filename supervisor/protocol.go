@@ -11,7 +11,7 @@ import (
 	"github.com/pyrun/pyrun/supervisor/packages"
 )
 
-// protocolVersion is the version of the pipe protocol (pyodide-host/PROTOCOL.md)
+// protocolVersion is the version of the pipe protocol (docs/protocol.md)
 // this supervisor speaks; a worker announcing another one is refused.
 const protocolVersion = 6
 

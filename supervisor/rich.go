@@ -13,7 +13,7 @@ import (
 	"sync"
 )
 
-// Rich results (SPEC.md section 9): what a call shows, the files it writes
+// Rich results (docs/contract.md section 9): what a call shows, the files it writes
 // under /output/, the files it is given, and host folders mounted into every
 // worker. The supervisor carries mime types and bytes; what a client makes
 // of them is the front end's business.

@@ -8,7 +8,7 @@ import (
 	"github.com/pyrun/pyrun/supervisor/oswall"
 )
 
-// The second wall (SPEC 15): every Deno process pyrun starts, workers of
+// The second wall (docs/contract.md section 15): every Deno process pyrun starts, workers of
 // every engine and the snapshot maker alike, starts behind the OS sandbox
 // of package oswall, whose rules mirror the process's Deno permissions
 // (denoLaunch's grants) and add only what Deno itself needs to run:

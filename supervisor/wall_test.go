@@ -66,7 +66,7 @@ syscalls = run_js("""(target) => {
 attempt("syscalls", lambda: syscalls(target))
 `
 
-// TestSecondWall is SPEC 15's proof: workers whose first wall is open
+// TestSecondWall is docs/contract.md section 15's proof: workers whose first wall is open
 // (every Deno permission) still cannot, with the second wall up, read a
 // host file outside their runtime, write anywhere, start a process,
 // ptrace, make the system calls the filter refuses, or reach the network

@@ -10,7 +10,7 @@ import (
 )
 
 // serversFlag holds mcp_servers: the JSON object of MCP servers whose tools
-// Python code may call (README, Code mode). Its String is canonical JSON,
+// Python code may call (docs/code-mode.md). Its String is canonical JSON,
 // so that a reload sees whether it changed.
 type serversFlag struct {
 	servers map[string]codemode.Server

@@ -57,16 +57,16 @@ func TestExampleConfig(t *testing.T) {
 	}
 }
 
-// The README's configuration table names every flag.
-func TestReadmeNamesEveryFlag(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+// docs/configuration.md names every flag.
+func TestDocsNameEveryFlag(t *testing.T) {
+	b, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var o options
 	o.flagSet("pyrun").VisitAll(func(f *flag.Flag) {
 		if !strings.Contains(string(b), "`--"+f.Name) {
-			t.Errorf("README.md does not document --%s", f.Name)
+			t.Errorf("docs/configuration.md does not document --%s", f.Name)
 		}
 	})
 }
@@ -195,7 +195,7 @@ func TestSystemdUnit(t *testing.T) {
 	}
 }
 
-// The user units (SPEC.md section 16) verify cleanly in a user manager,
+// The user units (docs/contract.md section 16) verify cleanly in a user manager,
 // the socket is owner-only at $XDG_RUNTIME_DIR/pyrun.sock (where pyrun
 // stdio looks), and the service serves that socket with flags that load.
 // TestSocketActivation runs the service's ExecStart under socket activation.

@@ -2,7 +2,7 @@ package main
 
 // End-to-end tests: the pyrun binary, built once by TestMain, driven by the
 // go-sdk's MCP client over stdio exactly as an agent would drive it, plus the
-// `run` and `version` commands as a shell would. They assert what SPEC.md
+// `run` and `version` commands as a shell would. They assert what docs/contract.md
 // promises (the XML text block, structuredContent, isError, exit codes,
 // isolation between calls, limits), not how pyrun does it.
 //
@@ -279,7 +279,7 @@ func (w *logWatcher) waitWorkers(ctx context.Context, n int) error {
 
 // ---- calls -----------------------------------------------------------------
 
-// structured mirrors structuredContent (SPEC.md section 2).
+// structured mirrors structuredContent (docs/contract.md section 2).
 type structured struct {
 	Status       string          `json:"status"`
 	Stdout       string          `json:"stdout"`

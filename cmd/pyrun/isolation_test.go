@@ -41,7 +41,7 @@ func TestIsolationProcess(t *testing.T) {
 	}
 }
 
-// TestIsolationCallLimits pins what README's security model says persists
+// TestIsolationCallLimits pins what docs/security.md (Isolation between calls) says persists
 // on a reused worker with --isolation call: changes to imported modules and
 // to the JavaScript runtime, including a reader left on stdin that takes the
 // next call's request. The next call is then lost (it times out) and its

@@ -185,12 +185,12 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Errorf("memory request %s; want %s: 256Mi for each of %d pool workers and %d session spares, and 128Mi (statefulset.yaml)",
 				req.Memory(), resource.NewQuantity(wantRequest, resource.BinarySI), opts.pool(lang.Python).workers, opts.sessionSpares)
 		}
-		readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+		ops, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(string(readme), "("+lim.Memory().String()+" for") {
-			t.Errorf("README.md's Kubernetes table does not give the memory limit %s", lim.Memory())
+		if !strings.Contains(string(ops), "("+lim.Memory().String()+" for") {
+			t.Errorf("docs/operations.md's Kubernetes table does not give the memory limit %s", lim.Memory())
 		}
 		if got := lim.Cpu().MilliValue(); got < int64(opts.pool(lang.Python).workers)*1000 {
 			t.Errorf("cpu limit %s for %d workers: a busy worker takes a core", lim.Cpu(), opts.pool(lang.Python).workers)

@@ -18,7 +18,7 @@ import (
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
-// Languages (README "Languages"): which languages pyrun serves, a pool and
+// Languages (docs/languages.md): which languages pyrun serves, a pool and
 // a tool each, and each language's own pool size and memory limit. All of
 // it is made from the languages' registrations (package lang).
 

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of live runs (SPEC.md section 7) over stdio: output
+// End-to-end tests of live runs (docs/contract.md section 7) over stdio: output
 // reaches the client as log messages while the call runs, progress flows for
 // requests with a progress token, and notifications/cancelled stops a call
 // and frees its worker. They share one one-worker server, so that queueing

@@ -1,6 +1,6 @@
 package main
 
-// One local service behind every stdio client (SPEC.md section 16):
+// One local service behind every stdio client (docs/contract.md section 16):
 // `pyrun serve --socket PATH` also serves MCP on a Unix socket, and
 // `pyrun stdio` bridges its stdin/stdout to that socket when a service
 // answers there, instead of starting a pool of its own.

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of the local service (SPEC.md section 16): `pyrun serve
+// End-to-end tests of the local service (docs/contract.md section 16): `pyrun serve
 // --socket`, `pyrun stdio --attach` bridging to it, and socket activation,
 // with real processes, real sockets and real workers.
 

@@ -2,7 +2,7 @@ package main
 
 // TestNginx runs the shipped configs/nginx/pyrun.conf, as it is but for its
 // addresses, with Debian's nginx on loopback in front of three `pyrun serve
-// --stateless` instances (SPEC.md section 12): calls spread over every
+// --stateless` instances (docs/contract.md section 12): calls spread over every
 // instance, MCP clients of both revision families work through it, a
 // Python session's calls all reach the instance that holds it, and a
 // rolling restart of every instance with SIGTERM loses no call.

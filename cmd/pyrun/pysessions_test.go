@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of Python sessions (SPEC.md section 8): state that lasts
+// End-to-end tests of Python sessions (docs/contract.md section 8): state that lasts
 // across calls of one session_id, through real MCP clients and real workers.
 
 import (

@@ -133,7 +133,7 @@ list(n = sum(d$n), refused = refused, files = list.files("/data"))`)
 }
 
 // TestRLive: R's output reaches the client as log messages while the call
-// runs (SPEC.md section 7), as Python's does: the lines a call writes
+// runs (docs/contract.md section 7), as Python's does: the lines a call writes
 // before it sleeps for ten minutes arrive, stdout at info and stderr at
 // warning, in order, while it sleeps; the client then cancels it and the
 // same worker, interrupted, serves the next call.

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of the MCP revisions pyrun serves (SPEC.md section 12):
+// End-to-end tests of the MCP revisions pyrun serves (docs/contract.md section 12):
 // the go-sdk client negotiates 2026-07-28 on stdio and on /mcp, where live
 // output follows each request's own log level (_meta
 // io.modelcontextprotocol/logLevel), progress flows and a cancelled call

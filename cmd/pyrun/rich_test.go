@@ -567,7 +567,7 @@ func TestOutputFilesOverHTTP(t *testing.T) {
 }
 
 // TestSessionKeepsOutputAndFiles: a Python session keeps its /output/ and
-// the input files it was given across calls (SPEC.md sections 8 and 9);
+// the input files it was given across calls (docs/contract.md sections 8 and 9);
 // a call returns the /output/ files it wrote or changed, and a stateless
 // call beside the session sees neither.
 func TestSessionKeepsOutputAndFiles(t *testing.T) {

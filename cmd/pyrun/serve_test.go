@@ -361,7 +361,7 @@ func TestServe(t *testing.T) {
 			t.Errorf("/healthz = %+v, want 200 ok", h)
 		}
 		// The machine pyrun is tested on offers every layer of the OS
-		// sandbox (shared/FACTS.md), and --os-sandbox auto takes them all.
+		// sandbox (docs/architecture.md, Facts), and --os-sandbox auto takes them all.
 		if w := h.OSSandbox; w.Mode != "auto" || strings.Join(w.Layers, ",") != "rlimits,no_new_privs,landlock,seccomp,netns" ||
 			len(w.Missing) != 0 || w.LandlockABI < 6 {
 			t.Errorf("/healthz os_sandbox = %+v, want every layer", w)
@@ -879,7 +879,7 @@ func TestWarmup(t *testing.T) {
 			t.Errorf("warmup did not report step %s as ok:\n%s", step, stdout)
 		}
 	}
-	// The machine pyrun is tested on offers every layer (shared/FACTS.md).
+	// The machine pyrun is tested on offers every layer (docs/architecture.md, Facts).
 	if !regexp.MustCompile(`os sandbox +ok +auto: rlimits, no_new_privs, landlock \(ABI \d+\), seccomp, netns \[`).MatchString(stdout) {
 		t.Errorf("warmup does not name every layer of the OS sandbox:\n%s", stdout)
 	}

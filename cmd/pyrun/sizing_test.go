@@ -10,7 +10,7 @@ import (
 const mi = int64(1 << 20)
 
 // idleWorker is about what an idle worker of each language holds, rounded
-// up (README "Start-up, speed and memory per language": 205, 566 and
+// up (docs/languages.md, "Start-up, speed and memory per language": 205, 566 and
 // 111 MB measured).
 var idleWorker = map[string]int64{"python": 256 * mi, "r": 640 * mi, "javascript": 128 * mi}
 

@@ -1,6 +1,6 @@
 package main
 
-// End-to-end tests of MCP tasks (SPEC.md section 16; mcp/tasks.go) over
+// End-to-end tests of MCP tasks (docs/contract.md section 17, docs/mcp.md; mcp/tasks.go) over
 // `pyrun stdio`, in raw JSON-RPC (the go-sdk has no tasks), both revisions
 // that have them: 2025-11-25 (a `task` member in tools/call; tasks/get,
 // tasks/result, tasks/list, tasks/cancel) and 2026-07-28 (the tasks

@@ -1,5 +1,5 @@
 // Package localsock is the Unix socket of a local pyrun service: made so that
-// only its owner can connect (SPEC.md section 16), or inherited from systemd
+// only its owner can connect (docs/contract.md section 16), or inherited from systemd
 // (socket activation), with every connection's peer checked with
 // SO_PEERCRED; and the client's side, which checks the server's peer the
 // same way before it trusts it with the client's code.

@@ -1,4 +1,4 @@
-// pyrun's JavaScript/TypeScript worker process (PROTOCOL.md, Engines:
+// pyrun's JavaScript/TypeScript worker process (docs/protocol.md, Engines:
 // JavaScript). This host thread owns the pipes and may read only its own
 // program files, TypeScript's parser and the mounted folders; each call's
 // code runs in a Deno Worker with no permissions at all but the mounted

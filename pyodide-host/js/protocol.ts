@@ -1,5 +1,5 @@
 // The JavaScript engine's messages: the pipe protocol it shares with the
-// Python worker (../PROTOCOL.md; these are the fields it uses), and the
+// Python worker (docs/protocol.md; these are the fields it uses), and the
 // messages between its host thread (main.ts) and the Worker that runs the
 // user's code (runner.ts).
 

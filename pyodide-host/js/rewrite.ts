@@ -1,5 +1,5 @@
 // Rewrites a call's code before it runs as a module in the user Worker
-// (PROTOCOL.md, Engines: JavaScript). TypeScript's parser finds the syntax
+// (docs/protocol.md, Engines: JavaScript). TypeScript's parser finds the syntax
 // errors and the statements to change; the code stays TypeScript, since Deno
 // strips the types when it loads the module. Every edit keeps the code's line
 // breaks, so that Deno's positions in stack traces stay the user's lines.

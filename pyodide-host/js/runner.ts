@@ -113,7 +113,7 @@ const HOST_MAX_BYTES = 1 << 30;
 
 /**
  * Runs a file operation on a mounted folder in the host, and waits for it
- * (PROTOCOL.md, Engines: JavaScript): the Worker has no permission for the
+ * (docs/protocol.md, Engines: JavaScript): the Worker has no permission for the
  * mounted folders at all. With one, the code could open a host file and
  * change its mode or owner (node:fs's fchmod and fchown reach Deno's
  * operations directly, and Deno checks no permission for them on a file
@@ -177,7 +177,7 @@ function bytesOf(data: unknown, what: string): Uint8Array {
 
 const MIME = /^[A-Za-z0-9][\w.+-]*\/[\w.+-]+$/;
 
-/** The API the code has instead of a file system (PROTOCOL.md, Engines: JavaScript). */
+/** The API the code has instead of a file system (docs/protocol.md, Engines: JavaScript). */
 const pyrun = Object.freeze({
   /**
    * The bytes of an input file (a path relative to the working folder), of

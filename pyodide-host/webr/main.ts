@@ -1,5 +1,5 @@
 // pyrun's R worker: R (webR, R compiled to WebAssembly) behind the same
-// pipe protocol as the Python worker (PROTOCOL.md, "Engines: R"). The
+// pipe protocol as the Python worker (docs/protocol.md, "Engines: R"). The
 // supervisor starts it with one argument, the JSON HostConfig.
 //
 // webR runs R on a thread of its own (node:worker_threads) and talks to it
@@ -37,7 +37,7 @@ export function parseConfig(args: string[]): RConfig {
   };
 }
 
-/** A run request as this worker reads it (PROTOCOL.md, Requests). */
+/** A run request as this worker reads it (docs/protocol.md, Requests). */
 interface RunRequest {
   type: "run";
   id: string;
@@ -62,7 +62,7 @@ function send(ev: Event): void {
 const HOME = "/home/web_user";
 /** pyrun.R's folder for the plots of the default device. */
 const PLOT_DIR = "/pyrun/plots";
-/** A display or file event carries at most this many bytes (PROTOCOL.md, Rich results). */
+/** A display or file event carries at most this many bytes (docs/protocol.md, Rich results). */
 const PIECE = 1 << 20;
 /** How long a call's end waits for the marker line after its output (RWorker.run). */
 const MARKER_WAIT_MS = 1000;
@@ -76,7 +76,7 @@ async function start(cfg: RConfig): Promise<void> {
     baseUrl: dist,
     homedir: HOME,
     // An interrupt at top level of a non-interactive R quits R, and R's
-    // exit then tries to run `rm -Rf` on its temporary folder (FACTS.md).
+    // exit then tries to run `rm -Rf` on its temporary folder (docs/architecture.md, Facts).
     interactive: true,
     // Never webR's default, the repository on the network: nothing is
     // fetched, and webr::install is refused in pyrun.R.
@@ -171,7 +171,7 @@ async function start(cfg: RConfig): Promise<void> {
           Deno.exit(70);
         }
         // The reset after the call is done: the supervisor may send the
-        // next request (PROTOCOL.md, Idle), unless R could not be set back.
+        // next request (docs/protocol.md, Idle), unless R could not be set back.
         if (answered) {
           send({
             type: "idle",
@@ -439,7 +439,7 @@ function nextTurn(): Promise<void> {
 }
 
 /**
- * Caps a call's stdout and stderr, each to max characters (PROTOCOL.md),
+ * Caps a call's stdout and stderr, each to max characters (docs/protocol.md),
  * and sends them: the lines that come in one turn of the event loop go
  * together, at its end, as one event per run of one stream.
  */
@@ -485,7 +485,7 @@ class OutputCap {
   }
 }
 
-/** Sends display and file events within the run's caps (PROTOCOL.md, Rich results). */
+/** Sends display and file events within the run's caps (docs/protocol.md, Rich results). */
 class RichCap {
   private count = { display: 0, file: 0 };
   private bytes = { display: 0, file: 0 };

@@ -22,7 +22,7 @@ local({
   }
 
   # Every file device of grDevices records its file, so that each page
-  # any of them writes comes back as a display (PROTOCOL.md, Engines: R).
+  # any of them writes comes back as a display (docs/protocol.md, Engines: R).
   # The wrapper keeps the device's own formals and body: only one call is
   # put in front of it.
   devices <- list(
@@ -239,7 +239,7 @@ local({
   }
 
   # to_plain turns an R value into nested plain lists and atomic vectors
-  # that main.ts writes as JSON (the forms PROTOCOL.md lists).
+  # that main.ts writes as JSON (the forms docs/protocol.md lists).
   to_plain <- function(x, depth = 0L) {
     if (depth > 64L) return("<too deep>")
     if (is.null(x)) return(NULL)

@@ -1,5 +1,5 @@
 // R's thread, set up before pyrun.R loads and takes webr::eval_js and
-// webr::mount away (PROTOCOL.md, Engines: R): console.* there, the heap's
+// webr::mount away (docs/protocol.md, Engines: R): console.* there, the heap's
 // cap, the mounted host folders. For the R worker (main.ts).
 
 import type { WebR } from "webr";

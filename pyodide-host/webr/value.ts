@@ -1,4 +1,4 @@
-// An R value as JSON (PROTOCOL.md, Engines: R). pyrun.R's to_plain has
+// An R value as JSON (docs/protocol.md, Engines: R). pyrun.R's to_plain has
 // already turned data frames, factors, dates and matrices into plain lists
 // and vectors; this file maps webR's toJs tree of those onto JSON.
 

@@ -23,7 +23,7 @@ var languageCases = []languageCase{
 
 // languageReport is one language served alone (`pyrun stdio --languages
 // <name>`, one worker): spawn to its first result, warm calls, and the
-// worker's idle memory, the figures README's Languages section quotes.
+// worker's idle memory, the figures docs/languages.md quotes.
 type languageReport struct {
 	Language      string  `json:"language"`
 	Spawn         *series `json:"spawn_to_first_result"`

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// localReport times `pyrun stdio` attached to a running service (SPEC.md
+// localReport times `pyrun stdio` attached to a running service (docs/contract.md
 // section 16) against `pyrun stdio` with a pool of its own, each from
 // process start to the first `1 + 1` result, in one run, beside the bare
 // worker's round trip (the floor).

@@ -35,7 +35,7 @@ const sessionRevision = "2025-11-25"
 // stderr, JSON logs at logLevel, goes to a logWatcher, which sees workers
 // start and retire at the debug level.
 func startPyrun(ctx context.Context, o *opts, logLevel string, args ...string) (*pyrunProc, error) {
-	// --attach never: a pyrun service of the user's (SPEC.md section 16)
+	// --attach never: a pyrun service of the user's (docs/contract.md section 16)
 	// must not stand in for the pyrun measured; the local tier asks for
 	// it with a later --attach.
 	argv := append([]string{"stdio", "--attach", "never", "--log-format", "json", "--log-level", logLevel, "--runtime-dir", o.runtimeDir}, args...)

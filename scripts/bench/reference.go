@@ -18,7 +18,7 @@ import (
 )
 
 // The reference, pydantic's mcp-run-python 0.0.22, beside pyrun in one run,
-// so that the README's comparison is measured, not quoted. Its code is not
+// so that docs/performance.md's comparison is measured, not quoted. Its code is not
 // part of this repository, nor is any recipe that builds it: -reference
 // names a checkout the user made (scripts/bench/README.md gives the git
 // commands), and the bench runs it as its own main.py does: a copy of its

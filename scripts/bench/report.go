@@ -234,7 +234,7 @@ func (r *report) checkTargets() []target {
 		atLeast("2 instances on 2 cores over 1 on 1, behind nginx", l.Speedup, 1.8, "x")
 	}
 	if l := r.Local; l != nil {
-		// SPEC.md section 16.
+		// docs/contract.md section 16.
 		atMost("attached stdio: spawn to first result", l.Attached.P50MS, 20, "ms")
 		atMost("attached stdio / own pool, spawn to first result", l.AttachedOverOwn, 0.1, "x")
 	}

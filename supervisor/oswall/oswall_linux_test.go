@@ -142,7 +142,7 @@ func TestProbe(t *testing.T) {
 	s := Probe()
 	t.Logf("%+v", s)
 	// The machine pyrun is built and tested on offers every layer
-	// (shared/FACTS.md: Landlock ABI 7, seccomp, user namespaces).
+	// (Landlock ABI 7, seccomp, user namespaces: docs/architecture.md, Facts).
 	for _, l := range Layers {
 		if !s.Has(l) {
 			t.Errorf("%s is missing: %s", l, s.Missing[l])

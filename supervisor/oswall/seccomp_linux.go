@@ -16,7 +16,7 @@ import (
 // so that the C library falls back to clone, whose flags the filter can
 // see); nothing is killed.
 //
-// Refused, besides SPEC 15's list:
+// Refused, besides docs/contract.md section 15's list:
 //   - new processes: fork, vfork, and clone without CLONE_THREAD (threads
 //     are clone with CLONE_THREAD). A worker that could fork could leave a
 //     process behind that pyrun does not supervise.
@@ -36,7 +36,7 @@ import (
 // for x86-64 numbers would let through); go-seccomp-bpf refuses the x32
 // ABI itself.
 var deniedCalls = []string{
-	// SPEC 15
+	// docs/contract.md section 15
 	"ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "pivot_root", "unshare",
 	"setns", "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
 	"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",

@@ -491,7 +491,7 @@ func clip(s string, n int) string {
 func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.Events) (supervisor.Result, error) {
 	job := c.Job
 	job.PythonSession = s.id
-	job.KeepOutput = true // a session keeps its /output/ (SPEC section 9)
+	job.KeepOutput = true // a session keeps its /output/ (docs/contract.md section 9)
 	var res supervisor.Result
 	var err error
 	ran := job.Code != "" || !c.End
