@@ -20,6 +20,17 @@ export function parseConfig(args: string[]): HostConfig {
     session: raw.session === true,
     mounts: Array.isArray(raw.mounts) ? raw.mounts : [],
     warm_calls: Number(raw.warm_calls ?? 0),
+    checkpoints: raw.checkpoints === true || !!raw.restore,
+    ...(raw.restore
+      ? {
+        restore: {
+          path: String(raw.restore.path),
+          mem: Number(raw.restore.mem),
+          fs: Number(raw.restore.fs),
+          clock: Number(raw.restore.clock ?? 0),
+        },
+      }
+      : {}),
   };
 }
 
@@ -55,7 +66,12 @@ function main(): void {
   // The snapshot is read here, while the Worker thread boots its isolate
   // and loads Pyodide's modules (50-150 ms), instead of after, on the path
   // to ready; its bytes are moved to the Worker, not copied.
-  const snap = cfg.snapshot ? readSnapshot(cfg.snapshot, cfg.snapshot_size) : {};
+  // A restored session's checkpoint comes the same way (checkpoint.ts).
+  const snap = cfg.restore
+    ? readSnapshot(cfg.restore.path, cfg.restore.mem + cfg.restore.fs)
+    : cfg.snapshot
+    ? readSnapshot(cfg.snapshot, cfg.snapshot_size)
+    : {};
   worker.postMessage({ cfg, buf, ...snap }, snap.bytes ? [snap.bytes.buffer] : []);
 }
 
