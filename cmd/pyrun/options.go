@@ -101,6 +101,9 @@ type options struct {
 	// session.go, mcp/netguard).
 	writeTimeout          time.Duration
 	sessionPendingResults int
+	sessionStore          string
+	checkpointDelay       time.Duration
+	maxCheckpoint         byteSize
 	sessionPendingBytes   byteSize
 	clientPendingBytes    byteSize
 	maxMCPSessions        int
@@ -524,6 +527,9 @@ func (o *options) poolConfig() supervisor.Config {
 		OSSandbox:       wall,
 		WorkerOpenFiles: o.workerOpenFiles,
 		WorkerFileSize:  int64(o.workerFileSize),
+
+		Checkpoints:   o.sessionStore != "none",
+		MaxCheckpoint: int64(o.maxCheckpoint),
 	}
 }
 

@@ -4,12 +4,16 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/checkpoint"
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
@@ -23,6 +27,10 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxSessions, "max-sessions", sessions.DefaultMax, "Python sessions open at once, each with a worker of its own besides the pool's")
 	fs.IntVar(&o.clientMaxSessions, "client-max-sessions", sessions.DefaultClientMax, "serve, with access control: Python sessions one client may have open")
 	fs.IntVar(&o.sessionSpares, "session-spares", sessions.DefaultSpares, "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
+	o.maxCheckpoint = supervisor.DefaultMaxCheckpoint
+	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost continues from its last one: dir:PATH, or none")
+	fs.DurationVar(&o.checkpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken this long after a call's result, off the call's path (a later call comes first)")
+	fs.Var(&o.maxCheckpoint, "max-checkpoint", "largest checkpoint of a Python session (its memory and files, before compression); a larger session is not checkpointed, and says so in the log (bytes or 256MiB)")
 	fs.StringVar(&o.instanceID, "instance-id", "", "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name so reduced)")
 }
 
@@ -39,6 +47,15 @@ func (o *options) checkSessions() error {
 		outside("session-spares", o.sessionSpares, 0, 16),
 	); err != nil {
 		return err
+	}
+	if _, err := parseSessionStore(o.sessionStore); err != nil {
+		return err
+	}
+	switch {
+	case o.checkpointDelay <= 0:
+		return fmt.Errorf("checkpoint-delay must be positive, not %s", o.checkpointDelay)
+	case o.maxCheckpoint < 32<<20:
+		return fmt.Errorf("max-checkpoint must be at least 32MiB (an empty session's memory), not %s", o.maxCheckpoint)
 	}
 	if o.instanceID == "" {
 		return nil
@@ -72,11 +89,64 @@ func (o *options) mcpSessionOptions() mcp.SessionOptions {
 	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, IdleCPU: o.idleCPU}
 }
 
+// defaultSessionStore is a folder in pyrun's state folder:
+// $XDG_STATE_HOME/pyrun/sessions, or ~/.local/state/pyrun/sessions.
+func defaultSessionStore() string {
+	dir := os.Getenv("XDG_STATE_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "dir:" + filepath.Join(os.TempDir(), "pyrun-state", "sessions")
+		}
+		dir = filepath.Join(home, ".local", "state")
+	}
+	return "dir:" + filepath.Join(dir, "pyrun", "sessions")
+}
+
+// parseSessionStore checks --session-store: the folder of dir:PATH, or ""
+// for none.
+func parseSessionStore(v string) (string, error) {
+	switch {
+	case v == "none":
+		return "", nil
+	case strings.HasPrefix(v, "dir:") && len(v) > len("dir:"):
+		return filepath.Clean(strings.TrimPrefix(v, "dir:")), nil
+	}
+	return "", fmt.Errorf("session-store must be dir:PATH or none, not %q", v)
+}
+
+// sessionKeeper keeps the checkpoints of pool's sessions in the store
+// --session-store names, or is nil for none.
+func sessionKeeper(o *options, pool *supervisor.Pool, log hclog.Logger) sessions.Checkpointer {
+	dir, _ := parseSessionStore(o.sessionStore) // checked by check
+	if dir == "" {
+		return nil
+	}
+	store, err := checkpoint.OpenDir(dir)
+	if err == nil {
+		var k *checkpoint.Keeper
+		k, err = checkpoint.NewKeeper(store, pool, filepath.Join(dir, ".restore"), int64(o.maxCheckpoint), log)
+		if err == nil {
+			return k
+		}
+	}
+	// Sessions work without checkpoints, as they did before them.
+	log.Warn("python sessions' checkpoints are off", "error", err.Error())
+	return nil
+}
+
 // startSessions keeps sessions of l on workers pool starts for them.
 func startSessions(o *options, l lang.Language, pool *supervisor.Pool, log hclog.Logger) *sessions.Manager {
+	var keeper sessions.Checkpointer
+	if l.ID == lang.Python.ID {
+		// Only Python's workers take checkpoints (Pyodide's memory snapshots).
+		keeper = sessionKeeper(o, pool, log.Named("checkpoints"))
+	}
 	return sessions.New(sessions.Options{
-		Instance: o.instance(),
-		Language: l.Title,
+		Checkpoints:     keeper,
+		CheckpointDelay: o.checkpointDelay,
+		Instance:        o.instance(),
+		Language:        l.Title,
 		Start: func(ctx context.Context, exited func()) (sessions.Worker, error) {
 			return pool.StartDedicated(ctx, exited)
 		},

@@ -22,7 +22,8 @@ func (m *Manager) expire() {
 				continue
 			}
 			// No call runs, so Lost does not wait.
-			if why := s.w.Lost(); why != "" {
+			if why := s.w.Lost(); why != "" && !(lostReason(why) == EndLost && m.opts.Checkpoints != nil && s.ckptCalls > 0) {
+				// (With a checkpoint, its next call continues from it.)
 				m.endLocked(s, lostReason(why), m.errorf(ErrLost, ": session %q ended because its worker was lost while idle (%s), and its state with it", s.id, why))
 				continue
 			}

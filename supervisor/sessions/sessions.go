@@ -168,6 +168,12 @@ type Options struct {
 	// its sessions.
 	Anonymous string
 	Log       hclog.Logger
+	// Checkpoints, when not nil, keeps checkpoints of the sessions
+	// (durable.go): taken CheckpointDelay (0: DefaultCheckpointDelay)
+	// after a call, and a session whose worker is lost continues from its
+	// last one.
+	Checkpoints     Checkpointer
+	CheckpointDelay time.Duration
 }
 
 // Call is one call to a session.
@@ -195,6 +201,9 @@ type Stats struct {
 	Spares         int
 	SparesStarting int
 	SpareHits      int64
+	// Checkpoints taken, those that failed or were refused, and sessions
+	// continued from one after their worker was lost (durable.go).
+	Checkpoints, CheckpointFailures, Restores int64
 }
 
 // Manager keeps the sessions of one pyrun. Its methods are safe for
@@ -238,6 +247,11 @@ type session struct {
 	busy      int  // calls running or waiting their turn
 	held      bool // a call has the turn
 	line      []chan struct{}
+	// Checkpoints (durable.go): the calls the last one covers (0: none),
+	// the timer that takes the next, and why the session cannot have one.
+	ckptCalls  int
+	ckptTimer  *time.Timer
+	notDurable string
 }
 
 // tomb remembers an ended session, to say why a later call fails.
@@ -494,6 +508,15 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	job.KeepOutput = true // a session keeps its /output/ (docs/contract.md section 9)
 	var res supervisor.Result
 	var err error
+	var rolled *Saved // the checkpoint the session went back to
+	// A worker lost while the session was idle: its checkpoint continues it.
+	if m.restorable(s) {
+		if why := s.w.Lost(); why != "" && lostReason(why) == EndLost {
+			if saved, rerr := m.restore(context.WithoutCancel(ctx), s); rerr == nil {
+				rolled = &saved
+			}
+		}
+	}
 	ran := job.Code != "" || !c.End
 	if ran {
 		res, err = s.w.Run(ctx, job, ev)
@@ -501,6 +524,24 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	lost := ""
 	if errors.Is(err, supervisor.ErrWorkerLost) || res.Status != "" {
 		lost = s.w.Lost()
+	}
+	restoreErr := ""
+	if lost != "" && lostReason(lost) == EndLost && m.restorable(s) {
+		if saved, rerr := m.restore(context.WithoutCancel(ctx), s); rerr == nil {
+			rolled = &saved
+			if res.Status == "" {
+				// The call did not run: the session goes on, this call failed.
+				res.Status, res.Error = supervisor.StatusCrashed, err.Error()
+				err = nil
+			}
+			res.Error = strings.TrimSuffix(res.Error, "\n") + fmt.Sprintf("\n\npyrun: the session's worker was lost (%s); the session continues from its checkpoint after call %d: what later calls did is undone", lost, saved.AfterCall)
+			lost = ""
+		} else {
+			restoreErr = "; its checkpoint could not be restored: " + rerr.Error()
+		}
+	}
+	if rolled != nil {
+		res.Checkpoint = &supervisor.CheckpointRef{AfterCall: rolled.AfterCall, Taken: rolled.Taken}
 	}
 
 	m.mu.Lock()
@@ -514,7 +555,7 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	res.SessionID = s.id
 	switch {
 	case lost != "":
-		e := m.errorf(ErrLost, ": session %q ended because its worker was lost (%s), and its state with it", s.id, lost)
+		e := m.errorf(ErrLost, ": session %q ended because its worker was lost (%s), and its state with it%s", s.id, lost, restoreErr)
 		m.endLocked(s, lostReason(lost), e)
 		if res.Status == "" {
 			return res, e
@@ -530,7 +571,17 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	if !ran {
 		res.Status = supervisor.StatusSuccess
 	}
+	if m.open[s.id] == s {
+		m.scheduleCheckpointLocked(s)
+	}
 	return res, err
+}
+
+// restorable says whether s has a checkpoint to continue from.
+func (m *Manager) restorable(s *session) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.opts.Checkpoints != nil && s.ckptCalls > 0
 }
 
 func (m *Manager) ageErr(s *session) error {
@@ -573,6 +624,13 @@ func (m *Manager) endLocked(s *session, reason string, why error) {
 		m.goneOrder = m.goneOrder[1:]
 	}
 	m.counts.Ends[reason]++
+	if s.ckptTimer != nil {
+		s.ckptTimer.Stop()
+		s.ckptTimer = nil
+	}
+	if s.ckptCalls > 0 {
+		m.deleteCheckpointsLocked(s)
+	}
 	m.log.Info("python session ended", "python_session", s.id, "reason", reason, "client", s.owner,
 		"calls", s.calls, "age", time.Since(s.started).Round(time.Millisecond), "open", len(m.open))
 	m.closeWorker(s.w)
