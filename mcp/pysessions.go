@@ -33,6 +33,10 @@ type SessionOptions struct {
 	// IdleCPU is the share of a CPU a session's code may use between its
 	// calls (--idle-cpu); 0: the description does not say.
 	IdleCPU float64
+	// Durable: sessions have checkpoints (--session-store), so a lost
+	// worker rolls a session back instead of ending it, and "fork:ID"
+	// copies one (docs/sessions.md).
+	Durable bool
 }
 
 // idleCPUText is the description's clause on the CPU a session may use
@@ -96,6 +100,12 @@ func sessionError(err error) error {
 func sessionsDescription(o SessionOptions, leaves string) string {
 	if o.Max <= 0 {
 		return "Each call starts from fresh globals and an empty working directory; nothing is kept between calls, so each call must be self-contained.\n"
+	}
+	if o.Durable {
+		return fmt.Sprintf(`Without session_id, each call starts from fresh globals and an empty working directory, and nothing is kept between calls.
+With session_id "new", the call starts a Python session: globals, imports, loaded packages, files in the working directory and running asyncio tasks last across its calls, as in a notebook. The result gives the session_id (in <session_id> and structuredContent.session_id); pass it in the next calls to continue, and end_session: true when done. A session's calls run one at a time, in order. session_id "fork:ID" starts a new session as a copy of session ID's state.
+pyrun keeps a checkpoint of each session a moment after its calls: when a call kills its worker (a time limit the interrupt cannot stop, memory, a crash), the session goes back to its last checkpoint, and the result says so (structuredContent.checkpoint names the call whose state it has). A session ends after %s without a call, %s after it started, or when it is ended%s; a call with its id is then an error; start a new session then. At most %d sessions can be open at once.
+`, shortDuration(o.Idle), shortDuration(o.MaxAge), idleCPUText(o, leaves), o.Max)
 	}
 	return fmt.Sprintf(`Without session_id, each call starts from fresh globals and an empty working directory, and nothing is kept between calls.
 With session_id "new", the call starts a Python session: globals, imports, loaded packages, files in the working directory and running asyncio tasks last across its calls, as in a notebook. The result gives the session_id (in <session_id> and structuredContent.session_id); pass it in the next calls to continue, and end_session: true when done. A session's calls run one at a time, in order.

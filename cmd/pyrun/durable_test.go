@@ -5,9 +5,11 @@ package main
 // when its worker is lost.
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -58,6 +60,19 @@ func TestSessionRollsBackToItsCheckpoint(t *testing.T) {
 	if r.sc.Status != "success" || strings.Join(strings.Fields(string(r.sc.ReturnValue)), "") != `[41,"kept"]` || r.sc.Checkpoint != nil {
 		t.Fatalf("after the rollback: %s %s %+v\n%s", r.sc.Status, r.sc.ReturnValue, r.sc.Checkpoint, r.text)
 	}
+	// Its worker killed while the session is idle: the next call goes on
+	// from the checkpoint.
+	pid := s.lastSessionWorkerPID(t)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "pyrun to reap the killed worker", 30*time.Second, func() bool {
+		return syscall.Kill(pid, 0) != nil
+	})
+	r = s.inSession(t, id, "x")
+	if r.sc.Status != "success" || string(r.sc.ReturnValue) != "41" || r.sc.Checkpoint == nil {
+		t.Fatalf("the call after its worker was killed while idle: %s %s %+v\n%s", r.sc.Status, r.sc.ReturnValue, r.sc.Checkpoint, r.text)
+	}
 	s.inSession(t, id, "", "end_session", true)
 	waitFor(t, "end_session deletes the checkpoints", 30*time.Second, func() bool {
 		return len(checkpointFiles(t, store, id)) == 0
@@ -80,4 +95,58 @@ func TestSessionStoreNone(t *testing.T) {
 	if ents, _ := os.ReadDir(home); len(ents) != 0 {
 		t.Errorf("--session-store none wrote to the state folder: %v", ents)
 	}
+}
+
+// session_id "fork:ID" starts a new session as a copy of ID's state, files
+// included; the two go their own ways. An unknown ID is a tool error.
+func TestSessionFork(t *testing.T) {
+	s := newServer(t, "--workers", "1", "--session-store", "dir:"+t.TempDir())
+	a := s.inSession(t, "new", "x = [1]\nopen('f.txt', 'w').write('a')").sc.SessionID
+	r := s.mustCall(t, map[string]any{"python_code": "x.append(2)\nopen('f.txt', 'a').write('b')\n[x, open('f.txt').read()]", "session_id": "fork:" + a})
+	b := r.sc.SessionID
+	if r.sc.Status != "success" || b == a || !sessionIDPattern.MatchString(b) {
+		t.Fatalf("the fork: %s session %q (of %q)\n%s", r.sc.Status, b, a, r.text)
+	}
+	if got := strings.Join(strings.Fields(string(r.sc.ReturnValue)), ""); got != `[[1,2],"ab"]` {
+		t.Errorf("the fork's state %s", got)
+	}
+	r = s.inSession(t, a, "[x, open('f.txt').read()]")
+	if got := strings.Join(strings.Fields(string(r.sc.ReturnValue)), ""); got != `[[1],"a"]` {
+		t.Errorf("the original after the fork %s", got)
+	}
+	s.sessionToolError(t, map[string]any{"python_code": "1", "session_id": "fork:" + a + "0"}, "unknown")
+}
+
+// A pyrun started again with the same store (and instance id) continues
+// the sessions of the one before: what their last calls left, files
+// included, with the same ids; pyrun takes the checkpoint at shutdown.
+func TestSessionsContinueAfterARestart(t *testing.T) {
+	needBinary(t)
+	store := t.TempDir()
+	args := []string{"--workers", "1", "--session-store", "dir:" + store, "--instance-id", "box-7",
+		"--checkpoint-delay", "1h"} // only the shutdown's checkpoint
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	first, err := startServer(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := first.inSession(t, "new", "x = 41\nopen('notes.txt', 'w').write('kept')").sc.SessionID
+	first.inSession(t, id, "x += 1")
+	if err := first.session.Close(); err != nil {
+		t.Fatalf("the first pyrun did not exit cleanly: %v\n%s", err, first.log.tail())
+	}
+	if len(checkpointFiles(t, store, id)) == 0 {
+		t.Fatalf("no checkpoint of %s after the first pyrun stopped", id)
+	}
+
+	second := newServer(t, args...)
+	r := second.inSession(t, id, "[x, open('notes.txt').read()]")
+	if got := strings.Join(strings.Fields(string(r.sc.ReturnValue)), ""); r.sc.Status != "success" || got != `[42,"kept"]` {
+		t.Fatalf("the session after a restart: %s %s\n%s", r.sc.Status, got, r.text)
+	}
+	second.inSession(t, id, "", "end_session", true)
+	waitFor(t, "end_session deletes the checkpoints", 30*time.Second, func() bool {
+		return len(checkpointFiles(t, store, id)) == 0
+	})
 }

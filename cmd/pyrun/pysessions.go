@@ -86,7 +86,8 @@ func (o *options) sessionLimits() sessions.Limits {
 }
 
 func (o *options) mcpSessionOptions() mcp.SessionOptions {
-	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, IdleCPU: o.idleCPU}
+	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, IdleCPU: o.idleCPU,
+		Durable: o.sessionStore != "none"}
 }
 
 // defaultSessionStore is a folder in pyrun's state folder:

@@ -176,3 +176,43 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 
 // Delete implements sessions.Checkpointer.
 func (k *Keeper) Delete(ctx context.Context, id string) error { return k.store.Delete(ctx, id) }
+
+// Fork implements sessions.Checkpointer: a new worker from a checkpoint of
+// w taken now, which is not stored.
+func (k *Keeper) Fork(ctx context.Context, w sessions.Worker, exited func()) (sessions.Worker, error) {
+	cw, ok := w.(checkpointer)
+	if !ok {
+		return nil, fmt.Errorf("%w: its worker takes no checkpoints", supervisor.ErrNotDurable)
+	}
+	img, err := cw.Checkpoint(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return k.pool.StartRestored(ctx, img, k.tmp, exited)
+}
+
+// List implements sessions.Checkpointer: each session's latest intact
+// record's description.
+func (k *Keeper) List(ctx context.Context) ([]sessions.Saved, error) {
+	keys, err := k.store.Keys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []sessions.Saved
+	for _, key := range keys {
+		latest, prev, err := k.store.Get(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		for _, rec := range [][]byte{latest, prev} {
+			if rec == nil {
+				continue
+			}
+			if m, err := ReadMeta(rec); err == nil && m.Session == key {
+				out = append(out, savedOf(m))
+				break
+			}
+		}
+	}
+	return out, nil
+}

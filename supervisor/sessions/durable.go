@@ -7,6 +7,8 @@ package sessions
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pyrun/pyrun/supervisor"
@@ -24,6 +26,10 @@ type Checkpointer interface {
 	Restore(ctx context.Context, id string, exited func()) (Worker, Saved, error)
 	// Delete removes the session's checkpoints.
 	Delete(ctx context.Context, id string) error
+	// Fork starts a worker whose state is a copy of w's now.
+	Fork(ctx context.Context, w Worker, exited func()) (Worker, error)
+	// List describes the sessions with checkpoints in the store.
+	List(ctx context.Context) ([]Saved, error)
 }
 
 // Saved describes a session's checkpoint.
@@ -154,8 +160,142 @@ func (m *Manager) restore(ctx context.Context, s *session) (Saved, error) {
 	s.w = w
 	s.ckptCalls = saved.AfterCall
 	m.counts.Restores++
-	m.closeWorker(old)
+	if old != nil {
+		m.closeWorker(old)
+	}
 	m.mu.Unlock()
 	m.log.Info("python session restored from its checkpoint", "python_session", s.id, "after_call", saved.AfterCall)
 	return saved, nil
+}
+
+// ForkPrefix, before a session's id, asks for a new session that starts as
+// a copy of that session's state ("fork:ID").
+const ForkPrefix = "fork:"
+
+// fork makes a worker whose state is a copy of session id's now, in that
+// session's turn: for the same client only.
+func (m *Manager) fork(ctx context.Context, id string, job supervisor.Job) (Worker, error) {
+	if m.opts.Checkpoints == nil {
+		return nil, m.errorf(ErrStart, ": forking a session needs checkpoints, which are off (session_store none)")
+	}
+	src, err := m.enter(ctx, id, job)
+	if err != nil {
+		return nil, err
+	}
+	w := src.w
+	m.mu.Lock()
+	if s := src; s.w != nil && s.w.Lost() != "" && s.ckptCalls > 0 {
+		// Its worker is gone: the fork starts from its checkpoint.
+		w = nil
+	}
+	m.mu.Unlock()
+	var nw Worker
+	if w != nil {
+		nw, err = m.opts.Checkpoints.Fork(ctx, w, m.kick)
+	} else {
+		nw, _, err = m.opts.Checkpoints.Restore(ctx, id, m.kick)
+	}
+	m.mu.Lock()
+	m.doneLocked()
+	src.busy--
+	m.passLocked(src)
+	m.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("fork session %s: %w", id, err)
+	}
+	m.mu.Lock()
+	m.counts.Forks++
+	m.mu.Unlock()
+	return nw, nil
+}
+
+// adoptSaved learns the sessions of this instance a previous pyrun left in
+// the store (restart continuity): they wait, without a worker, for a call
+// within their lifetimes; the others' checkpoints are deleted.
+func (m *Manager) adoptSaved() {
+	if m.opts.Checkpoints == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
+	defer cancel()
+	saved, err := m.opts.Checkpoints.List(ctx)
+	if err != nil {
+		m.log.Warn("cannot list the sessions' checkpoints", "error", err.Error())
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	for _, sv := range saved {
+		if inst, _, _ := strings.Cut(sv.ID, "."); inst != m.opts.Instance {
+			continue // another instance's, in a shared store
+		}
+		if m.pastLifetimeLocked(sv, now) {
+			m.deleteSavedLocked(sv.ID)
+			continue
+		}
+		m.dormant[sv.ID] = sv
+	}
+	if len(m.dormant) > 0 {
+		m.log.Info("python sessions of a previous run can continue", "sessions", len(m.dormant))
+	}
+}
+
+// pastLifetimeLocked says whether a saved session has expired. m.mu is held.
+func (m *Manager) pastLifetimeLocked(sv Saved, now time.Time) bool {
+	return !now.Before(sv.LastUsed.Add(m.limits.Idle)) || !now.Before(sv.Started.Add(m.limits.MaxAge))
+}
+
+// deleteSavedLocked deletes a session's checkpoints in the background.
+// m.mu is held.
+func (m *Manager) deleteSavedLocked(id string) {
+	delete(m.dormant, id)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
+		defer cancel()
+		if err := m.opts.Checkpoints.Delete(ctx, id); err != nil {
+			m.log.Warn("could not delete a python session's checkpoints", "python_session", id, "error", err.Error())
+		}
+	}()
+}
+
+// wakeLocked makes a saved session of a previous run an open one, without
+// a worker yet (runIn restores it), for its owner's call. m.mu is held.
+func (m *Manager) wakeLocked(id, client string) *session {
+	sv, ok := m.dormant[id]
+	if !ok || !m.owns(sv.Owner, client) || m.closed {
+		return nil
+	}
+	if m.pastLifetimeLocked(sv, time.Now()) {
+		m.deleteSavedLocked(id)
+		return nil
+	}
+	delete(m.dormant, id)
+	s := &session{id: id, owner: sv.Owner, started: sv.Started, lastUsed: sv.LastUsed, calls: sv.AfterCall,
+		ckptCalls: sv.AfterCall}
+	m.open[id] = s
+	m.log.Info("python session continues from a previous run", "python_session", id, "after_call", sv.AfterCall)
+	return s
+}
+
+// finalCheckpoints takes, at shutdown, a checkpoint of each open session
+// whose last calls have none yet, so that a pyrun started with the same
+// store continues them where they were.
+func (m *Manager) finalCheckpoints(ctx context.Context) {
+	if m.opts.Checkpoints == nil {
+		return
+	}
+	m.mu.Lock()
+	var todo []*session
+	for _, s := range m.open {
+		if s.w != nil && s.ckptCalls < s.calls && s.notDurable == "" && !s.held {
+			todo = append(todo, s)
+		}
+	}
+	m.mu.Unlock()
+	for _, s := range todo {
+		m.checkpoint(ctx, s)
+	}
 }

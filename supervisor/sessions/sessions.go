@@ -204,6 +204,7 @@ type Stats struct {
 	// Checkpoints taken, those that failed or were refused, and sessions
 	// continued from one after their worker was lost (durable.go).
 	Checkpoints, CheckpointFailures, Restores int64
+	Forks                                     int64 // sessions started as a copy of another
 }
 
 // Manager keeps the sessions of one pyrun. Its methods are safe for
@@ -220,11 +221,14 @@ type Manager struct {
 	closing       context.Context
 	cancelClosing context.CancelFunc
 
-	mu         sync.Mutex
-	limits     Limits
-	open       map[string]*session
-	starting   map[string]int // new sessions being started, by client
-	gone       map[string]tomb
+	mu       sync.Mutex
+	limits   Limits
+	open     map[string]*session
+	starting map[string]int // new sessions being started, by client
+	gone     map[string]tomb
+	// dormant are sessions of a previous run with checkpoints in the
+	// store, waiting for a call (durable.go, adoptSaved).
+	dormant    map[string]Saved
 	goneOrder  []string // ids in gone, oldest first
 	running    int      // calls on a worker now
 	closed     bool
@@ -279,10 +283,12 @@ func New(o Options) *Manager {
 		open:     map[string]*session{},
 		starting: map[string]int{},
 		gone:     map[string]tomb{},
+		dormant:  map[string]Saved{},
 		counts:   Stats{Ends: map[string]int64{}},
 	}
 	m.closing, m.cancelClosing = context.WithCancel(context.Background())
 	m.spareDone = make(chan struct{})
+	m.adoptSaved()
 	m.wg.Add(1)
 	go m.expire()
 	return m
@@ -330,8 +336,12 @@ func (m *Manager) Stats() Stats {
 func (m *Manager) Run(ctx context.Context, c Call, ev supervisor.Events) (supervisor.Result, error) {
 	var s *session
 	var err error
-	if c.Session == NewSession {
-		s, err = m.start(ctx, c.Job.Client)
+	if src, ok := strings.CutPrefix(c.Session, ForkPrefix); ok {
+		s, err = m.start(ctx, c.Job.Client, func(ctx context.Context) (Worker, error) {
+			return m.fork(ctx, src, c.Job)
+		})
+	} else if c.Session == NewSession {
+		s, err = m.start(ctx, c.Job.Client, nil)
 	} else {
 		s, err = m.enter(ctx, c.Session, c.Job)
 	}
@@ -347,8 +357,9 @@ func (m *Manager) Run(ctx context.Context, c Call, ev supervisor.Events) (superv
 	return m.runIn(ctx, s, c, ev)
 }
 
-// start makes a new session with a worker of its own, holding its turn.
-func (m *Manager) start(ctx context.Context, client string) (*session, error) {
+// start makes a new session with a worker of its own, holding its turn:
+// the one with starts, or else a spare or a new one.
+func (m *Manager) start(ctx context.Context, client string, with func(context.Context) (Worker, error)) (*session, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -378,11 +389,17 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 	m.starting[client]++
 	m.running++ // Close waits for the start, then for the call
 	began := time.Now()
-	spare, waitErr := m.awaitSpareLocked(ctx)
+	var spare Worker
+	var waitErr error
+	if with == nil {
+		spare, waitErr = m.awaitSpareLocked(ctx)
+	}
 	m.mu.Unlock()
 
 	w, err := spare, waitErr
-	if w == nil && err == nil {
+	if with != nil {
+		w, err = with(ctx)
+	} else if w == nil && err == nil {
 		// A worker that dies while its session is idle ends the session at
 		// once (the expiry loop looks), rather than at the next call.
 		w, err = m.opts.Start(ctx, m.kick)
@@ -401,6 +418,10 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 		}
 		if errors.Is(err, supervisor.ErrClosed) {
 			return nil, m.errorf(ErrClosed, "")
+		}
+		var se *sessionError
+		if errors.As(err, &se) {
+			return nil, err // the fork's source: unknown, ended, busy
 		}
 		return nil, m.errorf(ErrStart, ": %v", err)
 	}
@@ -428,6 +449,9 @@ func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*se
 	}
 	m.mu.Lock()
 	s := m.open[id]
+	if s == nil {
+		s = m.wakeLocked(id, client)
+	}
 	if s == nil || !m.owns(s.owner, client) {
 		err := m.goneErrLocked(id, client)
 		if s != nil {
@@ -511,7 +535,21 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	var rolled *Saved // the checkpoint the session went back to
 	// A worker lost while the session was idle: its checkpoint continues it.
 	if m.restorable(s) {
-		if why := s.w.Lost(); why != "" && lostReason(why) == EndLost {
+		if s.w == nil {
+			// A session of a previous run: its first call here restores it.
+			saved, rerr := m.restore(context.WithoutCancel(ctx), s)
+			if rerr != nil {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.doneLocked()
+				s.busy--
+				m.passLocked(s)
+				e := m.errorf(ErrLost, ": session %q could not be restored from its checkpoint: %v", s.id, rerr)
+				m.endLocked(s, EndLost, e)
+				return supervisor.Result{SessionID: s.id}, e
+			}
+			_ = saved // its state is the latest: nothing was rolled back
+		} else if why := s.w.Lost(); why != "" && lostReason(why) == EndLost {
 			if saved, rerr := m.restore(context.WithoutCancel(ctx), s); rerr == nil {
 				rolled = &saved
 			}
@@ -628,7 +666,8 @@ func (m *Manager) endLocked(s *session, reason string, why error) {
 		s.ckptTimer.Stop()
 		s.ckptTimer = nil
 	}
-	if s.ckptCalls > 0 {
+	if s.ckptCalls > 0 && reason != EndShutdown {
+		// At shutdown they stay, for the next run (durable.go).
 		m.deleteCheckpointsLocked(s)
 	}
 	m.log.Info("python session ended", "python_session", s.id, "reason", reason, "client", s.owner,
@@ -638,6 +677,9 @@ func (m *Manager) endLocked(s *session, reason string, why error) {
 
 // closeWorker stops w in the background. m.mu is held.
 func (m *Manager) closeWorker(w Worker) {
+	if w == nil {
+		return // a session of a previous run, not restored yet
+	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
