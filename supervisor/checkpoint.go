@@ -37,7 +37,7 @@ type restoreSpec struct {
 	Clock float64 `json:"clock"`
 }
 
-// readBlob reads the bytes that follow a checkpoint line into ev.Data, or
+// readBlob reads the bytes that follow a checkpoint line into ev.Blob, or
 // drains them and sets ev.Error when they pass max. An error is the
 // worker's stdout ending or breaking.
 func (er *eventReader) readBlob(ev *event, max int64) error {
@@ -53,8 +53,8 @@ func (er *eventReader) readBlob(ev *event, max int64) error {
 		ev.Error = fmt.Sprintf("%v: it has %d bytes, more than --max-checkpoint allows (%d)", ErrNotDurable, n, max)
 		return nil
 	}
-	ev.Data = make([]byte, n)
-	if _, err := io.ReadFull(er.r, ev.Data); err != nil {
+	ev.Blob = make([]byte, n)
+	if _, err := io.ReadFull(er.r, ev.Blob); err != nil {
 		return fmt.Errorf("%w: checkpoint ended early: %v", errGarbage, err)
 	}
 	return nil
@@ -108,7 +108,7 @@ func (d *Dedicated) Checkpoint(ctx context.Context) (*Image, error) {
 		case ev.Error != "":
 			return nil, fmt.Errorf("%w: %s", ErrNotDurable, ev.Error)
 		}
-		return &Image{Mem: ev.Data[:ev.Mem], Files: ev.Data[ev.Mem:], Clock: ev.Clock}, nil
+		return &Image{Mem: ev.Blob[:ev.Mem], Files: ev.Blob[ev.Mem:], Clock: ev.Clock}, nil
 	case <-timer.C:
 		d.w.kill(retirement{RestartProtocol, "it took no checkpoint in time"})
 		d.loseLocked("it took no checkpoint in time")

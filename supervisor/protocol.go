@@ -108,7 +108,7 @@ type event struct {
 	Mem   int64   `json:"mem"`
 	FS    int64   `json:"fs"`
 	Clock float64 `json:"clock"`
-	Data  []byte  `json:"-"`
+	Blob  []byte  `json:"-"`
 }
 
 // errGarbage marks a worker that broke the protocol; it is retired.
