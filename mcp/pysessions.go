@@ -153,11 +153,20 @@ var (
 		"Workers started ahead for new Python sessions (--session-spares), ready now.", nil, nil)
 	pySessionSpareHitsDesc = prometheus.NewDesc("pyrun_python_session_spare_hits_total",
 		"New Python sessions that got a worker started ahead, without waiting for a start of their own.", nil, nil)
+	pySessionCheckpointsDesc = prometheus.NewDesc("pyrun_python_session_checkpoints_total",
+		"Checkpoints of Python sessions kept in --session-store.", nil, nil)
+	pySessionCheckpointFailuresDesc = prometheus.NewDesc("pyrun_python_session_checkpoint_failures_total",
+		"Checkpoints of Python sessions not taken: refused (native code, past --max-checkpoint) or failed.", nil, nil)
+	pySessionRestoresDesc = prometheus.NewDesc("pyrun_python_session_restores_total",
+		"Python sessions continued from a checkpoint after their worker was lost.", nil, nil)
+	pySessionForksDesc = prometheus.NewDesc("pyrun_python_session_forks_total",
+		"Python sessions started as a copy of another (session_id fork:ID).", nil, nil)
 )
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, pySessionsDesc, pySessionStartsDesc, pySessionStartFailuresDesc, pySessionEndsDesc,
-		pySessionSparesDesc, pySessionSpareHitsDesc)
+		pySessionSparesDesc, pySessionSpareHitsDesc, pySessionCheckpointsDesc, pySessionCheckpointFailuresDesc,
+		pySessionRestoresDesc, pySessionForksDesc)
 }
 
 func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
@@ -170,6 +179,10 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(pySessionSparesDesc, prometheus.GaugeValue, float64(s.Spares))
 	ch <- prometheus.MustNewConstMetric(pySessionSpareHitsDesc, prometheus.CounterValue, float64(s.SpareHits))
+	ch <- prometheus.MustNewConstMetric(pySessionCheckpointsDesc, prometheus.CounterValue, float64(s.Checkpoints))
+	ch <- prometheus.MustNewConstMetric(pySessionCheckpointFailuresDesc, prometheus.CounterValue, float64(s.CheckpointFailures))
+	ch <- prometheus.MustNewConstMetric(pySessionRestoresDesc, prometheus.CounterValue, float64(s.Restores))
+	ch <- prometheus.MustNewConstMetric(pySessionForksDesc, prometheus.CounterValue, float64(s.Forks))
 }
 
 // shortDuration writes d without its zero tails: 10m, 8h, 1h30m.

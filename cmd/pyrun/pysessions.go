@@ -29,7 +29,7 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.sessionSpares, "session-spares", sessions.DefaultSpares, "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
 	o.maxCheckpoint = supervisor.DefaultMaxCheckpoint
 	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost continues from its last one: dir:PATH, or none")
-	fs.DurationVar(&o.checkpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken this long after a call's result, off the call's path (a later call comes first)")
+	fs.DurationVar(&o.checkpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken once it has had no call for this long after a result, off its calls' path")
 	fs.Var(&o.maxCheckpoint, "max-checkpoint", "largest checkpoint of a Python session (its memory and files, before compression); a larger session is not checkpointed, and says so in the log (bytes or 256MiB)")
 	fs.StringVar(&o.instanceID, "instance-id", "", "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name so reduced)")
 }

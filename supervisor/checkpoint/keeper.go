@@ -106,6 +106,7 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, s sessions.Saved) 
 		return err
 	}
 	raw := int64(len(img.Mem) + len(img.Files))
+	took := time.Since(began)
 	base, sha := k.baseNow(ctx)
 	meta := Meta{Session: s.ID, Owner: s.Owner, AfterCall: s.AfterCall, Taken: time.Now().UTC(),
 		Started: s.Started, LastUsed: s.LastUsed, Clock: img.Clock}
@@ -113,9 +114,13 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, s sessions.Saved) 
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
+	encoded := time.Since(began)
 	if err := k.store.Put(ctx, s.ID, rec); err != nil {
 		return err
 	}
+	k.log.Debug("checkpoint kept", "python_session", s.ID, "raw", raw, "stored", len(rec),
+		"worker", took.Round(time.Millisecond), "encode", (encoded - took).Round(time.Millisecond),
+		"store", (time.Since(began) - encoded).Round(time.Millisecond))
 	k.mu.Lock()
 	k.last = Sizes{Raw: raw, Stored: int64(len(rec)), Took: time.Since(began)}
 	k.mu.Unlock()
