@@ -150,3 +150,22 @@ func TestSessionsContinueAfterARestart(t *testing.T) {
 		return len(checkpointFiles(t, store, id)) == 0
 	})
 }
+
+// A session that loaded native code is not durable: its checkpoint is
+// refused, and when its worker dies the result says the state is lost and
+// why there was no checkpoint.
+func TestSessionWithNativeCodeIsNotDurable(t *testing.T) {
+	s := newServer(t, "--workers", "1", "--session-store", "dir:"+t.TempDir(), "--checkpoint-delay", "100ms")
+	id := s.inSession(t, "new", "import ctypes\ncb = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 1)\ncb()").sc.SessionID
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	if err := s.log.waitFor(ctx, "the refused checkpoint", func(c map[string]int) bool {
+		return c["python session is not durable"] >= 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := s.inSession(t, id, "import js\njs.Deno.exit(3)")
+	if r.sc.Checkpoint != nil || r.sc.Error == nil || !strings.Contains(*r.sc.Error, "was lost") || !strings.Contains(*r.sc.Error, "native code") {
+		t.Fatalf("the lost call of a session that is not durable: %+v\n%s", r.sc.Checkpoint, r.text)
+	}
+}

@@ -21,14 +21,11 @@ import (
 // from the checkpoint; and checkpoints' sizes for a small and a 50 MB
 // session.
 type checkpointReport struct {
-	Calls      int              `json:"calls"`
-	OffMS      float64          `json:"off_median_ms"`
-	OnMS       float64          `json:"on_median_ms"`
-	EagerMS    float64          `json:"on_1ms_delay_median_ms"`
-	OnRatio    float64          `json:"on_over_off"`
-	EagerRatio float64          `json:"on_1ms_delay_over_off"`
-	EagerTaken int64            `json:"checkpoints_taken_1ms_delay"`
-	Sizes      []checkpointSize `json:"sizes"`
+	Calls   int              `json:"calls"`
+	OffMS   float64          `json:"off_median_ms"`
+	OnMS    float64          `json:"on_median_ms"`
+	OnRatio float64          `json:"on_over_off"`
+	Sizes   []checkpointSize `json:"sizes"`
 }
 
 type checkpointSize struct {

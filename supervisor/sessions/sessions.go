@@ -577,6 +577,12 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 		} else {
 			restoreErr = "; its checkpoint could not be restored: " + rerr.Error()
 		}
+	} else if lost != "" {
+		m.mu.Lock()
+		if s.notDurable != "" {
+			restoreErr = "; it had no checkpoint: " + s.notDurable
+		}
+		m.mu.Unlock()
 	}
 	if rolled != nil {
 		res.Checkpoint = &supervisor.CheckpointRef{AfterCall: rolled.AfterCall, Taken: rolled.Taken}
