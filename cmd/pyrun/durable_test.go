@@ -6,12 +6,17 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pyrun/pyrun/internal/testtier"
 )
 
 // checkpointFiles are the session's records in a dir: store.
@@ -121,9 +126,47 @@ func TestSessionFork(t *testing.T) {
 // the sessions of the one before: what their last calls left, files
 // included, with the same ids; pyrun takes the checkpoint at shutdown.
 func TestSessionsContinueAfterARestart(t *testing.T) {
-	needBinary(t)
 	store := t.TempDir()
-	args := []string{"--workers", "1", "--session-store", "dir:" + store, "--instance-id", "box-7",
+	restartContinues(t, "dir:"+store, func(id string) int { return len(checkpointFiles(t, store, id)) })
+}
+
+// The same through a redis:// store: Debian's redis-server on loopback.
+func TestSessionsContinueAfterARestartThroughRedis(t *testing.T) {
+	testtier.Needs(t, "redis-server")
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed (Debian package redis-server; .ci/run installs it): %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitFor(t, "redis-server to listen", 10*time.Second, func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	restartContinues(t, url, func(id string) int {
+		out, _ := exec.Command("redis-cli", "-p", fmt.Sprint(port), "exists", "pyrun:ckpt:"+id).Output()
+		return map[bool]int{true: 1, false: 0}[strings.TrimSpace(string(out)) == "1"]
+	})
+}
+
+// restartContinues runs a session in one pyrun with store, stops it, and
+// continues the session in a second; records counts a session's records.
+func restartContinues(t *testing.T, store string, records func(id string) int) {
+	needBinary(t)
+	args := []string{"--workers", "1", "--session-store", store, "--instance-id", "box-7",
 		"--checkpoint-delay", "1h"} // only the shutdown's checkpoint
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
@@ -136,7 +179,7 @@ func TestSessionsContinueAfterARestart(t *testing.T) {
 	if err := first.session.Close(); err != nil {
 		t.Fatalf("the first pyrun did not exit cleanly: %v\n%s", err, first.log.tail())
 	}
-	if len(checkpointFiles(t, store, id)) == 0 {
+	if records(id) == 0 {
 		t.Fatalf("no checkpoint of %s after the first pyrun stopped", id)
 	}
 
@@ -147,7 +190,7 @@ func TestSessionsContinueAfterARestart(t *testing.T) {
 	}
 	second.inSession(t, id, "", "end_session", true)
 	waitFor(t, "end_session deletes the checkpoints", 30*time.Second, func() bool {
-		return len(checkpointFiles(t, store, id)) == 0
+		return records(id) == 0
 	})
 }
 

@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
@@ -28,7 +30,7 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.clientMaxSessions, "client-max-sessions", sessions.DefaultClientMax, "serve, with access control: Python sessions one client may have open")
 	fs.IntVar(&o.sessionSpares, "session-spares", sessions.DefaultSpares, "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
 	o.maxCheckpoint = supervisor.DefaultMaxCheckpoint
-	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost continues from its last one: dir:PATH, or none")
+	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
 	fs.DurationVar(&o.checkpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken once it has had no call for this long after a result, off its calls' path")
 	fs.Var(&o.maxCheckpoint, "max-checkpoint", "largest checkpoint of a Python session (its memory and files, before compression); a larger session is not checkpointed, and says so in the log (bytes or 256MiB)")
 	fs.StringVar(&o.instanceID, "instance-id", "", "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name so reduced)")
@@ -104,29 +106,44 @@ func defaultSessionStore() string {
 	return "dir:" + filepath.Join(dir, "pyrun", "sessions")
 }
 
-// parseSessionStore checks --session-store: the folder of dir:PATH, or ""
-// for none.
+// parseSessionStore checks --session-store: the folder of dir:PATH, a
+// redis:// URL as it is, or "" for none.
 func parseSessionStore(v string) (string, error) {
 	switch {
 	case v == "none":
 		return "", nil
 	case strings.HasPrefix(v, "dir:") && len(v) > len("dir:"):
 		return filepath.Clean(strings.TrimPrefix(v, "dir:")), nil
+	case strings.HasPrefix(v, "redis://") || strings.HasPrefix(v, "rediss://"):
+		if _, err := redis.ParseURL(v); err != nil {
+			return "", fmt.Errorf("session-store: %w", err)
+		}
+		return v, nil
 	}
-	return "", fmt.Errorf("session-store must be dir:PATH or none, not %q", v)
+	return "", fmt.Errorf("session-store must be dir:PATH, redis://HOST:PORT/DB or none, not %q", v)
 }
 
 // sessionKeeper keeps the checkpoints of pool's sessions in the store
 // --session-store names, or is nil for none.
 func sessionKeeper(o *options, pool *supervisor.Pool, log hclog.Logger) sessions.Checkpointer {
-	dir, _ := parseSessionStore(o.sessionStore) // checked by check
-	if dir == "" {
+	where, _ := parseSessionStore(o.sessionStore) // checked by check
+	if where == "" {
 		return nil
 	}
-	store, err := checkpoint.OpenDir(dir)
+	var store checkpoint.Store
+	var err error
+	tmp := filepath.Join(where, ".restore")
+	if strings.HasPrefix(where, "redis") {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		store, err = checkpoint.OpenRedis(ctx, where)
+		cancel()
+		tmp = filepath.Join(os.TempDir(), fmt.Sprintf("pyrun-restore-%d", os.Getpid()))
+	} else {
+		store, err = checkpoint.OpenDir(where)
+	}
 	if err == nil {
 		var k *checkpoint.Keeper
-		k, err = checkpoint.NewKeeper(store, pool, filepath.Join(dir, ".restore"), int64(o.maxCheckpoint), log)
+		k, err = checkpoint.NewKeeper(store, pool, tmp, int64(o.maxCheckpoint), log)
 		if err == nil {
 			return k
 		}
