@@ -221,6 +221,7 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 		"--quiet",
 		"--allow-read=" + strings.Join([]string{
 			filepath.Join(rt.Dir, "worker.ts"),
+			filepath.Join(rt.Dir, "checkpoint.ts"),
 			filepath.Join(rt.Dir, "lines.ts"),
 			filepath.Join(rt.Dir, "protocol.ts"),
 			filepath.Join(rt.Dir, "mounts.ts"),
