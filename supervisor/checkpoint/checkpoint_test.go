@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -80,12 +81,16 @@ func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	}
 	k := &Keeper{store: store, max: 1 << 30, log: hclog.NewNullLogger()}
 	ctx := context.Background()
+	fence, err := store.Acquire(ctx, "box.1", "test", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for call := 1; call <= 2; call++ {
 		rec, err := Encode(Meta{Session: "box.1", AfterCall: call}, fakeMem([]byte("heap")), nil, nil, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := store.Put(ctx, "box.1", rec); err != nil {
+		if err := store.Put(ctx, "box.1", rec, fence); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -111,13 +116,13 @@ func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	if keys, err := store.Keys(ctx); err != nil || len(keys) != 1 || keys[0] != "box.1" {
 		t.Errorf("keys %v %v", keys, err)
 	}
-	if err := store.Delete(ctx, "box.1"); err != nil {
+	if err := store.Delete(ctx, "box.1", fence); err != nil {
 		t.Fatal(err)
 	}
 	if l, p, err := store.Get(ctx, "box.1"); l != nil || p != nil || err != nil {
 		t.Errorf("after delete: %d %d %v", len(l), len(p), err)
 	}
-	if err := store.Put(ctx, "../escape", []byte("x")); err == nil {
+	if err := store.Put(ctx, "../escape", []byte("x"), fence); err == nil {
 		t.Error("a key with a path in it was taken")
 	}
 }

@@ -2,8 +2,11 @@ package checkpoint
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"sync"
 	"time"
@@ -24,11 +27,20 @@ type Keeper struct {
 	max   int64
 	log   hclog.Logger
 
+	holder string        // this process's name in leases
+	ttl    time.Duration // how long a lease lasts unless renewed
+
 	mu      sync.Mutex
 	base    []byte // the base snapshot's bytes, for baseSHA
 	baseSHA string
 	last    Sizes
+	leases  map[string]Lease // the sessions' leases this Keeper holds
 }
+
+// DefaultLeaseTTL is how long a session's lease lasts unless its holder
+// renews it (--session-lease): how long a session of an instance that
+// died waits before another can take it over.
+const DefaultLeaseTTL = 10 * time.Second
 
 // Sizes are the figures of the last checkpoint kept.
 type Sizes struct {
@@ -48,7 +60,110 @@ func NewKeeper(store Store, pool *supervisor.Pool, tmp string, max int64, log hc
 	if max <= 0 {
 		max = supervisor.DefaultMaxCheckpoint
 	}
-	return &Keeper{store: store, pool: pool, tmp: tmp, max: max, log: log}, nil
+	return &Keeper{store: store, pool: pool, tmp: tmp, max: max, log: log, holder: Holder("pyrun"),
+		ttl: DefaultLeaseTTL, leases: map[string]Lease{}}, nil
+}
+
+// Holder is a name for this process in leases: the instance's name, the
+// process id and random hex, so that a pyrun started again with the same
+// instance id is not taken for the one before it.
+func Holder(instance string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s/%d/%s", instance, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// SetLeases names this process in leases (Holder) and sets how long they
+// last unless renewed. Call it before the Keeper is used.
+func (k *Keeper) SetLeases(holder string, ttl time.Duration) {
+	if ttl > 0 {
+		k.ttl = ttl
+	}
+	k.holder = holder
+}
+
+// lease is the lease held of id, if any.
+func (k *Keeper) lease(id string) (Lease, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l, ok := k.leases[id]
+	return l, ok
+}
+
+// Hold implements sessions.Leaser.
+func (k *Keeper) Hold(ctx context.Context, id string) error {
+	l, err := k.store.Acquire(ctx, id, k.holder, k.ttl)
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.leases[id] = l
+	k.mu.Unlock()
+	return nil
+}
+
+// AskMove implements sessions.Leaser.
+func (k *Keeper) AskMove(ctx context.Context, id string) error { return k.store.WantMove(ctx, id) }
+
+// RenewEvery implements sessions.Leaser: a lease is renewed several
+// times within its time to live, and at least every second, which is how
+// long a hand-over waits to be seen.
+func (k *Keeper) RenewEvery() time.Duration { return min(k.ttl/4, time.Second) }
+
+// Renew implements sessions.Leaser.
+func (k *Keeper) Renew(ctx context.Context) (moves, lost []string) {
+	k.mu.Lock()
+	held := maps.Clone(k.leases)
+	k.mu.Unlock()
+	for id, l := range held {
+		move, err := k.store.Renew(ctx, id, l, k.ttl)
+		switch {
+		case errors.Is(err, ErrLeaseLost):
+			k.mu.Lock()
+			if k.leases[id] == l {
+				delete(k.leases, id)
+			}
+			k.mu.Unlock()
+			lost = append(lost, id)
+		case err != nil:
+			// The store does not answer: the lease lasts its time to
+			// live, and the next renewal tries again.
+			k.log.Warn("cannot renew a python session's lease", "python_session", id, "error", err.Error())
+		case move:
+			moves = append(moves, id)
+		}
+	}
+	return moves, lost
+}
+
+// Release implements sessions.Leaser.
+func (k *Keeper) Release(ctx context.Context, id string) error {
+	k.mu.Lock()
+	l, ok := k.leases[id]
+	delete(k.leases, id)
+	k.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return k.store.Release(ctx, id, l)
+}
+
+// Describe implements sessions.Leaser: the description of id's latest
+// record that reads, else of the one before it.
+func (k *Keeper) Describe(ctx context.Context, id string) (sessions.Saved, error) {
+	latest, prev, err := k.store.Get(ctx, id)
+	if err != nil {
+		return sessions.Saved{}, err
+	}
+	for _, rec := range [][]byte{latest, prev} {
+		if rec == nil {
+			continue
+		}
+		if m, err := ReadMeta(rec); err == nil && m.Session == id {
+			return savedOf(m), nil
+		}
+	}
+	return sessions.Saved{}, fmt.Errorf("session %s: %w", id, sessions.ErrNoCheckpoint)
 }
 
 // Last says how large the last checkpoint kept was.
@@ -115,7 +230,11 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, s sessions.Saved) 
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
 	encoded := time.Since(began)
-	if err := k.store.Put(ctx, s.ID, rec); err != nil {
+	l, ok := k.lease(s.ID)
+	if !ok {
+		return fmt.Errorf("keep checkpoint of session %s: %w", s.ID, ErrLeaseLost)
+	}
+	if err := k.store.Put(ctx, s.ID, rec, l); err != nil {
 		return err
 	}
 	k.log.Debug("checkpoint kept", "python_session", s.ID, "raw", raw, "stored", len(rec),
@@ -179,8 +298,21 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 	return Meta{}, nil, fmt.Errorf("no intact checkpoint of session %s: %w", id, errors.Join(errs...))
 }
 
-// Delete implements sessions.Checkpointer.
-func (k *Keeper) Delete(ctx context.Context, id string) error { return k.store.Delete(ctx, id) }
+// Delete implements sessions.Checkpointer: with the session's lease, which
+// it takes if it does not hold it (another instance may serve the session).
+func (k *Keeper) Delete(ctx context.Context, id string) error {
+	l, ok := k.lease(id)
+	if !ok {
+		if err := k.Hold(ctx, id); err != nil {
+			return err
+		}
+		l, _ = k.lease(id)
+	}
+	k.mu.Lock()
+	delete(k.leases, id)
+	k.mu.Unlock()
+	return k.store.Delete(ctx, id, l)
+}
 
 // Fork implements sessions.Checkpointer: a new worker from a checkpoint of
 // w taken now, which is not stored.

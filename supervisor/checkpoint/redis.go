@@ -5,19 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // Redis is a Store in Redis or Valkey (--session-store redis://HOST:PORT/DB):
-// keys pyrun:ckpt:KEY and pyrun:ckpt-prev:KEY. Put moves the latest to the
-// previous and sets the new one in one MULTI/EXEC transaction, so a reader
-// never sees half of it.
+// keys pyrun:ckpt:KEY and pyrun:ckpt-prev:KEY, and the lease (lease.go)
+// pyrun:lease:KEY. Put checks the lease, moves the latest to the previous
+// and sets the new one in one Lua script, so a reader never sees half of
+// it and a stale holder never writes.
 type Redis struct{ c *redis.Client }
 
 const (
 	redisLatest = "pyrun:ckpt:"
 	redisPrev   = "pyrun:ckpt-prev:"
+	redisLease  = "pyrun:lease:"     // a hash: holder, gen, move; expires with the lease
+	redisGen    = "pyrun:lease-gen:" // the key's last lease generation
 )
 
 // OpenRedis connects to the Redis of url (redis://[user:pass@]host:port/db)
@@ -35,18 +39,69 @@ func OpenRedis(ctx context.Context, url string) (*Redis, error) {
 	return &Redis{c: c}, nil
 }
 
-func (r *Redis) Put(ctx context.Context, key string, data []byte) error {
+// The scripts run atomically in Redis: a lease's check and the write it
+// guards are one step.
+var (
+	// KEYS: lease, generation counter. ARGV: holder, ttl ms.
+	acquireScript = redis.NewScript(`
+local h = redis.call('HGET', KEYS[1], 'holder')
+if h and h ~= ARGV[1] then
+  return {0, h, redis.call('PTTL', KEYS[1])}
+end
+local g
+if h then
+  g = tonumber(redis.call('HGET', KEYS[1], 'gen'))
+else
+  g = redis.call('INCR', KEYS[2])
+  redis.call('DEL', KEYS[1])
+  redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'gen', g)
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return {1, ARGV[1], g}`)
+	// KEYS: lease. ARGV: holder, gen, ttl ms. -1: not in force.
+	renewScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] or redis.call('HGET', KEYS[1], 'gen') ~= ARGV[2] then
+  return -1
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+if redis.call('HGET', KEYS[1], 'move') then return 1 end
+return 0`)
+	// KEYS: lease. ARGV: holder, gen.
+	releaseScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] or redis.call('HGET', KEYS[1], 'gen') ~= ARGV[2] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
+return 1`)
+	// KEYS: lease, latest, previous. ARGV: holder, gen, record. COPY
+	// leaves the previous as it was when there is no latest yet.
+	putScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] or redis.call('HGET', KEYS[1], 'gen') ~= ARGV[2] then
+  return 0
+end
+redis.call('COPY', KEYS[2], KEYS[3], 'REPLACE')
+redis.call('SET', KEYS[2], ARGV[3])
+return 1`)
+	// KEYS: lease, latest, previous, generation counter. ARGV: holder, gen.
+	deleteScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] or redis.call('HGET', KEYS[1], 'gen') ~= ARGV[2] then
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+return 1`)
+)
+
+func (r *Redis) Put(ctx context.Context, key string, data []byte, fence Lease) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	_, err := r.c.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		// COPY leaves the previous as it was when there is no latest yet.
-		p.Copy(ctx, redisLatest+key, redisPrev+key, 0, true)
-		p.Set(ctx, redisLatest+key, data, 0)
-		return nil
-	})
+	n, err := putScript.Run(ctx, r.c, []string{redisLease + key, redisLatest + key, redisPrev + key},
+		fence.Holder, fence.Gen, data).Int()
 	if err != nil {
 		return fmt.Errorf("write checkpoint: %w", err)
+	}
+	if n != 1 {
+		return fmt.Errorf("write checkpoint: %w", ErrLeaseLost)
 	}
 	return nil
 }
@@ -71,11 +126,76 @@ func (r *Redis) Get(ctx context.Context, key string) (latest, previous []byte, e
 	return latest, previous, nil
 }
 
-func (r *Redis) Delete(ctx context.Context, key string) error {
+func (r *Redis) Delete(ctx context.Context, key string, fence Lease) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	return r.c.Del(ctx, redisLatest+key, redisPrev+key).Err()
+	n, err := deleteScript.Run(ctx, r.c, []string{redisLease + key, redisLatest + key, redisPrev + key, redisGen + key},
+		fence.Holder, fence.Gen).Int()
+	if err != nil {
+		return fmt.Errorf("delete checkpoint: %w", err)
+	}
+	if n != 1 {
+		return fmt.Errorf("delete checkpoint: %w", ErrLeaseLost)
+	}
+	return nil
+}
+
+func (r *Redis) Acquire(ctx context.Context, key, holder string, ttl time.Duration) (Lease, error) {
+	if err := checkKey(key); err != nil {
+		return Lease{}, err
+	}
+	v, err := acquireScript.Run(ctx, r.c, []string{redisLease + key, redisGen + key}, holder, ttl.Milliseconds()).Slice()
+	if err != nil {
+		return Lease{}, fmt.Errorf("session lease: %w", err)
+	}
+	if len(v) != 3 {
+		return Lease{}, fmt.Errorf("session lease: unexpected answer %v", v)
+	}
+	who, _ := v[1].(string)
+	n, _ := v[2].(int64)
+	if ok, _ := v[0].(int64); ok != 1 {
+		return Lease{}, &HeldError{Key: key, Holder: who, Expires: time.Now().Add(time.Duration(n) * time.Millisecond)}
+	}
+	return Lease{Holder: who, Gen: n}, nil
+}
+
+func (r *Redis) Renew(ctx context.Context, key string, l Lease, ttl time.Duration) (bool, error) {
+	if err := checkKey(key); err != nil {
+		return false, err
+	}
+	n, err := renewScript.Run(ctx, r.c, []string{redisLease + key}, l.Holder, l.Gen, ttl.Milliseconds()).Int()
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("session lease: %w", err)
+	case n < 0:
+		return false, ErrLeaseLost
+	}
+	return n == 1, nil
+}
+
+func (r *Redis) Release(ctx context.Context, key string, l Lease) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	n, err := releaseScript.Run(ctx, r.c, []string{redisLease + key}, l.Holder, l.Gen).Int()
+	switch {
+	case err != nil:
+		return fmt.Errorf("session lease: %w", err)
+	case n != 1:
+		return ErrLeaseLost
+	}
+	return nil
+}
+
+func (r *Redis) WantMove(ctx context.Context, key string) error {
+	if err := checkKey(key); err != nil {
+		return err
+	}
+	// HSET on an expired (absent) lease would make one without a holder:
+	// only a live lease is marked.
+	return r.c.Eval(ctx, `if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], 'move', '1') end return 0`,
+		[]string{redisLease + key}).Err()
 }
 
 func (r *Redis) Keys(ctx context.Context) ([]string, error) {

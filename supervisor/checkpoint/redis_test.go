@@ -59,12 +59,16 @@ func TestRedisKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	}
 	defer store.Close()
 	k := &Keeper{store: store, max: 1 << 30, log: hclog.NewNullLogger()}
+	fence, err := store.Acquire(ctx, "box.1", "test", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for call := 1; call <= 2; call++ {
 		rec, err := Encode(Meta{Session: "box.1", AfterCall: call}, fakeMem([]byte("heap")), nil, nil, "")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := store.Put(ctx, "box.1", rec); err != nil {
+		if err := store.Put(ctx, "box.1", rec, fence); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -84,7 +88,7 @@ func TestRedisKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	if err != nil || len(saved) != 1 || saved[0].AfterCall != 1 {
 		t.Errorf("list %+v %v", saved, err)
 	}
-	if err := store.Delete(ctx, "box.1"); err != nil {
+	if err := store.Delete(ctx, "box.1", fence); err != nil {
 		t.Fatal(err)
 	}
 	if l, p, err := store.Get(ctx, "box.1"); l != nil || p != nil || err != nil {

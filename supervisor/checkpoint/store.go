@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Store holds checkpoint records by key (a session id): the latest and the
@@ -17,14 +18,29 @@ import (
 type Store interface {
 	// Put makes data the latest record of key; the latest becomes the
 	// previous. A failure or crash leaves the records as they were, or
-	// with data as the latest: never a partial record.
-	Put(ctx context.Context, key string, data []byte) error
+	// with data as the latest: never a partial record. fence must be the
+	// key's lease in force (lease.go), or Put fails with ErrLeaseLost and
+	// writes nothing.
+	Put(ctx context.Context, key string, data []byte, fence Lease) error
 	// Get returns key's latest and previous records; a missing one is nil.
 	Get(ctx context.Context, key string) (latest, previous []byte, err error)
-	// Delete removes key's records.
-	Delete(ctx context.Context, key string) error
+	// Delete removes key's records and its lease, if fence is the lease in
+	// force (else ErrLeaseLost).
+	Delete(ctx context.Context, key string, fence Lease) error
 	// Keys lists the keys with records.
 	Keys(ctx context.Context) ([]string, error)
+	// Acquire takes key's lease for holder for ttl: a new generation
+	// when it was free or expired, the same one when holder has it
+	// already. A *HeldError when another holder has it.
+	Acquire(ctx context.Context, key, holder string, ttl time.Duration) (Lease, error)
+	// Renew extends l, the lease in force, by ttl from now, and says
+	// whether another instance asked for the key (WantMove). ErrLeaseLost
+	// when l is not in force.
+	Renew(ctx context.Context, key string, l Lease, ttl time.Duration) (move bool, err error)
+	// Release frees l, if it is in force.
+	Release(ctx context.Context, key string, l Lease) error
+	// WantMove asks the holder of key's lease, if any, to hand it over.
+	WantMove(ctx context.Context, key string) error
 	// Close releases the store.
 	Close() error
 }
@@ -41,7 +57,8 @@ func checkKey(key string) error {
 
 // Dir is a Store in a folder of the local file system (--session-store
 // dir:PATH): KEY.ckpt and KEY.prev.ckpt, written to a temporary file,
-// synced and renamed into place.
+// synced and renamed into place, and KEY.lease (lease.go). Processes that
+// share the folder (on one machine) take turns through flock.
 type Dir struct{ path string }
 
 // OpenDir opens (and makes, private to pyrun's user) a folder store.
@@ -57,7 +74,7 @@ const (
 	prevExt   = ".prev.ckpt"
 )
 
-func (d *Dir) Put(ctx context.Context, key string, data []byte) error {
+func (d *Dir) Put(ctx context.Context, key string, data []byte, fence Lease) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
@@ -77,16 +94,24 @@ func (d *Dir) Put(ctx context.Context, key string, data []byte) error {
 		os.Remove(tmp)
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
-	latest := filepath.Join(d.path, key+latestExt)
-	if err := os.Rename(latest, filepath.Join(d.path, key+prevExt)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		os.Remove(tmp)
-		return fmt.Errorf("write checkpoint: %w", err)
-	}
-	if err := os.Rename(tmp, latest); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write checkpoint: %w", err)
-	}
-	return syncDir(d.path)
+	// The records are replaced under the lease lock, so that a lease taken
+	// by another instance meanwhile refuses this write.
+	return d.lockLeases(func() error {
+		if !d.readLease(key).holds(fence, time.Now()) {
+			os.Remove(tmp)
+			return fmt.Errorf("write checkpoint: %w", ErrLeaseLost)
+		}
+		latest := filepath.Join(d.path, key+latestExt)
+		if err := os.Rename(latest, filepath.Join(d.path, key+prevExt)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			os.Remove(tmp)
+			return fmt.Errorf("write checkpoint: %w", err)
+		}
+		if err := os.Rename(tmp, latest); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("write checkpoint: %w", err)
+		}
+		return syncDir(d.path)
+	})
 }
 
 func syncDir(path string) error {
@@ -118,17 +143,22 @@ func (d *Dir) Get(ctx context.Context, key string) (latest, previous []byte, err
 	return latest, previous, nil
 }
 
-func (d *Dir) Delete(ctx context.Context, key string) error {
+func (d *Dir) Delete(ctx context.Context, key string, fence Lease) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	var errs []error
-	for _, ext := range []string{latestExt, prevExt} {
-		if err := os.Remove(filepath.Join(d.path, key+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
+	return d.lockLeases(func() error {
+		if !d.readLease(key).holds(fence, time.Now()) {
+			return fmt.Errorf("delete checkpoint: %w", ErrLeaseLost)
 		}
-	}
-	return errors.Join(errs...)
+		var errs []error
+		for _, ext := range []string{latestExt, prevExt, leaseExt} {
+			if err := os.Remove(filepath.Join(d.path, key+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	})
 }
 
 func (d *Dir) Keys(ctx context.Context) ([]string, error) {

@@ -159,6 +159,9 @@ func (m *Manager) restore(ctx context.Context, s *session) (Saved, error) {
 	old := s.w
 	s.w = w
 	s.ckptCalls = saved.AfterCall
+	if old == nil {
+		s.calls = saved.AfterCall // moved here, or a previous run's
+	}
 	m.counts.Restores++
 	if old != nil {
 		m.closeWorker(old)

@@ -119,6 +119,9 @@ func (m *Manager) Close(ctx context.Context) error {
 		m.closeWorker(sp.w)
 	}
 	m.spares = nil
+	if m.leaseStop != nil {
+		close(m.leaseStop) // the final checkpoints are written: leases go
+	}
 	m.mu.Unlock()
 	m.wg.Wait()
 	return err

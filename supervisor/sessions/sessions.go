@@ -174,6 +174,9 @@ type Options struct {
 	// last one.
 	Checkpoints     Checkpointer
 	CheckpointDelay time.Duration
+	// MoveWait bounds how long a call waits for another instance to hand
+	// its session over (lease.go); 0: DefaultMoveWait.
+	MoveWait time.Duration
 }
 
 // Call is one call to a session.
@@ -205,6 +208,9 @@ type Stats struct {
 	// continued from one after their worker was lost (durable.go).
 	Checkpoints, CheckpointFailures, Restores int64
 	Forks                                     int64 // sessions started as a copy of another
+	// Sessions moved here from another instance, handed over to one, and
+	// calls that waited in vain for a hand-over (lease.go).
+	MovesIn, MovesOut, MoveTimeouts int64
 }
 
 // Manager keeps the sessions of one pyrun. Its methods are safe for
@@ -216,6 +222,9 @@ type Manager struct {
 
 	wake chan struct{} // tells the expiry loop to look again
 	stop chan struct{} // closed by Close: the expiry loop ends
+	// leaseStop is closed at the end of Close: the leases are renewed
+	// while sessions drain, and stop then (lease.go).
+	leaseStop chan struct{}
 	wg   sync.WaitGroup
 	// closing is cancelled by Close: a spare's start is aborted.
 	closing       context.Context
@@ -256,6 +265,10 @@ type session struct {
 	ckptCalls  int
 	ckptTimer  *time.Timer
 	notDurable string
+	// Leases (lease.go): the session is being taken over from the store
+	// (a placeholder), it was handed over or lost to another instance, an
+	// instance asked for it, its lease was lost.
+	adopting, moved, moveWanted, leaseLost bool
 }
 
 // tomb remembers an ended session, to say why a later call fails.
@@ -291,6 +304,11 @@ func New(o Options) *Manager {
 	m.adoptSaved()
 	m.wg.Add(1)
 	go m.expire()
+	if l := m.leaser(); l != nil {
+		m.leaseStop = make(chan struct{})
+		m.wg.Add(1)
+		go m.renewLeases(l, m.leaseStop)
+	}
 	return m
 }
 
@@ -344,6 +362,9 @@ func (m *Manager) Run(ctx context.Context, c Call, ev supervisor.Events) (superv
 		s, err = m.start(ctx, c.Job.Client, nil)
 	} else {
 		s, err = m.enter(ctx, c.Session, c.Job)
+	}
+	if err == nil && (c.Session == NewSession || strings.HasPrefix(c.Session, ForkPrefix)) {
+		m.holdNew(ctx, s)
 	}
 	if err != nil {
 		status := "rejected"
@@ -444,11 +465,18 @@ func (m *Manager) start(ctx context.Context, client string, with func(context.Co
 // enter finds a client's open session and waits for its turn.
 func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*session, error) {
 	client := job.Client
-	if err := m.checkInstance(id); err != nil {
-		return nil, err
+	l := m.leaser()
+	if l == nil {
+		// With a shared store, another instance's session moves here.
+		if err := m.checkInstance(id); err != nil {
+			return nil, err
+		}
 	}
 	m.mu.Lock()
 	s := m.open[id]
+	if _, ended := m.gone[id]; s == nil && l != nil && !m.closed && !ended && validID(id) {
+		return m.adopt(ctx, l, id, client)
+	}
 	if s == nil {
 		s = m.wakeLocked(id, client)
 	}
@@ -492,6 +520,15 @@ func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*se
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if s.moved && !m.closed {
+		// It was handed over or failed to move here meanwhile: this call
+		// takes it over (again).
+		m.passLocked(s)
+		s.busy--
+		m.mu.Unlock()
+		defer m.mu.Lock()
+		return m.enter(ctx, id, job)
+	}
 	if m.open[id] != s || m.closed {
 		// The session ended while this call waited in line.
 		err := m.goneErrLocked(id, client)
@@ -616,7 +653,14 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 		res.Status = supervisor.StatusSuccess
 	}
 	if m.open[s.id] == s {
-		m.scheduleCheckpointLocked(s)
+		switch {
+		case s.leaseLost && !s.held:
+			m.movedAwayLocked(s)
+		case s.moveWanted && !m.closed:
+			m.handOverLocked(s)
+		default:
+			m.scheduleCheckpointLocked(s)
+		}
 	}
 	return res, err
 }
@@ -675,6 +719,8 @@ func (m *Manager) endLocked(s *session, reason string, why error) {
 	if s.ckptCalls > 0 && reason != EndShutdown {
 		// At shutdown they stay, for the next run (durable.go).
 		m.deleteCheckpointsLocked(s)
+	} else {
+		m.releaseLocked(s.id)
 	}
 	m.log.Info("python session ended", "python_session", s.id, "reason", reason, "client", s.owner,
 		"calls", s.calls, "age", time.Since(s.started).Round(time.Millisecond), "open", len(m.open))

@@ -1,0 +1,112 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/pyrun/pyrun/supervisor/sessions"
+)
+
+// Leases in a folder store: at most one holder, a new generation when the
+// key changes hands, a move asked for seen by the holder on its renewal,
+// and a stale holder's writes refused (fencing).
+func TestLeaseDir(t *testing.T) {
+	store, err := OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaseContract(t, store)
+}
+
+// The same in Redis: Debian's redis-server on loopback.
+func TestLeaseRedis(t *testing.T) {
+	store, err := OpenRedis(context.Background(), startRedis(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	leaseContract(t, store)
+}
+
+func leaseContract(t *testing.T, store Store) {
+	ctx := context.Background()
+	const key = "box-1.0123456789abcdef0123456789abcdef"
+	const ttl = 300 * time.Millisecond
+	a, err := store.Acquire(ctx, key, "a", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := store.Acquire(ctx, key, "a", ttl); err != nil || again != a {
+		t.Fatalf("the holder again: %+v %v, want %+v", again, err, a)
+	}
+	_, err = store.Acquire(ctx, key, "b", ttl)
+	var held *HeldError
+	if !errors.As(err, &held) || held.Holder != "a" || !errors.Is(err, sessions.ErrHeld) {
+		t.Fatalf("b took a held lease: %v", err)
+	}
+	if err := store.Put(ctx, key, []byte("a's state"), a); err != nil {
+		t.Fatal(err)
+	}
+	if move, err := store.Renew(ctx, key, a, ttl); err != nil || move {
+		t.Fatalf("renew: %v %v", move, err)
+	}
+	if err := store.WantMove(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if move, err := store.Renew(ctx, key, a, ttl); err != nil || !move {
+		t.Fatalf("renew after a move was asked: move %v, %v", move, err)
+	}
+	// a hands over: b takes the next generation.
+	if err := store.Release(ctx, key, a); err != nil {
+		t.Fatal(err)
+	}
+	b, err := store.Acquire(ctx, key, "b", ttl)
+	if err != nil || b.Gen <= a.Gen {
+		t.Fatalf("b after the release: %+v %v (a had %+v)", b, err, a)
+	}
+	if move, err := store.Renew(ctx, key, b, ttl); err != nil || move {
+		t.Fatalf("b's lease carries a's move: %v %v", move, err)
+	}
+	if err := store.Put(ctx, key, []byte("b's state"), b); err != nil {
+		t.Fatal(err)
+	}
+	// a is stale: its writes, renewals and releases are refused, and b's
+	// state stays.
+	if err := store.Put(ctx, key, []byte("a's stale state"), a); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a stale holder's checkpoint: %v, want ErrLeaseLost", err)
+	}
+	if _, err := store.Renew(ctx, key, a, ttl); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a stale holder's renewal: %v", err)
+	}
+	if err := store.Delete(ctx, key, a); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a stale holder's delete: %v", err)
+	}
+	if err := store.Release(ctx, key, a); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("a stale holder's release: %v", err)
+	}
+	if latest, prev, err := store.Get(ctx, key); err != nil || string(latest) != "b's state" || string(prev) != "a's state" {
+		t.Fatalf("records %q %q %v", latest, prev, err)
+	}
+	// b stops renewing (it died): once its lease expires, c takes the
+	// key, and b's late write is refused.
+	time.Sleep(ttl + 100*time.Millisecond)
+	c, err := store.Acquire(ctx, key, "c", ttl)
+	if err != nil || c.Gen <= b.Gen {
+		t.Fatalf("c after b's lease expired: %+v %v", c, err)
+	}
+	if err := store.Put(ctx, key, []byte("b's late state"), b); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("an expired holder's checkpoint: %v", err)
+	}
+	// Delete takes the lease with the records; a later lease starts anew.
+	if err := store.Delete(ctx, key, c); err != nil {
+		t.Fatal(err)
+	}
+	if latest, prev, err := store.Get(ctx, key); latest != nil || prev != nil || err != nil {
+		t.Fatalf("after delete: %q %q %v", latest, prev, err)
+	}
+	if _, err := store.Acquire(ctx, key, "d", ttl); err != nil {
+		t.Fatalf("after delete: %v", err)
+	}
+}

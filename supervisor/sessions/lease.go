@@ -1,0 +1,314 @@
+package sessions
+
+// Several instances with one store (docs/sessions.md, "Several
+// instances"): a session is served by at most one pyrun at a time, the one
+// that holds its lease in the store. A call that reaches an instance that
+// does not serve the session moves it there: the instance takes the free
+// lease, or asks the holder to hand the session over (the holder finishes
+// the running call, takes a checkpoint and releases the lease), and then
+// continues the session from its latest checkpoint. A call is never
+// answered from a stale copy: an instance serves only what it holds the
+// lease of, and a checkpoint is written only by the lease's holder.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// Leaser holds sessions' leases in a shared store: a Checkpointer that
+// implements it (checkpoint.Keeper) makes a Manager hold the lease of each
+// session it serves.
+type Leaser interface {
+	// Hold takes session id's lease for this instance (it may hold it
+	// already). An error wrapping ErrHeld: another instance holds it.
+	Hold(ctx context.Context, id string) error
+	// AskMove asks the instance that holds id's lease to hand it over.
+	AskMove(ctx context.Context, id string) error
+	// Renew renews the leases held; it returns the sessions another
+	// instance asked for, and those whose lease was lost.
+	Renew(ctx context.Context) (moves, lost []string)
+	// Release gives id's lease up.
+	Release(ctx context.Context, id string) error
+	// Describe says what session id's latest checkpoint holds; an error
+	// wrapping ErrNoCheckpoint when it has none.
+	Describe(ctx context.Context, id string) (Saved, error)
+	// RenewEvery is how often Renew must run for the leases to last.
+	RenewEvery() time.Duration
+}
+
+var (
+	// ErrHeld: another pyrun instance serves the session (holds its
+	// lease), and did not hand it over in time.
+	ErrHeld = condition("another pyrun instance serves the %ssession")
+	// ErrNoCheckpoint: the store has no checkpoint of the session.
+	ErrNoCheckpoint = errors.New("the session has no checkpoint")
+)
+
+// DefaultMoveWait is how long a call waits at most for another instance to
+// hand its session over (--session-move-wait).
+const DefaultMoveWait = 15 * time.Second
+
+// movePoll is how often a call waiting for a hand-over tries the lease.
+const movePoll = 100 * time.Millisecond
+
+// leaser is the Checkpointer's Leaser, or nil.
+func (m *Manager) leaser() Leaser {
+	l, _ := m.opts.Checkpoints.(Leaser)
+	return l
+}
+
+// holdNew takes the lease of a session just started here. A store that
+// fails is logged: the session runs, and its checkpoints fail until the
+// lease is held.
+func (m *Manager) holdNew(ctx context.Context, s *session) {
+	l := m.leaser()
+	if l == nil {
+		return
+	}
+	if err := l.Hold(ctx, s.id); err != nil {
+		m.log.Warn("cannot take a new python session's lease; it is not durable until its checkpoint", "python_session", s.id, "error", err.Error())
+	}
+}
+
+// adopt takes session id over from the store for client's call (takeOver),
+// holding its turn; calls for it meanwhile wait in line. m.mu is held, and
+// adopt unlocks it.
+func (m *Manager) adopt(ctx context.Context, l Leaser, id, client string) (*session, error) {
+	delete(m.dormant, id) // a previous run's session: the store says more
+	s := &session{id: id, adopting: true, busy: 1, held: true}
+	m.open[id] = s
+	m.running++
+	m.mu.Unlock()
+	err := m.takeOver(ctx, l, s, client)
+	if err == nil {
+		return s, nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.open[id] == s {
+		delete(m.open, id)
+	}
+	s.moved = true // calls in line try for themselves
+	m.doneLocked()
+	s.busy--
+	m.passLocked(s)
+	return nil, err
+}
+
+// validID says whether id has the shape of a session id: an instance
+// name, a dot, 32 hex digits.
+func validID(id string) bool {
+	inst, rest, ok := strings.Cut(id, ".")
+	return ok && ValidInstance(inst) == nil && len(rest) == 32 && isHex(rest)
+}
+
+// takeOver makes the session id, which this instance does not serve, an
+// open session here: s is its placeholder in m.open, whose turn the caller
+// holds. It takes the lease (asking its holder to hand it over, for up to
+// MoveWait), and fills s from the session's latest checkpoint; runIn then
+// starts its worker from it.
+func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client string) error {
+	wait := m.opts.MoveWait
+	if wait <= 0 {
+		wait = DefaultMoveWait
+	}
+	deadline := time.Now().Add(wait)
+	asked := false
+	for {
+		err := l.Hold(ctx, s.id)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrHeld) {
+			return m.errorf(ErrUnknown, ": session %q could not be taken over from the store: %v", s.id, err)
+		}
+		if !asked {
+			if aerr := l.AskMove(ctx, s.id); aerr != nil {
+				return m.errorf(ErrUnknown, ": session %q: %v", s.id, aerr)
+			}
+			asked = true
+			m.log.Info("python session is served by another instance; asked it to hand the session over", "python_session", s.id, "holder", err.Error())
+		}
+		if time.Now().After(deadline) {
+			m.mu.Lock()
+			m.counts.MoveTimeouts++
+			m.mu.Unlock()
+			return m.errorf(ErrHeld, ": %v, and did not hand it over within %s (session_move_wait): it is busy, or cannot move (not durable); retry later, or send the call to the instance that serves it", err, wait)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for another pyrun instance to hand the %s session over: %w", m.lang, ctx.Err())
+		case <-time.After(movePoll):
+		}
+	}
+	saved, err := l.Describe(ctx, s.id)
+	release := func() {
+		if rerr := l.Release(context.WithoutCancel(ctx), s.id); rerr != nil {
+			m.log.Warn("could not release a python session's lease", "python_session", s.id, "error", rerr.Error())
+		}
+	}
+	if err != nil {
+		release()
+		if inst, _, _ := strings.Cut(s.id, "."); errors.Is(err, ErrNoCheckpoint) && inst != m.opts.Instance {
+			if ierr := m.checkInstance(s.id); ierr != nil {
+				return ierr
+			}
+		}
+		if errors.Is(err, ErrNoCheckpoint) {
+			return m.errorf(ErrUnknown, ": no %s session %q is open here", m.lang, clip(s.id, 80))
+		}
+		return m.errorf(ErrUnknown, ": session %q could not be read from the store: %v", s.id, err)
+	}
+	if !m.owns(saved.Owner, client) {
+		release()
+		m.log.Warn("refused a call to another client's session", "python_session", s.id, "client", client, "owner", saved.Owner)
+		return m.errorf(ErrUnknown, ": no %s session %q is open here", m.lang, clip(s.id, 80))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pastLifetimeLocked(saved, time.Now()) {
+		// Its checkpoints go, as its own instance would have deleted them.
+		m.deleteSavedLocked(s.id)
+		return m.errorf(ErrExpired, ": session %q passed its lifetime (session_idle, session_max_age)", s.id)
+	}
+	s.owner, s.started, s.lastUsed = saved.Owner, saved.Started, saved.LastUsed
+	s.calls, s.ckptCalls = saved.AfterCall, saved.AfterCall
+	s.adopting = false
+	m.counts.MovesIn++
+	m.log.Info("python session moved here", "python_session", s.id, "after_call", saved.AfterCall, "client", client)
+	return nil
+}
+
+// renewLeases renews the leases of the sessions served here until stop is
+// closed, hands over those another instance asks for, and stops serving
+// those whose lease was lost.
+func (m *Manager) renewLeases(l Leaser, stop <-chan struct{}) {
+	defer m.wg.Done()
+	t := time.NewTicker(l.RenewEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), l.RenewEvery())
+		moves, lost := l.Renew(ctx)
+		cancel()
+		m.mu.Lock()
+		for _, id := range lost {
+			if s := m.open[id]; s != nil && !s.adopting {
+				m.log.Warn("python session's lease was lost; another instance may serve it now", "python_session", id)
+				s.leaseLost = true
+				if !s.held {
+					m.movedAwayLocked(s)
+				}
+			}
+		}
+		for _, id := range moves {
+			if s := m.open[id]; s != nil && !s.adopting && !m.closed {
+				m.handOverLocked(s)
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+// handOverLocked hands s over to the instance that asked for it, once its
+// running call, if any, has ended: a checkpoint of its last calls, then its
+// lease released. m.mu is held.
+func (m *Manager) handOverLocked(s *session) {
+	if s.notDurable != "" {
+		return // it cannot move; the asker's wait runs out and says so
+	}
+	if s.held {
+		s.moveWanted = true // runIn hands it over when its call ends
+		return
+	}
+	s.busy++
+	s.held = true
+	m.running++
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.handOver(s)
+	}()
+}
+
+// handOver checkpoints s, whose turn it holds, releases its lease and
+// forgets it: a later call here takes it over again.
+func (m *Manager) handOver(s *session) {
+	m.mu.Lock()
+	s.moveWanted = false
+	need := s.ckptCalls < s.calls && s.w != nil
+	info := Saved{ID: s.id, Owner: s.owner, AfterCall: s.calls, Started: s.started, LastUsed: s.lastUsed}
+	w := s.w
+	m.mu.Unlock()
+	var err error
+	if need {
+		ctx, cancel := context.WithTimeout(m.closing, checkpointLimit)
+		err = m.opts.Checkpoints.Take(ctx, w, info)
+		cancel()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.doneLocked()
+	s.busy--
+	if err != nil {
+		m.counts.CheckpointFailures++
+		m.log.Warn("python session could not be handed over: its checkpoint failed", "python_session", s.id, "error", err.Error())
+		if errors.Is(err, supervisor.ErrNotDurable) {
+			s.notDurable = err.Error()
+		}
+		m.passLocked(s)
+		return
+	}
+	if need {
+		s.ckptCalls = info.AfterCall
+		m.counts.Checkpoints++
+	}
+	m.counts.MovesOut++
+	m.log.Info("python session handed over to another instance", "python_session", s.id, "after_call", s.calls)
+	m.movedAwayLocked(s)
+	m.passLocked(s) // calls waiting here take it over again (enter)
+}
+
+// movedAwayLocked stops serving s here, keeping its checkpoints, and
+// releases its lease: another instance serves it now. m.mu is held.
+func (m *Manager) movedAwayLocked(s *session) {
+	if m.open[s.id] != s {
+		return
+	}
+	delete(m.open, s.id)
+	s.moved = true
+	if s.ckptTimer != nil {
+		s.ckptTimer.Stop()
+		s.ckptTimer = nil
+	}
+	m.releaseLocked(s.id)
+	m.closeWorker(s.w)
+	s.w = nil
+}
+
+// releaseLocked gives up a session's lease in the background. m.mu is
+// held.
+func (m *Manager) releaseLocked(id string) {
+	l := m.leaser()
+	if l == nil {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
+		defer cancel()
+		if err := l.Release(ctx, id); err != nil {
+			m.log.Debug("python session's lease was not released", "python_session", id, "error", err.Error())
+		}
+	}()
+}
