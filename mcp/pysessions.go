@@ -161,12 +161,17 @@ var (
 		"Python sessions continued from a checkpoint after their worker was lost.", nil, nil)
 	pySessionForksDesc = prometheus.NewDesc("pyrun_python_session_forks_total",
 		"Python sessions started as a copy of another (session_id fork:ID).", nil, nil)
+	pySessionMovesDesc = prometheus.NewDesc("pyrun_python_session_moves_total",
+		"Python sessions moved between pyrun instances that share a --session-store: in (taken over here), out (handed over to another instance).",
+		[]string{"direction"}, nil)
+	pySessionMoveTimeoutsDesc = prometheus.NewDesc("pyrun_python_session_move_timeouts_total",
+		"Calls refused because the instance serving their Python session did not hand it over within --session-move-wait.", nil, nil)
 )
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, pySessionsDesc, pySessionStartsDesc, pySessionStartFailuresDesc, pySessionEndsDesc,
 		pySessionSparesDesc, pySessionSpareHitsDesc, pySessionCheckpointsDesc, pySessionCheckpointFailuresDesc,
-		pySessionRestoresDesc, pySessionForksDesc)
+		pySessionRestoresDesc, pySessionForksDesc, pySessionMovesDesc, pySessionMoveTimeoutsDesc)
 }
 
 func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
@@ -183,6 +188,9 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(pySessionCheckpointFailuresDesc, prometheus.CounterValue, float64(s.CheckpointFailures))
 	ch <- prometheus.MustNewConstMetric(pySessionRestoresDesc, prometheus.CounterValue, float64(s.Restores))
 	ch <- prometheus.MustNewConstMetric(pySessionForksDesc, prometheus.CounterValue, float64(s.Forks))
+	ch <- prometheus.MustNewConstMetric(pySessionMovesDesc, prometheus.CounterValue, float64(s.MovesIn), "in")
+	ch <- prometheus.MustNewConstMetric(pySessionMovesDesc, prometheus.CounterValue, float64(s.MovesOut), "out")
+	ch <- prometheus.MustNewConstMetric(pySessionMoveTimeoutsDesc, prometheus.CounterValue, float64(s.MoveTimeouts))
 }
 
 // shortDuration writes d without its zero tails: 10m, 8h, 1h30m.

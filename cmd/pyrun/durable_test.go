@@ -132,6 +132,17 @@ func TestSessionsContinueAfterARestart(t *testing.T) {
 
 // The same through a redis:// store: Debian's redis-server on loopback.
 func TestSessionsContinueAfterARestartThroughRedis(t *testing.T) {
+	url, port := startRedis(t)
+	restartContinues(t, url, func(id string) int {
+		out, _ := exec.Command("redis-cli", "-p", fmt.Sprint(port), "exists", "pyrun:ckpt:"+id).Output()
+		return map[bool]int{true: 1, false: 0}[strings.TrimSpace(string(out)) == "1"]
+	})
+}
+
+// startRedis runs Debian's redis-server on a free loopback port, without
+// persistence, for the test; it returns its URL and port.
+func startRedis(t *testing.T) (string, int) {
+	t.Helper()
 	testtier.Needs(t, "redis-server")
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -155,11 +166,7 @@ func TestSessionsContinueAfterARestartThroughRedis(t *testing.T) {
 		}
 		return err == nil
 	})
-	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
-	restartContinues(t, url, func(id string) int {
-		out, _ := exec.Command("redis-cli", "-p", fmt.Sprint(port), "exists", "pyrun:ckpt:"+id).Output()
-		return map[bool]int{true: 1, false: 0}[strings.TrimSpace(string(out)) == "1"]
-	})
+	return fmt.Sprintf("redis://127.0.0.1:%d/0", port), port
 }
 
 // restartContinues runs a session in one pyrun with store, stops it, and

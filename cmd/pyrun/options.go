@@ -103,6 +103,8 @@ type options struct {
 	sessionPendingResults int
 	sessionStore          string
 	checkpointDelay       time.Duration
+	sessionLease          time.Duration
+	sessionMoveWait       time.Duration
 	maxCheckpoint         byteSize
 	sessionPendingBytes   byteSize
 	clientPendingBytes    byteSize

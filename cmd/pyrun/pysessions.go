@@ -33,6 +33,8 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
 	fs.DurationVar(&o.checkpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken once it has had no call for this long after a result, off its calls' path")
 	fs.Var(&o.maxCheckpoint, "max-checkpoint", "largest checkpoint of a Python session (its memory and files, before compression); a larger session is not checkpointed, and says so in the log (bytes or 256MiB)")
+	fs.DurationVar(&o.sessionLease, "session-lease", checkpoint.DefaultLeaseTTL, "with a --session-store that several pyrun instances share: how long an instance's hold on a Python session lasts unless renewed (it renews it while it serves the session), so how long a session of an instance that died waits before another instance can take it over")
+	fs.DurationVar(&o.sessionMoveWait, "session-move-wait", sessions.DefaultMoveWait, "with a shared --session-store: how long a call for a Python session that another live instance serves waits for that instance to hand it over, before it fails with an error that says to retry")
 	fs.StringVar(&o.instanceID, "instance-id", "", "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name so reduced)")
 }
 
@@ -58,6 +60,10 @@ func (o *options) checkSessions() error {
 		return fmt.Errorf("checkpoint-delay must be positive, not %s", o.checkpointDelay)
 	case o.maxCheckpoint < 32<<20:
 		return fmt.Errorf("max-checkpoint must be at least 32MiB (an empty session's memory), not %s", o.maxCheckpoint)
+	case o.sessionLease < time.Second || o.sessionLease > 10*time.Minute:
+		return fmt.Errorf("session-lease must be between 1s and 10m, not %s", o.sessionLease)
+	case o.sessionMoveWait <= 0:
+		return fmt.Errorf("session-move-wait must be positive, not %s", o.sessionMoveWait)
 	}
 	if o.instanceID == "" {
 		return nil
@@ -145,6 +151,7 @@ func sessionKeeper(o *options, pool *supervisor.Pool, log hclog.Logger) sessions
 		var k *checkpoint.Keeper
 		k, err = checkpoint.NewKeeper(store, pool, tmp, int64(o.maxCheckpoint), log)
 		if err == nil {
+			k.SetLeases(checkpoint.Holder(o.instance()), o.sessionLease)
 			return k
 		}
 	}
@@ -163,6 +170,7 @@ func startSessions(o *options, l lang.Language, pool *supervisor.Pool, log hclog
 	return sessions.New(sessions.Options{
 		Checkpoints:     keeper,
 		CheckpointDelay: o.checkpointDelay,
+		MoveWait:        o.sessionMoveWait,
 		Instance:        o.instance(),
 		Language:        l.Title,
 		Start: func(ctx context.Context, exited func()) (sessions.Worker, error) {

@@ -305,7 +305,7 @@ var restartOnly = []string{
 	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
 	"insecure-no-auth", "instance-id", "mount", "languages", "os-sandbox", "socket", "max-socket-conns",
 	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
-	"output-dir",
+	"output-dir", "session-lease", "session-move-wait",
 }
 
 // reload re-reads the command line and the config file (a flag still wins

@@ -225,7 +225,7 @@ type Manager struct {
 	// leaseStop is closed at the end of Close: the leases are renewed
 	// while sessions drain, and stop then (lease.go).
 	leaseStop chan struct{}
-	wg   sync.WaitGroup
+	wg        sync.WaitGroup
 	// closing is cancelled by Close: a spare's start is aborted.
 	closing       context.Context
 	cancelClosing context.CancelFunc

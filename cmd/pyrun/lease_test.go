@@ -1,0 +1,57 @@
+package main
+
+// Several pyrun instances with one store (docs/sessions.md, "Several
+// instances"): a session moves to the instance its call reaches, with its
+// live state, and never is answered from a stale copy.
+
+import (
+	"strings"
+	"testing"
+)
+
+// valueOf is a result's return value without spaces.
+func valueOf(r result) string { return strings.Join(strings.Fields(string(r.sc.ReturnValue)), "") }
+
+// Two live instances share a Redis store. A session started on A and
+// called on B continues on B with the state of A's last call (A hands it
+// over: no checkpoint was due yet), a later call on A sees what B did
+// (it moved back), and once A has stopped, B continues it with A's last
+// state.
+func TestSessionMovesBetweenInstances(t *testing.T) {
+	url, _ := startRedis(t)
+	args := func(name string) []string {
+		// No checkpoint after calls: only a hand-over or the shutdown
+		// writes one, so a stale state would show.
+		return []string{"--workers", "1", "--session-store", url, "--instance-id", name,
+			"--checkpoint-delay", "1h", "--session-lease", "2s", "--session-spares", "0"}
+	}
+	a := newServer(t, args("box-a")...)
+	b := newServer(t, args("box-b")...)
+
+	id := a.inSession(t, "new", "x = 1\nopen('notes.txt', 'w').write('a')").sc.SessionID
+	a.inSession(t, id, "x += 1")
+	r := b.inSession(t, id, "x += 10\nopen('notes.txt', 'a').write('b')\n[x, open('notes.txt').read()]")
+	if r.sc.Status != "success" || valueOf(r) != `[12,"ab"]` {
+		t.Fatalf("the call on B while A serves the session: %s %s, want [12,\"ab\"] (A's live state)\n%s", r.sc.Status, valueOf(r), r.text)
+	}
+	if a.log.count("python session handed over to another instance") != 1 || b.log.count("python session moved here") != 1 {
+		t.Errorf("A handed over %d times, B took over %d times; want 1 each",
+			a.log.count("python session handed over to another instance"), b.log.count("python session moved here"))
+	}
+	r = a.inSession(t, id, "x += 100\n[x, open('notes.txt').read()]")
+	if r.sc.Status != "success" || valueOf(r) != `[112,"ab"]` {
+		t.Fatalf("the next call on A: %s %s, want [112,\"ab\"] (B's state, not A's stale one)\n%s", r.sc.Status, valueOf(r), r.text)
+	}
+	// A stops (a rolling restart): its shutdown checkpoint and released
+	// lease let B continue at once.
+	if err := a.session.Close(); err != nil {
+		t.Fatalf("A did not exit cleanly: %v\n%s", err, a.log.tail())
+	}
+	r = b.inSession(t, id, "x")
+	if r.sc.Status != "success" || valueOf(r) != "112" {
+		t.Fatalf("the call on B after A stopped: %s %s, want 112\n%s", r.sc.Status, valueOf(r), r.text)
+	}
+	// Another client's id is refused as before; an id no store knows of
+	// another instance says which instance made it.
+	b.sessionToolError(t, map[string]any{"python_code": "1", "session_id": "box-c.0123456789abcdef0123456789abcdef"}, "box-c")
+}
