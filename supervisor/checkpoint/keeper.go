@@ -117,6 +117,11 @@ func (k *Keeper) Renew(ctx context.Context) (moves, lost []string) {
 	k.mu.Unlock()
 	for id, l := range held {
 		move, err := k.store.Renew(ctx, id, l, k.ttl)
+		if errors.Is(err, ErrLeaseLost) && k.retake(ctx, id, l) {
+			// It expired while the store did not answer, and nobody
+			// took it meanwhile: it is held again.
+			continue
+		}
 		switch {
 		case errors.Is(err, ErrLeaseLost):
 			k.mu.Lock()
@@ -134,6 +139,27 @@ func (k *Keeper) Renew(ctx context.Context) (moves, lost []string) {
 		}
 	}
 	return moves, lost
+}
+
+// retake takes id's lease again after l expired, if no other holder had it
+// since: the next generation is then this one's. Else it is not kept.
+func (k *Keeper) retake(ctx context.Context, id string, l Lease) bool {
+	nl, err := k.store.Acquire(ctx, id, k.holder, k.ttl)
+	if err != nil {
+		return false
+	}
+	if nl.Gen != l.Gen+1 {
+		_ = k.store.Release(ctx, id, nl) // another served it since: this state is stale
+		return false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.leases[id] != l {
+		return false // released meanwhile
+	}
+	k.leases[id] = nl
+	k.log.Info("a python session's lease expired unrenewed, and was taken again", "python_session", id)
+	return true
 }
 
 // Release implements sessions.Leaser.

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
@@ -108,5 +110,37 @@ func leaseContract(t *testing.T, store Store) {
 	}
 	if _, err := store.Acquire(ctx, key, "d", ttl); err != nil {
 		t.Fatalf("after delete: %v", err)
+	}
+}
+
+// A lease that expired unrenewed (the store did not answer) is taken again
+// by its holder only if nobody held it meanwhile: otherwise the holder's
+// state is stale, and the session is reported lost to it.
+func TestLeaseRetakenOnlyIfNobodyHadIt(t *testing.T) {
+	store, err := OpenDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "box-1.0123456789abcdef0123456789abcdef"
+	k := &Keeper{store: store, log: hclog.NewNullLogger(), leases: map[string]Lease{}}
+	k.SetLeases("a", time.Second)
+	ctx := context.Background()
+	if err := k.Hold(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if moves, lost := k.Renew(ctx); len(moves)+len(lost) != 0 {
+		t.Fatalf("an expired lease nobody took: moves %v lost %v, want it held again", moves, lost)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	other, err := store.Acquire(ctx, key, "b", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Release(ctx, key, other); err != nil {
+		t.Fatal(err)
+	}
+	if _, lost := k.Renew(ctx); len(lost) != 1 {
+		t.Fatalf("a lease another holder had meanwhile: lost %v, want the session", lost)
 	}
 }

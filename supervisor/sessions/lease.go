@@ -100,6 +100,32 @@ func (m *Manager) adopt(ctx context.Context, l Leaser, id, client string) (*sess
 	return nil, err
 }
 
+// roomLocked refuses a session moved here for client when it would pass
+// the sessions' bounds (the placeholders of sessions being moved here
+// count too). m.mu is held.
+func (m *Manager) roomLocked(client string) error {
+	total, mine := -1, 0 // total without this placeholder (owner "")
+	for _, o := range m.open {
+		total++
+		if o.owner == client {
+			mine++
+		}
+	}
+	for who, n := range m.starting {
+		total += n
+		if who == client {
+			mine += n
+		}
+	}
+	switch {
+	case total >= m.limits.Max:
+		return m.errorf(ErrTooMany, ": %d are open on this instance, the most it allows (max_sessions), so the session cannot move here; retry, or end a session", total)
+	case client != m.opts.Anonymous && mine >= m.limits.ClientMax:
+		return m.errorf(ErrTooMany, ": this client has %d open on this instance, the most one client may have (client_max_sessions), so the session cannot move here", mine)
+	}
+	return nil
+}
+
 // validID says whether id has the shape of a session id: an instance
 // name, a dot, 32 hex digits.
 func validID(id string) bool {
@@ -152,8 +178,16 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 			m.log.Warn("could not release a python session's lease", "python_session", s.id, "error", rerr.Error())
 		}
 	}
-	if err != nil {
+	if errors.Is(err, ErrNoCheckpoint) {
+		// No session of that id: its lease goes with it, so that ids
+		// tried in vain leave nothing in the store.
+		if derr := m.opts.Checkpoints.Delete(context.WithoutCancel(ctx), s.id); derr != nil {
+			m.log.Debug("could not drop the lease of an unknown session", "python_session", s.id, "error", derr.Error())
+		}
+	} else if err != nil {
 		release()
+	}
+	if err != nil {
 		if inst, _, _ := strings.Cut(s.id, "."); errors.Is(err, ErrNoCheckpoint) && inst != m.opts.Instance {
 			if ierr := m.checkInstance(s.id); ierr != nil {
 				return ierr
@@ -171,6 +205,10 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if err := m.roomLocked(client); err != nil {
+		m.releaseLocked(s.id)
+		return err
+	}
 	if m.pastLifetimeLocked(saved, time.Now()) {
 		// Its checkpoints go, as its own instance would have deleted them.
 		m.deleteSavedLocked(s.id)
