@@ -5,7 +5,8 @@ package main
 // --stateless` instances (docs/contract.md section 12): calls spread over every
 // instance, MCP clients of both revision families work through it, a
 // Python session's calls all reach the instance that holds it, and a
-// rolling restart of every instance with SIGTERM loses no call.
+// rolling restart of every instance with SIGTERM loses no call and no
+// session's state (the instances share the default dir: session store).
 
 import (
 	"bytes"
@@ -324,10 +325,14 @@ func TestNginx(t *testing.T) {
 		if routed < 10 {
 			t.Errorf("nginx logged %d requests with Mcp-Param-Session-Id %s sent to %s, want 10:\n%s", routed, id, addrs[home], l.tail("access.log", 15))
 		}
-		// Another instance, asked directly, names the one that holds it.
+		// Another instance, asked directly, takes the session over from
+		// the store they share, with its live state (its home hands it
+		// over), and the next call through nginx moves it back home:
+		// neither answers from a stale copy.
 		other := (home + 1) % len(instances)
 		direct := (&httpServer{t: t, base: instances[other].base}).connect(t, "mcp", "", nil)
-		direct.sessionToolError(t, map[string]any{"python_code": "x", "session_id": id}, fmt.Sprintf("pyrun-%d", home+1))
+		wantValue(t, direct.inSession(t, id, "x += 1\nx"), "11")
+		wantValue(t, s.inSession(t, id, "x += 1\nx"), "12")
 	})
 
 	t.Run("health through nginx", func(t *testing.T) {
@@ -352,6 +357,32 @@ func TestNginx(t *testing.T) {
 			failures []error
 		)
 		var wg sync.WaitGroup
+		// A Python session's calls go on through the restart of its
+		// instance: each sees the state the one before it left.
+		sess := lbSession(t, l.base, "", rt)
+		if _, err := sess.session.ListTools(t.Context(), nil); err != nil {
+			t.Fatal(err)
+		}
+		sid := sess.inSession(t, "new", "n = 0").sc.SessionID
+		sessionCalls := 0
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				r, err := sess.call(t.Context(), map[string]any{"python_code": "import time\ntime.sleep(0.2)\nn += 1\nn", "session_id": sid})
+				if err == nil && (r.sc.Status != "success" || strings.TrimSpace(string(r.sc.ReturnValue)) != fmt.Sprint(sessionCalls+1)) {
+					err = fmt.Errorf("session call %d: %s %s, want %d (the state the call before left)\n%s", sessionCalls+1, r.sc.Status, r.sc.ReturnValue, sessionCalls+1, r.text)
+				}
+				mu.Lock()
+				if err != nil {
+					failures = append(failures, err)
+				} else {
+					sessionCalls++
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
 		for g := range 3 {
 			wg.Go(func() {
 				for i := 0; ctx.Err() == nil; i++ {
@@ -421,8 +452,11 @@ func TestNginx(t *testing.T) {
 		stop()
 		wg.Wait()
 		retries := rt.retries.Load() - before
-		t.Logf("rolling restart of %d instances: %d calls answered, %d failed, %d requests refused by nginx and resent",
-			len(instances), ok, len(failures), retries)
+		t.Logf("rolling restart of %d instances: %d calls answered, %d failed, %d requests refused by nginx and resent; %d calls of one session kept its state",
+			len(instances), ok, len(failures), retries, sessionCalls)
+		if sessionCalls < 5 {
+			t.Errorf("only %d calls of the session during the restart", sessionCalls)
+		}
 		for _, err := range failures {
 			if !errors.Is(err, context.Canceled) {
 				t.Errorf("a call failed during the rolling restart: %v", err)
