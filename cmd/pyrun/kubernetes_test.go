@@ -128,6 +128,15 @@ func TestKubernetesManifests(t *testing.T) {
 	if len(o.statefulSets) != 1 {
 		t.Fatalf("%d StatefulSets, want pyrun's one", len(o.statefulSets))
 	}
+	deployment := func(name string) *appsv1.Deployment {
+		for _, d := range o.deployments {
+			if d.Name == name {
+				return d
+			}
+		}
+		t.Fatalf("no Deployment %s", name)
+		return nil
+	}
 	sts := o.statefulSets[0]
 	pod := sts.Spec.Template
 	if !selects(t, sts.Spec.Selector, pod.Labels) {
@@ -345,8 +354,45 @@ func TestKubernetesManifests(t *testing.T) {
 				t.Errorf("the router's nginx config lacks %q", want)
 			}
 		}
-		if len(o.deployments) != 1 || len(o.deployments[0].Spec.Template.Spec.Containers) != 1 {
+		if len(deployment("pyrun-router").Spec.Template.Spec.Containers) != 1 {
 			t.Fatal("want the router's Deployment with one container")
+		}
+		if !strings.Contains(conf, "error_page 502 = @anypod") {
+			t.Error("the router sends a session's calls nowhere else while its pod is away")
+		}
+	})
+
+	t.Run("the pods share a session store they can reach", func(t *testing.T) {
+		var args []string
+		for _, a := range c.Args[1:] {
+			args = append(args, strings.ReplaceAll(a, "$(POD_NAME)", sts.Name+"-0"))
+		}
+		opts, _, err := loadOptions("serve", args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := deployment("pyrun-store").Spec.Template
+		want := "redis://pyrun-store." + sts.Namespace + ".svc.cluster.local:6379/0"
+		if opts.sessionStore != want {
+			t.Errorf("--session-store %q, want the shared store %s", opts.sessionStore, want)
+		}
+		var reaches, only bool
+		for _, np := range o.policies {
+			if selects(t, &np.Spec.PodSelector, pod.Labels) {
+				for _, rule := range np.Spec.Egress {
+					for _, peer := range rule.To {
+						if peer.PodSelector != nil && selects(t, peer.PodSelector, store.Labels) {
+							reaches = slices.ContainsFunc(rule.Ports, func(p networkingv1.NetworkPolicyPort) bool { return p.Port.IntValue() == 6379 })
+						}
+					}
+				}
+			}
+			if selects(t, &np.Spec.PodSelector, store.Labels) && len(np.Spec.Ingress) == 1 && len(np.Spec.Ingress[0].From) == 1 {
+				only = selects(t, np.Spec.Ingress[0].From[0].PodSelector, pod.Labels)
+			}
+		}
+		if !reaches || !only {
+			t.Errorf("network policies: the pyrun pods reach the store on 6379: %v; only they reach it: %v", reaches, only)
 		}
 	})
 }
