@@ -139,6 +139,40 @@ func TestSessionsContinueAfterARestartThroughRedis(t *testing.T) {
 	})
 }
 
+// A pyrun told to stop while a session's checkpoint is being taken lets
+// it finish: the next pyrun continues the session (before, stopping
+// called the checkpoint off, which left the worker unusable, and the
+// session was lost at shutdown).
+func TestStopDuringACheckpointKeepsTheSession(t *testing.T) {
+	needBinary(t)
+	store := t.TempDir()
+	args := []string{"--workers", "1", "--session-store", "dir:" + store, "--instance-id", "box-8",
+		"--checkpoint-delay", "100ms"}
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	// A checkpoint takes seconds on a loaded machine: pyrun is given a
+	// minute to exit.
+	first, err := startServerFor(ctx, time.Minute, "", nil, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := first.inSession(t, "new", "x = 41").sc.SessionID
+	first.inSession(t, id, "x += 1")
+	if err := first.log.waitFor(ctx, "a checkpoint after the second call", func(c map[string]int) bool {
+		return c["python session checkpoint starts"] > 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.session.Close(); err != nil {
+		t.Fatalf("the first pyrun did not exit cleanly: %v\n%s", err, first.log.tail())
+	}
+	second := newServer(t, args...)
+	r := second.inSession(t, id, "x")
+	if r.sc.Status != "success" || valueOf(r) != "42" {
+		t.Fatalf("the session after a stop during its checkpoint: %s %s, want 42\n%s", r.sc.Status, valueOf(r), r.text)
+	}
+}
+
 // startRedis runs Debian's redis-server on a free loopback port, without
 // persistence, for the test; it returns its URL and port.
 func startRedis(t *testing.T) (string, int) {

@@ -119,12 +119,18 @@ func startServerWith(ctx context.Context, copts *sdk.ClientOptions, args ...stri
 // startServerAt is startServerWith with the client asking for MCP revision
 // (the go-sdk's latest, 2026-07-28, when empty).
 func startServerAt(ctx context.Context, revision string, copts *sdk.ClientOptions, args ...string) (*server, error) {
+	return startServerFor(ctx, 0, revision, copts, args...)
+}
+
+// startServerFor is startServerAt with pyrun given up to exit (0: the
+// SDK's 5s) after its client hung up, before it is sent SIGTERM.
+func startServerFor(ctx context.Context, exit time.Duration, revision string, copts *sdk.ClientOptions, args ...string) (*server, error) {
 	lw := newLogWatcher()
 	argv := append([]string{"stdio", "--log-format", "json", "--log-level", "debug"}, args...)
 	cmd := exec.Command(pyrunBin, argv...)
 	cmd.Stderr = lw
 	client := sdk.NewClient(&sdk.Implementation{Name: "pyrun-e2e", Version: "test"}, copts)
-	cs, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd}, &sdk.ClientSessionOptions{ProtocolVersion: revision})
+	cs, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd, TerminateDuration: exit}, &sdk.ClientSessionOptions{ProtocolVersion: revision})
 	if err != nil {
 		return nil, fmt.Errorf("connect to pyrun %s: %w\n%s", strings.Join(argv, " "), err, lw.tail())
 	}

@@ -66,7 +66,10 @@ func (m *Manager) scheduleCheckpointLocked(s *session) {
 		m.wg.Add(1)
 		m.mu.Unlock()
 		defer m.wg.Done()
-		m.checkpoint(m.closing, s)
+		// Not m.closing: a checkpoint under way when pyrun starts to stop
+		// must finish (Close waits for it), for a checkpoint called off
+		// leaves its worker unusable, and the shutdown's checkpoint with it.
+		m.checkpoint(context.Background(), s)
 	})
 }
 
@@ -99,6 +102,7 @@ func (m *Manager) checkpoint(ctx context.Context, s *session) {
 	m.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(ctx, checkpointLimit)
+	m.log.Debug("python session checkpoint starts", "python_session", s.id, "after_call", info.AfterCall)
 	began := time.Now()
 	err := m.opts.Checkpoints.Take(ctx, w, info)
 	cancel()

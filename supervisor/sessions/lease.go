@@ -289,7 +289,7 @@ func (m *Manager) handOver(s *session) {
 	m.mu.Unlock()
 	var err error
 	if need {
-		ctx, cancel := context.WithTimeout(m.closing, checkpointLimit)
+		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit) // as durable.go's
 		err = m.opts.Checkpoints.Take(ctx, w, info)
 		cancel()
 	}
