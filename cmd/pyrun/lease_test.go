@@ -23,7 +23,7 @@ func TestSessionMovesBetweenInstances(t *testing.T) {
 		// No checkpoint after calls: only a hand-over or the shutdown
 		// writes one, so a stale state would show.
 		return []string{"--workers", "1", "--session-store", url, "--instance-id", name,
-			"--checkpoint-delay", "1h", "--session-lease", "2s", "--session-spares", "0"}
+			"--checkpoint-delay", "1h", "--session-lease", "2s", "--session-spares", "0", "--session-move-wait", "8s"}
 	}
 	a := newServer(t, args("box-a")...)
 	b := newServer(t, args("box-b")...)
@@ -42,14 +42,35 @@ func TestSessionMovesBetweenInstances(t *testing.T) {
 	if r.sc.Status != "success" || valueOf(r) != `[112,"ab"]` {
 		t.Fatalf("the next call on A: %s %s, want [112,\"ab\"] (B's state, not A's stale one)\n%s", r.sc.Status, valueOf(r), r.text)
 	}
+	// Calls on both at once: one waits for the other (a hand-over waits
+	// for the running call), and neither's update is lost.
+	done := make(chan result, 1)
+	go func() {
+		r, err := a.call(t.Context(), map[string]any{"python_code": "import time\ntime.sleep(2)\nx += 1000\nx", "session_id": id})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	onB := valueOf(b.inSession(t, id, "x += 1\nx"))
+	onA := valueOf(<-done)
+	if !(onA == "1112" && onB == "1113" || onB == "113" && onA == "1113") {
+		t.Fatalf("calls at once on A and B returned %s and %s: an update was lost", onA, onB)
+	}
+	// A session that cannot move (native code: not durable) stays where
+	// it is, and a call elsewhere says so once the wait is over.
+	nd := a.inSession(t, "new", "import ctypes\ncb = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 1)\nv = cb()").sc.SessionID
+	b.sessionToolError(t, map[string]any{"python_code": "v", "session_id": nd}, "serves", "did not hand it over within 8s")
+	wantValue(t, a.inSession(t, nd, "v"), "1")
+
 	// A stops (a rolling restart): its shutdown checkpoint and released
 	// lease let B continue at once.
 	if err := a.session.Close(); err != nil {
 		t.Fatalf("A did not exit cleanly: %v\n%s", err, a.log.tail())
 	}
 	r = b.inSession(t, id, "x")
-	if r.sc.Status != "success" || valueOf(r) != "112" {
-		t.Fatalf("the call on B after A stopped: %s %s, want 112\n%s", r.sc.Status, valueOf(r), r.text)
+	if r.sc.Status != "success" || valueOf(r) != "1113" {
+		t.Fatalf("the call on B after A stopped: %s %s, want 1113\n%s", r.sc.Status, valueOf(r), r.text)
 	}
 	// Another client's id is refused as before; an id no store knows of
 	// another instance says which instance made it.
