@@ -5,8 +5,12 @@ package main
 // live state, and never is answered from a stale copy.
 
 import (
+	"context"
+	"fmt"
+	"os/exec"
 	"strings"
 	"testing"
+	"time"
 )
 
 // valueOf is a result's return value without spaces.
@@ -75,4 +79,32 @@ func TestSessionMovesBetweenInstances(t *testing.T) {
 	// Another client's id is refused as before; an id no store knows of
 	// another instance says which instance made it.
 	b.sessionToolError(t, map[string]any{"python_code": "1", "session_id": "box-c.0123456789abcdef0123456789abcdef"}, "box-c")
+}
+
+// A session left in a shared store by an instance that never comes back
+// is deleted by another once it is past its lifetime, as its own instance
+// would have.
+func TestSessionOfAGoneInstanceExpires(t *testing.T) {
+	url, port := startRedis(t)
+	exists := func(id string) bool {
+		out, _ := exec.Command("redis-cli", "-p", fmt.Sprint(port), "exists", "pyrun:ckpt:"+id).Output()
+		return strings.TrimSpace(string(out)) == "1"
+	}
+	args := []string{"--workers", "1", "--session-store", url, "--checkpoint-delay", "1h", "--session-idle", "3s"}
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	gone, err := startServer(ctx, append(args, "--instance-id", "box-gone")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := gone.inSession(t, "new", "x = 1").sc.SessionID
+	if err := gone.session.Close(); err != nil {
+		t.Fatalf("the first pyrun did not exit cleanly: %v\n%s", err, gone.log.tail())
+	}
+	if !exists(id) {
+		t.Fatalf("no checkpoint of %s after its pyrun stopped", id)
+	}
+	other := newServer(t, append(args, "--instance-id", "box-other")...)
+	waitFor(t, "the gone instance's session to expire from the store", 30*time.Second, func() bool { return !exists(id) })
+	other.sessionToolError(t, map[string]any{"python_code": "x", "session_id": id}, "box-gone")
 }

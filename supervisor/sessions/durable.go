@@ -234,9 +234,12 @@ func (m *Manager) adoptSaved() {
 	defer m.mu.Unlock()
 	now := time.Now()
 	for _, sv := range saved {
-		if inst, _, _ := strings.Cut(sv.ID, "."); inst != m.opts.Instance {
+		if inst, _, _ := strings.Cut(sv.ID, "."); inst != m.opts.Instance && m.leaser() == nil {
 			continue // another instance's, in a shared store
 		}
+		// With leases, every session in the store is watched for expiry
+		// (sweepSaved), so that those of an instance that never comes back
+		// go too; a call takes any of them over (lease.go).
 		if m.pastLifetimeLocked(sv, now) {
 			m.deleteSavedLocked(sv.ID)
 			continue
@@ -257,6 +260,10 @@ func (m *Manager) pastLifetimeLocked(sv Saved, now time.Time) bool {
 // m.mu is held.
 func (m *Manager) deleteSavedLocked(id string) {
 	delete(m.dormant, id)
+	if l := m.leaser(); l != nil {
+		m.sweepSavedLocked(l, id)
+		return
+	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()

@@ -126,6 +126,43 @@ func (m *Manager) roomLocked(client string) error {
 	return nil
 }
 
+// sweepSavedLocked deletes, in the background, the checkpoints of a
+// session no instance serves that is past its lifetimes as its latest
+// checkpoint says, read with its lease held: what this instance saw of it
+// before may be stale (it moved, and was used, since). m.mu is held.
+func (m *Manager) sweepSavedLocked(l Leaser, id string) {
+	if m.open[id] != nil {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
+		defer cancel()
+		if err := l.Hold(ctx, id); err != nil {
+			return // another instance serves it, and ends it in its time
+		}
+		sv, err := l.Describe(ctx, id)
+		m.mu.Lock()
+		if m.open[id] != nil {
+			m.mu.Unlock()
+			return // a call took it over meanwhile: its lease now
+		}
+		expired := errors.Is(err, ErrNoCheckpoint) || err == nil && m.pastLifetimeLocked(sv, time.Now())
+		if err == nil && !expired {
+			m.dormant[id] = sv // used since: looked at again in its time
+		}
+		m.mu.Unlock()
+		if !expired {
+			_ = l.Release(ctx, id)
+			return
+		}
+		if err := m.opts.Checkpoints.Delete(ctx, id); err != nil {
+			m.log.Warn("could not delete a python session's checkpoints", "python_session", id, "error", err.Error())
+		}
+	}()
+}
+
 // validID says whether id has the shape of a session id: an instance
 // name, a dot, 32 hex digits.
 func validID(id string) bool {
@@ -210,8 +247,18 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 		return err
 	}
 	if m.pastLifetimeLocked(saved, time.Now()) {
-		// Its checkpoints go, as its own instance would have deleted them.
-		m.deleteSavedLocked(s.id)
+		// Its checkpoints go (and the lease held with them), as its own
+		// instance would have deleted them.
+		delete(m.dormant, s.id)
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
+			defer cancel()
+			if err := m.opts.Checkpoints.Delete(ctx, s.id); err != nil {
+				m.log.Warn("could not delete a python session's checkpoints", "python_session", s.id, "error", err.Error())
+			}
+		}()
 		return m.errorf(ErrExpired, ": session %q passed its lifetime (session_idle, session_max_age)", s.id)
 	}
 	s.owner, s.started, s.lastUsed = saved.Owner, saved.Started, saved.LastUsed

@@ -46,6 +46,12 @@ func (m *Manager) expire() {
 		for id, sv := range m.dormant {
 			if m.pastLifetimeLocked(sv, now) {
 				m.deleteSavedLocked(id)
+				continue
+			}
+			// Looked at again when it would expire.
+			d := min(sv.LastUsed.Add(m.limits.Idle).Sub(now), sv.Started.Add(m.limits.MaxAge).Sub(now))
+			if next < 0 || d < next {
+				next = d
 			}
 		}
 		if d := m.expireSparesLocked(now); d >= 0 && (next < 0 || d < next) {
