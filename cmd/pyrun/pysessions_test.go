@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/pyrun/pyrun/supervisor/packages/packagestest"
 )
@@ -276,6 +277,8 @@ func TestSessionOptions(t *testing.T) {
 		{[]string{"--client-max-sessions", "1000"}, "client-max-sessions must be between 1 and 256"},
 		{[]string{"--instance-id", "box.1"}, "only letters, digits and '-'"},
 		{[]string{"--instance-id", strings.Repeat("x", 64)}, "1 to 63 characters"},
+		{[]string{"--session-lease", "500ms"}, "session-lease must be between 1s and 10m"},
+		{[]string{"--session-move-wait", "0s"}, "session-move-wait must be positive"},
 	} {
 		_, _, err := loadOptions("serve", tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -288,6 +291,9 @@ func TestSessionOptions(t *testing.T) {
 	}
 	if o.instance() == "" || o.sessionLimits().Max != 4 || o.sessionLimits().ClientMax != 2 {
 		t.Errorf("defaults: instance %q, limits %+v", o.instance(), o.sessionLimits())
+	}
+	if o.sessionLease != 10*time.Second || o.sessionMoveWait != 15*time.Second {
+		t.Errorf("defaults: session-lease %s, session-move-wait %s; want 10s and 15s", o.sessionLease, o.sessionMoveWait)
 	}
 }
 
