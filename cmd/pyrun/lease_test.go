@@ -33,11 +33,16 @@ func TestSessionMovesBetweenInstances(t *testing.T) {
 	b := newServer(t, args("box-b")...)
 
 	id := a.inSession(t, "new", "x = 1\nopen('notes.txt', 'w').write('a')").sc.SessionID
+	began := time.Now()
 	a.inSession(t, id, "x += 1")
+	local := time.Since(began)
+	began = time.Now()
 	r := b.inSession(t, id, "x += 10\nopen('notes.txt', 'a').write('b')\n[x, open('notes.txt').read()]")
 	if r.sc.Status != "success" || valueOf(r) != `[12,"ab"]` {
 		t.Fatalf("the call on B while A serves the session: %s %s, want [12,\"ab\"] (A's live state)\n%s", r.sc.Status, valueOf(r), r.text)
 	}
+	t.Logf("a call on the instance that serves the session: %s; on the other, with the hand-over and restore: %s",
+		local.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 	if a.log.count("python session handed over to another instance") != 1 || b.log.count("python session moved here") != 1 {
 		t.Errorf("A handed over %d times, B took over %d times; want 1 each",
 			a.log.count("python session handed over to another instance"), b.log.count("python session moved here"))

@@ -292,8 +292,8 @@ func TestSessionOptions(t *testing.T) {
 	if o.instance() == "" || o.sessionLimits().Max != 4 || o.sessionLimits().ClientMax != 2 {
 		t.Errorf("defaults: instance %q, limits %+v", o.instance(), o.sessionLimits())
 	}
-	if o.sessionLease != 10*time.Second || o.sessionMoveWait != 15*time.Second {
-		t.Errorf("defaults: session-lease %s, session-move-wait %s; want 10s and 15s", o.sessionLease, o.sessionMoveWait)
+	if o.sessionLease != 10*time.Second || o.sessionMoveWait != 30*time.Second {
+		t.Errorf("defaults: session-lease %s, session-move-wait %s; want 10s and 30s", o.sessionLease, o.sessionMoveWait)
 	}
 }
 

@@ -51,7 +51,7 @@ var (
 
 // DefaultMoveWait is how long a call waits at most for another instance to
 // hand its session over (--session-move-wait).
-const DefaultMoveWait = 15 * time.Second
+const DefaultMoveWait = 30 * time.Second
 
 // movePoll is how often a call waiting for a hand-over tries the lease.
 const movePoll = 100 * time.Millisecond
