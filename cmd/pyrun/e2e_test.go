@@ -103,6 +103,7 @@ func needBinary(t *testing.T) {
 type server struct {
 	session *sdk.ClientSession
 	log     *logWatcher
+	cmd     *exec.Cmd // the pyrun process (nil: not one the test started)
 }
 
 // startServer starts `pyrun stdio` with args and connects to it. Its stderr
@@ -134,7 +135,7 @@ func startServerFor(ctx context.Context, exit time.Duration, revision string, co
 	if err != nil {
 		return nil, fmt.Errorf("connect to pyrun %s: %w\n%s", strings.Join(argv, " "), err, lw.tail())
 	}
-	return &server{session: cs, log: lw}, nil
+	return &server{session: cs, log: lw, cmd: cmd}, nil
 }
 
 // newServer starts a server of the test's own; it stops with the test and

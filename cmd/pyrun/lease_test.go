@@ -113,3 +113,32 @@ func TestSessionOfAGoneInstanceExpires(t *testing.T) {
 	waitFor(t, "the gone instance's session to expire from the store", 30*time.Second, func() bool { return !exists(id) })
 	other.sessionToolError(t, map[string]any{"python_code": "x", "session_id": id}, "box-gone")
 }
+
+// An instance that dies (SIGKILL: no final checkpoint, no release) leaves
+// its sessions' leases to expire; another instance then continues them
+// from their last checkpoint.
+func TestSessionOfADeadInstanceContinues(t *testing.T) {
+	url, _ := startRedis(t)
+	args := []string{"--workers", "1", "--session-store", url, "--checkpoint-delay", "100ms", "--session-lease", "2s"}
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	dead, err := startServer(ctx, append(args, "--instance-id", "box-dead")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := dead.inSession(t, "new", "x = 5").sc.SessionID
+	if err := dead.log.waitFor(ctx, "the session's checkpoint", func(c map[string]int) bool {
+		return c["python session checkpoint"] > 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dead.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = dead.session.Close() // its process is gone
+	other := newServer(t, append(args, "--instance-id", "box-live")...)
+	r := other.inSession(t, id, "x")
+	if r.sc.Status != "success" || valueOf(r) != "5" {
+		t.Fatalf("the session of a dead instance: %s %s, want 5\n%s", r.sc.Status, valueOf(r), r.text)
+	}
+}
