@@ -1,9 +1,10 @@
 // pyrun's JavaScript/TypeScript worker process (docs/protocol.md, Engines:
 // JavaScript). This host thread owns the pipes and may read only its own
-// program files, TypeScript's parser and the mounted folders; each call's
-// code runs in a Deno Worker with no permissions at all but the mounted
-// folders' (runner.ts): a fresh single-use Worker per call (one is always
-// started ahead), or one Worker for every call of a session. The host
+// program files, TypeScript's parser and the mounted folders, which it
+// reads and writes for the code; each call's code runs in a Deno Worker
+// with no permissions at all, with mounts too (runner.ts): a fresh
+// single-use Worker per call (one is always started ahead), or one Worker
+// for every call of a session. The host
 // treats the Worker's messages as untrusted: it ignores those without the
 // Worker's token and caps everything it passes on.
 
