@@ -60,7 +60,7 @@ interface Helper {
   };
 }
 
-/** pyodide-host/mcp_tools.py: the tools a call may call, as Python functions. */
+/** pyodide-host/python/mcp_tools.py: the tools a call may call, as Python functions. */
 interface McpTools {
   _setup(call: (server: string, tool: string, args: string) => Promise<string>): void;
   _begin(catalog: string): void;
@@ -346,7 +346,7 @@ function beginCall(s: Shared, want: number): void {
   Atomics.store(s.flag, 0, 0);
 }
 
-/** pyrun's Python modules: the helper and what it imports, and code mode's. */
+/** pyrun's Python modules (python/): the helper and what it imports, and code mode's. */
 const PYTHON_MODULES = [
   "pyrun_helper.py",
   "pyrun_guard.py",
@@ -363,7 +363,7 @@ const PYTHON_MODULES = [
 async function importHelper(py: PyodideInterface): Promise<Helper> {
   py.FS.mkdirTree("/lib/pyrun");
   for (const name of PYTHON_MODULES) {
-    const source = await Deno.readTextFile(new URL(`./${name}`, import.meta.url));
+    const source = await Deno.readTextFile(new URL(`./python/${name}`, import.meta.url));
     py.FS.writeFile(`/lib/pyrun/${name}`, source);
   }
   py.runPython("import sys; sys.path.insert(0, '/lib/pyrun')");

@@ -124,8 +124,8 @@ func TestProtocolMessagesMatchTypeScript(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		what    string
-		ts, go_ []string
+		what       string
+		ts, goSide []string
 	}{
 		{"event fields", tsFields(events), jsonFields(event{})},
 		{
@@ -139,8 +139,8 @@ func TestProtocolMessagesMatchTypeScript(t *testing.T) {
 			jsonFields(hostConfig{}),
 		},
 	} {
-		if !slices.Equal(tc.ts, tc.go_) {
-			t.Errorf("%s differ:\n protocol.ts: %v\n supervisor:  %v", tc.what, tc.ts, tc.go_)
+		if !slices.Equal(tc.ts, tc.goSide) {
+			t.Errorf("%s differ:\n protocol.ts: %v\n supervisor:  %v", tc.what, tc.ts, tc.goSide)
 		}
 	}
 }
