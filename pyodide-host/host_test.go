@@ -83,18 +83,43 @@ func TestDenoTools(t *testing.T) {
 // (result, pong or error; a warm request has none): the worker serves one
 // request at a time.
 func TestTranscripts(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "*.txtar"))
+	replayAll(t, "testdata", workerCommand)
+}
+
+// replayAll replays each transcript of dir against workers that start
+// starts, in parallel.
+func replayAll(t *testing.T, dir string, start startFunc) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.txtar"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no transcripts in testdata (%v)", err)
+		t.Fatalf("no transcripts in %s (%v)", dir, err)
 	}
 	rt := provision(t)
 	for _, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			replayFile(t, rt, file, workerCommand)
+			replayFile(t, rt, file, start)
 		})
 	}
+}
+
+// startPiped starts cmd with a pipe to its stdin and one from its stdout;
+// its stderr goes to stderr.
+func startPiped(t testing.TB, cmd *exec.Cmd, stderr io.Writer) (io.WriteCloser, io.ReadCloser) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start worker: %v", err)
+	}
+	return stdin, stdout
 }
 
 var (
@@ -285,19 +310,8 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	cmd := start(ctx, rt, hostConfig)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start worker: %v", err)
-	}
+	stdin, stdout := startPiped(t, cmd, &stderr)
 	lines := make(chan string)
 	readErr := make(chan error, 1) // why lines closed
 	exited := make(chan error, 1)  // from Wait, once stdout is read to its end

@@ -45,18 +45,7 @@ func jsWorkerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig str
 // TestJavaScriptTranscripts replays testdata/js/*.txtar against the real
 // JavaScript worker, as TestTranscripts does for Python.
 func TestJavaScriptTranscripts(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "js", "*.txtar"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no transcripts in testdata/js (%v)", err)
-	}
-	rt := provision(t)
-	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			replayFile(t, rt, file, jsWorkerCommand)
-		})
-	}
+	replayAll(t, filepath.Join("testdata", "js"), jsWorkerCommand)
 }
 
 // jsProc is one JavaScript worker driven by a test, for what a transcript
@@ -74,19 +63,9 @@ func startJS(t *testing.T, hostConfig string) *jsProc {
 	rt := provision(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cmd := jsWorkerCommand(ctx, rt, hostConfig)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &jsProc{t: t, cmd: cmd, stdin: stdin, events: make(chan map[string]any, 64), stderr: &lockedBuffer{}}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	p := &jsProc{t: t, cmd: cmd, events: make(chan map[string]any, 64), stderr: &lockedBuffer{}}
+	stdin, stdout := startPiped(t, cmd, p.stderr)
+	p.stdin = stdin
 	go func() {
 		defer close(p.events)
 		r := bufio.NewReaderSize(stdout, 64<<10)

@@ -77,19 +77,9 @@ func startR(t testing.TB, hostConfig string) *rWorker {
 	rt := provision(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := rWorkerCommand(ctx, rt, hostConfig)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &rWorker{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 64), stderr: &lockedBuffer{}}
-	cmd.Stderr = w.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start R worker: %v", err)
-	}
+	w := &rWorker{t: t, cmd: cmd, lines: make(chan string, 64), stderr: &lockedBuffer{}}
+	stdin, stdout := startPiped(t, cmd, w.stderr)
+	w.stdin = stdin
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
