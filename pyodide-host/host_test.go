@@ -237,13 +237,15 @@ var deniedNets = []string{
 	"metadata.google.internal",
 }
 
+// denoRun is a worker's deno command line as denoArgs builds it: the flags
+// every engine's worker gets, the engine's own, its program and the HostConfig.
+func denoRun(rt *supervisor.Runtime, flags []string, program, hostConfig string) []string {
+	args := []string{"run", "--no-prompt", "--cached-only", "--no-config", "--quiet"}
+	return append(append(args, flags...), filepath.Join(rt.Dir, program), hostConfig)
+}
+
 func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig string) *exec.Cmd {
-	args := []string{
-		"run",
-		"--no-prompt",
-		"--cached-only",
-		"--no-config",
-		"--quiet",
+	args := denoRun(rt, []string{
 		"--allow-read=" + strings.Join([]string{
 			filepath.Join(rt.Dir, "worker.ts"),
 			filepath.Join(rt.Dir, "lines.ts"),
@@ -257,9 +259,7 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 			filepath.Join(rt.Dir, "node_modules", "pyodide"),
 		}, ","),
 		"--allow-net", "--deny-net=" + strings.Join(deniedNets, ","),
-		filepath.Join(rt.Dir, "main.ts"),
-		hostConfig,
-	}
+	}, "main.ts", hostConfig)
 	return workerProcess(ctx, rt, args)
 }
 

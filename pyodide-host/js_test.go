@@ -24,21 +24,14 @@ import (
 // switch, nothing else; same environment and working folder as Python's
 // workers. Keep it in step with them.
 func jsWorkerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig string) *exec.Cmd {
-	args := []string{
-		"run",
-		"--no-prompt",
-		"--cached-only",
-		"--no-config",
-		"--quiet",
+	args := denoRun(rt, []string{
 		"--unstable-worker-options",
 		"--v8-flags=--expose-gc",
 		"--allow-read=" + strings.Join([]string{
 			filepath.Join(rt.Dir, "js"),
 			filepath.Join(rt.Dir, "node_modules", "typescript", "lib", "typescript.js"),
 		}, ","),
-		filepath.Join(rt.Dir, "js", "main.ts"),
-		hostConfig,
-	}
+	}, "js/main.ts", hostConfig)
 	return workerProcess(ctx, rt, args)
 }
 
