@@ -89,26 +89,19 @@ func startJS(t *testing.T, hostConfig string) *jsProc {
 // when the worker's stdout ended first.
 func (p *jsProc) answer(limit time.Duration) map[string]any {
 	p.t.Helper()
-	timer := time.NewTimer(limit)
-	defer timer.Stop()
-	for {
-		select {
-		case ev, ok := <-p.events:
-			if !ok {
-				return nil
-			}
-			if ev["type"] == "result" || ev["type"] == "error" {
-				return ev
-			}
-		case <-timer.C:
-			p.t.Fatalf("no answer after %s; stderr:\n%s", limit, p.stderr.String())
-		}
-	}
+	return p.until("answer", limit, func(typ any) bool { return typ == "result" || typ == "error" })
 }
 
 // next returns the next event of type typ, skipping others; nil when the
 // worker's stdout ended first.
 func (p *jsProc) next(typ string, limit time.Duration) map[string]any {
+	p.t.Helper()
+	return p.until(typ+" event", limit, func(t any) bool { return t == typ })
+}
+
+// until returns the next event whose type is wanted, skipping others; nil
+// when the worker's stdout ended first.
+func (p *jsProc) until(what string, limit time.Duration, wanted func(typ any) bool) map[string]any {
 	p.t.Helper()
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
@@ -118,11 +111,11 @@ func (p *jsProc) next(typ string, limit time.Duration) map[string]any {
 			if !ok {
 				return nil
 			}
-			if ev["type"] == typ {
+			if wanted(ev["type"]) {
 				return ev
 			}
 		case <-timer.C:
-			p.t.Fatalf("no %s event after %s; stderr:\n%s", typ, limit, p.stderr.String())
+			p.t.Fatalf("no %s after %s; stderr:\n%s", what, limit, p.stderr.String())
 		}
 	}
 }
