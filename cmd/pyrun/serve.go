@@ -98,6 +98,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	wall := oswall.Describe(o.poolConfig().OSSandbox, oswall.Probe())
 	metrics := mcp.NewMetrics(version, pools.Stats)
 	metrics.OSSandbox(wall)
+	metrics.MaxClients(o.metricsMaxClients)
 	metrics.CountConnections(conns.Stats)
 	metrics.CodeMode(s.hub)
 	var runner mcp.Runner = pools
@@ -127,6 +128,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		SessionTimeout: o.sessionTimeout,
 		KeepAlive:      keepAlive,
 		Stats:          pools.Stats,
+		MaxClients:     o.metricsMaxClients,
 		SessionsOpen:   func() int { return s.py.Stats().Open },
 		Sessions:       httpfront.SessionLimits{Max: o.maxMCPSessions, ClientMax: o.clientMaxMCPSessions},
 
