@@ -202,8 +202,8 @@ func bounded(v string, known []string) string {
 // by default.
 const DefaultMetricsMaxClients = 32
 
-// MaxClients bounds the clients pyrun_client_workers names: the n owning
-// the most workers; the rest are summed as "other" (Stats.ClientsWithin).
+// MaxClients bounds the clients pyrun_client_workers names: the first n by
+// name; the rest are summed as "other" (Stats.ClientsWithin).
 func (m *Metrics) MaxClients(n int) { m.pool.maxClients.Store(int64(n)) }
 
 // poolCollector reads the pool's state at scrape time.

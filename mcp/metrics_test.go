@@ -112,10 +112,10 @@ func TestCallLabelsBounded(t *testing.T) {
 	}
 }
 
-// TestClientWorkersBounded: pyrun_client_workers names the clients owning
-// the most workers, up to MaxClients, and sums the rest as "other".
+// TestClientWorkersBounded: pyrun_client_workers names the first
+// MaxClients clients by name, and sums the rest as "other".
 func TestClientWorkersBounded(t *testing.T) {
-	clients := map[string]supervisor.ClientWorkers{"alice": {Idle: 1, Busy: 2}, "bob": {Busy: 1}}
+	clients := map[string]supervisor.ClientWorkers{"a-alice": {Idle: 1, Busy: 2}, "b-bob": {Busy: 1}}
 	for i := range 40 {
 		clients[fmt.Sprintf("c%02d", i)] = supervisor.ClientWorkers{Idle: 1}
 	}
@@ -124,9 +124,9 @@ func TestClientWorkersBounded(t *testing.T) {
 	page := scrape(t, m)
 	got := series(page, "pyrun_client_workers")
 	for _, want := range []string{
-		`pyrun_client_workers{client="alice",state="busy"} 2`,
-		`pyrun_client_workers{client="alice",state="idle"} 1`,
-		`pyrun_client_workers{client="bob",state="busy"} 1`,
+		`pyrun_client_workers{client="a-alice",state="busy"} 2`,
+		`pyrun_client_workers{client="a-alice",state="idle"} 1`,
+		`pyrun_client_workers{client="b-bob",state="busy"} 1`,
 		`pyrun_client_workers{client="c00",state="idle"} 1`,
 		`pyrun_client_workers{client="other",state="idle"} 39`,
 		`pyrun_workers_fresh 2`,

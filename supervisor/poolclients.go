@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"cmp"
 	"maps"
 	"slices"
 	"time"
@@ -33,18 +32,14 @@ type ClientWorkers struct {
 // OtherClients labels the clients past the bound of ClientsWithin.
 const OtherClients = "other"
 
-// ClientsWithin is s.Clients with at most n names: the n clients owning the
-// most workers (by name among equals), the rest summed as OtherClients, so
-// that many clients cannot make a metric or /healthz grow without bound.
+// ClientsWithin is s.Clients with at most n names: the first n clients by
+// name, the rest summed as OtherClients, so that many clients cannot make a
+// metric or /healthz grow without bound (docs/contract.md, section 13).
 func (s Stats) ClientsWithin(n int) map[string]ClientWorkers {
 	if len(s.Clients) <= n {
 		return s.Clients
 	}
-	names := slices.Collect(maps.Keys(s.Clients))
-	slices.SortFunc(names, func(a, b string) int {
-		ca, cb := s.Clients[a], s.Clients[b]
-		return cmp.Or(cmp.Compare(cb.Idle+cb.Busy, ca.Idle+ca.Busy), cmp.Compare(a, b))
-	})
+	names := slices.Sorted(maps.Keys(s.Clients))
 	out := make(map[string]ClientWorkers, n+1)
 	for i, name := range names {
 		key := name

@@ -177,7 +177,11 @@ type health struct {
 	WorkersTotal    int    `json:"workers_total"`
 	Queued          int    `json:"queued"`
 	SessionsOpen    int    `json:"sessions_open"`
-	OSSandbox       struct {
+	WorkersByClient map[string]struct {
+		Idle int `json:"idle"`
+		Busy int `json:"busy"`
+	} `json:"workers_by_client"`
+	OSSandbox struct {
 		Mode        string            `json:"mode"`
 		Layers      []string          `json:"layers"`
 		Missing     map[string]string `json:"missing"`
