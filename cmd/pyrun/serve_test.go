@@ -181,6 +181,9 @@ type health struct {
 		Idle int `json:"idle"`
 		Busy int `json:"busy"`
 	} `json:"workers_by_client"`
+	Languages map[string]struct {
+		WorkersFresh int `json:"workers_fresh"`
+	} `json:"languages"`
 	OSSandbox struct {
 		Mode        string            `json:"mode"`
 		Layers      []string          `json:"layers"`

@@ -83,6 +83,7 @@ pyrun_helper._finish = forged
 		r := alice.runIn(t, "run_r_code", "r_code",
 			"trace('sum', quote(cat('TRACED\\n')), print = FALSE)\nassign('leak', 'alice-r', envir = .GlobalEnv)\n'armed'")
 		wantValue(t, r, `"armed"`)
+		freshWorker(t, s, "r")
 		r = bob.runIn(t, "run_r_code", "r_code", "c(sum(1:3), exists('leak'))")
 		wantValue(t, r, "[6,0]")
 		if strings.Contains(r.sc.Stdout, "TRACED") {
@@ -94,6 +95,7 @@ pyrun_helper._finish = forged
 		r := alice.runIn(t, "run_javascript_code", "javascript_code",
 			"globalThis.leak = 'alice-js';\nsetInterval(() => console.log('TIMER'), 20);\n'armed'")
 		wantValue(t, r, `"armed"`)
+		freshWorker(t, s, "javascript")
 		for range 2 {
 			r = bob.runIn(t, "run_javascript_code", "javascript_code",
 				"await new Promise((r) => setTimeout(r, 100));\ntypeof globalThis.leak")
@@ -123,4 +125,13 @@ pyrun_helper._finish = forged
 	if h := s.health(t); h.WorkersByClient["alice"].Idle+h.WorkersByClient["bob"].Idle == 0 {
 		t.Errorf("/healthz workers_by_client %v, want alice's and bob's", h.WorkersByClient)
 	}
+}
+
+// freshWorker waits until language's pool has a never-used worker ready:
+// the one-worker pools of R and JavaScript start one for bob's first call
+// once alice's took theirs, and a webR start takes many seconds of CPU on
+// a busy machine, which the test's call need not wait for in line.
+func freshWorker(t *testing.T, s *httpServer, language string) {
+	t.Helper()
+	s.waitHealth(t, "a fresh "+language+" worker", func(h health) bool { return h.Languages[language].WorkersFresh > 0 })
 }
