@@ -1,6 +1,8 @@
 package supervisor_test
 
 import (
+	"errors"
+	"os/exec"
 	"sync"
 	"testing"
 	"time"
@@ -194,4 +196,32 @@ func distinct(ws []string) int {
 func WaitUntilFresh(t *testing.T, p *supervisor.Pool, n int) {
 	t.Helper()
 	supervisor.WaitUntil(t, func() bool { return p.Stats().Fresh >= n })
+}
+
+// While workers cannot start, a client with no worker of its own gets
+// ErrNoWorkers at once, though another client's worker is alive: that one
+// is not its to take.
+func TestClientWithoutWorkerFailsFastWhenStartsFail(t *testing.T) {
+	var mu sync.Mutex
+	starts := 0
+	newCmd := func(cfg supervisor.Config) (*exec.Cmd, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		starts++
+		if starts == 1 {
+			return fakeCommand("echo")(cfg)
+		}
+		return fakeCommand("crash-on-start")(cfg)
+	}
+	p := supervisor.NewPoolWithCommand(newCmd, supervisor.Config{Workers: 1, QueueTimeout: time.Minute}, testLogger(t))
+	supervisor.CloseAtEnd(t, p)
+	runAs(t, p, "alice", "1")
+	supervisor.WaitUntil(t, func() bool { return p.Stats().StartError != "" })
+	began := time.Now()
+	_, err := p.Run(t.Context(), supervisor.Job{ID: "bob", Code: "1", Client: "bob"}, nil)
+	if !errors.Is(err, supervisor.ErrNoWorkers) {
+		t.Fatalf("bob's call: %v, want ErrNoWorkers", err)
+	}
+	within(t, "failing bob's call", time.Since(began), 0, 10*time.Second)
+	runAs(t, p, "alice", "2") // alice still has hers
 }

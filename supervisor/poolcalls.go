@@ -78,7 +78,7 @@ func (p *Pool) acquire(ctx context.Context, client string, watch Watcher) (*work
 		return nil, cfg, fmt.Errorf("waiting for a worker: %w", err)
 	}
 	p.dropDeadIdleLocked()
-	if err := p.brokenLocked(); err != nil {
+	if err := p.brokenLocked(client); err != nil {
 		p.mu.Unlock()
 		return nil, cfg, err
 	}
@@ -122,7 +122,7 @@ func (p *Pool) acquire(ctx context.Context, client string, watch Watcher) (*work
 	case <-p.ctx.Done():
 		err = ErrClosed
 	case <-wt.broken:
-		err = p.brokenErr()
+		err = p.brokenErr(client)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -160,18 +160,29 @@ func (p *Pool) giveBackLocked(w *worker) {
 }
 
 // brokenLocked returns ErrNoWorkers when starts keep failing and no worker
-// is alive to take calls. p.mu is held.
-func (p *Pool) brokenLocked() error {
-	if p.failures >= 2 && len(p.idle)+p.busy+p.starting == 0 {
-		return fmt.Errorf("%w: %v", ErrNoWorkers, p.startErr)
+// is alive to take calls of client: none starting, no fresh one idle, none
+// of its own (another client's workers are not its to take). p.mu is held.
+func (p *Pool) brokenLocked(client string) error {
+	if p.failures < 2 || p.starting > 0 || p.freshIdleLocked() > 0 {
+		return nil
 	}
-	return nil
+	for w := range p.running {
+		if !w.owned || w.client == client {
+			return nil
+		}
+	}
+	for _, w := range p.idle {
+		if w.client == client {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %v", ErrNoWorkers, p.startErr)
 }
 
-func (p *Pool) brokenErr() error {
+func (p *Pool) brokenErr(client string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.brokenLocked(); err != nil {
+	if err := p.brokenLocked(client); err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: %v", ErrNoWorkers, p.startErr)

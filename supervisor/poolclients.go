@@ -87,16 +87,19 @@ func (p *Pool) dropClientLocked(client string) {
 	}
 }
 
-// dropLinesLocked tells every call in line that no worker can start.
-// p.mu is held.
-func (p *Pool) dropLinesLocked() {
-	for _, line := range p.lines {
-		for _, wt := range line {
+// dropBrokenLinesLocked tells the calls in line of each client that no
+// worker can serve (brokenLocked) so. p.mu is held.
+func (p *Pool) dropBrokenLinesLocked() {
+	for _, client := range slices.Clone(p.order) {
+		if p.brokenLocked(client) == nil {
+			continue
+		}
+		for _, wt := range p.lines[client] {
 			close(wt.broken)
 		}
+		p.queued -= len(p.lines[client])
+		p.dropClientLocked(client)
 	}
-	clear(p.lines)
-	p.order, p.queued = nil, 0
 }
 
 // handLocked hands w, idle, to the first call of client's line.

@@ -193,11 +193,9 @@ func (p *Pool) startLocked() {
 			p.retryAt = time.Now().Add(backoff)
 			p.startErr = err
 			log.Error("worker failed to start", "error", err, "retry_in", backoff, "failures", p.failures)
-			if p.brokenLocked() != nil {
-				// Nobody is coming for the calls in line: tell them now
-				// rather than at their queue timeout.
-				p.dropLinesLocked()
-			}
+			// Nobody is coming for the calls in line of a client with no
+			// worker: tell them now rather than at their queue timeout.
+			p.dropBrokenLinesLocked()
 			p.kick()
 			return
 		}
