@@ -78,8 +78,10 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	}
 	maxConns := o.maxConns
 	if maxConns == 0 {
-		// Room for each worker's pipes and files, and pyrun's own.
-		maxConns = netguard.TotalFor(64 + 32*o.pool(lang.Python).workers)
+		// Room for each worker's pipes and files, and pyrun's own: a pool
+		// has up to twice its size in workers, never-used and owned by
+		// clients (docs/architecture.md, Workers belong to a client).
+		maxConns = netguard.TotalFor(64 + 32*2*o.pool(lang.Python).workers)
 	}
 	conns := netguard.Listen(ln, netguard.Limits{Total: maxConns, PerAddr: o.maxConnsPerAddr})
 	guard, err := newGuard(o, ln.Addr().String(), log.Named("access"))
