@@ -49,7 +49,7 @@ func TestServeWorkerReplacedWithDescriptorsShort(t *testing.T) {
 		nofile  = 256
 		workers = 2
 		reserve = 64 + 32*2*workers // serve.go's headroom: max_conns = nofile - reserve
-		flood   = nofile + 64     // more than pyrun could hold were it to take them all
+		flood   = nofile + 64       // more than pyrun could hold were it to take them all
 	)
 	// Hard and soft limits both: Go raises the soft limit to the hard one at
 	// start. The per-address cap is out of the way, so the total cap is what
