@@ -28,7 +28,7 @@ const prlimit = "/usr/bin/prlimit"
 
 // With file descriptors short a crashed worker is still replaced: clients
 // that open connection after connection get a 503 once pyrun holds as many
-// as leave 64 + 32 per worker descriptors free under its open-files limit
+// as leave 64 + 32 per worker (twice the pool) descriptors free under its open-files limit
 // (serve.go's default max_conns), rather than taking all its descriptors,
 // so the new worker's pipes can still be made. Before the cap (issue 12,
 // item 2) /healthz timed out and the replacement failed with "pipe2: too
@@ -48,8 +48,8 @@ func TestServeWorkerReplacedWithDescriptorsShort(t *testing.T) {
 	const (
 		nofile  = 256
 		workers = 2
-		reserve = 64 + 32*workers // serve.go's headroom: max_conns = nofile - reserve
-		flood   = nofile + 64     // more than pyrun could hold were it to take them all
+		reserve = 64 + 32*2*workers // serve.go's headroom: max_conns = nofile - reserve
+		flood   = nofile + 64       // more than pyrun could hold were it to take them all
 	)
 	// Hard and soft limits both: Go raises the soft limit to the hard one at
 	// start. The per-address cap is out of the way, so the total cap is what

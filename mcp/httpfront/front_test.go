@@ -717,3 +717,22 @@ func TestHealthOfLanguages(t *testing.T) {
 		t.Errorf("/healthz with every language up: %d %v, want 200 ok", code, body)
 	}
 }
+
+// TestHealthNamesClientsWithinBound: /healthz shows the workers each
+// client owns, naming at most MaxClients clients; the rest are "other".
+func TestHealthNamesClientsWithinBound(t *testing.T) {
+	f := startFront(t, mcptest.NewGate(), mcp.Options{}, httpfront.Options{
+		MaxClients: 2,
+		Stats: func() supervisor.Stats {
+			return supervisor.Stats{Workers: 2, Ready: 3, Busy: 2, Fresh: 2, Clients: map[string]supervisor.ClientWorkers{
+				"alice": {Busy: 2}, "bob": {Idle: 1}, "carol": {}, "dave": {},
+			}}
+		},
+	})
+	_, body := f.health(t)
+	by, _ := body["workers_by_client"].(map[string]any)
+	alice, _ := by["alice"].(map[string]any)
+	if len(by) != 3 || alice["busy"] != 2.0 || by["bob"] == nil || by["other"] == nil || body["workers_fresh"] != 2.0 {
+		t.Errorf("/healthz %v, want alice's and bob's workers, the rest as other, and 2 fresh", body)
+	}
+}

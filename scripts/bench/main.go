@@ -57,7 +57,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "local", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "reuse", "languages", "tsclient", "wall", "reference", "lb"}
+var measurements = []string{"warm", "http", "spawn", "local", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "reuse", "clients", "languages", "tsclient", "wall", "reference", "lb"}
 
 // byDefault are the measurements a plain run makes: lb needs nginx and two
 // cores to itself, so it runs only when asked for (-only lb); reference
@@ -318,6 +318,11 @@ func run(ctx context.Context, o *opts) error {
 			rep.Reuse, err = benchReuse(ctx, rt, o.runs)
 			return err
 		}},
+		{"clients", fmt.Sprintf("two clients alternating warm calls on a two-worker pool against one alone, %d calls each", o.n),
+			func(ctx context.Context) (err error) {
+				rep.Clients, err = benchClients(ctx, rt, o.n, o.warmup)
+				return err
+			}},
 		{"firstcalls", fmt.Sprintf("first %d calls of a fresh worker against calls %d-%d, %d runs", firstCalls, settledFrom, settledTo, o.runs),
 			func(ctx context.Context) (err error) {
 				if rep.FirstCalls, err = benchFirstCalls(ctx, rt, o.runs, o.firstPause, o.warmCalls); err != nil || o.firstIdle <= 0 {

@@ -37,6 +37,7 @@ type report struct {
 	// FirstCallsIdle is the same after the worker stood idle a while.
 	FirstCallsIdle *firstCallsReport `json:"first_calls_after_idle,omitempty"`
 	Reuse          *reuseReport      `json:"after_replacement,omitempty"`
+	Clients        *clientsReport    `json:"clients,omitempty"`
 	LB             *lbReport         `json:"load_balanced,omitempty"`
 	ToolCall       *toolCallReport   `json:"tool_call,omitempty"`
 	Languages      []languageReport  `json:"languages,omitempty"`
@@ -188,6 +189,9 @@ func (r *report) checkTargets() []target {
 	if u := r.Reuse; u != nil {
 		atMost("after a replacement joins: 20 calls / settled", u.Ratio, 1.2, "x")
 		atMost("after a replacement joins: 20 calls / settled, CPU", u.CPURatio, 1.2, "x")
+	}
+	if c := r.Clients; c != nil {
+		atMost("two clients alternating warm calls / one alone, p50", c.Ratio, 1.3, "x")
 	}
 	if f := r.FirstCalls; f != nil {
 		atMost("fresh worker: first 20 calls / settled", f.Ratio, 1.2, "x")
@@ -361,6 +365,10 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "a settled two-worker pool, its idle worker replaced (median of %d): calls %d-%d %.3f ms, the %d calls after the replacement joined %.3f ms: %.2fx; %d of the runs had a call on the replacement\n",
 			u.Runs, settledFrom, settledTo, u.SettledMS, firstCalls, u.AfterMS, u.Ratio, u.OnFresh)
 		fmt.Fprintf(w, "  in CPU time of the threads running Python: %.0f us a call settled, %.0f us after: %.2fx\n", u.SettledCPUus, u.AfterCPUus, u.CPURatio)
+	}
+	if c := r.Clients; c != nil {
+		fmt.Fprintf(w, "two clients alternating warm print(1) on a two-worker pool (pool.Run, %d calls each, medians): alice %.3f ms, bob %.3f ms, on %d workers; alice alone %.3f ms: %.2fx\n",
+			c.N, c.AliceMS, c.BobMS, c.Workers, c.AloneMS, c.Ratio)
 	}
 	for _, f := range []*firstCallsReport{r.FirstCalls, r.FirstCallsIdle} {
 		if f == nil {
