@@ -10,5 +10,5 @@ import "embed"
 
 // Files is the worker program, as the runtime folder receives it.
 //
-//go:embed webr js main.ts worker.ts lines.ts protocol.ts guards.ts mounts.ts toolcalls.ts warm.ts pyrun_helper.py pyrun_guard.py pyrun_display.py pyrun_needs.py pyrun_values.py mcp_tools.py package.json package-lock.json
+//go:embed webr js main.ts worker.ts lines.ts protocol.ts guards.ts mounts.ts toolcalls.ts warm.ts sessions.ts pyrun_helper.py pyrun_guard.py pyrun_display.py pyrun_needs.py pyrun_values.py mcp_tools.py pyrun_sessions.py package.json package-lock.json
 var Files embed.FS

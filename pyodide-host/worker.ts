@@ -18,6 +18,7 @@ import { mountHostFolders } from "./mounts.ts";
 import { toolChannel } from "./toolcalls.ts";
 import { readLines, writeLine } from "./lines.ts";
 import { warmer } from "./warm.ts";
+import { namespaces } from "./sessions.ts";
 import type { SnapshotRead } from "./main.ts";
 
 function send(ev: Event): void {
@@ -215,6 +216,10 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   // A session's state starts with its first call: warming calls before it
   // run as stateless calls do and leave nothing behind.
   let stateKept = !cfg.session;
+  // A session worker may hold several sessions' namespaces (sessions.ts).
+  const spaces = cfg.session
+    ? namespaces(py.FS, fileGuard, py.pyimport("pyrun_sessions") as never)
+    : null;
   // Code mode: mcp_tools calls tools through the supervisor (toolcalls.ts).
   const mcpTools = py.pyimport("mcp_tools") as unknown as McpTools;
   const tools = toolChannel(lines, () => current, send);
@@ -335,9 +340,29 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
           break;
         }
         warming.stop();
+        if (req.namespace !== undefined && (!spaces || typeof req.namespace !== "string")) {
+          send({
+            type: "error",
+            id: req.id,
+            error: "bad request: namespace needs a session worker",
+          });
+          break;
+        }
         if (!stateKept) {
           helper.keep_state();
           stateKept = true;
+        }
+        if (spaces && req.namespace !== undefined) {
+          try {
+            spaces.enter(req.namespace, Array.isArray(req.drop) ? req.drop.map(String) : []);
+          } catch (e) {
+            // Half switched, no session's state can be trusted.
+            console.error(
+              `pyrun worker: switching sessions failed: ${e instanceof Error ? e.message : e}`,
+            );
+            self.postMessage({ type: "fatal" });
+            return;
+          }
         }
         await runCall(req, writeLine, true);
         break;
@@ -390,6 +415,7 @@ const PYTHON_MODULES = [
   "pyrun_needs.py",
   "pyrun_values.py",
   "mcp_tools.py",
+  "pyrun_sessions.py",
 ];
 
 /**
@@ -404,6 +430,7 @@ async function importHelper(py: PyodideInterface): Promise<Helper> {
   }
   py.runPython("import sys; sys.path.insert(0, '/lib/pyrun')");
   py.pyimport("mcp_tools");
+  py.pyimport("pyrun_sessions");
   const mod = py.pyimport("pyrun_helper") as unknown as Helper;
   py.runPython("import sys; sys.path.remove('/lib/pyrun')");
   return mod;

@@ -40,7 +40,7 @@ func (pythonEngine) Permissions(rt *Runtime) (Permissions, error) {
 	for _, f := range []string{
 		"worker.ts", "lines.ts", "protocol.ts", "mounts.ts", "pyrun_helper.py", "pyrun_guard.py",
 		"guards.ts", "pyrun_display.py", "pyrun_needs.py", "pyrun_values.py", "toolcalls.ts", "warm.ts",
-		"mcp_tools.py",
+		"mcp_tools.py", "sessions.ts", "pyrun_sessions.py",
 	} {
 		read = append(read, filepath.Join(rt.Dir, f))
 	}

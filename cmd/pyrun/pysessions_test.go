@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/supervisor/packages/packagestest"
 )
 
@@ -270,8 +271,11 @@ func TestSessionOptions(t *testing.T) {
 	}{
 		{[]string{"--session-idle", "0s"}, "session-idle must be positive"},
 		{[]string{"--session-max-age", "-1s"}, "session-max-age must be positive"},
-		{[]string{"--max-sessions", "0"}, "max-sessions must be between 1 and 256"},
-		{[]string{"--client-max-sessions", "1000"}, "client-max-sessions must be between 1 and 256"},
+		{[]string{"--max-sessions", "0"}, "max-sessions must be between 1 and 4096"},
+		{[]string{"--client-max-sessions", "5000"}, "client-max-sessions must be between 1 and 4096"},
+		{[]string{"--sessions-per-worker", "0"}, "sessions-per-worker must be between 1 and 256"},
+		{[]string{"--max-session-workers", "0"}, "max-session-workers must be between 1 and 256"},
+		{[]string{"--session-worker", "mine"}, `session-worker must be "shared" or "own", not "mine"`},
 		{[]string{"--instance-id", "box.1"}, "only letters, digits and '-'"},
 		{[]string{"--instance-id", strings.Repeat("x", 64)}, "1 to 63 characters"},
 	} {
@@ -284,8 +288,14 @@ func TestSessionOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.instance() == "" || o.sessionLimits().Max != 4 || o.sessionLimits().ClientMax != 2 {
-		t.Errorf("defaults: instance %q, limits %+v", o.instance(), o.sessionLimits())
+	// Python's sessions are namespaces; R's have a worker each, so
+	// --max-session-workers bounds them.
+	py, r := o.sessionLimits(lang.Python), o.sessionLimits(lang.R)
+	if o.instance() == "" || py.Max != 256 || py.ClientMax != 64 || py.MaxHosts != 4 || r.Max != 4 || r.ClientMax != 4 {
+		t.Errorf("defaults: instance %q, Python limits %+v, R limits %+v", o.instance(), py, r)
+	}
+	if !o.sharedSessions(lang.Python) || o.sharedSessions(lang.R) || o.sharedSessions(lang.JavaScript) {
+		t.Error("by default, only Python sessions should share workers")
 	}
 }
 
