@@ -134,4 +134,3 @@ func descendants(pid int) []int {
 	slices.Sort(all)
 	return slices.Compact(all)
 }
-
