@@ -336,8 +336,11 @@ func TestSessionWorkerKilledWhileIdle(t *testing.T) {
 // JavaScript session whose timer, keep burning a CPU between calls are
 // ended, and their next call says why; a session whose task sleeps
 // between its ticks is kept, its task still running.
+//
+// With --session-worker own: on a shared session worker the burner would
+// take the quiet session with it (docs/sessions.md).
 func TestSessionIdleCPU(t *testing.T) {
-	s := newServer(t, "--workers", "1", "--languages", "python,javascript", "--idle-cpu", "0.1")
+	s := newServer(t, "--workers", "1", "--languages", "python,javascript", "--idle-cpu", "0.1", "--session-worker", "own")
 	burner := s.inSession(t, "new", `import asyncio
 async def burn():
     while True:
