@@ -13,9 +13,9 @@ import (
 // sessionsReport: Python sessions as namespaces on shared session workers
 // (--session-worker shared, docs/sessions.md) over pyrun stdio --workers 2.
 // A "new" session's call on a session worker with room against a warm
-// stateless call (medians of 20 each, in one run); then 100 sessions open
-// at once, each keeping its own value and file, and the resident memory of
-// pyrun and all its workers with them open.
+// stateless call of the same code (20 pairs, medians); then 100 sessions
+// open at once, each keeping its own value and file, and the resident
+// memory of pyrun and all its workers with them open.
 type sessionsReport struct {
 	WarmMS float64 `json:"warm_call_ms"`
 	// FirstNewMS is the first "new" (it takes the spare worker started
@@ -57,21 +57,26 @@ func benchSessions(ctx context.Context, o *opts) (*sessionsReport, error) {
 		return sessionIDOf(res), took, res, nil
 	}
 	rep := &sessionsReport{}
-	var warm []time.Duration
-	for range 20 + 50 {
-		_, d, _, err := run("x = 1", "")
-		if err != nil {
+	for range 50 { // warm-up, not counted
+		if _, _, _, err := run("v = 1", ""); err != nil {
 			return nil, err
 		}
-		warm = append(warm, d)
 	}
-	rep.WarmMS = newSeries(warm[50:]).P50MS
-
+	// Each "new" beside a warm stateless call of the same code, so that
+	// both see the same load.
 	const open = 100
 	var ids []string
-	var news []time.Duration
+	var warm, news []time.Duration
 	for i := range open {
-		id, d, _, err := run(fmt.Sprintf("v = %d\nopen('mine.txt', 'w').write(str(v))", i), "new")
+		code := fmt.Sprintf("v = %d", i)
+		if i >= 1 && i <= 20 {
+			_, d, _, err := run(code, "")
+			if err != nil {
+				return nil, err
+			}
+			warm = append(warm, d)
+		}
+		id, d, _, err := run(code, "new")
 		if err != nil {
 			return nil, fmt.Errorf("session %d: %w", i, err)
 		}
@@ -82,8 +87,13 @@ func benchSessions(ctx context.Context, o *opts) (*sessionsReport, error) {
 			news = append(news, d)
 		}
 	}
-	rep.NewMS = newSeries(news).P50MS
+	rep.WarmMS, rep.NewMS = newSeries(warm).P50MS, newSeries(news).P50MS
 	rep.NewOverWarm = round2(rep.NewMS / rep.WarmMS)
+	for i, id := range ids {
+		if _, _, _, err := run("open('mine.txt', 'w').write(str(v))", id); err != nil {
+			return nil, fmt.Errorf("session %d: %w", i, err)
+		}
+	}
 
 	var same, switching []time.Duration
 	rep.StateKept = true
