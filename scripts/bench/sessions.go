@@ -13,7 +13,7 @@ import (
 // sessionsReport: Python sessions as namespaces on shared session workers
 // (--session-worker shared, docs/sessions.md) over pyrun stdio --workers 2.
 // A "new" session's call on a session worker with room against a warm
-// stateless call of the same code (20 pairs, medians); then 100 sessions
+// stateless call of the same code (20 each, medians); then 100 sessions
 // open at once, each keeping its own value and file, and the resident
 // memory of pyrun and all its workers with them open.
 type sessionsReport struct {
@@ -57,25 +57,24 @@ func benchSessions(ctx context.Context, o *opts) (*sessionsReport, error) {
 		return sessionIDOf(res), took, res, nil
 	}
 	rep := &sessionsReport{}
-	for range 50 { // warm-up, not counted
-		if _, _, _, err := run("v = 1", ""); err != nil {
+	// Warm calls back to back, as the warm tier makes them (between calls
+	// of another kind, an idle pool worker runs warming calls, which a
+	// call may wait for), the last 20 measured; then the "new" calls, of
+	// the same code.
+	var warm, news []time.Duration
+	for i := range 50 + 20 {
+		_, d, _, err := run("v = 1", "")
+		if err != nil {
 			return nil, err
 		}
-	}
-	// Each "new" beside a warm stateless call of the same code, so that
-	// both see the same load.
-	const open = 100
-	var ids []string
-	var warm, news []time.Duration
-	for i := range open {
-		code := fmt.Sprintf("v = %d", i)
-		if i >= 1 && i <= 20 {
-			_, d, _, err := run(code, "")
-			if err != nil {
-				return nil, err
-			}
+		if i >= 50 {
 			warm = append(warm, d)
 		}
+	}
+	const open = 100
+	var ids []string
+	for i := range open {
+		code := fmt.Sprintf("v = %d", i)
 		id, d, _, err := run(code, "new")
 		if err != nil {
 			return nil, fmt.Errorf("session %d: %w", i, err)
