@@ -57,6 +57,11 @@ func benchSessions(ctx context.Context, o *opts) (*sessionsReport, error) {
 		return sessionIDOf(res), took, res, nil
 	}
 	rep := &sessionsReport{}
+	// The session worker started ahead with pyrun, ready: no start runs
+	// beside the measured calls.
+	if err := p.log.waitDedicated(ctx, 1); err != nil {
+		return nil, err
+	}
 	// Warm calls back to back, as the warm tier makes them (between calls
 	// of another kind, an idle pool worker runs warming calls, which a
 	// call may wait for), the last 20 measured; then the "new" calls, of
@@ -82,6 +87,11 @@ func benchSessions(ctx context.Context, o *opts) (*sessionsReport, error) {
 		ids = append(ids, id)
 		if i == 0 {
 			rep.FirstNewMS = ms(d)
+			// It took the spare; the next spare's start must not run
+			// beside the measured calls either.
+			if err := p.log.waitDedicated(ctx, 2); err != nil {
+				return nil, err
+			}
 		} else if i <= 20 {
 			news = append(news, d)
 		}
