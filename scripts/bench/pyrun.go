@@ -110,11 +110,11 @@ type logWatcher struct {
 	// inWorker is each ready worker's in_worker_ms: its start inside the
 	// worker program, from its first line of code to its ready.
 	inWorker []float64
-	retired  []time.Time   // "retiring worker"
+	retired  []time.Time // "retiring worker"
 	// dedicated counts session workers ready ("dedicated worker ready").
 	dedicated int
-	addr     string        // where pyrun serve listens ("listening")
-	changed  chan struct{} // closed and replaced when either grows
+	addr      string        // where pyrun serve listens ("listening")
+	changed   chan struct{} // closed and replaced when either grows
 }
 
 func newLogWatcher() *logWatcher { return &logWatcher{changed: make(chan struct{})} }
