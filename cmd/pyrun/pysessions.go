@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -135,5 +136,18 @@ func startSessions(o *options, l lang.Language, pool *supervisor.Pool, log hclog
 		Anonymous: mcp.Anonymous,
 		Log:       log.Named("sessions"),
 		PerHost:   perHost,
+		SpareAfter: func(ctx context.Context) {
+			// The pool's workers first: a session worker starting beside
+			// them would slow the first call's.
+			for ctx.Err() == nil {
+				if st := pool.Stats(); st.Ready+st.Busy >= st.Workers || st.StartError != "" {
+					return
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		},
 	})
 }

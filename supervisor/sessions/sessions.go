@@ -177,6 +177,11 @@ type Options struct {
 	// workers of that client's, each holding up to PerHost sessions
 	// (shared.go); 0: each session has a worker of its own.
 	PerHost int
+	// SpareAfter, if not nil, returns once the first spare may start
+	// (with PerHost, one is started ahead from the start): pyrun waits
+	// for its pool's workers, so that the two starts do not share the
+	// cores. It returns early when ctx is done.
+	SpareAfter func(ctx context.Context)
 }
 
 // Call is one call to a session.
@@ -294,9 +299,16 @@ func New(o Options) *Manager {
 	go m.expire()
 	if o.PerHost > 0 {
 		// A client's first session takes a spare: keep one from the start.
-		m.mu.Lock()
-		m.refillLocked()
-		m.mu.Unlock()
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			if o.SpareAfter != nil {
+				o.SpareAfter(m.closing)
+			}
+			m.mu.Lock()
+			m.refillLocked()
+			m.mu.Unlock()
+		}()
 	}
 	return m
 }
