@@ -294,8 +294,8 @@ func TestSessionOptions(t *testing.T) {
 	if o.instance() == "" || py.Max != 256 || py.ClientMax != 64 || py.MaxHosts != 4 || r.Max != 4 || r.ClientMax != 4 {
 		t.Errorf("defaults: instance %q, Python limits %+v, R limits %+v", o.instance(), py, r)
 	}
-	if !o.sharedSessions(lang.Python) || o.sharedSessions(lang.R) || o.sharedSessions(lang.JavaScript) {
-		t.Error("by default, only Python sessions should share workers")
+	if !o.sharedSessions(lang.Python) || o.sharedSessions(lang.R) || !o.sharedSessions(lang.JavaScript) {
+		t.Error("by default, Python and JavaScript sessions should share workers, R's not")
 	}
 }
 

@@ -43,6 +43,12 @@ export type Request =
     max_file_bytes?: number;
     globals?: unknown;
     tools?: unknown;
+    /**
+     * A session worker shared by several sessions: the namespace (a Worker, a realm of its own)
+     * the call runs in, and namespaces of ended sessions to end first (docs/protocol.md, Sessions).
+     */
+    namespace?: string;
+    drop?: string[];
   }
   | { type: "ping"; id: string };
 
