@@ -101,6 +101,13 @@ export interface RunRequest {
   max_file_bytes?: number;
   /** The catalog of tools the call's code may call (mcp_tools), as JSON text; absent for none. */
   tools?: string;
+  /**
+   * A session worker shared by several sessions: the namespace the call runs in, and the
+   * namespaces of ended sessions to forget first (docs/protocol.md, Sessions). Absent: the
+   * worker's one state.
+   */
+  namespace?: string;
+  drop?: string[];
 }
 
 /** Messages the supervisor sends, one JSON object per stdin line. */

@@ -19,6 +19,7 @@ import { toolChannel } from "./toolcalls.ts";
 import { readLines, writeLine } from "./lines.ts";
 import { errorText, send, serve } from "./serve.ts";
 import { warmer } from "./warm.ts";
+import { namespaces } from "./sessions.ts";
 import type { SnapshotRead } from "./main.ts";
 
 /** Caps the wasm heap so that allocations past it raise MemoryError in Python. */
@@ -212,6 +213,10 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   // A session's state starts with its first call: warming calls before it
   // run as stateless calls do and leave nothing behind.
   let stateKept = !cfg.session;
+  // A session worker may hold several sessions' namespaces (sessions.ts).
+  const spaces = cfg.session
+    ? namespaces(py.FS, fileGuard, py.pyimport("pyrun_sessions") as never)
+    : null;
   // Code mode: mcp_tools calls tools through the supervisor (toolcalls.ts).
   const mcpTools = py.pyimport("mcp_tools") as unknown as McpTools;
   const tools = toolChannel(lines, () => current, send);
@@ -298,6 +303,8 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
       check: (req) =>
         req.globals !== undefined && typeof req.globals !== "string"
           ? "bad request: globals must be JSON text"
+          : req.namespace !== undefined && (!spaces || typeof req.namespace !== "string")
+          ? "bad request: namespace needs a session worker"
           : "",
       warm: (calls) => warming.allow(calls),
       run(req) {
@@ -305,6 +312,17 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
         if (!stateKept) {
           helper.keep_state();
           stateKept = true;
+        }
+        if (spaces && req.namespace !== undefined) {
+          try {
+            spaces.enter(req.namespace, Array.isArray(req.drop) ? req.drop.map(String) : []);
+          } catch (e) {
+            // Half switched, no session's state can be trusted: the worker ends.
+            const why = `switching sessions failed: ${e instanceof Error ? e.message : e}`;
+            console.error(`pyrun worker: ${why}`);
+            self.postMessage({ type: "fatal" });
+            throw new Error(why);
+          }
         }
         return call(req);
       },
@@ -354,6 +372,7 @@ const PYTHON_MODULES = [
   "pyrun_needs.py",
   "pyrun_values.py",
   "mcp_tools.py",
+  "pyrun_sessions.py",
 ];
 
 /**
@@ -368,6 +387,7 @@ async function importHelper(py: PyodideInterface): Promise<Helper> {
   }
   py.runPython("import sys; sys.path.insert(0, '/lib/pyrun')");
   py.pyimport("mcp_tools");
+  py.pyimport("pyrun_sessions");
   const mod = py.pyimport("pyrun_helper") as unknown as Helper;
   py.runPython("import sys; sys.path.remove('/lib/pyrun')");
   return mod;

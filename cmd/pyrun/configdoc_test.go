@@ -52,7 +52,8 @@ var configGroups = []configGroup{
 		"idle-memory-slack", "warm-calls", "worker-log-per-call", "worker-log-rate", "runtime-dir",
 	}},
 	{"Sessions", "[Sessions](sessions.md)", []string{
-		"session-idle", "session-max-age", "max-sessions", "client-max-sessions", "session-spares", "instance-id",
+		"session-idle", "session-max-age", "max-sessions", "client-max-sessions", "session-spares", "session-worker",
+		"sessions-per-worker", "max-session-workers", "instance-id",
 	}},
 	{"Rich results and files", "[Rich results](rich-results.md)", []string{
 		"max-displays", "max-display-bytes", "output-ttl", "output-store", "output-store-files", "output-dir",

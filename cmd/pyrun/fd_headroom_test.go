@@ -55,7 +55,8 @@ func TestServeWorkerReplacedWithDescriptorsShort(t *testing.T) {
 	// start. The per-address cap is out of the way, so the total cap is what
 	// binds; the header timeout does not close the idle connections mid-test.
 	s := startServeUnder(t, []string{prlimit, fmt.Sprintf("--nofile=%d:%d", nofile, nofile)},
-		"--workers", strconv.Itoa(workers), "--max-conns-per-addr", "100000", "--header-timeout", "5m")
+		"--workers", strconv.Itoa(workers), "--max-conns-per-addr", "100000", "--header-timeout", "5m",
+		"--session-spares", "0") // its children are the pool's workers only
 	pid := s.cmd.Process.Pid
 
 	var dials atomic.Int32

@@ -87,6 +87,9 @@ type options struct {
 	maxSessions       int
 	clientMaxSessions int
 	sessionSpares     int
+	sessionWorker     string // shared or own
+	sessionsPerWorker int
+	maxSessionWorkers int
 	instanceID        string
 	// Rich results (docs/rich-results.md).
 	maxDisplays      int

@@ -65,8 +65,11 @@ func TestServeSessions(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got := s.metrics(t)["pyrun_python_session_spare_hits_total"]; got != 0 {
-		t.Errorf("pyrun_python_session_spare_hits_total %v before a second session, want 0", got)
+	// The first session's worker (started ahead once the pool was ready,
+	// or for it) is now its client's session worker (--session-worker
+	// shared).
+	if got := s.metrics(t)["pyrun_python_session_workers"]; got != 1 {
+		t.Errorf("pyrun_python_session_workers %v with one session, want 1", got)
 	}
 
 	// A reload lowers the bound: the open session stays, a new one is refused.

@@ -309,7 +309,7 @@ var restartOnly = []string{
 	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
 	"insecure-no-auth", "instance-id", "mount", "languages", "os-sandbox", "socket", "max-socket-conns",
 	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
-	"output-dir",
+	"output-dir", "session-worker", "sessions-per-worker",
 }
 
 // reload re-reads the command line and the config file (a flag still wins
@@ -351,7 +351,7 @@ func (s *service) reload() {
 		s.log.Error("config rejected; the settings in force stay", "file", o.configFile, "error", err)
 		return
 	}
-	s.py.SetLimits(o.sessionLimits())
+	setSessionLimits(s.py, o)
 	s.log.SetLevel(hclogLevel(o.logLevel))
 	applyMemoryLimit(o, s.log)
 	s.hub.SetOptions(o.hubOptions())

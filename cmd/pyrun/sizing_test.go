@@ -31,7 +31,7 @@ func workerMemory(limit int64) int64 { return supervisor.MemoryCeiling(limit) + 
 func memoryFor(o *options) (most, idle int64) {
 	most, idle = 256*mi, 128*mi
 	for _, l := range o.enabledLanguages() {
-		most += int64(2*o.pool(l).workers+o.maxSessions) * workerMemory(int64(o.pool(l).memoryLimit))
+		most += int64(2*o.pool(l).workers+o.sessionWorkers()) * workerMemory(int64(o.pool(l).memoryLimit))
 		idle += int64(o.pool(l).workers+o.sessionSpares) * idleWorker[l.ID]
 	}
 	return most, idle
@@ -41,7 +41,7 @@ func memoryFor(o *options) (most, idle int64) {
 func workersFor(o *options) int {
 	n := 0
 	for _, l := range o.enabledLanguages() {
-		n += 2*o.pool(l).workers + o.maxSessions // fresh and owned (memoryFor)
+		n += 2*o.pool(l).workers + o.sessionWorkers() // fresh and owned, and session workers
 	}
 	return n
 }

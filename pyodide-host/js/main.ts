@@ -263,6 +263,11 @@ class Host {
   private readonly url: string;
   private spare: Slot | null = null;
   private session: Slot | null = null;
+  /**
+   * A shared session worker's sessions, by namespace: a Worker (a realm,
+   * with its timers and files) each (docs/protocol.md, Sessions).
+   */
+  private spaces = new Map<string, Slot>();
   private signals = 0;
   private seq = 0;
   private probes = 0;
@@ -285,7 +290,15 @@ class Host {
     await slot.ready;
   }
 
-  private take(): Slot {
+  private take(ns: string | undefined): Slot {
+    if (this.cfg.session && ns !== undefined) {
+      let slot = this.spaces.get(ns);
+      if (!slot) {
+        slot = new Slot(this.url, this.cfg.mounts);
+        this.spaces.set(ns, slot);
+      }
+      return slot;
+    }
     if (this.cfg.session) {
       if (!this.session) this.session = new Slot(this.url, this.cfg.mounts);
       return this.session;
@@ -323,11 +336,21 @@ class Host {
     const rw = rewrite(this.ts, req.code, this.cfg.session);
     collectAfterParse(req.code.length);
     if (rw.error !== undefined) return done({ status: "run-error", error: rw.error });
-    const slot = this.take();
+    const ns = typeof req.namespace === "string" ? req.namespace : undefined;
+    if (ns !== undefined && !this.cfg.session) {
+      throw new Error("bad request: namespace needs a session worker");
+    }
+    for (const d of Array.isArray(req.drop) ? req.drop : []) {
+      if (d === ns) continue;
+      this.spaces.get(String(d))?.terminate();
+      this.spaces.delete(String(d));
+    }
+    const slot = this.take(ns);
     try {
       await slot.ready;
     } catch (e) {
       if (slot === this.session) this.session = null;
+      if (ns !== undefined) this.spaces.delete(ns);
       throw new Error(`the JavaScript worker did not start: ${(e as Error).message}`);
     }
     const result = await this.call(
@@ -345,7 +368,8 @@ class Host {
       slot.terminate();
     } else if (result.recycle) {
       slot.terminate();
-      this.session = null;
+      if (ns !== undefined) this.spaces.delete(ns);
+      else this.session = null;
     }
     return result;
   }

@@ -110,9 +110,11 @@ type logWatcher struct {
 	// inWorker is each ready worker's in_worker_ms: its start inside the
 	// worker program, from its first line of code to its ready.
 	inWorker []float64
-	retired  []time.Time   // "retiring worker"
-	addr     string        // where pyrun serve listens ("listening")
-	changed  chan struct{} // closed and replaced when either grows
+	retired  []time.Time // "retiring worker"
+	// dedicated counts session workers ready ("dedicated worker ready").
+	dedicated int
+	addr      string        // where pyrun serve listens ("listening")
+	changed   chan struct{} // closed and replaced when either grows
 }
 
 func newLogWatcher() *logWatcher { return &logWatcher{changed: make(chan struct{})} }
@@ -151,6 +153,8 @@ func (w *logWatcher) Write(p []byte) (int, error) {
 			w.inWorker = append(w.inWorker, rec.InWorker)
 		case "retiring worker":
 			w.retired = append(w.retired, at)
+		case "dedicated worker ready":
+			w.dedicated++
 		case "listening":
 			w.addr = rec.Addr
 		default:
@@ -160,6 +164,23 @@ func (w *logWatcher) Write(p []byte) (int, error) {
 		w.changed = make(chan struct{})
 	}
 	return len(p), nil
+}
+
+// waitDedicated waits until n session workers have become ready.
+func (w *logWatcher) waitDedicated(ctx context.Context, n int) error {
+	for {
+		w.mu.Lock()
+		got, ch := w.dedicated, w.changed
+		w.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %d session workers ready (%d so far): %w", n, got, ctx.Err())
+		}
+	}
 }
 
 func (w *logWatcher) tail() string {

@@ -33,6 +33,7 @@ type report struct {
 	Process    *processReport    `json:"isolation_process,omitempty"`
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
 	Agent      *agentReport      `json:"agent_run,omitempty"`
+	Sessions   *sessionsReport   `json:"sessions,omitempty"`
 	FirstCalls *firstCallsReport `json:"first_calls,omitempty"`
 	// FirstCallsIdle is the same after the worker stood idle a while.
 	FirstCallsIdle *firstCallsReport `json:"first_calls_after_idle,omitempty"`
@@ -185,6 +186,11 @@ func (r *report) checkTargets() []target {
 	if t := r.Throughput; t != nil {
 		atLeast("8 concurrent 50 ms CPU calls", t.CallsPerS, 36, "calls/s")
 		atMost("mixed outputs of those calls", float64(t.Mixed), 0, "")
+	}
+	if s := r.Sessions; s != nil {
+		atMost("\"new\" session call / warm call, p50", s.NewOverWarm, 3, "x")
+		atMost("100 open sessions, --workers 2: pyrun and workers RSS", s.RSSMiB, 1536, "MiB")
+		atLeast("100 open sessions kept their own state", map[bool]float64{true: 1}[s.StateKept], 1, "")
 	}
 	if u := r.Reuse; u != nil {
 		atMost("after a replacement joins: 20 calls / settled", u.Ratio, 1.2, "x")
@@ -356,6 +362,10 @@ func (r *report) print(w io.Writer) {
 			m.PyrunRSSMB, m.Workers, m.TotalRSSMB, m.WorkerRSSMB, m.TotalPSSMB)
 	}
 	printLanguages(w, r.Languages)
+	if s := r.Sessions; s != nil {
+		fmt.Fprintf(w, "sessions over stdio --workers 2: warm call %.2f ms; first \"new\" %.1f ms, next 20 \"new\" %.2f ms (%.2fx warm); a call in the same session %.2f ms, switching sessions %.2f ms; %d sessions open, state kept %v: %d processes, %.0f MiB RSS\n",
+			s.WarmMS, s.FirstNewMS, s.NewMS, s.NewOverWarm, s.SameMS, s.SwitchMS, s.Sessions, s.StateKept, s.Processes, s.RSSMiB)
+	}
 	if a := r.Agent; a != nil {
 		fmt.Fprintf(w, "agent run, %d blocks over stdio (median of %d): one Python session %.1f ms (its start %.1f ms, the other %d calls %.1f ms); stateless replay %.1f ms; session / replay %.2fx, without the start %.2fx\n",
 			len(agentBlocks), a.Runs, a.SessionMS, a.StartMS, len(agentBlocks)-1, a.RestMS, a.StatelessMS, a.SessionOverStateless, a.RestOverStateless)

@@ -124,6 +124,9 @@ type Limits struct {
 	// Spares are workers started ahead for new sessions (spare.go), once
 	// a session has started; 0: DefaultSpares, negative: none.
 	Spares int
+	// MaxHosts bounds the shared workers that hold sessions
+	// (Options.PerHost), spares included; 0: DefaultMaxHosts.
+	MaxHosts int
 }
 
 // Default limits.
@@ -132,6 +135,7 @@ const (
 	DefaultMaxAge    = 8 * time.Hour
 	DefaultMax       = 4
 	DefaultClientMax = 2
+	DefaultMaxHosts  = 4
 )
 
 func (l Limits) withDefaults() Limits {
@@ -140,6 +144,7 @@ func (l Limits) withDefaults() Limits {
 	l.Max = positiveOr(l.Max, DefaultMax)
 	l.ClientMax = positiveOr(l.ClientMax, DefaultClientMax)
 	l.Spares = cmp.Or(l.Spares, DefaultSpares)
+	l.MaxHosts = positiveOr(l.MaxHosts, DefaultMaxHosts)
 	return l
 }
 
@@ -168,6 +173,15 @@ type Options struct {
 	// its sessions.
 	Anonymous string
 	Log       hclog.Logger
+	// PerHost > 0 keeps the sessions of a client as namespaces on shared
+	// workers of that client's, each holding up to PerHost sessions
+	// (shared.go); 0: each session has a worker of its own.
+	PerHost int
+	// SpareAfter, if not nil, returns once the first spare may start
+	// (with PerHost, one is started ahead from the start): pyrun waits
+	// for its pool's workers, so that the two starts do not share the
+	// cores. It returns early when ctx is done.
+	SpareAfter func(ctx context.Context)
 }
 
 // Call is one call to a session.
@@ -195,6 +209,16 @@ type Stats struct {
 	Spares         int
 	SparesStarting int
 	SpareHits      int64
+	// Hosts are the shared workers that hold sessions (Options.PerHost);
+	// HostStarts counts the workers that became a client's host, Placed
+	// the new sessions placed on a host that had room, with no worker
+	// start.
+	Hosts      int
+	HostStarts int64
+	Placed     int64
+	// HostRefusals counts new sessions refused for want of a host
+	// (Limits.MaxHosts).
+	HostRefusals int64
 }
 
 // Manager keeps the sessions of one pyrun. Its methods are safe for
@@ -226,6 +250,8 @@ type Manager struct {
 	// replaced when one ends its start, ready or not.
 	sparesStarting int
 	spareDone      chan struct{}
+	hosts          map[string][]*host // shared workers, by client (shared.go)
+	hostsPending   int                // new sessions starting a host
 }
 
 // session is one open session. Its fields are guarded by Manager.mu.
@@ -271,6 +297,19 @@ func New(o Options) *Manager {
 	m.spareDone = make(chan struct{})
 	m.wg.Add(1)
 	go m.expire()
+	if o.PerHost > 0 {
+		// A client's first session takes a spare: keep one from the start.
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			if o.SpareAfter != nil {
+				o.SpareAfter(m.closing)
+			}
+			m.mu.Lock()
+			m.refillLocked()
+			m.mu.Unlock()
+		}()
+	}
 	return m
 }
 
@@ -304,6 +343,7 @@ func (m *Manager) Stats() Stats {
 	s.Ends = maps.Clone(m.counts.Ends)
 	s.Limits = m.limits
 	s.Spares, s.SparesStarting = len(m.spares), m.sparesStarting
+	s.Hosts = m.hostCountLocked()
 	return s
 }
 
@@ -364,17 +404,39 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 	m.starting[client]++
 	m.running++ // Close waits for the start, then for the call
 	began := time.Now()
-	spare, waitErr := m.awaitSpareLocked(ctx)
-	m.mu.Unlock()
-
-	w, err := spare, waitErr
-	if w == nil && err == nil {
-		// A worker that dies while its session is idle ends the session at
-		// once (the expiry loop looks), rather than at the next call.
-		w, err = m.opts.Start(ctx, m.kick)
+	// A shared host of the client's with room: no worker starts.
+	w := m.placeLocked(client)
+	var spare Worker
+	var err error
+	if w == nil && m.opts.PerHost > 0 {
+		if err := m.roomForHostLocked(client); err != nil {
+			m.starting[client]--
+			if m.starting[client] == 0 {
+				delete(m.starting, client)
+			}
+			m.doneLocked()
+			m.mu.Unlock()
+			return nil, err
+		}
+		m.hostsPending++
 	}
-
-	m.mu.Lock()
+	if w == nil {
+		spare, err = m.awaitSpareLocked(ctx)
+		m.mu.Unlock()
+		w = spare
+		if w == nil && err == nil {
+			// A worker that dies while its session is idle ends the session at
+			// once (the expiry loop looks), rather than at the next call.
+			w, err = m.opts.Start(ctx, m.kick)
+		}
+		m.mu.Lock()
+		if m.opts.PerHost > 0 {
+			m.hostsPending--
+		}
+		if err == nil && m.opts.PerHost > 0 && !m.closed {
+			w = m.hostLocked(client, w)
+		}
+	}
 	defer m.mu.Unlock()
 	if m.starting[client]--; m.starting[client] == 0 {
 		delete(m.starting, client)
