@@ -21,6 +21,9 @@ type Structured struct {
 	ExitCode     int                `json:"exit_code"`
 	DurationMS   float64            `json:"duration_ms"`
 	SessionID    string             `json:"session_id,omitempty"`
+	// Checkpoint names the checkpoint a session went back to after its
+	// worker was lost (docs/sessions.md); absent otherwise.
+	Checkpoint *supervisor.CheckpointRef `json:"checkpoint,omitempty"`
 	// Displays and Files are what the call showed and wrote under
 	// /output/ (docs/contract.md section 9); absent when there are none.
 	Displays []DisplayInfo `json:"displays,omitempty"`
@@ -39,6 +42,7 @@ func structured(r supervisor.Result) Structured {
 		ExitCode:     r.Status.ExitCode(),
 		DurationMS:   float64(r.Duration.Microseconds()) / 1000,
 		SessionID:    r.SessionID,
+		Checkpoint:   r.Checkpoint,
 	}
 	if s.Output == nil {
 		s.Output = []supervisor.Chunk{}

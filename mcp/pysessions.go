@@ -33,6 +33,10 @@ type SessionOptions struct {
 	// IdleCPU is the share of a CPU a session's code may use between its
 	// calls (--idle-cpu); 0: the description does not say.
 	IdleCPU float64
+	// Durable: sessions have checkpoints (--session-store), so a lost
+	// worker rolls a session back instead of ending it, and "fork:ID"
+	// copies one (docs/sessions.md).
+	Durable bool
 }
 
 // idleCPUText is the description's clause on the CPU a session may use
@@ -97,6 +101,12 @@ func sessionsDescription(o SessionOptions, leaves string) string {
 	if o.Max <= 0 {
 		return "Each call starts from fresh globals and an empty working directory; nothing is kept between calls, so each call must be self-contained.\n"
 	}
+	if o.Durable {
+		return fmt.Sprintf(`Without session_id, each call starts from fresh globals and an empty working directory, and nothing is kept between calls.
+With session_id "new", the call starts a Python session: globals, imports, loaded packages, files in the working directory and running asyncio tasks last across its calls, as in a notebook. The result gives the session_id (in <session_id> and structuredContent.session_id); pass it in the next calls to continue, and end_session: true when done. A session's calls run one at a time, in order. session_id "fork:ID" starts a new session as a copy of session ID's state.
+pyrun keeps a checkpoint of each session a moment after its calls: when a call kills its worker (a time limit the interrupt cannot stop, memory, a crash), the session goes back to its last checkpoint, and the result says so (structuredContent.checkpoint names the call whose state it has). A session ends after %s without a call, %s after it started, or when it is ended%s; a call with its id is then an error; start a new session then. At most %d sessions can be open at once.
+`, shortDuration(o.Idle), shortDuration(o.MaxAge), idleCPUText(o, leaves), o.Max)
+	}
 	return fmt.Sprintf(`Without session_id, each call starts from fresh globals and an empty working directory, and nothing is kept between calls.
 With session_id "new", the call starts a Python session: globals, imports, loaded packages, files in the working directory and running asyncio tasks last across its calls, as in a notebook. The result gives the session_id (in <session_id> and structuredContent.session_id); pass it in the next calls to continue, and end_session: true when done. A session's calls run one at a time, in order.
 A session ends after %s without a call, %s after it started, when it is ended, when pyrun restarts, when a call kills its worker (a time limit the interrupt cannot stop, memory, a crash)%s: its state is then gone, and a call with its id is an error; start a new session then. At most %d sessions can be open at once.
@@ -151,12 +161,21 @@ var (
 		"New Python sessions placed on a session worker of their client's that had room: no worker started for them.", nil, nil)
 	pySessionWorkerRefusalsDesc = prometheus.NewDesc("pyrun_python_session_worker_refusals_total",
 		"New Python sessions refused because --max-session-workers session workers held other clients' sessions.", nil, nil)
+	pySessionCheckpointsDesc = prometheus.NewDesc("pyrun_python_session_checkpoints_total",
+		"Checkpoints of Python sessions kept in --session-store.", nil, nil)
+	pySessionCheckpointFailuresDesc = prometheus.NewDesc("pyrun_python_session_checkpoint_failures_total",
+		"Checkpoints of Python sessions not taken: refused (native code, past --max-checkpoint) or failed.", nil, nil)
+	pySessionRestoresDesc = prometheus.NewDesc("pyrun_python_session_restores_total",
+		"Python sessions continued from a checkpoint after their worker was lost.", nil, nil)
+	pySessionForksDesc = prometheus.NewDesc("pyrun_python_session_forks_total",
+		"Python sessions started as a copy of another (session_id fork:ID).", nil, nil)
 )
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, pySessionsDesc, pySessionStartsDesc, pySessionStartFailuresDesc, pySessionEndsDesc,
 		pySessionSparesDesc, pySessionSpareHitsDesc, pySessionWorkersDesc, pySessionWorkerStartsDesc,
-		pySessionPlacedDesc, pySessionWorkerRefusalsDesc)
+		pySessionPlacedDesc, pySessionWorkerRefusalsDesc, pySessionCheckpointsDesc, pySessionCheckpointFailuresDesc,
+		pySessionRestoresDesc, pySessionForksDesc)
 }
 
 func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
@@ -173,6 +192,10 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(pySessionWorkerStartsDesc, prometheus.CounterValue, float64(s.HostStarts))
 	ch <- prometheus.MustNewConstMetric(pySessionPlacedDesc, prometheus.CounterValue, float64(s.Placed))
 	ch <- prometheus.MustNewConstMetric(pySessionWorkerRefusalsDesc, prometheus.CounterValue, float64(s.HostRefusals))
+	ch <- prometheus.MustNewConstMetric(pySessionCheckpointsDesc, prometheus.CounterValue, float64(s.Checkpoints))
+	ch <- prometheus.MustNewConstMetric(pySessionCheckpointFailuresDesc, prometheus.CounterValue, float64(s.CheckpointFailures))
+	ch <- prometheus.MustNewConstMetric(pySessionRestoresDesc, prometheus.CounterValue, float64(s.Restores))
+	ch <- prometheus.MustNewConstMetric(pySessionForksDesc, prometheus.CounterValue, float64(s.Forks))
 }
 
 // shortDuration writes d without its zero tails: 10m, 8h, 1h30m.

@@ -51,6 +51,14 @@ var outputSchema = &jsonschema.Schema{
 		"exit_code":    {Type: "integer"},
 		"duration_ms":  {Type: "number"},
 		"session_id":   {Type: "string", Description: "the Python session the call ran in; absent for a stateless call"},
+		"checkpoint": {
+			Type:        "object",
+			Description: "present when the session's worker was lost and the session went back to its last checkpoint: the state after its call number after_call",
+			Properties: map[string]*jsonschema.Schema{
+				"after_call": {Type: "integer"}, "taken": {Type: "string"},
+			},
+			Required: []string{"after_call", "taken"},
+		},
 		"displays": {Type: "array", Items: &jsonschema.Schema{
 			Type: "object",
 			Properties: map[string]*jsonschema.Schema{

@@ -17,6 +17,17 @@ export function parseConfig(args: string[]): HostConfig {
     make_snapshot: raw.make_snapshot === true,
     preload: Array.isArray(raw.preload) ? raw.preload : [],
     warm_calls: Number(raw.warm_calls ?? 0),
+    checkpoints: raw.checkpoints === true || !!raw.restore,
+    ...(raw.restore
+      ? {
+        restore: {
+          path: String(raw.restore.path),
+          mem: Number(raw.restore.mem),
+          fs: Number(raw.restore.fs),
+          clock: Number(raw.restore.clock ?? 0),
+        },
+      }
+      : {}),
   };
 }
 
@@ -52,7 +63,12 @@ function main(): void {
   // The snapshot is read here, while the Worker thread boots its isolate
   // and loads Pyodide's modules (50-150 ms), instead of after, on the path
   // to ready; its bytes are moved to the Worker, not copied.
-  const snap = cfg.snapshot ? readSnapshot(cfg.snapshot, cfg.snapshot_size) : {};
+  // A restored session's checkpoint comes the same way (checkpoint.ts).
+  const snap = cfg.restore
+    ? readSnapshot(cfg.restore.path, cfg.restore.mem + cfg.restore.fs)
+    : cfg.snapshot
+    ? readSnapshot(cfg.snapshot, cfg.snapshot_size)
+    : {};
   worker.postMessage({ cfg, buf, ...snap }, snap.bytes ? [snap.bytes.buffer] : []);
 }
 

@@ -56,6 +56,25 @@ export interface HostConfig extends EngineConfig {
   preload: PackageFile[];
   /** Calls of its own to run while idle before the first request (warm.ts); absent: none. */
   warm_calls?: number;
+  /**
+   * A session's worker that takes checkpoints (checkpoint.ts): it boots with
+   * Pyodide's _makeSnapshot and reaches the host's functions through
+   * `from js import pyrunHost`.
+   */
+  checkpoints?: boolean;
+  /** A checkpoint to start from instead of the snapshot (implies checkpoints). */
+  restore?: Restore;
+}
+
+/**
+ * A checkpoint file: mem bytes of memory snapshot, then fs bytes of the files'
+ * blob; clock is performance.now() when it was taken.
+ */
+export interface Restore {
+  path: string;
+  mem: number;
+  fs: number;
+  clock: number;
 }
 
 /** A host folder the code sees at path; writable only when rw. Every engine's. */
@@ -116,6 +135,11 @@ export type Request =
   | { type: "warm"; calls: number }
   | RunRequest
   | { type: "ping"; id: string }
+  /**
+   * Take a checkpoint now, between calls (checkpoint.ts): the answer is a
+   * "checkpoint" event, followed by its bytes when it has no error.
+   */
+  | { type: "checkpoint"; id: string }
   | {
     /** The answer to a need event: files to load, or why there are none. */
     type: "packages";
@@ -205,6 +229,19 @@ export type Event =
   | { type: "pong"; id: string }
   /** After a call's result: cleaned up after it, ready for the next request. */
   | { type: "idle"; id: string; recycle?: string }
+  | { type: "idle"; id: string }
+  | {
+    /**
+     * The answer to a checkpoint request: on success, mem + fs raw bytes
+     * follow the line on stdout (checkpoint.ts); else error says why not.
+     */
+    type: "checkpoint";
+    id: string;
+    mem?: number;
+    fs?: number;
+    clock?: number;
+    error?: string;
+  }
   | { type: "error"; id?: string; error: string };
 // Python's "result" event is built by pyrun_helper.py, its "display" and
 // "file" events by pyrun_display.py, to these types.

@@ -30,6 +30,11 @@ export interface Engine {
   settle?(req: RunRequest, answered: boolean): Promise<void>;
   /** The supervisor's go-ahead for more warming calls (warm.ts); absent: warm is refused. */
   warm?(calls: number): void;
+  /**
+   * Takes a checkpoint between calls and sends it (checkpoint.ts): a
+   * "checkpoint" event, its bytes after it; absent: checkpoint is refused.
+   */
+  checkpoint?(id: string): void;
 }
 
 /** Where the loop reads its lines, when the engine reads some too. */
@@ -69,6 +74,8 @@ export async function serve(
       send({ type: "pong", id: String((req as { id?: unknown }).id) });
     } else if (type === "warm" && engine.warm) {
       engine.warm(Number((req as { calls?: unknown }).calls) || 0);
+    } else if (type === "checkpoint" && engine.checkpoint) {
+      engine.checkpoint(String((req as { id?: unknown }).id));
     } else if (type === "run") {
       await runOne(engine, req as RunRequest);
     } else {

@@ -21,6 +21,16 @@ import { errorText, send, serve } from "./serve.ts";
 import { warmer } from "./warm.ts";
 import { namespaces } from "./sessions.ts";
 import type { SnapshotRead } from "./main.ts";
+import {
+  continueClock,
+  type HostFunctions,
+  installHost,
+  makeCheckpoint,
+  nonDurable,
+  restoreFiles,
+  restoreOptions,
+  sendCheckpoint,
+} from "./checkpoint.ts";
 
 /** Caps the wasm heap so that allocations past it raise MemoryError in Python. */
 function capWasmHeap(limit: number): void {
@@ -114,18 +124,38 @@ async function boot(
   cfg: HostConfig,
   snap: SnapshotRead,
 ): Promise<{ py: PyodideInterface; snapshotError: string }> {
-  if (!cfg.snapshot) return { py: await plainStart(false), snapshotError: "" };
+  if (cfg.restore) {
+    // A checkpoint that cannot be used fails the start: a plain start
+    // would be a session without its state (docs/sessions.md).
+    if (!snap.bytes) throw new Error(`checkpoint not read: ${snap.error ?? "no bytes"}`);
+    continueClock(cfg.restore.clock);
+    const mem = snap.bytes.subarray(0, cfg.restore.mem);
+    const opts = await restoreOptions(mem, pyodideOptions()!.indexURL!);
+    const py = await loadPyodide(
+      { ...pyodideOptions(), ...opts } as Parameters<typeof loadPyodide>[0],
+    );
+    restoreFiles(py.FS, snap.bytes.subarray(cfg.restore.mem));
+    return { py, snapshotError: "" };
+  }
+  if (!cfg.snapshot) return { py: await plainStart(!!cfg.checkpoints), snapshotError: "" };
   let snapshotError: string;
   try {
     if (!snap.bytes) throw new Error(snap.error ?? "it was not read");
-    // Pyodide checks the snapshot's magic number and build id.
-    const py = await loadPyodide({ ...pyodideOptions(), _loadSnapshot: snap.bytes });
+    // Pyodide checks the snapshot's magic number and build id. A session
+    // that takes checkpoints must boot able to make snapshots itself.
+    const py = await loadPyodide(
+      {
+        ...pyodideOptions(),
+        _loadSnapshot: snap.bytes,
+        ...(cfg.checkpoints ? { _makeSnapshot: true } : {}),
+      } as Parameters<typeof loadPyodide>[0],
+    );
     return { py, snapshotError: "" };
   } catch (e) {
     snapshotError = `snapshot ${cfg.snapshot} not used: ${e instanceof Error ? e.message : e}`;
     console.error(`pyrun worker: ${snapshotError}; starting without it`);
   }
-  return { py: await plainStart(false), snapshotError };
+  return { py: await plainStart(!!cfg.checkpoints), snapshotError };
 }
 
 /**
@@ -151,13 +181,24 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     return;
   }
   capWasmHeap(cfg.heap_limit);
+  // The host's functions Python reaches by name (checkpoint.ts), made below.
+  const host: HostFunctions = {};
+  if (cfg.checkpoints) installHost(["emit", "wait", "live", "load", "clear", "call"], host);
   const { py, snapshotError } = await boot(cfg, snap);
+  const restored = !!cfg.restore;
   py.setInterruptBuffer(shared.flag);
   const helper = py.pyimport("pyrun_helper") as unknown as Helper;
   let current = "";
   const lines = readLines(Deno.stdin, cfg.max_line);
   const loadFiles = packageLoader(py);
-  if (cfg.preload.length) {
+  // Native code loaded from here on makes the session's checkpoints unsafe
+  // (checkpoint.ts, nonDurable); files added to site-packages are kept.
+  const tableAtReady = (py as unknown as { _module: { wasmTable?: { length: number } } })._module
+    .wasmTable?.length ?? 0;
+  const site = py.runPython("import site; site.getsitepackages()[0]") as string;
+  const siteAtReady = new Set(py.FS.readdir(site) as string[]);
+  // A restored checkpoint holds its preloaded packages already.
+  if (cfg.preload.length && !restored) {
     const errors = await loadFiles(cfg.preload, (text) => console.error(text));
     if (errors.length) throw new Error(`preloading packages failed: ${errors.join("; ")}`);
     helper.preloaded(JSON.stringify(cfg.preload));
@@ -201,7 +242,26 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   };
   // pyrun's clean-up empties folders through Emscripten's FS, whose
   // readdir gives whole names (guards.ts, clearFolder).
-  helper.setup(emit, wait, () => live(shared), load, (path) => clearFolder(py.FS, path));
+  const clear = (path: string) => clearFolder(py.FS, path);
+  const liveNow = () => live(shared);
+  // Code mode: mcp_tools calls tools through the supervisor (toolcalls.ts).
+  const mcpTools = py.pyimport("mcp_tools") as unknown as McpTools;
+  const tools = toolChannel(lines, () => current, send);
+  if (cfg.checkpoints) {
+    // Python reaches these by name, so that a checkpoint holds paths that
+    // resolve to the restored process's own functions (checkpoint.ts).
+    Object.assign(host, { emit, wait, live: liveNow, load, clear, call: tools.call });
+    if (!restored) {
+      py.runPython(
+        "import pyrun_helper, mcp_tools\nfrom js import pyrunHost as _h\n" +
+          "pyrun_helper.setup(_h.emit, _h.wait, _h.live, _h.load, _h.clear)\n" +
+          "mcp_tools._setup(_h.call)\ndel _h",
+      );
+    }
+  } else {
+    helper.setup(emit, wait, liveNow, load, clear);
+    mcpTools._setup(tools.call);
+  }
   // Mounts first: making their folders is a change the guard refuses.
   const mounts = cfg.mounts ?? [];
   mountHostFolders(py, mounts);
@@ -212,15 +272,11 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   const fileGuard = guardFiles(py.FS, { change, write: [...change, "/dev"], host: rw });
   // A session's state starts with its first call: warming calls before it
   // run as stateless calls do and leave nothing behind.
-  let stateKept = !cfg.session;
+  let stateKept = !cfg.session || restored;
   // A session worker may hold several sessions' namespaces (sessions.ts).
   const spaces = cfg.session
     ? namespaces(py.FS, fileGuard, py.pyimport("pyrun_sessions") as never)
     : null;
-  // Code mode: mcp_tools calls tools through the supervisor (toolcalls.ts).
-  const mcpTools = py.pyimport("mcp_tools") as unknown as McpTools;
-  const tools = toolChannel(lines, () => current, send);
-  mcpTools._setup(tools.call);
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
   // A notice for a signal the current call started after is stale.
@@ -285,7 +341,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     await tools.idle();
     return true;
   };
-  const warming = warmer(cfg.warm_calls ?? 0, async (line) => {
+  const warming = warmer(restored ? 0 : cfg.warm_calls ?? 0, async (line) => {
     const req = JSON.parse(line) as RunRequest;
     // No signal sent so far is meant for it.
     req.interrupts = Atomics.load(shared.count, 0);
@@ -307,6 +363,23 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
           ? "bad request: namespace needs a session worker"
           : "",
       warm: (calls) => warming.allow(calls),
+      checkpoint(id) {
+        const why = !cfg.checkpoints
+          ? "this worker takes no checkpoints"
+          : nonDurable(py, tableAtReady);
+        if (why) {
+          send({ type: "checkpoint", id, error: why });
+          return;
+        }
+        try {
+          const added = (py.FS.readdir(site) as string[]).filter((n) => !siteAtReady.has(n))
+            .map((n) => `${site}/${n}`);
+          const roots = ["/home/pyodide", "/tmp", "/output", ...added];
+          sendCheckpoint(id, makeCheckpoint(py, roots, mounts.map((m) => m.path)));
+        } catch (e) {
+          send({ type: "checkpoint", id, error: `checkpoint failed: ${errorText(e)}` });
+        }
+      },
       run(req) {
         warming.stop();
         if (!stateKept) {

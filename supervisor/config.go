@@ -66,6 +66,14 @@ type Config struct {
 	// of MemoryLimit, at least 64 MiB.
 	IdleMemorySlack int64
 
+	// Checkpoints makes Python sessions' workers able to take checkpoints
+	// (checkpoint.go, docs/sessions.md): they boot with Pyodide's
+	// _makeSnapshot, which slows access to JavaScript objects a little.
+	Checkpoints bool
+	// MaxCheckpoint bounds a checkpoint's raw bytes (memory and files); a
+	// larger one is not taken. 0: DefaultMaxCheckpoint.
+	MaxCheckpoint int64
+
 	// Deps are PEP 508 requirements every worker loads before it is
 	// ready. nil: none.
 	Deps []string
@@ -217,6 +225,7 @@ func (c Config) withDefaults() Config {
 	c.MaxFiles = positiveOr(c.MaxFiles, 256)
 	c.MaxFileBytes = positiveOr(c.MaxFileBytes, 64<<20)
 	c.WarmCalls = cmp.Or(c.WarmCalls, DefaultWarmCalls)
+	c.MaxCheckpoint = positiveOr(c.MaxCheckpoint, DefaultMaxCheckpoint)
 	c.OSSandbox = cmp.Or(c.OSSandbox, oswall.ModeAuto)
 	c.WorkerOpenFiles = positiveOr(c.WorkerOpenFiles, oswall.DefaultOpenFiles)
 	c.WorkerFileSize = positiveOr(c.WorkerFileSize, oswall.DefaultFileSize)
@@ -291,6 +300,10 @@ type hostConfig struct {
 	// WarmCalls are the warming calls a worker runs while idle before its
 	// first call (pyodide-host/warm.ts).
 	WarmCalls int `json:"warm_calls,omitempty"`
+	// Checkpoints: a session's worker that takes checkpoints; Restore, the
+	// checkpoint it starts from (checkpoint.go).
+	Checkpoints bool         `json:"checkpoints,omitempty"`
+	Restore     *restoreSpec `json:"restore,omitempty"`
 }
 
 // maxRequestLine bounds a request line to a worker; code and globals are
@@ -308,6 +321,8 @@ type launch struct {
 	preload []packages.File
 	// session makes a Python session's worker (Pool.StartDedicated).
 	session bool
+	// restore, for a session's worker, is the checkpoint it starts from.
+	restore *restoreSpec
 	// primeCache makes a worker that may write Deno's cache, which takes
 	// no call (cacheprime.go).
 	primeCache bool
@@ -383,7 +398,17 @@ func denoFlags(rt *Runtime, e Engine, c Config, l launch) ([]string, grants, err
 	var write []string
 	if !l.makeSnapshot {
 		hc.Session = l.session
-		if feat.Warming && (c.Isolation != IsolationProcess || l.session) {
+		if l.session && feat.Snapshots && (c.Checkpoints || l.restore != nil) {
+			hc.Checkpoints = true
+			if l.restore != nil {
+				if strings.ContainsAny(l.restore.Path, ",") {
+					return fail(fmt.Errorf("checkpoint path %q contains a comma, which Deno's permission lists cannot hold", l.restore.Path))
+				}
+				read = append(read, l.restore.Path)
+				hc.Restore = l.restore
+			}
+		}
+		if feat.Warming && (c.Isolation != IsolationProcess || l.session) && l.restore == nil {
 			// A pool worker of IsolationProcess serves one call: warming
 			// it would only take CPU from the others.
 			hc.WarmCalls = max(c.WarmCalls, 0)

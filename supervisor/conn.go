@@ -21,6 +21,8 @@ import (
 type conn struct {
 	proc    *process
 	maxLine int // bound of an event line (maxEventLine)
+	// maxCheckpoint bounds a checkpoint's bytes (Config.MaxCheckpoint).
+	maxCheckpoint int64
 
 	events chan event // from readEvents; closed when stdout ends or breaks
 	// richQueued holds a token for each display or file event in events:
@@ -51,9 +53,10 @@ func maxEventLine(cfg Config) int { return max(16*cfg.MaxOutput, 1<<20) + 1<<20 
 
 func newConn(cfg Config) *conn {
 	return &conn{
-		maxLine:    maxEventLine(cfg),
-		events:     make(chan event, 64),
-		richQueued: make(chan struct{}, richQueue),
+		maxLine:       maxEventLine(cfg),
+		maxCheckpoint: cfg.withDefaults().MaxCheckpoint,
+		events:        make(chan event, 64),
+		richQueued:    make(chan struct{}, richQueue),
 	}
 }
 
@@ -103,6 +106,16 @@ func (c *conn) readEvents(p *process, r io.ReadCloser) {
 				_, _ = io.Copy(io.Discard, r)
 			}
 			return
+		}
+		if ev.Type == "checkpoint" {
+			// Its bytes follow the line; they are read whole here, or
+			// drained when over the bound (checkpoint.go).
+			if err := er.readBlob(&ev, c.maxCheckpoint); err != nil {
+				c.readErr = err
+				p.kill(retireProtocol)
+				_, _ = io.Copy(io.Discard, r)
+				return
+			}
 		}
 		if ev.Type == "display" || ev.Type == "file" {
 			select {

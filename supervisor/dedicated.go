@@ -31,6 +31,7 @@ type Dedicated struct {
 	lost string     // why it can take no more calls; guarded by mu
 	// gone is lost, for TryLost to read while a call holds mu.
 	gone atomic.Pointer[string]
+	seq  int // checkpoints asked for (checkpoint.go); guarded by mu
 }
 
 // StartDedicated starts a dedicated worker under the pool's configuration
@@ -38,6 +39,11 @@ type Dedicated struct {
 // nil, is called once the process has ended, whenever and however that is:
 // its owner learns of a worker killed from outside while it was idle.
 func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, error) {
+	return p.startDedicated(ctx, exited, nil)
+}
+
+// startDedicated is StartDedicated, from the checkpoint restore if given.
+func (p *Pool) startDedicated(ctx context.Context, exited func(), restore *restoreSpec) (*Dedicated, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -67,7 +73,7 @@ func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, e
 	if p.primer != nil {
 		p.primer.ensure(ctx, cfg, snap)
 	}
-	cmd, err := p.newCmd(cfg, launch{snapshot: snap, preload: preload, session: true})
+	cmd, err := p.newCmd(cfg, launch{snapshot: snap, preload: preload, session: true, restore: restore})
 	if err != nil {
 		return nil, fmt.Errorf("start a dedicated worker: %w", err)
 	}
@@ -75,7 +81,7 @@ func (p *Pool) StartDedicated(ctx context.Context, exited func()) (*Dedicated, e
 	if err == nil {
 		err = checkEngine(w, p.engine)
 	}
-	if snap != nil && ctx.Err() == nil && !errors.Is(err, errKilledStarting) {
+	if snap != nil && restore == nil && ctx.Err() == nil && !errors.Is(err, errKilledStarting) {
 		why := ""
 		if w != nil {
 			why = w.ready.SnapshotError

@@ -107,6 +107,14 @@ type event struct {
 	Dropped      map[string]int `json:"dropped"`
 	Recycle      string         `json:"recycle"`
 	DurationMS   float64        `json:"duration_ms"`
+
+	// checkpoint (checkpoint.go): the sizes of the memory snapshot and the
+	// files' blob whose bytes follow the line, the worker's clock then, and
+	// the bytes as read (not JSON: the reader fills it).
+	Mem   int64   `json:"mem"`
+	FS    int64   `json:"fs"`
+	Clock float64 `json:"clock"`
+	Blob  []byte  `json:"-"`
 }
 
 // errGarbage marks a worker that broke the protocol; it is retired.
@@ -161,6 +169,10 @@ func parseEvent(line []byte) (event, error) {
 			return event{}, fmt.Errorf("%w: output on unknown stream %q", errGarbage, clip([]byte(ev.Stream), 64))
 		}
 	case "package", "need":
+	case "checkpoint":
+		if ev.Mem < 0 || ev.FS < 0 || (ev.Error != "" && ev.Mem+ev.FS > 0) {
+			return event{}, fmt.Errorf("%w: checkpoint with bad sizes", errGarbage)
+		}
 	case "display", "file":
 		if err := checkRichEvent(ev); err != nil {
 			return event{}, fmt.Errorf("%w: %v", errGarbage, err)

@@ -73,6 +73,9 @@ type Result struct {
 	// SessionID is the Python session the call ran in; empty for a
 	// stateless call.
 	SessionID string
+	// Checkpoint, when set, says the session's worker was lost and the
+	// session went back to its checkpoint (docs/sessions.md).
+	Checkpoint *CheckpointRef
 
 	// Displays are what the call showed (display(), the last expression's
 	// rich form, matplotlib figures), in order; Files what it wrote under
@@ -213,4 +216,11 @@ func capValue(v string, max int, cut bool) string {
 	text := cutUTF8(v, max) + fmt.Sprintf("\n[pyrun: return value cut here: it exceeded the limit of %d bytes (max_output)]", max)
 	b, _ := json.Marshal(text)
 	return string(b)
+}
+
+// CheckpointRef names the checkpoint a session went back to: the state
+// after its call number AfterCall, taken at Taken.
+type CheckpointRef struct {
+	AfterCall int       `json:"after_call"`
+	Taken     time.Time `json:"taken"`
 }

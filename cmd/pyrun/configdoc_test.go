@@ -54,6 +54,7 @@ var configGroups = []configGroup{
 	{"Sessions", "[Sessions](sessions.md)", []string{
 		"session-idle", "session-max-age", "max-sessions", "client-max-sessions", "session-spares", "session-worker",
 		"sessions-per-worker", "max-session-workers", "instance-id",
+		"session-store", "checkpoint-delay", "max-checkpoint",
 	}},
 	{"Rich results and files", "[Rich results](rich-results.md)", []string{
 		"max-displays", "max-display-bytes", "output-ttl", "output-store", "output-store-files", "output-dir",
@@ -99,6 +100,7 @@ var derivedDefaults = map[string]string{
 	"go-memory-limit":          "derived from the other limits ([how](security.md#what-one-client-can-hold))",
 	"max-conns":                "1024, fewer under a low open-files limit",
 	"instance-id":              "the host name",
+	"session-store":            "`dir:` and pyrun's state folder, `$XDG_STATE_HOME/pyrun/sessions` or `~/.local/state/pyrun/sessions`",
 	"socket":                   "serve: none; stdio: `$XDG_RUNTIME_DIR/pyrun.sock`, else `/run/user/UID/pyrun.sock`",
 	"package-index":            "the CDN of the pinned Pyodide",
 	"public-url":               "`http://` and the listen address",
@@ -109,7 +111,7 @@ var derivedDefaults = map[string]string{
 
 // machineDefaults are the flags whose default the flag set works out from
 // the machine it runs on.
-var machineDefaults = []string{"workers", "runtime-dir"}
+var machineDefaults = []string{"workers", "runtime-dir", "session-store"}
 
 // configurationTables writes the generated part of the page: one table per
 // group, a row per flag with its config key, its default, whether a reload

@@ -291,8 +291,12 @@ type structured struct {
 	ExitCode     int             `json:"exit_code"`
 	DurationMS   float64         `json:"duration_ms"`
 	SessionID    string          `json:"session_id"`
-	Displays     []displayInfo   `json:"displays"`
-	Files        []fileInfo      `json:"files"`
+	Checkpoint   *struct {
+		AfterCall int    `json:"after_call"`
+		Taken     string `json:"taken"`
+	} `json:"checkpoint"`
+	Displays []displayInfo `json:"displays"`
+	Files    []fileInfo    `json:"files"`
 }
 
 type displayInfo struct {

@@ -99,12 +99,12 @@ func TestLimits(t *testing.T) {
 // pool and the front end.
 func TestLimitFlags(t *testing.T) {
 	cfgFile := t.TempDir() + "/pyrun.json"
-	if err := writeFile(cfgFile, `{"max_queue": 5, "queue_timeout": "3s", "memory_limit": "300MiB", "worker_log_rate": "32KiB", "idle_cpu": 0.2, "warm_calls": 50, "worker_open_files": 512, "client_max_workers": 3, "client_worker_idle": "2m"}`); err != nil {
+	if err := writeFile(cfgFile, `{"max_queue": 5, "queue_timeout": "3s", "memory_limit": "300MiB", "worker_log_rate": "32KiB", "idle_cpu": 0.2, "warm_calls": 50, "worker_open_files": 512, "client_max_workers": 3, "client_worker_idle": "2m", "max_checkpoint": "64MiB"}`); err != nil {
 		t.Fatal(err)
 	}
 	o, _, err := loadOptions("stdio", []string{"--config", cfgFile, "--timeout", "7s", "--max-output", "2KiB", "--max-code", "4KiB",
 		"--max-worker-threads", "32", "--idle-memory-slack", "100MiB", "--worker-log-per-call", "8KiB",
-		"--worker-file-size", "64MiB", "--os-sandbox", "required"})
+		"--worker-file-size", "64MiB", "--os-sandbox", "required", "--session-store", "dir:" + t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,8 @@ func TestLimitFlags(t *testing.T) {
 		MaxDisplays: 16, MaxDisplayBytes: 4 << 20, MaxFiles: 256, MaxFileBytes: 64 << 20,
 		ClientMaxWorkers: 3, ClientWorkerIdle: 2 * time.Minute,
 		MaxWorkerThreads: 32, IdleCPU: 0.2, IdleMemorySlack: 100 << 20, StderrLogPerCall: 8 << 10, StderrLogRate: 32 << 10, WarmCalls: 50,
-		OSSandbox: oswall.ModeRequired, WorkerOpenFiles: 512, WorkerFileSize: 64 << 20}
+		OSSandbox: oswall.ModeRequired, WorkerOpenFiles: 512, WorkerFileSize: 64 << 20,
+		Checkpoints: true, MaxCheckpoint: 64 << 20}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("pool config %+v, want %+v", got, want)
 	}

@@ -108,6 +108,9 @@ type options struct {
 	// session.go, mcp/netguard).
 	writeTimeout          time.Duration
 	sessionPendingResults int
+	sessionStore          string
+	checkpointDelay       time.Duration
+	maxCheckpoint         byteSize
 	sessionPendingBytes   byteSize
 	clientPendingBytes    byteSize
 	maxMCPSessions        int
@@ -540,6 +543,9 @@ func (o *options) poolConfig() supervisor.Config {
 		OSSandbox:       wall,
 		WorkerOpenFiles: o.workerOpenFiles,
 		WorkerFileSize:  int64(o.workerFileSize),
+
+		Checkpoints:   o.sessionStore != "none",
+		MaxCheckpoint: int64(o.maxCheckpoint),
 	}
 }
 

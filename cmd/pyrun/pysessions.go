@@ -4,13 +4,18 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/checkpoint"
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
@@ -27,6 +32,10 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.sessionsPerWorker, "sessions-per-worker", sessions.DefaultPerHost, "with --session-worker shared: Python or JavaScript sessions one session worker holds at most")
 	fs.IntVar(&o.maxSessionWorkers, "max-session-workers", sessions.DefaultMaxHosts, "worker processes for sessions at once, per language, spares included (with own session workers, also the most sessions)")
 	fs.IntVar(&o.sessionSpares, "session-spares", sessions.DefaultSpares, "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
+	o.maxCheckpoint = supervisor.DefaultMaxCheckpoint
+	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
+	fs.DurationVar(&o.checkpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken once it has had no call for this long after a result, off its calls' path")
+	fs.Var(&o.maxCheckpoint, "max-checkpoint", "largest checkpoint of a Python session (its memory and files, before compression); a larger session is not checkpointed, and says so in the log (bytes or 256MiB)")
 	fs.StringVar(&o.instanceID, "instance-id", "", "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name so reduced)")
 }
 
@@ -48,6 +57,15 @@ func (o *options) checkSessions() error {
 	}
 	if o.sessionWorker != sessionShared && o.sessionWorker != sessionOwn {
 		return fmt.Errorf("session-worker must be %q or %q, not %q", sessionShared, sessionOwn, o.sessionWorker)
+	}
+	if _, err := parseSessionStore(o.sessionStore); err != nil {
+		return err
+	}
+	switch {
+	case o.checkpointDelay <= 0:
+		return fmt.Errorf("checkpoint-delay must be positive, not %s", o.checkpointDelay)
+	case o.maxCheckpoint < 32<<20:
+		return fmt.Errorf("max-checkpoint must be at least 32MiB (an empty session's memory), not %s", o.maxCheckpoint)
 	}
 	if o.instanceID == "" {
 		return nil
@@ -117,7 +135,69 @@ func setSessionLimits(l *sessions.Languages, o *options) {
 }
 
 func (o *options) mcpSessionOptions() mcp.SessionOptions {
-	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, IdleCPU: o.idleCPU}
+	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, IdleCPU: o.idleCPU,
+		Durable: o.sessionStore != "none"}
+}
+
+// defaultSessionStore is a folder in pyrun's state folder:
+// $XDG_STATE_HOME/pyrun/sessions, or ~/.local/state/pyrun/sessions.
+func defaultSessionStore() string {
+	dir := os.Getenv("XDG_STATE_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "dir:" + filepath.Join(os.TempDir(), "pyrun-state", "sessions")
+		}
+		dir = filepath.Join(home, ".local", "state")
+	}
+	return "dir:" + filepath.Join(dir, "pyrun", "sessions")
+}
+
+// parseSessionStore checks --session-store: the folder of dir:PATH, a
+// redis:// URL as it is, or "" for none.
+func parseSessionStore(v string) (string, error) {
+	switch {
+	case v == "none":
+		return "", nil
+	case strings.HasPrefix(v, "dir:") && len(v) > len("dir:"):
+		return filepath.Clean(strings.TrimPrefix(v, "dir:")), nil
+	case strings.HasPrefix(v, "redis://") || strings.HasPrefix(v, "rediss://"):
+		if _, err := redis.ParseURL(v); err != nil {
+			return "", fmt.Errorf("session-store: %w", err)
+		}
+		return v, nil
+	}
+	return "", fmt.Errorf("session-store must be dir:PATH, redis://HOST:PORT/DB or none, not %q", v)
+}
+
+// sessionKeeper keeps the checkpoints of pool's sessions in the store
+// --session-store names, or is nil for none.
+func sessionKeeper(o *options, pool *supervisor.Pool, log hclog.Logger) sessions.Checkpointer {
+	where, _ := parseSessionStore(o.sessionStore) // checked by check
+	if where == "" {
+		return nil
+	}
+	var store checkpoint.Store
+	var err error
+	tmp := filepath.Join(where, ".restore")
+	if strings.HasPrefix(where, "redis") {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		store, err = checkpoint.OpenRedis(ctx, where)
+		cancel()
+		tmp = filepath.Join(os.TempDir(), fmt.Sprintf("pyrun-restore-%d", os.Getpid()))
+	} else {
+		store, err = checkpoint.OpenDir(where)
+	}
+	if err == nil {
+		var k *checkpoint.Keeper
+		k, err = checkpoint.NewKeeper(store, pool, tmp, int64(o.maxCheckpoint), log)
+		if err == nil {
+			return k
+		}
+	}
+	// Sessions work without checkpoints, as they did before them.
+	log.Warn("python sessions' checkpoints are off", "error", err.Error())
+	return nil
 }
 
 // startSessions keeps sessions of l on workers pool starts for them.
@@ -126,9 +206,16 @@ func startSessions(o *options, l lang.Language, pool *supervisor.Pool, log hclog
 	if o.sharedSessions(l) {
 		perHost = o.sessionsPerWorker
 	}
+	var keeper sessions.Checkpointer
+	if l.ID == lang.Python.ID {
+		// Only Python's workers take checkpoints (Pyodide's memory snapshots).
+		keeper = sessionKeeper(o, pool, log.Named("checkpoints"))
+	}
 	return sessions.New(sessions.Options{
-		Instance: o.instance(),
-		Language: l.Title,
+		Checkpoints:     keeper,
+		CheckpointDelay: o.checkpointDelay,
+		Instance:        o.instance(),
+		Language:        l.Title,
 		Start: func(ctx context.Context, exited func()) (sessions.Worker, error) {
 			return pool.StartDedicated(ctx, exited)
 		},

@@ -157,6 +157,8 @@ func TestServeSessionsAccess(t *testing.T) {
 
 	id := alice.inSession(t, "new", "secret = 'alice'").sc.SessionID
 	theirs := bob.sessionToolError(t, map[string]any{"python_code": "secret", "session_id": id}, "unknown", `session_id "new"`)
+	// Nor can he fork it (docs/sessions.md, Durable sessions).
+	bob.sessionToolError(t, map[string]any{"python_code": "secret", "session_id": "fork:" + id}, "unknown")
 	unknownID := id[:len(id)-4] + "0000"
 	if id[len(id)-4:] == "0000" {
 		unknownID = id[:len(id)-4] + "1111"

@@ -175,7 +175,9 @@ func TestSessionOrder(t *testing.T) {
 // stops keeps the session's state; one that must be killed loses it, and
 // the result and every later call say so.
 func TestSessionTimeoutAndLoss(t *testing.T) {
-	s := newServer(t, "--workers", "1")
+	// Without checkpoints: with them, the session goes back to its last
+	// one instead (durable_test.go).
+	s := newServer(t, "--workers", "1", "--session-store", "none")
 	id := s.inSession(t, "new", "x = 1").sc.SessionID
 
 	r := s.inSession(t, id, "x = 2\nwhile True:\n    pass", "timeout_seconds", 1)
@@ -303,8 +305,27 @@ func TestSessionOptions(t *testing.T) {
 // outside (an administrator, the kernel's OOM killer) while no call runs
 // ends at once, and its next call says the state is lost.
 func TestSessionWorkerKilledWhileIdle(t *testing.T) {
-	s := newServer(t, "--workers", "1")
+	// Without checkpoints (see durable_test.go for with).
+	s := newServer(t, "--workers", "1", "--session-store", "none")
 	id := s.inSession(t, "new", "x = 1").sc.SessionID
+	if err := syscall.Kill(s.lastSessionWorkerPID(t), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	if err := s.log.waitFor(ctx, "the session to end", func(c map[string]int) bool {
+		return c["python session ended"] >= 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s.sessionToolError(t, map[string]any{"python_code": "x", "session_id": id}, id, "lost", `session_id "new"`)
+	wantValue(t, s.inSession(t, "new", "2"), "2")
+}
+
+// lastSessionWorkerPID is the pid of the session worker that became ready
+// last, from pyrun's log.
+func (s *server) lastSessionWorkerPID(t *testing.T) int {
+	t.Helper()
 	pid := 0
 	for _, line := range strings.Split(s.log.tail(), "\n") {
 		var rec struct {
@@ -318,18 +339,7 @@ func TestSessionWorkerKilledWhileIdle(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("no pid in the log's 'dedicated worker ready' line")
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
-	defer cancel()
-	if err := s.log.waitFor(ctx, "the session to end", func(c map[string]int) bool {
-		return c["python session ended"] >= 1
-	}); err != nil {
-		t.Fatal(err)
-	}
-	s.sessionToolError(t, map[string]any{"python_code": "x", "session_id": id}, id, "lost", `session_id "new"`)
-	wantValue(t, s.inSession(t, "new", "2"), "2")
+	return pid
 }
 
 // TestSessionIdleCPU: a Python session whose asyncio task, and a

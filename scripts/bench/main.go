@@ -57,7 +57,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "local", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "reuse", "clients", "sessions", "languages", "tsclient", "wall", "reference", "lb"}
+var measurements = []string{"warm", "http", "spawn", "local", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "reuse", "clients", "sessions", "languages", "tsclient", "wall", "checkpoint", "reference", "lb"}
 
 // byDefault are the measurements a plain run makes: lb needs nginx and two
 // cores to itself, so it runs only when asked for (-only lb); reference
@@ -349,6 +349,11 @@ func run(ctx context.Context, o *opts) error {
 		{"wall", fmt.Sprintf("the OS sandbox: one-worker pools with --os-sandbox off and auto, network public and none, %d runs", o.runs),
 			func(ctx context.Context) (err error) {
 				rep.Wall, err = benchWall(ctx, rt, o.runs, o.n, o.warmup)
+				return err
+			}},
+		{"checkpoint", fmt.Sprintf("durable sessions: %d back-to-back session calls with checkpoints off and on, restore after a worker's death, checkpoint sizes", o.n),
+			func(ctx context.Context) (err error) {
+				rep.Checkpoint, err = benchCheckpoint(ctx, rt, o.n)
 				return err
 			}},
 		{"reference", fmt.Sprintf("mcp-run-python 0.0.22 at %s beside pyrun: cold start, warm calls, the agent run, %d runs", o.reference, o.runs),

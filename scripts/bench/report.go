@@ -39,6 +39,7 @@ type report struct {
 	FirstCallsIdle *firstCallsReport `json:"first_calls_after_idle,omitempty"`
 	Reuse          *reuseReport      `json:"after_replacement,omitempty"`
 	Clients        *clientsReport    `json:"clients,omitempty"`
+	Checkpoint     *checkpointReport `json:"checkpoint,omitempty"`
 	LB             *lbReport         `json:"load_balanced,omitempty"`
 	ToolCall       *toolCallReport   `json:"tool_call,omitempty"`
 	Languages      []languageReport  `json:"languages,omitempty"`
@@ -191,6 +192,9 @@ func (r *report) checkTargets() []target {
 		atMost("\"new\" session call / warm call, p50", s.NewOverWarm, 3, "x")
 		atMost("100 open sessions, --workers 2: pyrun and workers RSS", s.RSSMiB, 1536, "MiB")
 		atLeast("100 open sessions kept their own state", map[bool]float64{true: 1}[s.StateKept], 1, "")
+	}
+	if c := r.Checkpoint; c != nil {
+		atMost("session calls with checkpoints / without", c.OnRatio, 1.5, "x")
 	}
 	if u := r.Reuse; u != nil {
 		atMost("after a replacement joins: 20 calls / settled", u.Ratio, 1.2, "x")
@@ -370,6 +374,14 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "agent run, %d blocks over stdio (median of %d): one Python session %.1f ms (its start %.1f ms, the other %d calls %.1f ms); stateless replay %.1f ms; session / replay %.2fx, without the start %.2fx\n",
 			len(agentBlocks), a.Runs, a.SessionMS, a.StartMS, len(agentBlocks)-1, a.RestMS, a.StatelessMS, a.SessionOverStateless, a.RestOverStateless)
 		fmt.Fprintf(w, "  a session's first call %s after the one before (a worker started ahead waits for it): %.1f ms\n", agentPause, a.StartAfterPauseMS)
+	}
+	if c := r.Checkpoint; c != nil {
+		fmt.Fprintf(w, "durable sessions, %d back-to-back session calls (median): checkpoints off %.3f ms, on %.3f ms (%.2fx)\n",
+			c.Calls, c.OffMS, c.OnMS, c.OnRatio)
+		for _, sz := range c.Sizes {
+			fmt.Fprintf(w, "  %s: %.1f MiB raw, %.2f MiB stored, taken in %.0f ms; a call whose worker died, with the restore %.0f ms; the next call %.1f ms\n",
+				sz.What, sz.RawMiB, sz.StoredMiB, sz.TakeMS, sz.RestoreMS, sz.NextMS)
+		}
 	}
 	if u := r.Reuse; u != nil {
 		fmt.Fprintf(w, "a settled two-worker pool, its idle worker replaced (median of %d): calls %d-%d %.3f ms, the %d calls after the replacement joined %.3f ms: %.2fx; %d of the runs had a call on the replacement\n",

@@ -22,7 +22,10 @@ func (m *Manager) expire() {
 				continue
 			}
 			// No call runs, so Lost does not wait.
-			if why := s.w.Lost(); why != "" {
+			if s.w == nil {
+				// A session of a previous run, restored at its next call.
+			} else if why := s.w.Lost(); why != "" && !(lostReason(why) == EndLost && m.opts.Checkpoints != nil && s.ckptCalls > 0) {
+				// (With a checkpoint, its next call continues from it.)
 				m.endLocked(s, lostReason(why), m.errorf(ErrLost, ": session %q ended because its worker was lost while idle (%s), and its state with it", s.id, why))
 				continue
 			}
@@ -38,6 +41,11 @@ func (m *Manager) expire() {
 			}
 			if d := min(idleAt.Sub(now), ageAt.Sub(now)); next < 0 || d < next {
 				next = d
+			}
+		}
+		for id, sv := range m.dormant {
+			if m.pastLifetimeLocked(sv, now) {
+				m.deleteSavedLocked(id)
 			}
 		}
 		if d := m.expireSparesLocked(now); d >= 0 && (next < 0 || d < next) {
@@ -97,7 +105,7 @@ func (m *Manager) Close(ctx context.Context) error {
 			err = fmt.Errorf("close %s sessions: calls still running: %w", m.lang, ctx.Err())
 			m.mu.Lock()
 			for _, s := range m.open {
-				if s.held {
+				if s.held && s.w != nil {
 					s.w.Kill("pyrun is shutting down")
 				}
 			}
@@ -105,6 +113,7 @@ func (m *Manager) Close(ctx context.Context) error {
 			<-idle
 		}
 	}
+	m.finalCheckpoints(ctx)
 	m.mu.Lock()
 	for _, s := range m.open {
 		m.endLocked(s, EndShutdown, m.errorf(ErrClosed, ""))

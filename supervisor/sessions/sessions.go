@@ -182,6 +182,12 @@ type Options struct {
 	// for its pool's workers, so that the two starts do not share the
 	// cores. It returns early when ctx is done.
 	SpareAfter func(ctx context.Context)
+	// Checkpoints, when not nil, keeps checkpoints of the sessions
+	// (durable.go): taken CheckpointDelay (0: DefaultCheckpointDelay)
+	// after a call, and a session whose worker is lost continues from its
+	// last one.
+	Checkpoints     Checkpointer
+	CheckpointDelay time.Duration
 }
 
 // Call is one call to a session.
@@ -219,6 +225,10 @@ type Stats struct {
 	// HostRefusals counts new sessions refused for want of a host
 	// (Limits.MaxHosts).
 	HostRefusals int64
+	// Checkpoints taken, those that failed or were refused, and sessions
+	// continued from one after their worker was lost (durable.go).
+	Checkpoints, CheckpointFailures, Restores int64
+	Forks                                     int64 // sessions started as a copy of another
 }
 
 // Manager keeps the sessions of one pyrun. Its methods are safe for
@@ -235,11 +245,14 @@ type Manager struct {
 	closing       context.Context
 	cancelClosing context.CancelFunc
 
-	mu         sync.Mutex
-	limits     Limits
-	open       map[string]*session
-	starting   map[string]int // new sessions being started, by client
-	gone       map[string]tomb
+	mu       sync.Mutex
+	limits   Limits
+	open     map[string]*session
+	starting map[string]int // new sessions being started, by client
+	gone     map[string]tomb
+	// dormant are sessions of a previous run with checkpoints in the
+	// store, waiting for a call (durable.go, adoptSaved).
+	dormant    map[string]Saved
 	goneOrder  []string // ids in gone, oldest first
 	running    int      // calls on a worker now
 	closed     bool
@@ -264,6 +277,11 @@ type session struct {
 	busy      int  // calls running or waiting their turn
 	held      bool // a call has the turn
 	line      []chan struct{}
+	// Checkpoints (durable.go): the calls the last one covers (0: none),
+	// the timer that takes the next, and why the session cannot have one.
+	ckptCalls  int
+	ckptTimer  *time.Timer
+	notDurable string
 }
 
 // tomb remembers an ended session, to say why a later call fails.
@@ -291,10 +309,12 @@ func New(o Options) *Manager {
 		open:     map[string]*session{},
 		starting: map[string]int{},
 		gone:     map[string]tomb{},
+		dormant:  map[string]Saved{},
 		counts:   Stats{Ends: map[string]int64{}},
 	}
 	m.closing, m.cancelClosing = context.WithCancel(context.Background())
 	m.spareDone = make(chan struct{})
+	m.adoptSaved()
 	m.wg.Add(1)
 	go m.expire()
 	if o.PerHost > 0 {
@@ -356,8 +376,12 @@ func (m *Manager) Stats() Stats {
 func (m *Manager) Run(ctx context.Context, c Call, ev supervisor.Events) (supervisor.Result, error) {
 	var s *session
 	var err error
-	if c.Session == NewSession {
-		s, err = m.start(ctx, c.Job.Client)
+	if src, ok := strings.CutPrefix(c.Session, ForkPrefix); ok {
+		s, err = m.start(ctx, c.Job.Client, func(ctx context.Context) (Worker, error) {
+			return m.fork(ctx, src, c.Job)
+		})
+	} else if c.Session == NewSession {
+		s, err = m.start(ctx, c.Job.Client, nil)
 	} else {
 		s, err = m.enter(ctx, c.Session, c.Job)
 	}
@@ -373,8 +397,9 @@ func (m *Manager) Run(ctx context.Context, c Call, ev supervisor.Events) (superv
 	return m.runIn(ctx, s, c, ev)
 }
 
-// start makes a new session with a worker of its own, holding its turn.
-func (m *Manager) start(ctx context.Context, client string) (*session, error) {
+// start makes a new session with a worker of its own, holding its turn:
+// the one with starts, or else a spare or a new one.
+func (m *Manager) start(ctx context.Context, client string, with func(context.Context) (Worker, error)) (*session, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -404,37 +429,46 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 	m.starting[client]++
 	m.running++ // Close waits for the start, then for the call
 	began := time.Now()
-	// A shared host of the client's with room: no worker starts.
-	w := m.placeLocked(client)
-	var spare Worker
-	var err error
-	if w == nil && m.opts.PerHost > 0 {
-		if err := m.roomForHostLocked(client); err != nil {
-			m.starting[client]--
-			if m.starting[client] == 0 {
-				delete(m.starting, client)
+	var w Worker
+	if with == nil {
+		// A shared host of the client's with room: no worker starts.
+		w = m.placeLocked(client)
+		if w == nil && m.opts.PerHost > 0 {
+			if err := m.roomForHostLocked(client); err != nil {
+				m.starting[client]--
+				if m.starting[client] == 0 {
+					delete(m.starting, client)
+				}
+				m.doneLocked()
+				m.mu.Unlock()
+				return nil, err
 			}
-			m.doneLocked()
-			m.mu.Unlock()
-			return nil, err
+			m.hostsPending++
 		}
-		m.hostsPending++
 	}
+	var err error
+	var spare Worker
 	if w == nil {
-		spare, err = m.awaitSpareLocked(ctx)
+		if with == nil {
+			spare, err = m.awaitSpareLocked(ctx)
+		}
 		m.mu.Unlock()
 		w = spare
-		if w == nil && err == nil {
+		if with != nil {
+			// A session continued from a checkpoint has a worker of its own
+			// (durable.go), started from it.
+			w, err = with(ctx)
+		} else if w == nil && err == nil {
 			// A worker that dies while its session is idle ends the session at
 			// once (the expiry loop looks), rather than at the next call.
 			w, err = m.opts.Start(ctx, m.kick)
 		}
 		m.mu.Lock()
-		if m.opts.PerHost > 0 {
+		if with == nil && m.opts.PerHost > 0 {
 			m.hostsPending--
-		}
-		if err == nil && m.opts.PerHost > 0 && !m.closed {
-			w = m.hostLocked(client, w)
+			if err == nil && !m.closed {
+				w = m.hostLocked(client, w)
+			}
 		}
 	}
 	defer m.mu.Unlock()
@@ -449,6 +483,10 @@ func (m *Manager) start(ctx context.Context, client string) (*session, error) {
 		}
 		if errors.Is(err, supervisor.ErrClosed) {
 			return nil, m.errorf(ErrClosed, "")
+		}
+		var se *sessionError
+		if errors.As(err, &se) {
+			return nil, err // the fork's source: unknown, ended, busy
 		}
 		return nil, m.errorf(ErrStart, ": %v", err)
 	}
@@ -476,6 +514,9 @@ func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*se
 	}
 	m.mu.Lock()
 	s := m.open[id]
+	if s == nil {
+		s = m.wakeLocked(id, client)
+	}
 	if s == nil || !m.owns(s.owner, client) {
 		err := m.goneErrLocked(id, client)
 		if s != nil {
@@ -556,6 +597,29 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	job.KeepOutput = true // a session keeps its /output/ (docs/contract.md section 9)
 	var res supervisor.Result
 	var err error
+	var rolled *Saved // the checkpoint the session went back to
+	// A worker lost while the session was idle: its checkpoint continues it.
+	if m.restorable(s) {
+		if s.w == nil {
+			// A session of a previous run: its first call here restores it.
+			saved, rerr := m.restore(context.WithoutCancel(ctx), s)
+			if rerr != nil {
+				m.mu.Lock()
+				defer m.mu.Unlock()
+				m.doneLocked()
+				s.busy--
+				m.passLocked(s)
+				e := m.errorf(ErrLost, ": session %q could not be restored from its checkpoint: %v", s.id, rerr)
+				m.endLocked(s, EndLost, e)
+				return supervisor.Result{SessionID: s.id}, e
+			}
+			_ = saved // its state is the latest: nothing was rolled back
+		} else if why := s.w.Lost(); why != "" && lostReason(why) == EndLost {
+			if saved, rerr := m.restore(context.WithoutCancel(ctx), s); rerr == nil {
+				rolled = &saved
+			}
+		}
+	}
 	ran := job.Code != "" || !c.End
 	if ran {
 		res, err = s.w.Run(ctx, job, ev)
@@ -563,6 +627,30 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	lost := ""
 	if errors.Is(err, supervisor.ErrWorkerLost) || res.Status != "" {
 		lost = s.w.Lost()
+	}
+	restoreErr := ""
+	if lost != "" && lostReason(lost) == EndLost && m.restorable(s) {
+		if saved, rerr := m.restore(context.WithoutCancel(ctx), s); rerr == nil {
+			rolled = &saved
+			if res.Status == "" {
+				// The call did not run: the session goes on, this call failed.
+				res.Status, res.Error = supervisor.StatusCrashed, err.Error()
+				err = nil
+			}
+			res.Error = strings.TrimSuffix(res.Error, "\n") + fmt.Sprintf("\n\npyrun: the session's worker was lost (%s); the session continues from its checkpoint after call %d: what later calls did is undone", lost, saved.AfterCall)
+			lost = ""
+		} else {
+			restoreErr = "; its checkpoint could not be restored: " + rerr.Error()
+		}
+	} else if lost != "" {
+		m.mu.Lock()
+		if s.notDurable != "" {
+			restoreErr = "; it had no checkpoint: " + s.notDurable
+		}
+		m.mu.Unlock()
+	}
+	if rolled != nil {
+		res.Checkpoint = &supervisor.CheckpointRef{AfterCall: rolled.AfterCall, Taken: rolled.Taken}
 	}
 
 	m.mu.Lock()
@@ -576,7 +664,7 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	res.SessionID = s.id
 	switch {
 	case lost != "":
-		e := m.errorf(ErrLost, ": session %q ended because its worker was lost (%s), and its state with it", s.id, lost)
+		e := m.errorf(ErrLost, ": session %q ended because its worker was lost (%s), and its state with it%s", s.id, lost, restoreErr)
 		m.endLocked(s, lostReason(lost), e)
 		if res.Status == "" {
 			return res, e
@@ -592,7 +680,17 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	if !ran {
 		res.Status = supervisor.StatusSuccess
 	}
+	if m.open[s.id] == s {
+		m.scheduleCheckpointLocked(s)
+	}
 	return res, err
+}
+
+// restorable says whether s has a checkpoint to continue from.
+func (m *Manager) restorable(s *session) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.opts.Checkpoints != nil && s.ckptCalls > 0
 }
 
 func (m *Manager) ageErr(s *session) error {
@@ -635,6 +733,14 @@ func (m *Manager) endLocked(s *session, reason string, why error) {
 		m.goneOrder = m.goneOrder[1:]
 	}
 	m.counts.Ends[reason]++
+	if s.ckptTimer != nil {
+		s.ckptTimer.Stop()
+		s.ckptTimer = nil
+	}
+	if s.ckptCalls > 0 && reason != EndShutdown {
+		// At shutdown they stay, for the next run (durable.go).
+		m.deleteCheckpointsLocked(s)
+	}
 	m.log.Info("python session ended", "python_session", s.id, "reason", reason, "client", s.owner,
 		"calls", s.calls, "age", time.Since(s.started).Round(time.Millisecond), "open", len(m.open))
 	m.closeWorker(s.w)
@@ -642,6 +748,9 @@ func (m *Manager) endLocked(s *session, reason string, why error) {
 
 // closeWorker stops w in the background. m.mu is held.
 func (m *Manager) closeWorker(w Worker) {
+	if w == nil {
+		return // a session of a previous run, not restored yet
+	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()

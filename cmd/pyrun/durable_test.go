@@ -1,0 +1,214 @@
+package main
+
+// End-to-end tests of durable sessions (docs/sessions.md, Durable sessions):
+// checkpoints in a dir: store, and a session that goes back to its last one
+// when its worker is lost.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pyrun/pyrun/internal/testtier"
+)
+
+// checkpointFiles are the session's records in a dir: store.
+func checkpointFiles(t *testing.T, dir, id string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, id+"*.ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// waitFor polls cond until it holds, or fails after limit.
+func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, limit)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A session whose worker dies goes back to its last checkpoint: its values
+// and files are those after the call the checkpoint covers, the result says
+// so and names that call (structuredContent.checkpoint), later calls go on,
+// and end_session deletes the checkpoints.
+func TestSessionRollsBackToItsCheckpoint(t *testing.T) {
+	store := t.TempDir()
+	s := newServer(t, "--workers", "1", "--session-store", "dir:"+store, "--checkpoint-delay", "100ms")
+	r := s.inSession(t, "new", "x = 41\nopen('notes.txt', 'w').write('kept')\nx")
+	id := r.sc.SessionID
+	waitFor(t, "the session's first checkpoint", 60*time.Second, func() bool {
+		return len(checkpointFiles(t, store, id)) > 0
+	})
+	// Its worker dies in the middle of a call that changed the state.
+	r = s.inSession(t, id, "x = 100\nopen('notes.txt', 'w').write('lost')\nimport js\njs.Deno.exit(3)")
+	if r.sc.Status == "success" || r.sc.Checkpoint == nil || r.sc.Checkpoint.AfterCall != 1 {
+		t.Fatalf("the call whose worker died: status %s, checkpoint %+v, want a failure naming call 1\n%s", r.sc.Status, r.sc.Checkpoint, r.text)
+	}
+	if !strings.Contains(r.text, "continues from its checkpoint after call 1") {
+		t.Errorf("the result does not say the session went back to call 1:\n%s", r.text)
+	}
+	r = s.inSession(t, id, "[x, open('notes.txt').read()]")
+	if r.sc.Status != "success" || strings.Join(strings.Fields(string(r.sc.ReturnValue)), "") != `[41,"kept"]` || r.sc.Checkpoint != nil {
+		t.Fatalf("after the rollback: %s %s %+v\n%s", r.sc.Status, r.sc.ReturnValue, r.sc.Checkpoint, r.text)
+	}
+	// Its worker killed while the session is idle: the next call goes on
+	// from the checkpoint.
+	pid := s.lastSessionWorkerPID(t)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "pyrun to reap the killed worker", 30*time.Second, func() bool {
+		return syscall.Kill(pid, 0) != nil
+	})
+	r = s.inSession(t, id, "x")
+	if r.sc.Status != "success" || string(r.sc.ReturnValue) != "41" || r.sc.Checkpoint == nil {
+		t.Fatalf("the call after its worker was killed while idle: %s %s %+v\n%s", r.sc.Status, r.sc.ReturnValue, r.sc.Checkpoint, r.text)
+	}
+	s.inSession(t, id, "", "end_session", true)
+	waitFor(t, "end_session deletes the checkpoints", 30*time.Second, func() bool {
+		return len(checkpointFiles(t, store, id)) == 0
+	})
+}
+
+// Without a store (--session-store none) nothing is written and a lost
+// worker loses the session, as before checkpoints.
+func TestSessionStoreNone(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("XDG_STATE_HOME", home)
+	s := newServer(t, "--workers", "1", "--session-store", "none", "--checkpoint-delay", "100ms")
+	r := s.inSession(t, "new", "x = 1")
+	id := r.sc.SessionID
+	s.inSession(t, id, "x += 1")
+	r = s.inSession(t, id, "import js\njs.Deno.exit(3)")
+	if r.sc.Checkpoint != nil || !strings.Contains(r.text, "was lost") {
+		t.Fatalf("a lost worker without a store: %+v\n%s", r.sc.Checkpoint, r.text)
+	}
+	if ents, _ := os.ReadDir(home); len(ents) != 0 {
+		t.Errorf("--session-store none wrote to the state folder: %v", ents)
+	}
+}
+
+// session_id "fork:ID" starts a new session as a copy of ID's state, files
+// included; the two go their own ways. An unknown ID is a tool error.
+func TestSessionFork(t *testing.T) {
+	s := newServer(t, "--workers", "1", "--session-store", "dir:"+t.TempDir())
+	a := s.inSession(t, "new", "x = [1]\nopen('f.txt', 'w').write('a')").sc.SessionID
+	r := s.mustCall(t, map[string]any{"python_code": "x.append(2)\nopen('f.txt', 'a').write('b')\n[x, open('f.txt').read()]", "session_id": "fork:" + a})
+	b := r.sc.SessionID
+	if r.sc.Status != "success" || b == a || !sessionIDPattern.MatchString(b) {
+		t.Fatalf("the fork: %s session %q (of %q)\n%s", r.sc.Status, b, a, r.text)
+	}
+	if got := strings.Join(strings.Fields(string(r.sc.ReturnValue)), ""); got != `[[1,2],"ab"]` {
+		t.Errorf("the fork's state %s", got)
+	}
+	r = s.inSession(t, a, "[x, open('f.txt').read()]")
+	if got := strings.Join(strings.Fields(string(r.sc.ReturnValue)), ""); got != `[[1],"a"]` {
+		t.Errorf("the original after the fork %s", got)
+	}
+	s.sessionToolError(t, map[string]any{"python_code": "1", "session_id": "fork:" + a + "0"}, "unknown")
+}
+
+// A pyrun started again with the same store (and instance id) continues
+// the sessions of the one before: what their last calls left, files
+// included, with the same ids; pyrun takes the checkpoint at shutdown.
+func TestSessionsContinueAfterARestart(t *testing.T) {
+	store := t.TempDir()
+	restartContinues(t, "dir:"+store, func(id string) int { return len(checkpointFiles(t, store, id)) })
+}
+
+// The same through a redis:// store: Debian's redis-server on loopback.
+func TestSessionsContinueAfterARestartThroughRedis(t *testing.T) {
+	testtier.Needs(t, "redis-server")
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed (Debian package redis-server; .ci/run installs it): %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitFor(t, "redis-server to listen", 10*time.Second, func() bool {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	restartContinues(t, url, func(id string) int {
+		out, _ := exec.Command("redis-cli", "-p", fmt.Sprint(port), "exists", "pyrun:ckpt:"+id).Output()
+		return map[bool]int{true: 1, false: 0}[strings.TrimSpace(string(out)) == "1"]
+	})
+}
+
+// restartContinues runs a session in one pyrun with store, stops it, and
+// continues the session in a second; records counts a session's records.
+func restartContinues(t *testing.T, store string, records func(id string) int) {
+	needBinary(t)
+	args := []string{"--workers", "1", "--session-store", store, "--instance-id", "box-7",
+		"--checkpoint-delay", "1h"} // only the shutdown's checkpoint
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	first, err := startServer(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := first.inSession(t, "new", "x = 41\nopen('notes.txt', 'w').write('kept')").sc.SessionID
+	first.inSession(t, id, "x += 1")
+	if err := first.session.Close(); err != nil {
+		t.Fatalf("the first pyrun did not exit cleanly: %v\n%s", err, first.log.tail())
+	}
+	if records(id) == 0 {
+		t.Fatalf("no checkpoint of %s after the first pyrun stopped", id)
+	}
+
+	second := newServer(t, args...)
+	r := second.inSession(t, id, "[x, open('notes.txt').read()]")
+	if got := strings.Join(strings.Fields(string(r.sc.ReturnValue)), ""); r.sc.Status != "success" || got != `[42,"kept"]` {
+		t.Fatalf("the session after a restart: %s %s\n%s", r.sc.Status, got, r.text)
+	}
+	second.inSession(t, id, "", "end_session", true)
+	waitFor(t, "end_session deletes the checkpoints", 30*time.Second, func() bool {
+		return records(id) == 0
+	})
+}
+
+// A session that loaded native code is not durable: its checkpoint is
+// refused, and when its worker dies the result says the state is lost and
+// why there was no checkpoint.
+func TestSessionWithNativeCodeIsNotDurable(t *testing.T) {
+	s := newServer(t, "--workers", "1", "--session-store", "dir:"+t.TempDir(), "--checkpoint-delay", "100ms")
+	id := s.inSession(t, "new", "import ctypes\ncb = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 1)\ncb()").sc.SessionID
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	if err := s.log.waitFor(ctx, "the refused checkpoint", func(c map[string]int) bool {
+		return c["python session is not durable"] >= 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := s.inSession(t, id, "import js\njs.Deno.exit(3)")
+	if r.sc.Checkpoint != nil || r.sc.Error == nil || !strings.Contains(*r.sc.Error, "was lost") || !strings.Contains(*r.sc.Error, "native code") {
+		t.Fatalf("the lost call of a session that is not durable: %+v\n%s", r.sc.Checkpoint, r.text)
+	}
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/checkpoint"
+	"github.com/pyrun/pyrun/supervisor/sessions"
+)
+
+// checkpointReport: durable sessions (docs/sessions.md). Back-to-back calls
+// of one session with checkpoints off and on (the default delay, 2s: calls
+// back to back defer the checkpoint, so what they pay is the worker's boot
+// with _makeSnapshot); the time of a call whose worker dies, which includes the restore
+// from the checkpoint; and checkpoints' sizes for a small and a 50 MB
+// session.
+type checkpointReport struct {
+	Calls   int              `json:"calls"`
+	OffMS   float64          `json:"off_median_ms"`
+	OnMS    float64          `json:"on_median_ms"`
+	OnRatio float64          `json:"on_over_off"`
+	Sizes   []checkpointSize `json:"sizes"`
+}
+
+type checkpointSize struct {
+	What      string  `json:"what"`
+	RawMiB    float64 `json:"raw_mib"`
+	StoredMiB float64 `json:"stored_mib"`
+	TakeMS    float64 `json:"take_ms"`
+	// RestoreMS is the call whose worker died: the crash, a worker's start
+	// from the checkpoint, and the call's report; NextMS the call after it.
+	RestoreMS float64 `json:"lost_call_with_restore_ms"`
+	NextMS    float64 `json:"next_call_ms"`
+}
+
+const checkpointCode = "rows.append(sum(range(1000)))\nlen(rows)"
+
+func benchCheckpoint(ctx context.Context, rt *supervisor.Runtime, calls int) (*checkpointReport, error) {
+	rep := &checkpointReport{Calls: calls}
+	off, on, err := sessionCalls(ctx, rt, calls)
+	if err != nil {
+		return nil, err
+	}
+	rep.OffMS, rep.OnMS = round3(ms(median(off))), round3(ms(median(on)))
+	rep.OnRatio = round2(float64(median(on)) / float64(median(off)))
+	progress("checkpoint: %d back-to-back session calls: off %.3f ms, on %.3f ms (%.2fx)", calls, rep.OffMS, rep.OnMS, rep.OnRatio)
+	for _, c := range []struct{ what, setup string }{
+		{"small session (a list of 1000 ints)", "rows = list(range(1000))"},
+		{"50 MB session (bytes, 40 MB compressible, 10 MB random; a 1 MB file)", "import os\nrows = [bytes(1 << 20) for _ in range(40)] + [os.urandom(1 << 20) for _ in range(10)]\nopen('data.bin', 'wb').write(os.urandom(1 << 20))"},
+	} {
+		sz, err := checkpointSizes(ctx, rt, c.what, c.setup)
+		if err != nil {
+			return nil, err
+		}
+		progress("checkpoint: %s: %.1f MiB raw, %.2f MiB stored, taken in %.0f ms; the lost call with its restore %.0f ms, the next call %.1f ms",
+			sz.What, sz.RawMiB, sz.StoredMiB, sz.TakeMS, sz.RestoreMS, sz.NextMS)
+		rep.Sizes = append(rep.Sizes, sz)
+	}
+	return rep, nil
+}
+
+// checkpointSessions makes a pool of one worker and its sessions, with a dir:
+// store ("dir") or none; it returns them, the keeper, and a clean-up.
+func checkpointSessions(rt *supervisor.Runtime, store string, delay time.Duration) (*sessions.Manager, *checkpoint.Keeper, func(), error) {
+	log := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: os.Stderr})
+	if os.Getenv("PYRUN_BENCH_DEBUG") != "" {
+		log.SetLevel(hclog.Debug)
+	}
+	pool, err := supervisor.NewPool(rt, supervisor.Config{Workers: 1, Checkpoints: store != "none"}, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dir, err := os.MkdirTemp("", "pyrun-bench-store-")
+	if err != nil {
+		pool.Close(context.Background())
+		return nil, nil, nil, err
+	}
+	var keeper *checkpoint.Keeper
+	var cp sessions.Checkpointer
+	if store != "none" {
+		st, err := checkpoint.OpenDir(dir)
+		if err == nil {
+			keeper, err = checkpoint.NewKeeper(st, pool, filepath.Join(dir, ".restore"), 0, log)
+		}
+		if err != nil {
+			pool.Close(context.Background())
+			return nil, nil, nil, err
+		}
+		cp = keeper
+	}
+	m := sessions.New(sessions.Options{Instance: "bench", Log: log, Limits: sessions.Limits{Spares: -1},
+		Start: func(ctx context.Context, exited func()) (sessions.Worker, error) {
+			return pool.StartDedicated(ctx, exited)
+		}, Checkpoints: cp, CheckpointDelay: delay})
+	return m, keeper, func() {
+		m.Close(context.Background())
+		pool.Close(context.Background())
+		os.RemoveAll(dir)
+	}, nil
+}
+
+func sessionRun(ctx context.Context, m *sessions.Manager, id, code string) (supervisor.Result, error) {
+	res, err := m.Run(ctx, sessions.Call{Session: id, Job: supervisor.Job{ID: fmt.Sprint(time.Now().UnixNano()), Code: code}}, nil)
+	if err == nil && res.Status != supervisor.StatusSuccess && res.Checkpoint == nil {
+		err = fmt.Errorf("%s: %s", res.Status, res.Error)
+	}
+	return res, err
+}
+
+// sessionCalls times back-to-back calls of a session with checkpoints off
+// and of one with them on, in alternating batches of 10, so that other work
+// on the machine weighs on both alike.
+func sessionCalls(ctx context.Context, rt *supervisor.Runtime, calls int) (off, on []time.Duration, err error) {
+	var ids [2]string
+	var mgrs [2]*sessions.Manager
+	for i, store := range []string{"none", "dir"} {
+		m, _, done, err := checkpointSessions(rt, store, 0)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer done()
+		res, err := sessionRun(ctx, m, sessions.NewSession, "rows = []")
+		if err != nil {
+			return nil, nil, err
+		}
+		mgrs[i], ids[i] = m, res.SessionID
+		for range 20 { // past the first calls' warm-up
+			if _, err := sessionRun(ctx, m, ids[i], checkpointCode); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	var ds [2][]time.Duration
+	for len(ds[1]) < calls {
+		for i := range 2 {
+			for range 10 {
+				t := time.Now()
+				if _, err := sessionRun(ctx, mgrs[i], ids[i], checkpointCode); err != nil {
+					return nil, nil, err
+				}
+				ds[i] = append(ds[i], time.Since(t))
+			}
+		}
+	}
+	return ds[0], ds[1], nil
+}
+
+// checkpointSizes makes a session by setup, waits for its checkpoint, kills
+// its worker in a call and times that call (with the restore) and the next.
+func checkpointSizes(ctx context.Context, rt *supervisor.Runtime, what, setup string) (checkpointSize, error) {
+	sz := checkpointSize{What: what}
+	m, keeper, done, err := checkpointSessions(rt, "dir", 10*time.Millisecond)
+	if err != nil {
+		return sz, err
+	}
+	defer done()
+	res, err := sessionRun(ctx, m, sessions.NewSession, setup)
+	if err != nil {
+		return sz, err
+	}
+	id := res.SessionID
+	deadline := time.Now().Add(2 * time.Minute)
+	for m.Stats().Checkpoints < 1 {
+		if time.Now().After(deadline) {
+			return sz, fmt.Errorf("%s: no checkpoint in 2 minutes", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	last := keeper.Last()
+	sz.RawMiB, sz.StoredMiB = round1(float64(last.Raw)/(1<<20)), round2(float64(last.Stored)/(1<<20))
+	sz.TakeMS = round1(ms(last.Took))
+	t := time.Now()
+	res, err = sessionRun(ctx, m, id, "import js\njs.Deno.exit(3)")
+	if err != nil {
+		return sz, err
+	}
+	if res.Checkpoint == nil {
+		return sz, fmt.Errorf("%s: the lost call was not restored: %s", what, res.Error)
+	}
+	sz.RestoreMS = round1(ms(time.Since(t)))
+	t = time.Now()
+	if _, err := sessionRun(ctx, m, id, "len(rows)"); err != nil {
+		return sz, err
+	}
+	sz.NextMS = round1(ms(time.Since(t)))
+	return sz, nil
+}

@@ -1,0 +1,123 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// fakeMem is a memory snapshot's shape: a header whose second u32 is where
+// the heap starts, then the heap.
+func fakeMem(heap []byte) []byte {
+	hdr := make([]byte, 16)
+	binary.LittleEndian.PutUint32(hdr[4:], 16)
+	return append(hdr, heap...)
+}
+
+func TestFormatRoundTripAgainstABase(t *testing.T) {
+	base := fakeMem(bytes.Repeat([]byte("base-heap "), 100000))
+	heap := bytes.Repeat([]byte("base-heap "), 100000)
+	copy(heap[5000:], "the session's own bytes")
+	mem := fakeMem(heap)
+	want := bytes.Clone(mem)
+	files := []byte("PYRUNFS1 files")
+	rec, err := Encode(Meta{Session: "box.1", AfterCall: 3}, mem, files, base, "sha-of-base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec) > len(want)/50 {
+		t.Errorf("a heap that differs from its base in 23 bytes takes %d bytes of %d", len(rec), len(want))
+	}
+	m, gotMem, gotFiles, err := Decode(rec, 1<<30, func(sha string) []byte {
+		if sha == "sha-of-base" {
+			return base
+		}
+		return nil
+	})
+	if err != nil || m.AfterCall != 3 || !bytes.Equal(gotMem, want) || !bytes.Equal(gotFiles, files) {
+		t.Fatalf("decoded %+v, mem equal %v, files %q, %v", m, bytes.Equal(gotMem, want), gotFiles, err)
+	}
+	// Without its base the record gives a clear error, never a wrong heap.
+	if _, _, _, err := Decode(rec, 1<<30, func(string) []byte { return nil }); err == nil || !strings.Contains(err.Error(), "base snapshot") {
+		t.Errorf("decode without the base: %v", err)
+	}
+}
+
+func TestFormatRefusesDamage(t *testing.T) {
+	rec, err := Encode(Meta{Session: "box.1"}, fakeMem([]byte("heap")), []byte("files"), nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rec {
+		bad := bytes.Clone(rec)
+		bad[i] ^= 0x40
+		if _, _, _, err := Decode(bad, 1<<30, nil); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("a record with byte %d changed: %v, want ErrCorrupt", i, err)
+		}
+	}
+	if _, _, _, err := Decode(rec[:len(rec)-1], 1<<30, nil); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a cut record: %v", err)
+	}
+	if _, _, _, err := Decode(rec, 8, nil); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("a record past the bound: %v", err)
+	}
+}
+
+// A damaged latest record leaves the one before it; a crash mid-write
+// leaves only a temporary file, which is never read.
+func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	store, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &Keeper{store: store, max: 1 << 30, log: hclog.NewNullLogger()}
+	ctx := context.Background()
+	for call := 1; call <= 2; call++ {
+		rec, err := Encode(Meta{Session: "box.1", AfterCall: call}, fakeMem([]byte("heap")), nil, nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := store.Put(ctx, "box.1", rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, _, err := k.Load(ctx, "box.1"); err != nil || m.AfterCall != 2 {
+		t.Fatalf("load: %+v %v", m, err)
+	}
+	latest := filepath.Join(dir, "box.1.ckpt")
+	b, _ := os.ReadFile(latest)
+	b[len(b)/2] ^= 1
+	if err := os.WriteFile(latest, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err := k.Load(ctx, "box.1"); err != nil || m.AfterCall != 1 {
+		t.Fatalf("load with a damaged latest: %+v %v, want the older call 1", m, err)
+	}
+	os.WriteFile(filepath.Join(dir, "box.1.prev.ckpt"), []byte("junk"), 0o600)
+	if _, _, err := k.Load(ctx, "box.1"); err == nil || !strings.Contains(err.Error(), "no intact checkpoint") {
+		t.Fatalf("load with both damaged: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".tmp-123"), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := store.Keys(ctx); err != nil || len(keys) != 1 || keys[0] != "box.1" {
+		t.Errorf("keys %v %v", keys, err)
+	}
+	if err := store.Delete(ctx, "box.1"); err != nil {
+		t.Fatal(err)
+	}
+	if l, p, err := store.Get(ctx, "box.1"); l != nil || p != nil || err != nil {
+		t.Errorf("after delete: %d %d %v", len(l), len(p), err)
+	}
+	if err := store.Put(ctx, "../escape", []byte("x")); err == nil {
+		t.Error("a key with a path in it was taken")
+	}
+}

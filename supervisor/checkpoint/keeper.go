@@ -1,0 +1,223 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/sessions"
+)
+
+// Keeper takes sessions' checkpoints from their workers, keeps them in a
+// Store, and starts workers from them: the sessions.Checkpointer of a
+// pool's sessions.
+type Keeper struct {
+	store Store
+	pool  *supervisor.Pool
+	tmp   string // where a restore's file is written for its worker
+	max   int64
+	log   hclog.Logger
+
+	mu      sync.Mutex
+	base    []byte // the base snapshot's bytes, for baseSHA
+	baseSHA string
+	last    Sizes
+}
+
+// Sizes are the figures of the last checkpoint kept.
+type Sizes struct {
+	Raw, Stored int64
+	Took        time.Duration
+}
+
+// NewKeeper keeps the checkpoints of pool's sessions in store. tmp is a
+// private folder for restores' files; max bounds a checkpoint's raw bytes.
+func NewKeeper(store Store, pool *supervisor.Pool, tmp string, max int64, log hclog.Logger) (*Keeper, error) {
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("checkpoint folder: %w", err)
+	}
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	if max <= 0 {
+		max = supervisor.DefaultMaxCheckpoint
+	}
+	return &Keeper{store: store, pool: pool, tmp: tmp, max: max, log: log}, nil
+}
+
+// Last says how large the last checkpoint kept was.
+func (k *Keeper) Last() Sizes {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.last
+}
+
+// baseNow is the base snapshot to take a difference from now, or nil.
+func (k *Keeper) baseNow(ctx context.Context) ([]byte, string) {
+	if k.pool == nil {
+		return nil, ""
+	}
+	snap := k.pool.BaseSnapshot(ctx)
+	if snap == nil {
+		return nil, ""
+	}
+	return k.baseOf(snap.SHA256, snap.Path), snap.SHA256
+}
+
+// baseOf reads (once) the base snapshot of sha at path.
+func (k *Keeper) baseOf(sha, path string) []byte {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.baseSHA == sha && k.base != nil {
+		return k.base
+	}
+	if path == "" {
+		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		k.log.Warn("cannot read the base snapshot; checkpoints are kept whole", "error", err.Error())
+		return nil
+	}
+	k.base, k.baseSHA = b, sha
+	return b
+}
+
+// checkpointer is a worker that takes checkpoints (*supervisor.Dedicated).
+type checkpointer interface {
+	Checkpoint(ctx context.Context) (*supervisor.Image, error)
+}
+
+// Take implements sessions.Checkpointer.
+func (k *Keeper) Take(ctx context.Context, w sessions.Worker, s sessions.Saved) error {
+	cw, ok := w.(checkpointer)
+	if !ok {
+		return fmt.Errorf("%w: its worker takes no checkpoints", supervisor.ErrNotDurable)
+	}
+	began := time.Now()
+	img, err := cw.Checkpoint(ctx)
+	if err != nil {
+		return err
+	}
+	raw := int64(len(img.Mem) + len(img.Files))
+	took := time.Since(began)
+	base, sha := k.baseNow(ctx)
+	meta := Meta{Session: s.ID, Owner: s.Owner, AfterCall: s.AfterCall, Taken: time.Now().UTC(),
+		Started: s.Started, LastUsed: s.LastUsed, Clock: img.Clock}
+	rec, err := Encode(meta, img.Mem, img.Files, base, sha)
+	if err != nil {
+		return fmt.Errorf("encode checkpoint: %w", err)
+	}
+	encoded := time.Since(began)
+	if err := k.store.Put(ctx, s.ID, rec); err != nil {
+		return err
+	}
+	k.log.Debug("checkpoint kept", "python_session", s.ID, "raw", raw, "stored", len(rec),
+		"worker", took.Round(time.Millisecond), "encode", (encoded - took).Round(time.Millisecond),
+		"store", (time.Since(began) - encoded).Round(time.Millisecond))
+	k.mu.Lock()
+	k.last = Sizes{Raw: raw, Stored: int64(len(rec)), Took: time.Since(began)}
+	k.mu.Unlock()
+	return nil
+}
+
+// Restore implements sessions.Checkpointer: the latest record that passes
+// its checks, else the one before it.
+func (k *Keeper) Restore(ctx context.Context, id string, exited func()) (sessions.Worker, sessions.Saved, error) {
+	meta, img, err := k.Load(ctx, id)
+	if err != nil {
+		return nil, sessions.Saved{}, err
+	}
+	d, err := k.pool.StartRestored(ctx, img, k.tmp, exited)
+	if err != nil {
+		return nil, sessions.Saved{}, err
+	}
+	return d, savedOf(meta), nil
+}
+
+func savedOf(m Meta) sessions.Saved {
+	return sessions.Saved{ID: m.Session, Owner: m.Owner, AfterCall: m.AfterCall, Started: m.Started,
+		LastUsed: m.LastUsed, Taken: m.Taken}
+}
+
+// Load reads and checks session id's latest intact checkpoint.
+func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, error) {
+	latest, prev, err := k.store.Get(ctx, id)
+	if err != nil {
+		return Meta{}, nil, err
+	}
+	if latest == nil && prev == nil {
+		return Meta{}, nil, fmt.Errorf("session %s has no checkpoint", id)
+	}
+	var errs []error
+	for _, rec := range [][]byte{latest, prev} {
+		if rec == nil {
+			continue
+		}
+		m, mem, files, err := Decode(rec, k.max, func(sha string) []byte {
+			if b, have := k.baseNow(ctx); have == sha {
+				return b
+			}
+			return nil
+		})
+		if err == nil && m.Session != id {
+			err = fmt.Errorf("%w: it is session %s's", ErrCorrupt, m.Session)
+		}
+		if err != nil {
+			k.log.Warn("a checkpoint of a python session cannot be used", "python_session", id, "error", err.Error())
+			errs = append(errs, err)
+			continue
+		}
+		return m, &supervisor.Image{Mem: mem, Files: files, Clock: m.Clock}, nil
+	}
+	return Meta{}, nil, fmt.Errorf("no intact checkpoint of session %s: %w", id, errors.Join(errs...))
+}
+
+// Delete implements sessions.Checkpointer.
+func (k *Keeper) Delete(ctx context.Context, id string) error { return k.store.Delete(ctx, id) }
+
+// Fork implements sessions.Checkpointer: a new worker from a checkpoint of
+// w taken now, which is not stored.
+func (k *Keeper) Fork(ctx context.Context, w sessions.Worker, exited func()) (sessions.Worker, error) {
+	cw, ok := w.(checkpointer)
+	if !ok {
+		return nil, fmt.Errorf("%w: its worker takes no checkpoints", supervisor.ErrNotDurable)
+	}
+	img, err := cw.Checkpoint(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return k.pool.StartRestored(ctx, img, k.tmp, exited)
+}
+
+// List implements sessions.Checkpointer: each session's latest intact
+// record's description.
+func (k *Keeper) List(ctx context.Context) ([]sessions.Saved, error) {
+	keys, err := k.store.Keys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []sessions.Saved
+	for _, key := range keys {
+		latest, prev, err := k.store.Get(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		for _, rec := range [][]byte{latest, prev} {
+			if rec == nil {
+				continue
+			}
+			if m, err := ReadMeta(rec); err == nil && m.Session == key {
+				out = append(out, savedOf(m))
+				break
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,301 @@
+package sessions
+
+// Durable sessions (docs/sessions.md): a checkpoint of a session's worker
+// taken off the call's path, after its calls, and the session continued
+// from it when its worker is lost.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// Checkpointer takes, keeps and restores sessions' checkpoints
+// (supervisor/checkpoint.Keeper is one).
+type Checkpointer interface {
+	// Take takes a checkpoint of w, the worker of the session s describes,
+	// and keeps it. An error wrapping supervisor.ErrNotDurable: the session
+	// cannot be checkpointed as it is (native code, too large).
+	Take(ctx context.Context, w Worker, s Saved) error
+	// Restore starts a worker from the latest intact checkpoint of session
+	// id, and says what it holds.
+	Restore(ctx context.Context, id string, exited func()) (Worker, Saved, error)
+	// Delete removes the session's checkpoints.
+	Delete(ctx context.Context, id string) error
+	// Fork starts a worker whose state is a copy of w's now.
+	Fork(ctx context.Context, w Worker, exited func()) (Worker, error)
+	// List describes the sessions with checkpoints in the store.
+	List(ctx context.Context) ([]Saved, error)
+}
+
+// Saved describes a session's checkpoint.
+type Saved struct {
+	ID, Owner string
+	// AfterCall is how many of the session's calls the checkpoint covers:
+	// the state is the one after that call.
+	AfterCall int
+	Started   time.Time // when the session started
+	LastUsed  time.Time
+	Taken     time.Time // when the checkpoint was taken
+}
+
+// DefaultCheckpointDelay is how long after a session call's result its
+// checkpoint is taken at most (--checkpoint-delay).
+const DefaultCheckpointDelay = 2 * time.Second
+
+// checkpointLimit bounds the taking and storing of one checkpoint.
+const checkpointLimit = 2 * time.Minute
+
+// scheduleCheckpointLocked arranges a checkpoint of s once Delay has passed
+// since its last call. m.mu is held.
+func (m *Manager) scheduleCheckpointLocked(s *session) {
+	if m.opts.Checkpoints == nil || s.ckptTimer != nil || s.notDurable != "" {
+		return
+	}
+	s.ckptTimer = time.AfterFunc(m.checkpointDelay(), func() {
+		m.mu.Lock()
+		s.ckptTimer = nil
+		if m.closed || m.open[s.id] != s {
+			m.mu.Unlock()
+			return
+		}
+		m.wg.Add(1)
+		m.mu.Unlock()
+		defer m.wg.Done()
+		m.checkpoint(m.closing, s)
+	})
+}
+
+func (m *Manager) checkpointDelay() time.Duration {
+	if m.opts.CheckpointDelay > 0 {
+		return m.opts.CheckpointDelay
+	}
+	return DefaultCheckpointDelay
+}
+
+// checkpoint takes a checkpoint of s, if its last calls are not covered yet,
+// in its turn: calls that come meanwhile wait for it.
+func (m *Manager) checkpoint(ctx context.Context, s *session) {
+	m.mu.Lock()
+	if m.open[s.id] != s || s.ckptCalls == s.calls || s.notDurable != "" {
+		m.mu.Unlock()
+		return
+	}
+	s.busy++
+	if s.held {
+		// A call has the turn: it schedules again when it ends.
+		s.busy--
+		m.mu.Unlock()
+		return
+	}
+	s.held = true
+	m.running++
+	info := Saved{ID: s.id, Owner: s.owner, AfterCall: s.calls, Started: s.started, LastUsed: s.lastUsed}
+	w := s.w
+	m.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(ctx, checkpointLimit)
+	began := time.Now()
+	err := m.opts.Checkpoints.Take(ctx, w, info)
+	cancel()
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.doneLocked()
+	s.busy--
+	m.passLocked(s)
+	switch {
+	case err == nil:
+		s.ckptCalls = info.AfterCall
+		m.counts.Checkpoints++
+		m.log.Debug("python session checkpoint", "python_session", s.id, "after_call", info.AfterCall,
+			"took", time.Since(began).Round(time.Millisecond))
+	case errors.Is(err, supervisor.ErrNotDurable):
+		// Said once; the session goes on as it would without checkpoints.
+		s.notDurable = err.Error()
+		m.counts.CheckpointFailures++
+		m.log.Info("python session is not durable", "python_session", s.id, "why", err.Error())
+	default:
+		m.counts.CheckpointFailures++
+		m.log.Warn("python session checkpoint failed", "python_session", s.id, "error", err.Error())
+	}
+	m.kick()
+}
+
+// deleteCheckpoints removes an ended session's checkpoints in the
+// background. m.mu is held.
+func (m *Manager) deleteCheckpointsLocked(s *session) {
+	if m.opts.Checkpoints == nil {
+		return
+	}
+	if s.ckptTimer != nil {
+		s.ckptTimer.Stop()
+		s.ckptTimer = nil
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
+		defer cancel()
+		if err := m.opts.Checkpoints.Delete(ctx, s.id); err != nil {
+			m.log.Warn("could not delete a python session's checkpoints", "python_session", s.id, "error", err.Error())
+		}
+	}()
+}
+
+// restore continues s, whose worker was lost, from its last checkpoint; it
+// holds s's turn. It returns what the checkpoint holds, or why it could
+// not.
+func (m *Manager) restore(ctx context.Context, s *session) (Saved, error) {
+	w, saved, err := m.opts.Checkpoints.Restore(ctx, s.id, m.kick)
+	if err != nil {
+		return Saved{}, err
+	}
+	m.mu.Lock()
+	old := s.w
+	s.w = w
+	s.ckptCalls = saved.AfterCall
+	m.counts.Restores++
+	if old != nil {
+		m.closeWorker(old)
+	}
+	m.mu.Unlock()
+	m.log.Info("python session restored from its checkpoint", "python_session", s.id, "after_call", saved.AfterCall)
+	return saved, nil
+}
+
+// ForkPrefix, before a session's id, asks for a new session that starts as
+// a copy of that session's state ("fork:ID").
+const ForkPrefix = "fork:"
+
+// fork makes a worker whose state is a copy of session id's now, in that
+// session's turn: for the same client only.
+func (m *Manager) fork(ctx context.Context, id string, job supervisor.Job) (Worker, error) {
+	if m.opts.Checkpoints == nil {
+		return nil, m.errorf(ErrStart, ": forking a session needs checkpoints, which are off (session_store none)")
+	}
+	src, err := m.enter(ctx, id, job)
+	if err != nil {
+		return nil, err
+	}
+	w := src.w
+	m.mu.Lock()
+	if s := src; s.w != nil && s.w.Lost() != "" && s.ckptCalls > 0 {
+		// Its worker is gone: the fork starts from its checkpoint.
+		w = nil
+	}
+	m.mu.Unlock()
+	var nw Worker
+	if w != nil {
+		nw, err = m.opts.Checkpoints.Fork(ctx, w, m.kick)
+	} else {
+		nw, _, err = m.opts.Checkpoints.Restore(ctx, id, m.kick)
+	}
+	m.mu.Lock()
+	m.doneLocked()
+	src.busy--
+	m.passLocked(src)
+	m.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("fork session %s: %w", id, err)
+	}
+	m.mu.Lock()
+	m.counts.Forks++
+	m.mu.Unlock()
+	return nw, nil
+}
+
+// adoptSaved learns the sessions of this instance a previous pyrun left in
+// the store (restart continuity): they wait, without a worker, for a call
+// within their lifetimes; the others' checkpoints are deleted.
+func (m *Manager) adoptSaved() {
+	if m.opts.Checkpoints == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
+	defer cancel()
+	saved, err := m.opts.Checkpoints.List(ctx)
+	if err != nil {
+		m.log.Warn("cannot list the sessions' checkpoints", "error", err.Error())
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	for _, sv := range saved {
+		if inst, _, _ := strings.Cut(sv.ID, "."); inst != m.opts.Instance {
+			continue // another instance's, in a shared store
+		}
+		if m.pastLifetimeLocked(sv, now) {
+			m.deleteSavedLocked(sv.ID)
+			continue
+		}
+		m.dormant[sv.ID] = sv
+	}
+	if len(m.dormant) > 0 {
+		m.log.Info("python sessions of a previous run can continue", "sessions", len(m.dormant))
+	}
+}
+
+// pastLifetimeLocked says whether a saved session has expired. m.mu is held.
+func (m *Manager) pastLifetimeLocked(sv Saved, now time.Time) bool {
+	return !now.Before(sv.LastUsed.Add(m.limits.Idle)) || !now.Before(sv.Started.Add(m.limits.MaxAge))
+}
+
+// deleteSavedLocked deletes a session's checkpoints in the background.
+// m.mu is held.
+func (m *Manager) deleteSavedLocked(id string) {
+	delete(m.dormant, id)
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
+		defer cancel()
+		if err := m.opts.Checkpoints.Delete(ctx, id); err != nil {
+			m.log.Warn("could not delete a python session's checkpoints", "python_session", id, "error", err.Error())
+		}
+	}()
+}
+
+// wakeLocked makes a saved session of a previous run an open one, without
+// a worker yet (runIn restores it), for its owner's call. m.mu is held.
+func (m *Manager) wakeLocked(id, client string) *session {
+	sv, ok := m.dormant[id]
+	if !ok || !m.owns(sv.Owner, client) || m.closed {
+		return nil
+	}
+	if m.pastLifetimeLocked(sv, time.Now()) {
+		m.deleteSavedLocked(id)
+		return nil
+	}
+	delete(m.dormant, id)
+	s := &session{id: id, owner: sv.Owner, started: sv.Started, lastUsed: sv.LastUsed, calls: sv.AfterCall,
+		ckptCalls: sv.AfterCall}
+	m.open[id] = s
+	m.log.Info("python session continues from a previous run", "python_session", id, "after_call", sv.AfterCall)
+	return s
+}
+
+// finalCheckpoints takes, at shutdown, a checkpoint of each open session
+// whose last calls have none yet, so that a pyrun started with the same
+// store continues them where they were.
+func (m *Manager) finalCheckpoints(ctx context.Context) {
+	if m.opts.Checkpoints == nil {
+		return
+	}
+	m.mu.Lock()
+	var todo []*session
+	for _, s := range m.open {
+		if s.w != nil && s.ckptCalls < s.calls && s.notDurable == "" && !s.held {
+			todo = append(todo, s)
+		}
+	}
+	m.mu.Unlock()
+	for _, s := range todo {
+		m.checkpoint(ctx, s)
+	}
+}
