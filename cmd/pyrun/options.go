@@ -157,7 +157,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.DurationVar(&o.queueTimeout, "queue-timeout", 60*time.Second, "longest a call waits for a free worker")
 	fs.IntVar(&o.clientMaxWorkers, "client-max-workers", 0, "workers of a language one client may own while other clients own some or wait (a worker that ran a client's call runs no other client's); a client alone may own the whole pool (default: half the pool, rounded up, at least 1)")
 	fs.DurationVar(&o.clientWorkerIdle, "client-worker-idle", supervisor.DefaultClientWorkerIdle, "retire a client's worker unused this long; its next call takes a fresh one")
-	fs.IntVar(&o.metricsMaxClients, "metrics-max-clients", 32, "clients named in pyrun_client_workers and /healthz's workers_by_client (the first by name); the rest count as other")
+	fs.IntVar(&o.metricsMaxClients, "metrics-max-clients", 32, "clients named in pyrun_client_workers and, without access control, /healthz's workers_by_client (the first by name); the rest count as other")
 	fs.Var(&o.deps, "deps", "comma-separated packages (PEP 508: numpy, attrs==23.2) every worker loads before it takes a call")
 	fs.StringVar(&o.packageIndex, "package-index", "", "where Pyodide's packages come from: a URL or a `directory` laid out like the Pyodide distribution (default: the CDN of the pinned Pyodide version)")
 	fs.StringVar(&o.pypi, "pypi", packages.DefaultPyPI, "`URL` of PyPI's JSON API (or a mirror's), for PEP 723 requirements neither the package index nor the wheelhouse has; none: never ask")

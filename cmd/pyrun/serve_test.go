@@ -177,6 +177,7 @@ type health struct {
 	WorkersTotal    int    `json:"workers_total"`
 	Queued          int    `json:"queued"`
 	SessionsOpen    int    `json:"sessions_open"`
+	Clients         int    `json:"clients"`
 	WorkersByClient map[string]struct {
 		Idle int `json:"idle"`
 		Busy int `json:"busy"`

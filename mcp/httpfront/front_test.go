@@ -732,7 +732,25 @@ func TestHealthNamesClientsWithinBound(t *testing.T) {
 	_, body := f.health(t)
 	by, _ := body["workers_by_client"].(map[string]any)
 	alice, _ := by["alice"].(map[string]any)
-	if len(by) != 3 || alice["busy"] != 2.0 || by["bob"] == nil || by["other"] == nil || body["workers_fresh"] != 2.0 {
-		t.Errorf("/healthz %v, want alice's and bob's workers, the rest as other, and 2 fresh", body)
+	if len(by) != 3 || alice["busy"] != 2.0 || by["bob"] == nil || by["other"] == nil || body["workers_fresh"] != 2.0 || body["clients"] != 4.0 {
+		t.Errorf("/healthz %v, want alice's and bob's workers, the rest as other, 2 fresh and 4 clients", body)
+	}
+}
+
+// TestHealthNamesNoClientsBehindAccessControl: /healthz stays open with
+// access control, so it counts the clients that own workers but names
+// none (names are token names and JWT subjects).
+func TestHealthNamesNoClientsBehindAccessControl(t *testing.T) {
+	f := startFront(t, mcptest.NewGate(), mcp.Options{}, httpfront.Options{
+		Protect: tokens,
+		Stats: func() supervisor.Stats {
+			return supervisor.Stats{Workers: 2, Ready: 2, Clients: map[string]supervisor.ClientWorkers{
+				"alice": {Idle: 1}, "bob": {Idle: 1},
+			}}
+		},
+	})
+	_, body := f.health(t)
+	if _, named := body["workers_by_client"]; named || body["clients"] != 2.0 {
+		t.Errorf("/healthz %v, want 2 clients and no names", body)
 	}
 }

@@ -66,7 +66,8 @@ type Options struct {
 	Stats func() supervisor.Stats
 	// MaxClients bounds the clients /healthz names in workers_by_client
 	// (--metrics-max-clients), the first by name; the rest are summed as
-	// "other". 0: 32.
+	// "other". 0: 32. With Protect, /healthz names none (it stays open):
+	// only /metrics does.
 	MaxClients int
 	// SessionsOpen counts open Python sessions for /healthz. nil: 0.
 	SessionsOpen func() int
