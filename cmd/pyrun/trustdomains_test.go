@@ -12,7 +12,8 @@ import (
 // calls, with `pyrun serve`'s default settings (--isolation call) and two
 // clients with tokens. Python: a reader left on the worker's stdin,
 // results forged through pyrun_helper, module patches (a json.dumps that
-// keeps what later calls give it) and an event loop callback. R: trace()
+// keeps what later calls give it), an event loop callback, a JavaScript
+// timer and global. R: trace()
 // and a base function replaced, and R's way into the worker's JavaScript
 // (webR's ffi_eval_js on the main thread): a thief of later requests and
 // a forger of later results. JavaScript: globals, a patched built-in and
@@ -70,10 +71,12 @@ func TestClientsNeverShareWorkers(t *testing.T) {
 }
 
 // pythonPlant patches modules that stay imported: math.pi, sys, a json.dumps
-// that keeps what it is given (json.pyrun_loot) and answers "patched", an
-// event loop callback that changes math.tau once the call is over, and a
-// builtin (pyrun restores builtins after every call, alice's too).
-const pythonPlant = `import asyncio, builtins, json, math, sys
+// that keeps what it is given (json.pyrun_loot) and answers "patched"; an
+// event loop callback and a JavaScript timer (import js) that change math
+// once the call is over; a JavaScript global; and a builtin (pyrun
+// restores builtins after every call, alice's too).
+const pythonPlant = `import asyncio, builtins, js, json, math, sys
+from pyodide.ffi import create_once_callable
 math.pi = 3
 json.pyrun_loot = []
 def dumps(*args, **kwargs):
@@ -83,15 +86,19 @@ json.dumps = dumps
 sys.getdefaultencoding = lambda: 'patched'
 builtins.divmod = lambda a, b: 'patched'
 asyncio.get_event_loop().call_soon(setattr, math, 'tau', 1)
+js.setTimeout(create_once_callable(lambda: setattr(math, 'e', 2)), 0)
+js.globalThis.pyrunLeak = 'alice'
 'armed'`
 
 // pythonVictim is what the patches would change, and a secret in its
 // arguments a thief would take.
-const pythonVictim = `import json, math, sys
-[math.pi, math.tau, json.dumps(secret), sys.getdefaultencoding(), divmod(7, 2), secret]`
+const pythonVictim = `import js, json, math, sys
+[math.pi, math.tau, math.e, json.dumps(secret), sys.getdefaultencoding(), divmod(7, 2),
+ getattr(js, 'pyrunLeak', None), secret]`
 
 func pythonVictimWant(secret string) string {
-	return fmt.Sprintf(`[3.141592653589793, 6.283185307179586, "\"%s\"", "utf-8", [3, 1], "%s"]`, secret, secret)
+	return fmt.Sprintf(`[3.141592653589793, 6.283185307179586, 2.718281828459045, "\"%s\"", "utf-8", [3, 1], null, "%s"]`,
+		secret, secret)
 }
 
 func clientAttacksPython(t *testing.T, alice, bob *server) {
@@ -117,7 +124,7 @@ func clientAttacksPython(t *testing.T, alice, bob *server) {
 		// Control: alice's own next call meets her patches (the builtin
 		// excepted), and her json.dumps keeps her secret, none of bob's.
 		r := victim(t, alice, "alice-secret")
-		wantValue(t, r, `[3, 1, "\"patched\"", "patched", [3, 1], "alice-secret"]`)
+		wantValue(t, r, `[3, 1, 2, "\"patched\"", "patched", [3, 1], "alice", "alice-secret"]`)
 		r = alice.run(t, "import json\n' '.join(json.pyrun_loot)")
 		if !strings.Contains(string(r.sc.ReturnValue), "alice-secret") {
 			t.Errorf("control: alice's json.dumps did not keep her own secret: %s", r.text)
@@ -194,7 +201,6 @@ func clientAttacksR(t *testing.T, s *httpServer, alice, bob *server) {
 	}
 	bobsCalls := func(t *testing.T, what string) {
 		t.Helper()
-		freshWorker(t, s, "r")
 		for i := range 2 {
 			secret := fmt.Sprintf("bob-%s-secret-%d", what, i)
 			got := r(t, bob, victimCode(secret))
@@ -216,6 +222,7 @@ toupper("x")`)
 		if !strings.Contains(got.sc.Stdout, "TRACED") {
 			t.Errorf("control: alice's trace() did not run in her own call: %q", got.sc.Stdout)
 		}
+		freshWorker(t, s, "r") // for bob's first call; his later ones reuse it
 		bobsCalls(t, "trace")
 		// pyrun's reset undoes both after every call, alice's own too
 		// (docs/security.md): they reach none of her later calls either.
