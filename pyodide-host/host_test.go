@@ -2,7 +2,6 @@ package pyodidehost_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/tools/txtar"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/internal/testtier"
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -311,7 +311,7 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	cmd := start(ctx, rt, hostConfig)
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	stdin, stdout := startPiped(t, cmd, &stderr)
 	lines := make(chan string)
 	readErr := make(chan error, 1) // why lines closed
@@ -593,23 +593,4 @@ func lineDiff(want, got string) string {
 		}
 	}
 	return b.String()
-}
-
-// lockedBuffer collects a worker's stderr, which os/exec copies from its own
-// goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -48,7 +49,7 @@ type jsProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	events chan map[string]any
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 }
 
 func startJS(t *testing.T, hostConfig string) *jsProc {
@@ -56,7 +57,7 @@ func startJS(t *testing.T, hostConfig string) *jsProc {
 	rt := provision(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cmd := jsWorkerCommand(ctx, rt, hostConfig)
-	p := &jsProc{t: t, cmd: cmd, events: make(chan map[string]any, 64), stderr: &lockedBuffer{}}
+	p := &jsProc{t: t, cmd: cmd, events: make(chan map[string]any, 64), stderr: &syncbuf.Buffer{}}
 	stdin, stdout := startPiped(t, cmd, p.stderr)
 	p.stdin = stdin
 	go func() {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -42,7 +43,7 @@ type rWorker struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	ready  map[string]any
 	sent   atomic.Int64 // SIGUSR2 signals sent
 	// recycle is the last idle event's recycle: why the worker must not
@@ -74,7 +75,7 @@ func startR(t testing.TB, hostConfig string) *rWorker {
 	rt := provision(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := rWorkerCommand(ctx, rt, hostConfig)
-	w := &rWorker{t: t, cmd: cmd, lines: make(chan string, 64), stderr: &lockedBuffer{}}
+	w := &rWorker{t: t, cmd: cmd, lines: make(chan string, 64), stderr: &syncbuf.Buffer{}}
 	stdin, stdout := startPiped(t, cmd, w.stderr)
 	w.stdin = stdin
 	done := make(chan struct{})

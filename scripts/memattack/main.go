@@ -45,6 +45,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/internal/syncbuf"
 )
 
 // Config is one run's shape.
@@ -175,7 +177,7 @@ const token = "memattack-Qw8Zt1kR0mWx7LcV4pNs"
 type serve struct {
 	cmd    *exec.Cmd
 	base   string
-	stderr *tail
+	stderr *syncbuf.Buffer
 	done   chan struct{}
 }
 
@@ -193,7 +195,7 @@ func startServe(ctx context.Context, c Config, dir string) (*serve, error) {
 	args = append(args, c.Extra...)
 	cmd := exec.Command(c.Pyrun, args...)
 	pr, pw := io.Pipe()
-	s := &serve{cmd: cmd, stderr: &tail{max: 16 << 10}, done: make(chan struct{})}
+	s := &serve{cmd: cmd, stderr: &syncbuf.Buffer{Max: 16 << 10}, done: make(chan struct{})}
 	cmd.Stderr = pw
 	cmd.Stdout = s.stderr
 	if err := cmd.Start(); err != nil {
@@ -454,29 +456,6 @@ func procStatus(pid int, field string) (int64, error) {
 		}
 	}
 	return 0, errors.New("no " + field + " in /proc/" + strconv.Itoa(pid) + "/status")
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.max {
-		t.buf = t.buf[len(t.buf)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }
 
 // httpRefusal matches the go-sdk client's error for a POST pyrun answered

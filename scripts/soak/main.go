@@ -47,6 +47,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/internal/syncbuf"
 )
 
 // Config is one soak run's shape.
@@ -229,7 +231,7 @@ func Run(ctx context.Context, c Config) (Report, error) {
 type serve struct {
 	cmd    *exec.Cmd
 	base   string
-	stderr *tail
+	stderr *syncbuf.Buffer
 	done   chan struct{}
 }
 
@@ -244,7 +246,7 @@ func startServe(ctx context.Context, c Config) (*serve, error) {
 	}
 	cmd := exec.Command(c.Pyrun, args...)
 	pr, pw := io.Pipe()
-	s := &serve{cmd: cmd, stderr: &tail{max: 16 << 10}, done: make(chan struct{})}
+	s := &serve{cmd: cmd, stderr: &syncbuf.Buffer{Max: 16 << 10}, done: make(chan struct{})}
 	cmd.Stderr = pw
 	cmd.Stdout = s.stderr
 	if err := cmd.Start(); err != nil {
@@ -560,27 +562,4 @@ func procStatus(pid int, field string) (int64, error) {
 		}
 	}
 	return 0, errors.New("no " + field + " in /proc/" + strconv.Itoa(pid) + "/status")
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.max {
-		t.buf = t.buf[len(t.buf)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }
