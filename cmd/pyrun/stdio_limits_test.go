@@ -6,13 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/procfs"
 	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
@@ -146,18 +145,11 @@ func TestStdioBadLineKeepsServing(t *testing.T) {
 // rss is a process's resident memory in bytes.
 func rss(t *testing.T, pid int) int64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	n, err := procfs.Status(pid, "VmRSS")
 	if err != nil {
-		t.Skipf("no /proc: %v", err)
+		t.Fatal(err)
 	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
+	return n
 }
 
 // A parent that stops reading stdout stops pyrun reading stdin once a

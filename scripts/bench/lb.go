@@ -22,6 +22,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/internal/procfs"
 )
 
 // lbReport compares the two set-ups under the same load.
@@ -169,7 +171,7 @@ func lbOnce(ctx context.Context, o *opts, nginx, taskset, conf string, cores []i
 // children (the workers).
 func treeCPU(pid int) time.Duration {
 	t, _ := cpuTime(pid)
-	for _, c := range childrenOf(pid) {
+	for _, c := range procfs.Children(pid) {
 		d, _ := cpuTime(c)
 		t += d
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/internal/procfs"
 )
 
 // pyrunProc is a `pyrun stdio` child with a connected MCP client session.
@@ -96,7 +98,7 @@ func contentText(res *sdk.CallToolResult) string {
 
 // workers lists the pids of pyrun's worker processes.
 func (p *pyrunProc) workers() []int {
-	return childrenOf(p.cmd.Process.Pid)
+	return procfs.Children(p.cmd.Process.Pid)
 }
 
 // logWatcher reads pyrun's stderr (JSON log lines), keeps the last lines
@@ -268,56 +270,14 @@ func startServe(ctx context.Context, o *opts, transport string, args ...string) 
 	return p, func() { _ = session.Close(); stop() }, nil
 }
 
-// childrenOf lists the processes whose parent is pid.
-func childrenOf(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var kids []int
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
-			kids = append(kids, child)
-		}
-	}
-	return kids
-}
-
 // memory reads a process's resident and proportional set sizes, in bytes.
 func memory(pid int) (rss, pss int64, err error) {
-	rss, err = procField(filepath.Join("/proc", strconv.Itoa(pid), "status"), "VmRSS:")
+	rss, err = procfs.Status(pid, "VmRSS")
 	if err != nil {
 		return 0, 0, err
 	}
-	pss, err = procField(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"), "Pss:")
+	pss, err = procfs.Size(procfs.Path(pid, "smaps_rollup"), "Pss")
 	return rss, pss, err
-}
-
-// procField reads "Name:   123 kB" from a /proc file, in bytes.
-func procField(path, name string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, name); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				break
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no %s in %s", name, path)
 }
 
 // cpuTime is the CPU time a process has used so far, all its threads.

@@ -46,6 +46,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/internal/procfs"
 	"github.com/pyrun/pyrun/internal/syncbuf"
 )
 
@@ -435,27 +436,8 @@ func (r *Report) example(format string, args ...any) {
 }
 
 func hwm(pid int) int64 {
-	v, _ := procStatus(pid, "VmHWM")
+	v, _ := procfs.Status(pid, "VmHWM")
 	return v
-}
-
-// procStatus reads a size field of /proc/<pid>/status, in bytes.
-func procStatus(pid int, field string) (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				break
-			}
-			kib, err := strconv.ParseInt(f[0], 10, 64)
-			return kib << 10, err
-		}
-	}
-	return 0, errors.New("no " + field + " in /proc/" + strconv.Itoa(pid) + "/status")
 }
 
 // httpRefusal matches the go-sdk client's error for a POST pyrun answered

@@ -27,7 +27,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,6 +47,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/internal/procfs"
 	"github.com/pyrun/pyrun/internal/syncbuf"
 )
 
@@ -432,7 +432,7 @@ func soak(ctx context.Context, c Config, srv *serve) (Report, error) {
 	rep.Seconds = time.Since(began).Seconds()
 	rep.Kills = kills.Load()
 	rep.PeakRSSMiB = float64(max(peak.Load(), hwm(srv.cmd.Process.Pid))) / (1 << 20)
-	if rss, err := procStatus(srv.cmd.Process.Pid, "VmRSS"); err == nil {
+	if rss, err := procfs.Status(srv.cmd.Process.Pid, "VmRSS"); err == nil {
 		rep.LastRSSMiB = float64(rss) / (1 << 20)
 	}
 	return rep, nil
@@ -487,7 +487,7 @@ func killWorkers(pyrun int, mean time.Duration, r *rand.Rand, stop <-chan struct
 			return
 		case <-time.After(d):
 		}
-		kids := children(pyrun)
+		kids := procfs.Children(pyrun)
 		if len(kids) == 0 {
 			continue
 		}
@@ -497,39 +497,11 @@ func killWorkers(pyrun int, mean time.Duration, r *rand.Rand, stop <-chan struct
 	}
 }
 
-// children lists the processes whose parent is pid, from /proc.
-func children(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var kids []int
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := bytes.Fields(b[i+1:])
-		if len(f) > 1 && string(f[1]) == strconv.Itoa(pid) {
-			kids = append(kids, child)
-		}
-	}
-	return kids
-}
-
 func sampleRSS(pid int, stop <-chan struct{}, peak *atomic.Int64) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if rss, err := procStatus(pid, "VmRSS"); err == nil && rss > peak.Load() {
+		if rss, err := procfs.Status(pid, "VmRSS"); err == nil && rss > peak.Load() {
 			peak.Store(rss)
 		}
 		select {
@@ -541,25 +513,6 @@ func sampleRSS(pid int, stop <-chan struct{}, peak *atomic.Int64) {
 }
 
 func hwm(pid int) int64 {
-	v, _ := procStatus(pid, "VmHWM")
+	v, _ := procfs.Status(pid, "VmHWM")
 	return v
-}
-
-// procStatus reads a size field of /proc/<pid>/status, in bytes.
-func procStatus(pid int, field string) (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				break
-			}
-			kib, err := strconv.ParseInt(f[0], 10, 64)
-			return kib << 10, err
-		}
-	}
-	return 0, errors.New("no " + field + " in /proc/" + strconv.Itoa(pid) + "/status")
 }
