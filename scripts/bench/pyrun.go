@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,12 +10,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/internal/logwatch"
 	"github.com/pyrun/pyrun/internal/procfs"
 )
 
@@ -103,110 +102,75 @@ func (p *pyrunProc) workers() []int {
 
 // logWatcher reads pyrun's stderr (JSON log lines), keeps the last lines
 // for error messages, and records when workers became ready and retired,
-// with pyrun's own timestamps.
+// with pyrun's own timestamps. What it records is read under its
+// Watcher's lock (Locked, Wait).
 type logWatcher struct {
-	mu      sync.Mutex
-	partial []byte
-	lines   []string
-	ready   []time.Time // "worker ready"
+	*logwatch.Watcher
+	ready []time.Time // "worker ready"
 	// inWorker is each ready worker's in_worker_ms: its start inside the
 	// worker program, from its first line of code to its ready.
 	inWorker []float64
 	retired  []time.Time // "retiring worker"
 	// dedicated counts session workers ready ("dedicated worker ready").
 	dedicated int
-	addr      string        // where pyrun serve listens ("listening")
-	changed   chan struct{} // closed and replaced when either grows
+	addr      string // where pyrun serve listens ("listening")
 }
 
-func newLogWatcher() *logWatcher { return &logWatcher{changed: make(chan struct{})} }
+func newLogWatcher() *logWatcher {
+	w := &logWatcher{}
+	w.Watcher = logwatch.New(40, w.observe)
+	return w
+}
 
-func (w *logWatcher) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.partial = append(w.partial, p...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := string(w.partial[:i])
-		w.partial = w.partial[i+1:]
-		w.lines = append(w.lines, line)
-		if len(w.lines) > 40 {
-			w.lines = w.lines[len(w.lines)-40:]
-		}
-		var rec struct {
-			Message   string  `json:"@message"`
-			Timestamp string  `json:"@timestamp"`
-			Addr      string  `json:"addr"`
-			InWorker  float64 `json:"in_worker_ms"`
-		}
-		if json.Unmarshal([]byte(line), &rec) != nil {
-			continue
-		}
-		at, err := time.Parse("2006-01-02T15:04:05.999999Z07:00", rec.Timestamp)
-		if err != nil {
-			continue
-		}
-		switch rec.Message {
-		case "worker ready":
-			w.ready = append(w.ready, at)
-			w.inWorker = append(w.inWorker, rec.InWorker)
-		case "retiring worker":
-			w.retired = append(w.retired, at)
-		case "dedicated worker ready":
-			w.dedicated++
-		case "listening":
-			w.addr = rec.Addr
-		default:
-			continue
-		}
-		close(w.changed)
-		w.changed = make(chan struct{})
+// observe records a line of pyrun's log; it runs under the Watcher's lock.
+func (w *logWatcher) observe(line string) bool {
+	var rec struct {
+		Message   string  `json:"@message"`
+		Timestamp string  `json:"@timestamp"`
+		Addr      string  `json:"addr"`
+		InWorker  float64 `json:"in_worker_ms"`
 	}
-	return len(p), nil
+	if json.Unmarshal([]byte(line), &rec) != nil {
+		return false
+	}
+	at, err := time.Parse("2006-01-02T15:04:05.999999Z07:00", rec.Timestamp)
+	if err != nil {
+		return false
+	}
+	switch rec.Message {
+	case "worker ready":
+		w.ready = append(w.ready, at)
+		w.inWorker = append(w.inWorker, rec.InWorker)
+	case "retiring worker":
+		w.retired = append(w.retired, at)
+	case "dedicated worker ready":
+		w.dedicated++
+	case "listening":
+		w.addr = rec.Addr
+	default:
+		return false
+	}
+	return true
 }
 
 // waitDedicated waits until n session workers have become ready.
 func (w *logWatcher) waitDedicated(ctx context.Context, n int) error {
-	for {
-		w.mu.Lock()
-		got, ch := w.dedicated, w.changed
-		w.mu.Unlock()
-		if got >= n {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %d session workers ready (%d so far): %w", n, got, ctx.Err())
-		}
+	var got int
+	if err := w.Wait(ctx, func() bool { got = w.dedicated; return got >= n }); err != nil {
+		return fmt.Errorf("waiting for %d session workers ready (%d so far): %w", n, got, err)
 	}
+	return nil
 }
 
-func (w *logWatcher) tail() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Join(w.lines, "\n")
-}
+func (w *logWatcher) tail() string { return w.Tail(0) }
 
 // waitFor waits until cond, called with the ready and retired times so
 // far, holds.
 func (w *logWatcher) waitFor(ctx context.Context, what string, cond func(ready, retired []time.Time) bool) error {
-	for {
-		w.mu.Lock()
-		ok, ch := cond(w.ready, w.retired), w.changed
-		w.mu.Unlock()
-		if ok {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w\npyrun's stderr:\n%s", what, ctx.Err(), w.tail())
-		}
+	if err := w.Wait(ctx, func() bool { return cond(w.ready, w.retired) }); err != nil {
+		return fmt.Errorf("waiting for %s: %w\npyrun's stderr:\n%s", what, err, w.tail())
 	}
+	return nil
 }
 
 // waitAlive waits until n workers are ready and not retired.
