@@ -22,6 +22,7 @@ import (
 	"golang.org/x/tools/txtar"
 
 	"github.com/pyrun/pyrun/internal/syncbuf"
+	"github.com/pyrun/pyrun/internal/testproc"
 	"github.com/pyrun/pyrun/internal/testtier"
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -101,25 +102,6 @@ func replayAll(t *testing.T, dir string, start startFunc) {
 			replayFile(t, rt, file, start)
 		})
 	}
-}
-
-// startPiped starts cmd with a pipe to its stdin and one from its stdout;
-// its stderr goes to stderr.
-func startPiped(t testing.TB, cmd *exec.Cmd, stderr io.Writer) (io.WriteCloser, io.ReadCloser) {
-	t.Helper()
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start worker: %v", err)
-	}
-	return stdin, stdout
 }
 
 var (
@@ -312,7 +294,8 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 	defer cancel()
 	cmd := start(ctx, rt, hostConfig)
 	var stderr syncbuf.Buffer
-	stdin, stdout := startPiped(t, cmd, &stderr)
+	cmd.Stderr = &stderr
+	stdin, stdout := testproc.StartPiped(t, cmd)
 	lines := make(chan string)
 	readErr := make(chan error, 1) // why lines closed
 	exited := make(chan error, 1)  // from Wait, once stdout is read to its end

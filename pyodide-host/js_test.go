@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/pyrun/pyrun/internal/syncbuf"
+	"github.com/pyrun/pyrun/internal/testproc"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -58,7 +59,8 @@ func startJS(t *testing.T, hostConfig string) *jsProc {
 	ctx, cancel := context.WithCancel(t.Context())
 	cmd := jsWorkerCommand(ctx, rt, hostConfig)
 	p := &jsProc{t: t, cmd: cmd, events: make(chan map[string]any, 64), stderr: &syncbuf.Buffer{}}
-	stdin, stdout := startPiped(t, cmd, p.stderr)
+	cmd.Stderr = p.stderr
+	stdin, stdout := testproc.StartPiped(t, cmd)
 	p.stdin = stdin
 	go func() {
 		defer close(p.events)

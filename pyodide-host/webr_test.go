@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/pyrun/pyrun/internal/syncbuf"
+	"github.com/pyrun/pyrun/internal/testproc"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -76,7 +77,8 @@ func startR(t testing.TB, hostConfig string) *rWorker {
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := rWorkerCommand(ctx, rt, hostConfig)
 	w := &rWorker{t: t, cmd: cmd, lines: make(chan string, 64), stderr: &syncbuf.Buffer{}}
-	stdin, stdout := startPiped(t, cmd, w.stderr)
+	cmd.Stderr = w.stderr
+	stdin, stdout := testproc.StartPiped(t, cmd)
 	w.stdin = stdin
 	done := make(chan struct{})
 	go func() {

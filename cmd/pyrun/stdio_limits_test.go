@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/pyrun/pyrun/internal/procfs"
+	"github.com/pyrun/pyrun/internal/testproc"
 	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
@@ -30,17 +31,7 @@ func startRawStdio(t *testing.T, args ...string) *rawStdio {
 	lw := newLogWatcher()
 	cmd := exec.Command(pyrunBin, append([]string{"stdio", "--log-format", "json", "--log-level", "debug"}, args...)...)
 	cmd.Stderr = lw
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	in, out := testproc.StartPiped(t, cmd)
 	s := &rawStdio{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<20), log: lw}
 	t.Cleanup(func() {
 		_ = in.Close()

@@ -21,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pyrun/pyrun/internal/testproc"
 )
 
 // rawClient speaks JSON-RPC lines to a pyrun stdio process.
@@ -44,19 +46,9 @@ func startRaw(t *testing.T, args ...string) *rawClient {
 	t.Helper()
 	needBinary(t)
 	cmd := exec.Command(pyrunBin, append([]string{"stdio", "--log-format", "json"}, args...)...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	lw := newLogWatcher()
 	cmd.Stderr = lw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testproc.StartPiped(t, cmd)
 	c := &rawClient{t: t, stdin: stdin, wait: map[string]chan rawAnswer{}}
 	go func() {
 		sc := bufio.NewScanner(stdout)

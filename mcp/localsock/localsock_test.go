@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/internal/syncbuf"
+	"github.com/pyrun/pyrun/internal/testproc"
 )
 
 // The helper modes of this test binary, run as another user by asOtherUser.
@@ -269,17 +270,7 @@ func TestDialRefusesOtherUsersServer(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "pyrun.sock")
 	cmd := asOtherUser(t, "listen:"+path)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testproc.StartPiped(t, cmd)
 	defer func() {
 		stdin.Close()
 		_ = cmd.Wait()
