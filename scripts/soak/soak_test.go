@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/internal/testtier"
 )
 
@@ -25,7 +26,7 @@ func TestSoakShort(t *testing.T) {
 			"ok": 60, "error": 15, "stderr": 5, "flood": 4, "timeout": 5, "sleep": 5,
 			"c-loop": 1, "memory": 1, "js-memory": 1, "crash": 1, "exit": 1,
 		},
-		Log: testLog{t},
+		Log: testlog.Writer(t),
 	})
 	checkReport(t, rep, err, 150)
 	if rep.PeakRSSMiB > 150 {
@@ -53,7 +54,7 @@ func TestSoakLanguages(t *testing.T) {
 			"r-ok": 20, "r-error": 6, "r-timeout": 3,
 			"js-ok": 20, "js-error": 6, "js-loop": 2, "js-await": 3,
 		},
-		Log: testLog{t},
+		Log: testlog.Writer(t),
 	})
 	checkReport(t, rep, err, 120)
 	for _, k := range []string{"r-ok", "js-ok"} {
@@ -80,13 +81,6 @@ func checkReport(t *testing.T, rep Report, err error, calls int64) {
 	if rep.Unexpected != 0 {
 		t.Errorf("%d calls ended with a status that is not theirs", rep.Unexpected)
 	}
-}
-
-type testLog struct{ t *testing.T }
-
-func (l testLog) Write(p []byte) (int, error) {
-	l.t.Log(string(p))
-	return len(p), nil
 }
 
 type logBuffer []byte
