@@ -121,22 +121,17 @@ func benchAgent(ctx context.Context, o *opts) (*agentReport, error) {
 }
 
 // stdoutOf and sessionIDOf read a result's structured content.
-func stdoutOf(res *sdk.CallToolResult) string {
-	var sc struct {
-		Stdout string `json:"stdout"`
-	}
-	b, _ := json.Marshal(res.StructuredContent)
-	_ = json.Unmarshal(b, &sc)
-	return sc.Stdout
-}
+func stdoutOf(res *sdk.CallToolResult) string { return structuredOf(res).Stdout }
 
-func sessionIDOf(res *sdk.CallToolResult) string {
-	var sc struct {
-		SessionID string `json:"session_id"`
-	}
+func sessionIDOf(res *sdk.CallToolResult) string { return structuredOf(res).SessionID }
+
+func structuredOf(res *sdk.CallToolResult) (sc struct {
+	Stdout    string `json:"stdout"`
+	SessionID string `json:"session_id"`
+}) {
 	b, _ := json.Marshal(res.StructuredContent)
 	_ = json.Unmarshal(b, &sc)
-	return sc.SessionID
+	return sc
 }
 
 // agentSession runs the agent blocks in a new Python session, ending it
