@@ -2,7 +2,6 @@ package pyodidehost_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +21,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/tools/txtar"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
+	"github.com/pyrun/pyrun/internal/testproc"
 	"github.com/pyrun/pyrun/internal/testtier"
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -101,25 +102,6 @@ func replayAll(t *testing.T, dir string, start startFunc) {
 			replayFile(t, rt, file, start)
 		})
 	}
-}
-
-// startPiped starts cmd with a pipe to its stdin and one from its stdout;
-// its stderr goes to stderr.
-func startPiped(t testing.TB, cmd *exec.Cmd, stderr io.Writer) (io.WriteCloser, io.ReadCloser) {
-	t.Helper()
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start worker: %v", err)
-	}
-	return stdin, stdout
 }
 
 var (
@@ -311,8 +293,9 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	cmd := start(ctx, rt, hostConfig)
-	var stderr lockedBuffer
-	stdin, stdout := startPiped(t, cmd, &stderr)
+	var stderr syncbuf.Buffer
+	cmd.Stderr = &stderr
+	stdin, stdout := testproc.StartPiped(t, cmd)
 	lines := make(chan string)
 	readErr := make(chan error, 1) // why lines closed
 	exited := make(chan error, 1)  // from Wait, once stdout is read to its end
@@ -593,23 +576,4 @@ func lineDiff(want, got string) string {
 		}
 	}
 	return b.String()
-}
-
-// lockedBuffer collects a worker's stderr, which os/exec copies from its own
-// goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
+	"github.com/pyrun/pyrun/internal/testproc"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -48,7 +50,7 @@ type jsProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	events chan map[string]any
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 }
 
 func startJS(t *testing.T, hostConfig string) *jsProc {
@@ -56,8 +58,9 @@ func startJS(t *testing.T, hostConfig string) *jsProc {
 	rt := provision(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cmd := jsWorkerCommand(ctx, rt, hostConfig)
-	p := &jsProc{t: t, cmd: cmd, events: make(chan map[string]any, 64), stderr: &lockedBuffer{}}
-	stdin, stdout := startPiped(t, cmd, p.stderr)
+	p := &jsProc{t: t, cmd: cmd, events: make(chan map[string]any, 64), stderr: &syncbuf.Buffer{}}
+	cmd.Stderr = p.stderr
+	stdin, stdout := testproc.StartPiped(t, cmd)
 	p.stdin = stdin
 	go func() {
 		defer close(p.events)

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
+	"github.com/pyrun/pyrun/internal/testproc"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -42,7 +44,7 @@ type rWorker struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	ready  map[string]any
 	sent   atomic.Int64 // SIGUSR2 signals sent
 	// recycle is the last idle event's recycle: why the worker must not
@@ -74,8 +76,9 @@ func startR(t testing.TB, hostConfig string) *rWorker {
 	rt := provision(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := rWorkerCommand(ctx, rt, hostConfig)
-	w := &rWorker{t: t, cmd: cmd, lines: make(chan string, 64), stderr: &lockedBuffer{}}
-	stdin, stdout := startPiped(t, cmd, w.stderr)
+	w := &rWorker{t: t, cmd: cmd, lines: make(chan string, 64), stderr: &syncbuf.Buffer{}}
+	cmd.Stderr = w.stderr
+	stdin, stdout := testproc.StartPiped(t, cmd)
 	w.stdin = stdin
 	done := make(chan struct{})
 	go func() {

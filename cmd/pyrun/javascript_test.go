@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
 func TestJavaScriptTool(t *testing.T) {
@@ -24,7 +26,7 @@ func TestJavaScriptTool(t *testing.T) {
 	}
 	s := newLanguageServer(t, "python,javascript", "--workers", "1", "--js-workers", "1",
 		"--mount", ro+":/data", "--mount", rw+":/shared/out:rw")
-	if got := s.toolNames(t); strings.Join(got, ",") != "run_javascript_code,run_python_code" {
+	if got := mcptest.ToolNames(t, s.session); strings.Join(got, ",") != "run_javascript_code,run_python_code" {
 		t.Fatalf("tools %v, want run_javascript_code and run_python_code", got)
 	}
 	js := func(code string) result {

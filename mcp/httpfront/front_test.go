@@ -602,10 +602,7 @@ func TestStalledReaders(t *testing.T) {
 		t.Fatalf("initialize: %d %s", code, body)
 	}
 	for i := range 2 {
-		conn := mcptest.DialFrom(t, "127.0.0.1", f.addr)
-		msg := callBody(100+i, "print('x' * 2**22)")
-		fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-06-18\r\nContent-Length: %d\r\n\r\n%s",
-			f.addr, id, len(msg), msg)
+		mcptest.StalledPost(t, f.addr, id, callBody(100+i, "print('x' * 2**22)"))
 	}
 	for _, series := range []string{`pyrun_stream_stalls_total{transport="sse"}`, `pyrun_stream_stalls_total{transport="streamable"}`} {
 		f.waitMetric(t, series, func(v float64) bool { return v >= 1 })

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/internal/procfs"
 )
 
 // sessionsReport: Python sessions as namespaces on shared session workers
@@ -145,7 +147,7 @@ func descendants(pid int) []int {
 	for next := []int{pid}; len(next) > 0; {
 		var kids []int
 		for _, p := range next {
-			kids = append(kids, childrenOf(p)...)
+			kids = append(kids, procfs.Children(p)...)
 		}
 		all = append(all, kids...)
 		next = kids
