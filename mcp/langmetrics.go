@@ -47,7 +47,7 @@ var (
 	langRestartsDesc = prometheus.NewDesc("pyrun_language_worker_restarts_total",
 		"Workers of a language retired and replaced, by reason.", []string{"language", "reason"}, nil)
 	langSessionsDesc = prometheus.NewDesc("pyrun_language_sessions",
-		"Open sessions of a language, each with a worker of its own.", []string{"language"}, nil)
+		"Open sessions of a language.", []string{"language"}, nil)
 )
 
 func (c *languageCollector) Describe(ch chan<- *prometheus.Desc) {

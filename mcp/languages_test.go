@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/mcp/mcptest"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -131,20 +132,6 @@ func connectServer(t *testing.T, s *Server) *sdk.ClientSession {
 	return cs
 }
 
-func toolNames(t *testing.T, cs *sdk.ClientSession) []string {
-	t.Helper()
-	res, err := cs.ListTools(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tl := range res.Tools {
-		names = append(names, tl.Name)
-	}
-	slices.Sort(names)
-	return names
-}
-
 // A server has the tools of its languages and no others; a language's
 // call reaches the runner as a job of that language, with the code of its
 // own argument and no globals or code mode tools.
@@ -153,7 +140,7 @@ func TestServerServesItsLanguagesOnly(t *testing.T) {
 	opts := Options{Version: "test", Timeout: 30 * time.Second, MaxOutput: 64 << 10, Languages: []Language{testR}}
 	s := New(rec, opts, hclog.NewNullLogger())
 	cs := connectServer(t, s)
-	if got := toolNames(t, cs); !slices.Equal(got, []string{"run_r_code"}) {
+	if got := mcptest.ToolNames(t, cs); !slices.Equal(got, []string{"run_r_code"}) {
 		t.Fatalf("tools %v, want run_r_code alone", got)
 	}
 	if got := cs.InitializeResult().Instructions; !strings.Contains(got, `"run_r_code"`) || strings.Contains(got, "python") {
@@ -183,10 +170,10 @@ func TestServerServesItsLanguagesOnly(t *testing.T) {
 	}
 
 	both := New(rec, Options{Version: "test", Languages: []Language{Python, testJavaScript}}, hclog.NewNullLogger())
-	if got := toolNames(t, connectServer(t, both)); !slices.Equal(got, []string{"run_javascript_code", "run_python_code"}) {
+	if got := mcptest.ToolNames(t, connectServer(t, both)); !slices.Equal(got, []string{"run_javascript_code", "run_python_code"}) {
 		t.Errorf("tools %v, want run_javascript_code and run_python_code", got)
 	}
-	if got := toolNames(t, connectServer(t, New(rec, Options{Version: "test"}, hclog.NewNullLogger()))); !slices.Equal(got, []string{"run_python_code"}) {
+	if got := mcptest.ToolNames(t, connectServer(t, New(rec, Options{Version: "test"}, hclog.NewNullLogger()))); !slices.Equal(got, []string{"run_python_code"}) {
 		t.Errorf("tools without Languages %v, want run_python_code alone", got)
 	}
 }

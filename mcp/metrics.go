@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,6 +33,7 @@ type Metrics struct {
 	queueWait prometheus.Histogram
 	// langCalls is calls by language too (languages.go's metrics).
 	langCalls *prometheus.CounterVec
+	pool      *poolCollector
 }
 
 // callStatuses are the values of pyrun_calls_total's status label: a
@@ -68,7 +70,9 @@ func NewMetrics(version string, stats func() supervisor.Stats) *Metrics {
 		m.calls.WithLabelValues(s) // every series exists from the start
 	}
 	m.langCalls = newLanguageCalls()
-	m.reg.MustRegister(m.calls, m.duration, m.queueWait, m.langCalls, &poolCollector{stats: stats},
+	m.pool = &poolCollector{stats: stats}
+	m.pool.maxClients.Store(DefaultMetricsMaxClients)
+	m.reg.MustRegister(m.calls, m.duration, m.queueWait, m.langCalls, m.pool,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name:        "pyrun_build_info",
@@ -194,14 +198,28 @@ func bounded(v string, known []string) string {
 	return otherLabel
 }
 
+// DefaultMetricsMaxClients is how many clients pyrun_client_workers names
+// by default.
+const DefaultMetricsMaxClients = 32
+
+// MaxClients bounds the clients pyrun_client_workers names: the first n by
+// name; the rest are summed as "other" (Stats.ClientsWithin).
+func (m *Metrics) MaxClients(n int) { m.pool.maxClients.Store(int64(n)) }
+
 // poolCollector reads the pool's state at scrape time.
 type poolCollector struct {
-	stats func() supervisor.Stats
+	stats      func() supervisor.Stats
+	maxClients atomic.Int64
 }
 
 var (
 	workersDesc = prometheus.NewDesc("pyrun_workers",
 		"Workers by state: idle (ready for a call), busy (running one), starting.", []string{"state"}, nil)
+	clientWorkersDesc = prometheus.NewDesc("pyrun_client_workers",
+		"Workers each client owns (a worker runs the calls of one client only), by state: idle or busy; past --metrics-max-clients clients, the rest as client=\"other\".",
+		[]string{"client", "state"}, nil)
+	freshWorkersDesc = prometheus.NewDesc("pyrun_workers_fresh",
+		"Idle workers that never ran a call, which a client's next new worker comes from.", nil, nil)
 	workersConfiguredDesc = prometheus.NewDesc("pyrun_workers_configured",
 		"The configured pool size.", nil, nil)
 	queueDepthDesc = prometheus.NewDesc("pyrun_queue_depth",
@@ -214,7 +232,7 @@ var (
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	describe(ch, workersDesc, workersConfiguredDesc, queueDepthDesc, restartsDesc, startsDesc)
+	describe(ch, workersDesc, clientWorkersDesc, freshWorkersDesc, workersConfiguredDesc, queueDepthDesc, restartsDesc, startsDesc)
 }
 
 // describe sends a collector's descriptions.
@@ -229,6 +247,11 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(s.Ready), "idle")
 	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(s.Busy), "busy")
 	ch <- prometheus.MustNewConstMetric(workersDesc, prometheus.GaugeValue, float64(s.Starting), "starting")
+	ch <- prometheus.MustNewConstMetric(freshWorkersDesc, prometheus.GaugeValue, float64(s.Fresh))
+	for client, n := range s.ClientsWithin(int(c.maxClients.Load())) {
+		ch <- prometheus.MustNewConstMetric(clientWorkersDesc, prometheus.GaugeValue, float64(n.Idle), client, "idle")
+		ch <- prometheus.MustNewConstMetric(clientWorkersDesc, prometheus.GaugeValue, float64(n.Busy), client, "busy")
+	}
 	ch <- prometheus.MustNewConstMetric(workersConfiguredDesc, prometheus.GaugeValue, float64(s.Workers))
 	ch <- prometheus.MustNewConstMetric(queueDepthDesc, prometheus.GaugeValue, float64(s.Queued))
 	for _, k := range supervisor.RestartKinds() {

@@ -111,3 +111,31 @@ func TestCallLabelsBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestClientWorkersBounded: pyrun_client_workers names the first
+// MaxClients clients by name, and sums the rest as "other".
+func TestClientWorkersBounded(t *testing.T) {
+	clients := map[string]supervisor.ClientWorkers{"a-alice": {Idle: 1, Busy: 2}, "b-bob": {Busy: 1}}
+	for i := range 40 {
+		clients[fmt.Sprintf("c%02d", i)] = supervisor.ClientWorkers{Idle: 1}
+	}
+	m := NewMetrics("test", func() supervisor.Stats { return supervisor.Stats{Fresh: 2, Clients: clients} })
+	m.MaxClients(3)
+	page := scrape(t, m)
+	got := series(page, "pyrun_client_workers")
+	for _, want := range []string{
+		`pyrun_client_workers{client="a-alice",state="busy"} 2`,
+		`pyrun_client_workers{client="a-alice",state="idle"} 1`,
+		`pyrun_client_workers{client="b-bob",state="busy"} 1`,
+		`pyrun_client_workers{client="c00",state="idle"} 1`,
+		`pyrun_client_workers{client="other",state="idle"} 39`,
+		`pyrun_workers_fresh 2`,
+	} {
+		if !strings.Contains(page, want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if len(got) != 8 {
+		t.Errorf("pyrun_client_workers has %d series, want 8 (4 clients, other included, 2 states): %v", len(got), got)
+	}
+}

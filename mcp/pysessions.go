@@ -141,7 +141,7 @@ type sessionCollector struct {
 
 var (
 	pySessionsDesc = prometheus.NewDesc("pyrun_python_sessions",
-		"Open Python sessions (state kept across calls), each with a worker of its own.", nil, nil)
+		"Open Python sessions (state kept across calls).", nil, nil)
 	pySessionStartsDesc = prometheus.NewDesc("pyrun_python_session_starts_total",
 		"Python sessions started.", nil, nil)
 	pySessionStartFailuresDesc = prometheus.NewDesc("pyrun_python_session_start_failures_total",
@@ -153,6 +153,14 @@ var (
 		"Workers started ahead for new Python sessions (--session-spares), ready now.", nil, nil)
 	pySessionSpareHitsDesc = prometheus.NewDesc("pyrun_python_session_spare_hits_total",
 		"New Python sessions that got a worker started ahead, without waiting for a start of their own.", nil, nil)
+	pySessionWorkersDesc = prometheus.NewDesc("pyrun_python_session_workers",
+		"Session workers holding Python sessions as namespaces (--session-worker shared), each one client's.", nil, nil)
+	pySessionWorkerStartsDesc = prometheus.NewDesc("pyrun_python_session_worker_starts_total",
+		"Workers that became a client's session worker (--session-worker shared).", nil, nil)
+	pySessionPlacedDesc = prometheus.NewDesc("pyrun_python_session_placed_total",
+		"New Python sessions placed on a session worker of their client's that had room: no worker started for them.", nil, nil)
+	pySessionWorkerRefusalsDesc = prometheus.NewDesc("pyrun_python_session_worker_refusals_total",
+		"New Python sessions refused because --max-session-workers session workers held other clients' sessions.", nil, nil)
 	pySessionCheckpointsDesc = prometheus.NewDesc("pyrun_python_session_checkpoints_total",
 		"Checkpoints of Python sessions kept in --session-store.", nil, nil)
 	pySessionCheckpointFailuresDesc = prometheus.NewDesc("pyrun_python_session_checkpoint_failures_total",
@@ -170,7 +178,8 @@ var (
 
 func (c *sessionCollector) Describe(ch chan<- *prometheus.Desc) {
 	describe(ch, pySessionsDesc, pySessionStartsDesc, pySessionStartFailuresDesc, pySessionEndsDesc,
-		pySessionSparesDesc, pySessionSpareHitsDesc, pySessionCheckpointsDesc, pySessionCheckpointFailuresDesc,
+		pySessionSparesDesc, pySessionSpareHitsDesc, pySessionWorkersDesc, pySessionWorkerStartsDesc,
+		pySessionPlacedDesc, pySessionWorkerRefusalsDesc, pySessionCheckpointsDesc, pySessionCheckpointFailuresDesc,
 		pySessionRestoresDesc, pySessionForksDesc, pySessionMovesDesc, pySessionMoveTimeoutsDesc)
 }
 
@@ -184,6 +193,10 @@ func (c *sessionCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(pySessionSparesDesc, prometheus.GaugeValue, float64(s.Spares))
 	ch <- prometheus.MustNewConstMetric(pySessionSpareHitsDesc, prometheus.CounterValue, float64(s.SpareHits))
+	ch <- prometheus.MustNewConstMetric(pySessionWorkersDesc, prometheus.GaugeValue, float64(s.Hosts))
+	ch <- prometheus.MustNewConstMetric(pySessionWorkerStartsDesc, prometheus.CounterValue, float64(s.HostStarts))
+	ch <- prometheus.MustNewConstMetric(pySessionPlacedDesc, prometheus.CounterValue, float64(s.Placed))
+	ch <- prometheus.MustNewConstMetric(pySessionWorkerRefusalsDesc, prometheus.CounterValue, float64(s.HostRefusals))
 	ch <- prometheus.MustNewConstMetric(pySessionCheckpointsDesc, prometheus.CounterValue, float64(s.Checkpoints))
 	ch <- prometheus.MustNewConstMetric(pySessionCheckpointFailuresDesc, prometheus.CounterValue, float64(s.CheckpointFailures))
 	ch <- prometheus.MustNewConstMetric(pySessionRestoresDesc, prometheus.CounterValue, float64(s.Restores))

@@ -1,5 +1,5 @@
 // Package pyodidehost carries pyrun's Deno worker programs: the TypeScript
-// host, the Python helper it loads into Pyodide, the R worker (webr/, R in
+// host, the Python helper it loads into Pyodide (python/), the R worker (webr/, R in
 // webR, docs/protocol.md, Engines: R), the JavaScript engine's program in js/
 // (docs/protocol.md, Engines: JavaScript), and the npm manifest that pins Deno,
 // Pyodide, webR and TypeScript. The supervisor writes these files into its
@@ -10,5 +10,5 @@ import "embed"
 
 // Files is the worker program, as the runtime folder receives it.
 //
-//go:embed webr js main.ts worker.ts checkpoint.ts lines.ts protocol.ts guards.ts mounts.ts toolcalls.ts warm.ts pyrun_helper.py pyrun_guard.py pyrun_display.py pyrun_needs.py pyrun_values.py mcp_tools.py package.json package-lock.json
+//go:embed webr js main.ts worker.ts checkpoint.ts lines.ts protocol.ts serve.ts events.ts guards.ts mounts.ts toolcalls.ts warm.ts sessions.ts python package.json package-lock.json
 var Files embed.FS

@@ -2,7 +2,6 @@ package pyodidehost_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +21,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/tools/txtar"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
+	"github.com/pyrun/pyrun/internal/testproc"
 	"github.com/pyrun/pyrun/internal/testtier"
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -29,7 +30,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the events sections of testdata/*.txtar from the real worker")
 
 // hostSources are the TypeScript files of the worker program.
-var hostSources = []string{"main.ts", "worker.ts", "checkpoint.ts", "lines.ts", "protocol.ts", "guards.ts", "mounts.ts", "toolcalls.ts", "warm.ts",
+var hostSources = []string{"main.ts", "worker.ts", "checkpoint.ts", "lines.ts", "protocol.ts", "serve.ts", "events.ts", "guards.ts", "mounts.ts", "toolcalls.ts", "warm.ts",
 	"js/main.ts", "js/runner.ts", "js/rewrite.ts", "js/protocol.ts"}
 
 // TestDenoTools keeps the worker program clean under Deno's own formatter,
@@ -83,16 +84,22 @@ func TestDenoTools(t *testing.T) {
 // (result, pong or error; a warm request has none): the worker serves one
 // request at a time.
 func TestTranscripts(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "*.txtar"))
+	replayAll(t, "testdata", workerCommand)
+}
+
+// replayAll replays each transcript of dir against workers that start
+// starts, in parallel.
+func replayAll(t *testing.T, dir string, start startFunc) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.txtar"))
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no transcripts in testdata (%v)", err)
+		t.Fatalf("no transcripts in %s (%v)", dir, err)
 	}
 	rt := provision(t)
 	for _, file := range files {
 		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			replayFile(t, rt, file, workerCommand)
+			replayFile(t, rt, file, start)
 		})
 	}
 }
@@ -212,34 +219,30 @@ var deniedNets = []string{
 	"metadata.google.internal",
 }
 
+// denoRun is a worker's deno command line as denoArgs builds it: the flags
+// every engine's worker gets, the engine's own, its program and the HostConfig.
+func denoRun(rt *supervisor.Runtime, flags []string, program, hostConfig string) []string {
+	args := []string{"run", "--no-prompt", "--cached-only", "--no-config", "--quiet"}
+	return append(append(args, flags...), filepath.Join(rt.Dir, program), hostConfig)
+}
+
 func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig string) *exec.Cmd {
-	args := []string{
-		"run",
-		"--no-prompt",
-		"--cached-only",
-		"--no-config",
-		"--quiet",
+	args := denoRun(rt, []string{
 		"--allow-read=" + strings.Join([]string{
 			filepath.Join(rt.Dir, "worker.ts"),
 			filepath.Join(rt.Dir, "checkpoint.ts"),
 			filepath.Join(rt.Dir, "lines.ts"),
 			filepath.Join(rt.Dir, "protocol.ts"),
+			filepath.Join(rt.Dir, "serve.ts"),
 			filepath.Join(rt.Dir, "mounts.ts"),
-			filepath.Join(rt.Dir, "pyrun_helper.py"),
-			filepath.Join(rt.Dir, "pyrun_guard.py"),
 			filepath.Join(rt.Dir, "guards.ts"),
-			filepath.Join(rt.Dir, "pyrun_display.py"),
-			filepath.Join(rt.Dir, "pyrun_needs.py"),
-			filepath.Join(rt.Dir, "pyrun_values.py"),
 			filepath.Join(rt.Dir, "toolcalls.ts"),
 			filepath.Join(rt.Dir, "warm.ts"),
-			filepath.Join(rt.Dir, "mcp_tools.py"),
+			filepath.Join(rt.Dir, "python"),
 			filepath.Join(rt.Dir, "node_modules", "pyodide"),
 		}, ","),
 		"--allow-net", "--deny-net=" + strings.Join(deniedNets, ","),
-		filepath.Join(rt.Dir, "main.ts"),
-		hostConfig,
-	}
+	}, "main.ts", hostConfig)
 	return workerProcess(ctx, rt, args)
 }
 
@@ -290,19 +293,9 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	cmd := start(ctx, rt, hostConfig)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuffer
+	var stderr syncbuf.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start worker: %v", err)
-	}
+	stdin, stdout := testproc.StartPiped(t, cmd)
 	lines := make(chan string)
 	readErr := make(chan error, 1) // why lines closed
 	exited := make(chan error, 1)  // from Wait, once stdout is read to its end
@@ -583,23 +576,4 @@ func lineDiff(want, got string) string {
 		}
 	}
 	return b.String()
-}
-
-// lockedBuffer collects a worker's stderr, which os/exec copies from its own
-// goroutine.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

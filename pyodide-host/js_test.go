@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
+	"github.com/pyrun/pyrun/internal/testproc"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -24,39 +26,21 @@ import (
 // switch, nothing else; same environment and working folder as Python's
 // workers. Keep it in step with them.
 func jsWorkerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig string) *exec.Cmd {
-	args := []string{
-		"run",
-		"--no-prompt",
-		"--cached-only",
-		"--no-config",
-		"--quiet",
+	args := denoRun(rt, []string{
 		"--unstable-worker-options",
 		"--v8-flags=--expose-gc",
 		"--allow-read=" + strings.Join([]string{
 			filepath.Join(rt.Dir, "js"),
 			filepath.Join(rt.Dir, "node_modules", "typescript", "lib", "typescript.js"),
 		}, ","),
-		filepath.Join(rt.Dir, "js", "main.ts"),
-		hostConfig,
-	}
+	}, "js/main.ts", hostConfig)
 	return workerProcess(ctx, rt, args)
 }
 
 // TestJavaScriptTranscripts replays testdata/js/*.txtar against the real
 // JavaScript worker, as TestTranscripts does for Python.
 func TestJavaScriptTranscripts(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "js", "*.txtar"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no transcripts in testdata/js (%v)", err)
-	}
-	rt := provision(t)
-	for _, file := range files {
-		name := strings.TrimSuffix(filepath.Base(file), ".txtar")
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			replayFile(t, rt, file, jsWorkerCommand)
-		})
-	}
+	replayAll(t, filepath.Join("testdata", "js"), jsWorkerCommand)
 }
 
 // jsProc is one JavaScript worker driven by a test, for what a transcript
@@ -66,7 +50,7 @@ type jsProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	events chan map[string]any
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 }
 
 func startJS(t *testing.T, hostConfig string) *jsProc {
@@ -74,19 +58,10 @@ func startJS(t *testing.T, hostConfig string) *jsProc {
 	rt := provision(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	cmd := jsWorkerCommand(ctx, rt, hostConfig)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &jsProc{t: t, cmd: cmd, stdin: stdin, events: make(chan map[string]any, 64), stderr: &lockedBuffer{}}
+	p := &jsProc{t: t, cmd: cmd, events: make(chan map[string]any, 64), stderr: &syncbuf.Buffer{}}
 	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testproc.StartPiped(t, cmd)
+	p.stdin = stdin
 	go func() {
 		defer close(p.events)
 		r := bufio.NewReaderSize(stdout, 64<<10)
@@ -117,26 +92,19 @@ func startJS(t *testing.T, hostConfig string) *jsProc {
 // when the worker's stdout ended first.
 func (p *jsProc) answer(limit time.Duration) map[string]any {
 	p.t.Helper()
-	timer := time.NewTimer(limit)
-	defer timer.Stop()
-	for {
-		select {
-		case ev, ok := <-p.events:
-			if !ok {
-				return nil
-			}
-			if ev["type"] == "result" || ev["type"] == "error" {
-				return ev
-			}
-		case <-timer.C:
-			p.t.Fatalf("no answer after %s; stderr:\n%s", limit, p.stderr.String())
-		}
-	}
+	return p.until("answer", limit, func(typ any) bool { return typ == "result" || typ == "error" })
 }
 
 // next returns the next event of type typ, skipping others; nil when the
 // worker's stdout ended first.
 func (p *jsProc) next(typ string, limit time.Duration) map[string]any {
+	p.t.Helper()
+	return p.until(typ+" event", limit, func(t any) bool { return t == typ })
+}
+
+// until returns the next event whose type is wanted, skipping others; nil
+// when the worker's stdout ended first.
+func (p *jsProc) until(what string, limit time.Duration, wanted func(typ any) bool) map[string]any {
 	p.t.Helper()
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
@@ -146,11 +114,11 @@ func (p *jsProc) next(typ string, limit time.Duration) map[string]any {
 			if !ok {
 				return nil
 			}
-			if ev["type"] == typ {
+			if wanted(ev["type"]) {
 				return ev
 			}
 		case <-timer.C:
-			p.t.Fatalf("no %s event after %s; stderr:\n%s", typ, limit, p.stderr.String())
+			p.t.Fatalf("no %s after %s; stderr:\n%s", what, limit, p.stderr.String())
 		}
 	}
 }

@@ -6,19 +6,16 @@
 // sets Pyodide's interrupt flag (KeyboardInterrupt in the running call).
 // Never use SIGUSR1: Deno also starts its inspector on it.
 
-import type { HostConfig } from "./protocol.ts";
+import { type HostConfig, parseEngineConfig } from "./protocol.ts";
 
 export function parseConfig(args: string[]): HostConfig {
   const raw = JSON.parse(args[0] ?? "{}");
   return {
-    heap_limit: Number(raw.heap_limit ?? 0),
-    max_line: Number(raw.max_line ?? 16 << 20),
+    ...parseEngineConfig(raw),
     snapshot: String(raw.snapshot ?? ""),
     snapshot_size: Number(raw.snapshot_size ?? 0),
     make_snapshot: raw.make_snapshot === true,
     preload: Array.isArray(raw.preload) ? raw.preload : [],
-    session: raw.session === true,
-    mounts: Array.isArray(raw.mounts) ? raw.mounts : [],
     warm_calls: Number(raw.warm_calls ?? 0),
     checkpoints: raw.checkpoints === true || !!raw.restore,
     ...(raw.restore

@@ -1,14 +1,45 @@
-// The pipe protocol between pyrun's supervisor (Go) and this worker.
-// docs/protocol.md is the specification; supervisor/protocol.go is the Go side.
+// The pipe protocol between pyrun's supervisor (Go) and its worker programs:
+// every engine's (Python: main.ts and worker.ts; R: webr/main.ts;
+// JavaScript: js/main.ts) messages, typed once here. docs/protocol.md is the
+// specification; supervisor/protocol.go is the Go side, and its
+// TestProtocolMatchesTypeScript holds the two to one version and one set of
+// messages. It imports nothing, so that no engine loads another's runtime.
 
 export const PROTOCOL_VERSION = 6;
 
-/** Start-up settings, passed as the one command-line argument (JSON). */
-export interface HostConfig {
-  /** Cap on the wasm heap in bytes; 0 means Pyodide's own 4 GiB ceiling. */
+/** The start-up settings every engine reads (HostConfig's common part). */
+export interface EngineConfig {
+  /**
+   * Cap on memory in bytes: Python's and R's wasm heap (0: wasm32's own
+   * 4 GiB), the JavaScript worker's RSS (0: none).
+   */
   heap_limit: number;
   /** Longest stdin line accepted, in bytes. */
   max_line: number;
+  /** A session's worker: calls share the engine's state and files (docs/sessions.md). */
+  session: boolean;
+  /** Host folders to mount (--mount); empty: none. */
+  mounts: Mount[];
+}
+
+/** The common part of the HostConfig argument (JSON), as every engine parses it. */
+export function parseEngineConfig(raw: Record<string, unknown>): EngineConfig {
+  return {
+    heap_limit: Number(raw.heap_limit ?? 0),
+    max_line: Number(raw.max_line ?? 16 << 20),
+    session: raw.session === true,
+    mounts: parseMounts(raw.mounts),
+  };
+}
+
+/** The HostConfig's mounts (the supervisor sends them checked and clean). */
+function parseMounts(raw: unknown): Mount[] {
+  if (!Array.isArray(raw)) return [];
+  return raw.map((m) => ({ path: String(m.path), host: String(m.host), rw: m.rw === true }));
+}
+
+/** The Python worker's start-up settings, the one command-line argument (JSON). */
+export interface HostConfig extends EngineConfig {
   /**
    * A memory snapshot to start from (a file the worker may read); "" for a
    * plain start. The supervisor has checked its checksum.
@@ -23,13 +54,6 @@ export interface HostConfig {
   make_snapshot: boolean;
   /** Packages to load before ready (--deps), from the supervisor's cache. */
   preload: PackageFile[];
-  /**
-   * A Python session's worker: calls share globals, modules and files (docs/protocol.md,
-   * Sessions).
-   */
-  session: boolean;
-  /** Host folders to mount (--mount); absent: none. */
-  mounts?: Mount[];
   /** Calls of its own to run while idle before the first request (warm.ts); absent: none. */
   warm_calls?: number;
   /**
@@ -76,29 +100,40 @@ export interface PackageFile {
   imports?: string[];
 }
 
+/** A call to run: every engine's fields; globals and tools are Python's only. */
+export interface RunRequest {
+  type: "run";
+  id: string;
+  code: string;
+  /** A JSON object of names to bind in the call's globals, as text; absent for none. */
+  globals?: string;
+  /** Caps each of stdout and stderr, in characters; 0 or absent: 65536. */
+  max_output?: number;
+  /** How many interrupt signals the supervisor has sent this worker so far; absent: 0. */
+  interrupts?: number;
+  // Rich results (docs/protocol.md): Python hands them to pyrun_display as one JSON text.
+  input_files?: InputFile[];
+  keep_output?: boolean;
+  max_displays?: number;
+  max_display_bytes?: number;
+  max_files?: number;
+  max_file_bytes?: number;
+  /** The catalog of tools the call's code may call (mcp_tools), as JSON text; absent for none. */
+  tools?: string;
+  /**
+   * A session worker shared by several sessions: the namespace the call runs in, and the
+   * namespaces of ended sessions to forget first (docs/protocol.md, Sessions). Absent: the
+   * worker's one state.
+   */
+  namespace?: string;
+  drop?: string[];
+}
+
 /** Messages the supervisor sends, one JSON object per stdin line. */
 export type Request =
   /** Run up to calls of the warming calls now, while idle (warm.ts); no answer. */
   | { type: "warm"; calls: number }
-  | {
-    type: "run";
-    id: string;
-    code: string;
-    /** A JSON object of names to bind in the call's globals, as text; absent for none. */
-    globals?: string;
-    max_output: number;
-    /** How many interrupt signals the supervisor has sent this worker so far. */
-    interrupts: number;
-    // Rich results (docs/protocol.md): handed to pyrun_display as one JSON text.
-    input_files?: InputFile[];
-    keep_output?: boolean;
-    max_displays?: number;
-    max_display_bytes?: number;
-    max_files?: number;
-    max_file_bytes?: number;
-    /** The catalog of tools the call's code may call (mcp_tools), as JSON text; absent for none. */
-    tools?: string;
-  }
+  | RunRequest
   | { type: "ping"; id: string }
   /**
    * Take a checkpoint now, between calls (checkpoint.ts): the answer is a
@@ -121,20 +156,43 @@ export type Request =
     error?: string;
   };
 
+/** A call's last event: how it ended. */
+export interface Result {
+  type: "result";
+  id: string;
+  status: "success" | "run-error" | "install-error" | "memory-error" | "interrupted";
+  /** The value of the code's last expression, as JSON text. */
+  value?: string;
+  /** The worker cut value (or error) at max_output. */
+  value_cut?: boolean;
+  error?: string;
+  error_cut?: boolean;
+  /** The packages the call loaded (Python). */
+  dependencies?: string[];
+  /** Characters of each stream dropped past max_output. */
+  dropped?: Record<string, number>;
+  /** Why the worker must be replaced after this call; absent: it need not be. */
+  recycle?: string;
+  duration_ms: number;
+  displays_dropped?: number;
+  files_dropped?: number;
+}
+
 /** Messages the worker sends, one JSON object per stdout line. */
 export type Event =
   | {
     type: "ready";
     protocol: number;
-    /** The language this worker runs: "python" here; "r", "javascript" for the other engines. */
+    /** The language this worker runs: "python", "r" or "javascript". */
     engine: string;
     /** What the engine runs, by name: for Python {python, pyodide}. */
     versions: Record<string, string>;
-    pyodide: string;
-    python: string;
+    /** Python's only, as versions has them. */
+    pyodide?: string;
+    python?: string;
     startup_ms: number;
-    /** Whether the worker started from the snapshot it was given. */
-    snapshot: boolean;
+    /** Whether the worker started from the snapshot it was given (Python). */
+    snapshot?: boolean;
     /** Why the snapshot given was not used. */
     snapshot_error?: string;
     /** Warming calls it runs while it waits for its first request (warm.ts); absent: none. */
@@ -163,8 +221,14 @@ export type Event =
     /** The arguments object, as JSON text. */
     args: string;
   }
+  /** A piece of one rich result (base64 data); more: the next display event continues it. */
+  | { type: "display"; id: string; mime_type: string; data: string; more?: boolean }
+  /** A piece of one file the call left under /output/. */
+  | { type: "file"; id: string; path: string; mime_type: string; data: string; more?: boolean }
+  | Result
   | { type: "pong"; id: string }
   /** After a call's result: cleaned up after it, ready for the next request. */
+  | { type: "idle"; id: string; recycle?: string }
   | { type: "idle"; id: string }
   | {
     /**
@@ -179,5 +243,5 @@ export type Event =
     error?: string;
   }
   | { type: "error"; id?: string; error: string };
-// The "result" event is built by pyrun_helper.py, which owns its fields;
-// the "display" and "file" events by pyrun_display.py.
+// Python's "result" event is built by pyrun_helper.py, its "display" and
+// "file" events by pyrun_display.py, to these types.

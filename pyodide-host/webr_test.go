@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
+	"github.com/pyrun/pyrun/internal/testproc"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -26,14 +28,11 @@ import (
 // dist folder, two environment variables, and the flag that makes Deno
 // resolve webR's CommonJS files. Keep in step with rEngine.Permissions.
 func rWorkerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig string) *exec.Cmd {
-	args := []string{
-		"run", "--no-prompt", "--cached-only", "--no-config", "--quiet",
+	args := denoRun(rt, []string{
 		"--allow-read=" + filepath.Join(rt.Dir, "webr") + "," + filepath.Join(rt.Dir, "node_modules", "webr", "dist"),
 		"--allow-env=TEXT_ENCODING,TEXT_DECODER",
 		"--node-modules-dir=manual",
-		filepath.Join(rt.Dir, "webr", "main.ts"),
-		hostConfig,
-	}
+	}, "webr/main.ts", hostConfig)
 	// PYRUN_TEST_SECRET is not passed to R: the worker may read only the
 	// two variables above.
 	return workerProcess(ctx, rt, args, "PYRUN_TEST_SECRET=hunter2")
@@ -45,7 +44,7 @@ type rWorker struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan string
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	ready  map[string]any
 	sent   atomic.Int64 // SIGUSR2 signals sent
 	// recycle is the last idle event's recycle: why the worker must not
@@ -77,19 +76,10 @@ func startR(t testing.TB, hostConfig string) *rWorker {
 	rt := provision(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := rWorkerCommand(ctx, rt, hostConfig)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &rWorker{t: t, cmd: cmd, stdin: stdin, lines: make(chan string, 64), stderr: &lockedBuffer{}}
+	w := &rWorker{t: t, cmd: cmd, lines: make(chan string, 64), stderr: &syncbuf.Buffer{}}
 	cmd.Stderr = w.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start R worker: %v", err)
-	}
+	stdin, stdout := testproc.StartPiped(t, cmd)
+	w.stdin = stdin
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -7,17 +7,19 @@
 // @ts-types="./node_modules/pyodide/pyodide.d.ts"
 import { loadPyodide, type PyodideInterface } from "./node_modules/pyodide/pyodide.mjs";
 import {
-  type Event,
   type HostConfig,
   type PackageFile,
   PROTOCOL_VERSION,
   type Request,
+  type RunRequest,
 } from "./protocol.ts";
 import { clearFolder, guardFiles } from "./guards.ts";
 import { mountHostFolders } from "./mounts.ts";
 import { toolChannel } from "./toolcalls.ts";
 import { readLines, writeLine } from "./lines.ts";
+import { errorText, send, serve } from "./serve.ts";
 import { warmer } from "./warm.ts";
+import { namespaces } from "./sessions.ts";
 import type { SnapshotRead } from "./main.ts";
 import {
   continueClock,
@@ -29,10 +31,6 @@ import {
   restoreOptions,
   sendCheckpoint,
 } from "./checkpoint.ts";
-
-function send(ev: Event): void {
-  writeLine(JSON.stringify(ev));
-}
 
 /** Caps the wasm heap so that allocations past it raise MemoryError in Python. */
 function capWasmHeap(limit: number): void {
@@ -73,7 +71,7 @@ interface Helper {
   };
 }
 
-/** pyodide-host/mcp_tools.py: the tools a call may call, as Python functions. */
+/** pyodide-host/python/mcp_tools.py: the tools a call may call, as Python functions. */
 interface McpTools {
   _setup(call: (server: string, tool: string, args: string) => Promise<string>): void;
   _begin(catalog: string): void;
@@ -275,6 +273,10 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   // A session's state starts with its first call: warming calls before it
   // run as stateless calls do and leave nothing behind.
   let stateKept = !cfg.session || restored;
+  // A session worker may hold several sessions' namespaces (sessions.ts).
+  const spaces = cfg.session
+    ? namespaces(py.FS, fileGuard, py.pyimport("pyrun_sessions") as never)
+    : null;
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
   // A notice for a signal the current call started after is stale.
@@ -304,9 +306,8 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   });
 
   let lastCatalog = ""; // the tools catalog of the last call
-  // One run request, a warming call's too (warm.ts): its lines go to out;
-  // a supervisor's call is announced idle once it is cleaned up after.
-  const runCall = async (req: RunRequest, out: (line: string) => void, announce: boolean) => {
+  // One call, a warming call's too (warm.ts): the line of its result.
+  const call = async (req: RunRequest): Promise<string> => {
     beginCall(shared, req.interrupts ?? 0);
     current = req.id;
     const catalog = typeof req.tools === "string" ? req.tools : "";
@@ -315,38 +316,30 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     if (catalog || lastCatalog) mcpTools._begin(catalog);
     lastCatalog = catalog;
     try {
-      out(
-        await helper.run.callPromising(
-          req.id,
-          req.code,
-          req.globals ?? "",
-          req.max_output || 65536,
-          richOptions(req),
-        ),
+      return await helper.run.callPromising(
+        req.id,
+        req.code,
+        req.globals ?? "",
+        req.max_output || 65536,
+        richOptions(req),
       );
-    } catch (e) {
-      out(JSON.stringify({
-        type: "error",
-        id: req.id,
-        error: `host failure: ${e instanceof Error ? e.message : e}`,
-      }));
+    } finally {
+      current = "";
     }
-    current = "";
-    // The clean-up after the call, once its result is out: the caller
-    // need not wait for it. A worker that cannot clean up serves no one.
+  };
+  // The clean-up after a call, once its result is out: the caller need
+  // not wait for it. False: the worker cannot clean up, and serves no one.
+  const cleanUp = async (): Promise<boolean> => {
     try {
       helper.settle();
     } catch (e) {
-      console.error(
-        `pyrun worker: cleaning up after a call failed: ${e instanceof Error ? e.message : e}`,
-      );
+      console.error(`pyrun worker: cleaning up after a call failed: ${errorText(e)}`);
       self.postMessage({ type: "fatal" });
-      return;
+      return false;
     }
     // Answers to host calls the run left outstanding come first.
     await tools.idle();
-    // The supervisor hands the worker no call before this (docs/protocol.md, Idle).
-    if (announce) send({ type: "idle", id: req.id });
+    return true;
   };
   const warming = warmer(restored ? 0 : cfg.warm_calls ?? 0, async (line) => {
     const req = JSON.parse(line) as RunRequest;
@@ -354,41 +347,29 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     req.interrupts = Atomics.load(shared.count, 0);
     muted = true;
     try {
-      await runCall(req, () => {}, false);
+      // Its result, or its failure, goes nowhere.
+      await call(req).catch(() => {});
+      await cleanUp();
     } finally {
       muted = false;
     }
   });
-  for (;;) {
-    const next = await warming.untilLine(lines);
-    if (next.done) break;
-    const line = next.value;
-    if (line === null) {
-      send({ type: "error", error: `request line longer than ${cfg.max_line} bytes` });
-      continue;
-    }
-    let req: Request;
-    try {
-      req = JSON.parse(line);
-    } catch (e) {
-      send({ type: "error", error: `bad request: ${e}` });
-      continue;
-    }
-    switch (req?.type) {
-      case "ping":
-        send({ type: "pong", id: String(req.id) });
-        break;
-      case "warm":
-        warming.allow(Number(req.calls) || 0);
-        break;
-      case "checkpoint": {
-        const id = String(req.id);
+  await serve(
+    {
+      check: (req) =>
+        req.globals !== undefined && typeof req.globals !== "string"
+          ? "bad request: globals must be JSON text"
+          : req.namespace !== undefined && (!spaces || typeof req.namespace !== "string")
+          ? "bad request: namespace needs a session worker"
+          : "",
+      warm: (calls) => warming.allow(calls),
+      checkpoint(id) {
         const why = !cfg.checkpoints
           ? "this worker takes no checkpoints"
           : nonDurable(py, tableAtReady);
         if (why) {
           send({ type: "checkpoint", id, error: why });
-          break;
+          return;
         }
         try {
           const added = (py.FS.readdir(site) as string[]).filter((n) => !siteAtReady.has(n))
@@ -396,45 +377,40 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
           const roots = ["/home/pyodide", "/tmp", "/output", ...added];
           sendCheckpoint(id, makeCheckpoint(py, roots, mounts.map((m) => m.path)));
         } catch (e) {
-          send({
-            type: "checkpoint",
-            id,
-            error: `checkpoint failed: ${e instanceof Error ? e.message : e}`,
-          });
+          send({ type: "checkpoint", id, error: `checkpoint failed: ${errorText(e)}` });
         }
-        break;
-      }
-      case "run": {
-        if (typeof req.id !== "string" || typeof req.code !== "string") {
-          send({ type: "error", id: req.id, error: "bad request: run needs id and code" });
-          break;
-        }
-        if (req.globals !== undefined && typeof req.globals !== "string") {
-          send({ type: "error", id: req.id, error: "bad request: globals must be JSON text" });
-          break;
-        }
+      },
+      run(req) {
         warming.stop();
         if (!stateKept) {
           helper.keep_state();
           stateKept = true;
         }
-        await runCall(req, writeLine, true);
-        break;
-      }
-      default:
-        // JSON.parse may have returned anything, whatever req's type says.
-        send({
-          type: "error",
-          error: `bad request: unknown type ${JSON.stringify((req as { type?: unknown })?.type)}`,
-        });
-    }
-  }
+        if (spaces && req.namespace !== undefined) {
+          try {
+            spaces.enter(req.namespace, Array.isArray(req.drop) ? req.drop.map(String) : []);
+          } catch (e) {
+            // Half switched, no session's state can be trusted: the worker ends.
+            const why = `switching sessions failed: ${e instanceof Error ? e.message : e}`;
+            console.error(`pyrun worker: ${why}`);
+            self.postMessage({ type: "fatal" });
+            throw new Error(why);
+          }
+        }
+        return call(req);
+      },
+      async settle(req) {
+        // The supervisor hands the worker no call before this (docs/protocol.md, Idle).
+        if (await cleanUp()) send({ type: "idle", id: req.id });
+      },
+    },
+    cfg.max_line,
+    { lines, next: (l) => warming.untilLine(l) },
+  );
   self.postMessage({ type: "eof" });
 }
 
 /** A run's rich-result fields as pyrun_display takes them: JSON, or "" for none. */
-type RunRequest = Extract<Request, { type: "run" }>;
-
 function richOptions(req: RunRequest): string {
   const { keep_output, max_displays, max_display_bytes, max_files, max_file_bytes } = req;
   const files = req.input_files;
@@ -461,7 +437,7 @@ function beginCall(s: Shared, want: number): void {
   Atomics.store(s.flag, 0, 0);
 }
 
-/** pyrun's Python modules: the helper and what it imports, and code mode's. */
+/** pyrun's Python modules (python/): the helper and what it imports, and code mode's. */
 const PYTHON_MODULES = [
   "pyrun_helper.py",
   "pyrun_guard.py",
@@ -469,6 +445,7 @@ const PYTHON_MODULES = [
   "pyrun_needs.py",
   "pyrun_values.py",
   "mcp_tools.py",
+  "pyrun_sessions.py",
 ];
 
 /**
@@ -478,11 +455,12 @@ const PYTHON_MODULES = [
 async function importHelper(py: PyodideInterface): Promise<Helper> {
   py.FS.mkdirTree("/lib/pyrun");
   for (const name of PYTHON_MODULES) {
-    const source = await Deno.readTextFile(new URL(`./${name}`, import.meta.url));
+    const source = await Deno.readTextFile(new URL(`./python/${name}`, import.meta.url));
     py.FS.writeFile(`/lib/pyrun/${name}`, source);
   }
   py.runPython("import sys; sys.path.insert(0, '/lib/pyrun')");
   py.pyimport("mcp_tools");
+  py.pyimport("pyrun_sessions");
   const mod = py.pyimport("pyrun_helper") as unknown as Helper;
   py.runPython("import sys; sys.path.remove('/lib/pyrun')");
   return mod;

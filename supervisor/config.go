@@ -30,6 +30,13 @@ type Config struct {
 	MaxQueue int
 	// QueueTimeout is the longest a call waits for a worker. 0: 60s.
 	QueueTimeout time.Duration
+	// ClientMaxWorkers bounds the workers one client owns (Job.Client: a
+	// worker that ran a call of a client runs no other client's): a
+	// client alone may own Workers of them. 0: half of Workers, rounded
+	// up, at least 1 (docs/architecture.md, Workers belong to a client).
+	ClientMaxWorkers int
+	// ClientWorkerIdle retires a client's worker unused that long. 0: 10m.
+	ClientWorkerIdle time.Duration
 	// Network is what Python code may reach. "": NetworkPublic.
 	Network Network
 	// Isolation is how much a call may see of earlier calls. "": IsolationCall.
@@ -182,6 +189,15 @@ func TasksFor(workers, maxThreads int) int {
 	return 2*workers*(maxThreads+2) + 128
 }
 
+// DefaultClientMaxWorkers is the workers one client may own in a pool of
+// workers while other clients have some or wait: half, rounded up, at
+// least 1.
+func DefaultClientMaxWorkers(workers int) int { return max((workers+1)/2, 1) }
+
+// DefaultClientWorkerIdle is how long a client's worker may go unused
+// before it is retired.
+const DefaultClientWorkerIdle = 10 * time.Minute
+
 // DefaultWorkers is the pool size when none is configured.
 func DefaultWorkers() int { return max(runtime.NumCPU(), 2) }
 
@@ -193,6 +209,8 @@ func (c Config) withDefaults() Config {
 	c.MaxOutput = positiveOr(c.MaxOutput, 64<<10)
 	c.MaxQueue = positiveOr(c.MaxQueue, 64*c.Workers)
 	c.QueueTimeout = positiveOr(c.QueueTimeout, 60*time.Second)
+	c.ClientMaxWorkers = min(positiveOr(c.ClientMaxWorkers, DefaultClientMaxWorkers(c.Workers)), c.Workers)
+	c.ClientWorkerIdle = positiveOr(c.ClientWorkerIdle, DefaultClientWorkerIdle)
 	c.Network = cmp.Or(c.Network, NetworkPublic)
 	c.Isolation = cmp.Or(c.Isolation, IsolationCall)
 	c.InterruptGrace = positiveOr(c.InterruptGrace, 500*time.Millisecond)

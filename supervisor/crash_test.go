@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -233,7 +234,7 @@ func TestCallReadByADyingWorkerIsNotRunTwice(t *testing.T) {
 func TestStartFailuresBackOffAndRecover(t *testing.T) {
 	dir := t.TempDir()
 	log, ok := filepath.Join(dir, "starts"), filepath.Join(dir, "ok")
-	var logs logBytes
+	var logs syncbuf.Buffer
 	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Debug, Output: &logs})
 	p := supervisor.NewPoolWithCommand(fakeCommand("crash-until", "PYRUN_FAKE_LOG="+log, "PYRUN_FAKE_OK="+ok),
 		supervisor.Config{Workers: 2}, logger)

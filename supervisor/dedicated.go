@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -28,7 +29,9 @@ type Dedicated struct {
 
 	mu   sync.Mutex // held for a whole call
 	lost string     // why it can take no more calls; guarded by mu
-	seq  int        // checkpoints asked for (checkpoint.go); guarded by mu
+	// gone is lost, for TryLost to read while a call holds mu.
+	gone atomic.Pointer[string]
+	seq  int // checkpoints asked for (checkpoint.go); guarded by mu
 }
 
 // StartDedicated starts a dedicated worker under the pool's configuration
@@ -209,6 +212,7 @@ func (d *Dedicated) lostFor(res Result) string {
 // holds d.mu.
 func (d *Dedicated) loseLocked(why string) {
 	d.lost = why
+	d.gone.Store(&why)
 	d.w.log.Debug("dedicated worker lost", "why", why)
 	go d.w.close()
 }
@@ -226,12 +230,32 @@ func (d *Dedicated) Lost() string {
 	return d.lost
 }
 
+// TryLost is Lost without waiting: "" also while a call runs. A worker
+// shared by several sessions (sessions' shared hosts) is asked while
+// another session's call may run on it.
+func (d *Dedicated) TryLost() string {
+	if why := d.gone.Load(); why != nil {
+		return *why
+	}
+	if !d.mu.TryLock() {
+		return ""
+	}
+	defer d.mu.Unlock()
+	if d.lost == "" {
+		if why := d.w.stale(); why.given() {
+			d.loseLocked(why.why)
+		}
+	}
+	return d.lost
+}
+
 // Close stops the worker, after the call that is running, if one is. It
 // returns once the process has exited.
 func (d *Dedicated) Close() {
 	d.mu.Lock()
 	if d.lost == "" {
 		d.lost = "it was closed"
+		d.gone.Store(&d.lost)
 	}
 	d.mu.Unlock()
 	d.w.close()

@@ -38,9 +38,8 @@ func (pythonEngine) Program() string { return "main.ts" }
 func (pythonEngine) Permissions(rt *Runtime) (Permissions, error) {
 	var read []string
 	for _, f := range []string{
-		"worker.ts", "checkpoint.ts", "lines.ts", "protocol.ts", "mounts.ts", "pyrun_helper.py", "pyrun_guard.py",
-		"guards.ts", "pyrun_display.py", "pyrun_needs.py", "pyrun_values.py", "toolcalls.ts", "warm.ts",
-		"mcp_tools.py",
+		"worker.ts", "checkpoint.ts", "lines.ts", "protocol.ts", "serve.ts", "mounts.ts", "guards.ts", "toolcalls.ts",
+		"warm.ts", "sessions.ts", "python",
 	} {
 		read = append(read, filepath.Join(rt.Dir, f))
 	}

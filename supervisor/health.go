@@ -94,6 +94,9 @@ func (p *Pool) watchHealth() {
 		}
 		p.checkHealth(cpu)
 		p.mu.Lock()
+		if !p.closed {
+			p.retireUnusedLocked(time.Now())
+		}
 		p.warmIdleLocked()
 		p.mu.Unlock()
 	}

@@ -276,7 +276,7 @@ await await_attempt("node process.kill", run_js("(async () => (await import('nod
 import js
 from pyodide.code import run_js
 targets = {
-    "helper": runtime_dir + "/pyrun_helper.py",
+    "helper": runtime_dir + "/python/pyrun_helper.py",
     "entry": runtime_dir + "/main.ts",
     "wasm": pyodide_dir + "/pyodide.asm.wasm",
     "lock": pyodide_dir + "/pyodide-lock.json",

@@ -1,7 +1,6 @@
 package supervisor_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -195,25 +195,6 @@ func TestHostileTinyTimeout(t *testing.T) {
 	}
 }
 
-// logBytes is a log output that counts what it is given; safe for
-// concurrent use.
-type logBytes struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBytes) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBytes) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // TestHostileStderrFlood: what workers write to their stderr reaches
 // pyrun's log bounded per call, also with a new worker per call, and per
 // second for the whole pool; control characters arrive escaped.
@@ -226,7 +207,7 @@ for i in range(3000):
     js.console.log("x" * 1000)
 'flooded'`
 	t.Run("per call", func(t *testing.T) {
-		out := &logBytes{}
+		out := &syncbuf.Buffer{}
 		log := hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info})
 		p, err := supervisor.NewPool(testRuntime(t), supervisor.Config{Workers: 1, Isolation: supervisor.IsolationProcess}, log)
 		if err != nil {
@@ -261,7 +242,7 @@ for i in range(3000):
 		}
 	})
 	t.Run("per second for the pool", func(t *testing.T) {
-		out := &logBytes{}
+		out := &syncbuf.Buffer{}
 		log := hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info})
 		const rate = 8 << 10
 		p, err := supervisor.NewPool(testRuntime(t), supervisor.Config{Workers: 2, StderrLogPerCall: 64 << 20, StderrLogRate: rate}, log)

@@ -26,6 +26,12 @@ type Job struct {
 	// PythonSession is the id of the Python session the call runs in, for
 	// logs; empty for a stateless call.
 	PythonSession string
+	// Namespace is the session namespace the call runs in on a worker
+	// shared by several sessions of one client (--session-worker shared,
+	// docs/sessions.md); "": the worker's one state. Drop names namespaces
+	// of ended sessions the worker forgets before the call.
+	Namespace string
+	Drop      []string
 	// Files are written into the working directory before the code runs;
 	// the front end has checked their paths (CheckInputPath). nil: none.
 	Files []InputFile

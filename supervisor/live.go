@@ -22,7 +22,7 @@ func (p *Pool) runLive(ctx context.Context, job Job, ev Events, watch Watcher) (
 	var giveUp time.Time
 	for {
 		queued := time.Now()
-		w, cfg, err := p.acquireLive(ctx, watch)
+		w, cfg, err := p.acquireLive(ctx, job.Client, watch)
 		waited += time.Since(queued)
 		if err != nil {
 			return nil, Result{}, waited, err
@@ -70,9 +70,9 @@ func callLimit(cfg Config, job Job) time.Duration {
 
 // acquireLive is acquire, retiring the workers it hands out that died or
 // spoke while idle.
-func (p *Pool) acquireLive(ctx context.Context, watch Watcher) (*worker, Config, error) {
+func (p *Pool) acquireLive(ctx context.Context, client string, watch Watcher) (*worker, Config, error) {
 	for {
-		w, cfg, err := p.acquire(ctx, watch)
+		w, cfg, err := p.acquire(ctx, client, watch)
 		if err != nil {
 			return nil, cfg, err
 		}

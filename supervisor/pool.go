@@ -55,17 +55,21 @@ type Pool struct {
 	wake   chan struct{}  // tells the filler to look again
 	logs   *stderrBudget  // what of workers' stderr reaches the log
 
-	mu      sync.Mutex
-	cfg     Config
-	pkgs    *packages.Resolver // of cfg; nil: no packages
-	gen     int                // bumped when a reconfiguration changes how workers start
-	idle    []*worker
-	waiters []*waiter
-	running map[*worker]bool // workers running a call, or cleaning up after one
-	busy    int
-	// settling counts the busy workers whose call has ended but which
-	// still clean up after it (settleLater).
-	settling int
+	mu   sync.Mutex
+	cfg  Config
+	pkgs *packages.Resolver // of cfg; nil: no packages
+	gen  int                // bumped when a reconfiguration changes how workers start
+	// idle are the workers ready for a call: those owned by a client
+	// (worker.owned) and the never-used ones, which putLocked keeps below.
+	idle []*worker
+	// lines are the calls waiting for a worker, a line per client (Job.Client);
+	// order is the clients with calls waiting, the next to get a fresh
+	// worker first (poolclients.go); queued counts every line's calls.
+	lines    map[string][]*waiter
+	order    []string
+	queued   int
+	running  map[*worker]bool // workers running a call, or cleaning up after one
+	busy     int
 	starting int
 	closed   bool
 	drained  chan struct{} // closed when busy reaches 0 after Close
@@ -100,10 +104,15 @@ type Counts struct {
 // Stats is a snapshot of the pool.
 type Stats struct {
 	Workers  int // the configured pool size
-	Ready    int // idle workers waiting for a call
+	Ready    int // idle workers waiting for a call, fresh or a client's
 	Busy     int // workers running a call or cleaning up after one
 	Starting int // workers starting up
 	Queued   int // calls waiting for a worker
+	// Fresh counts the idle workers that never ran a call (of Ready).
+	Fresh int
+	// Clients are the workers each client owns (Job.Client), by name;
+	// nil when none does.
+	Clients map[string]ClientWorkers
 	// StartError is the last failed worker start while starts are failing.
 	StartError string
 	Counts     Counts
@@ -197,6 +206,7 @@ func newPool(e Engine, newCmd func(Config, launch) (*exec.Cmd, error), snaps *sn
 		logs:    newStderrBudget(cfg),
 		calls:   newCallLog(log),
 		running: map[*worker]bool{},
+		lines:   map[string][]*waiter{},
 		counts: Counts{
 			Calls: map[string]int64{}, Restarts: map[RestartKind]int64{}, Starts: map[string]int64{},
 		},
@@ -286,7 +296,9 @@ func (p *Pool) Stats() Stats {
 		Ready:    len(p.idle),
 		Busy:     p.busy,
 		Starting: p.starting,
-		Queued:   len(p.waiters),
+		Queued:   p.queued,
+		Fresh:    p.freshIdleLocked(),
+		Clients:  p.clientWorkersLocked(),
 		Counts: Counts{
 			Calls:    maps.Clone(p.counts.Calls),
 			Restarts: maps.Clone(p.counts.Restarts),

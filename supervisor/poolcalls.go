@@ -9,6 +9,7 @@ import (
 
 // waiter is a call queued for a worker (Pool.acquire).
 type waiter struct {
+	client string        // whose call it is (Job.Client)
 	ch     chan *worker  // buffered 1: the worker handed to this call
 	broken chan struct{} // closed when no worker can start
 }
@@ -62,9 +63,10 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 	return res, nil
 }
 
-// acquire takes a free worker, waiting in line when none is. A call whose
-// ctx is done gets no worker, even one handed to it as it gave up.
-func (p *Pool) acquire(ctx context.Context, watch Watcher) (*worker, Config, error) {
+// acquire takes a free worker for a call of client, waiting in line when
+// none is (poolclients.go says which worker a client may take). A call
+// whose ctx is done gets no worker, even one handed to it as it gave up.
+func (p *Pool) acquire(ctx context.Context, client string, watch Watcher) (*worker, Config, error) {
 	p.mu.Lock()
 	cfg := p.cfg
 	if p.closed {
@@ -76,28 +78,24 @@ func (p *Pool) acquire(ctx context.Context, watch Watcher) (*worker, Config, err
 		return nil, cfg, fmt.Errorf("waiting for a worker: %w", err)
 	}
 	p.dropDeadIdleLocked()
-	// Last in, first out: the most recently used worker has the warmest
-	// JIT; fresh workers wait at the bottom (putLocked). A used worker
-	// still cleaning up after its call comes back within a fraction of a
-	// millisecond: a call waits for it rather than take a fresh one.
-	if n := len(p.idle); n > 0 && (p.idle[n-1].calls > 0 || p.settling == 0 || len(p.waiters) >= cfg.MaxQueue) {
-		w := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		p.busy++
-		p.running[w] = true
-		p.mu.Unlock()
-		return w, cfg, nil
-	}
-	if err := p.brokenLocked(); err != nil {
+	if err := p.brokenLocked(client); err != nil {
 		p.mu.Unlock()
 		return nil, cfg, err
 	}
-	if len(p.waiters) >= cfg.MaxQueue {
+	wt := &waiter{client: client, ch: make(chan *worker, 1), broken: make(chan struct{})}
+	p.enqueueLocked(wt)
+	p.dispatchLocked()
+	select {
+	case w := <-wt.ch: // a worker was free for it
+		p.mu.Unlock()
+		return w, cfg, nil
+	default:
+	}
+	if p.queued > cfg.MaxQueue {
+		p.dequeueLocked(wt)
 		p.mu.Unlock()
 		return nil, cfg, ErrQueueFull
 	}
-	wt := &waiter{ch: make(chan *worker, 1), broken: make(chan struct{})}
-	p.waiters = append(p.waiters, wt)
 	p.mu.Unlock()
 	if watch != nil {
 		watch.Queued(func() int { return p.position(wt) })
@@ -124,12 +122,11 @@ func (p *Pool) acquire(ctx context.Context, watch Watcher) (*worker, Config, err
 	case <-p.ctx.Done():
 		err = ErrClosed
 	case <-wt.broken:
-		err = p.brokenErr()
+		err = p.brokenErr(client)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if i := slices.Index(p.waiters, wt); i >= 0 {
-		p.waiters = slices.Delete(p.waiters, i, i+1)
+	if p.dequeueLocked(wt) {
 		return nil, cfg, err
 	}
 	// Out of line already: either a worker was handed over as we gave up
@@ -142,11 +139,12 @@ func (p *Pool) acquire(ctx context.Context, watch Watcher) (*worker, Config, err
 	return nil, cfg, err
 }
 
-// position is wt's place in line (1: next), 0 when it is not in line.
+// position is wt's place in its client's line (1: next), 0 when it is not
+// in line.
 func (p *Pool) position(wt *waiter) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return slices.Index(p.waiters, wt) + 1
+	return slices.Index(p.lines[wt.client], wt) + 1
 }
 
 // giveBackLocked takes back a worker handed to a call that gave up before
@@ -154,23 +152,37 @@ func (p *Pool) position(wt *waiter) int {
 func (p *Pool) giveBackLocked(w *worker) {
 	p.busy--
 	delete(p.running, w)
+	if w.calls == 0 {
+		w.owned, w.client = false, "" // no code of the client reached it
+	}
 	p.putLocked(w)
 	p.drainedLocked()
 }
 
 // brokenLocked returns ErrNoWorkers when starts keep failing and no worker
-// is alive to take calls. p.mu is held.
-func (p *Pool) brokenLocked() error {
-	if p.failures >= 2 && len(p.idle)+p.busy+p.starting == 0 {
-		return fmt.Errorf("%w: %v", ErrNoWorkers, p.startErr)
+// is alive to take calls of client: none starting, no fresh one idle, none
+// of its own (another client's workers are not its to take). p.mu is held.
+func (p *Pool) brokenLocked(client string) error {
+	if p.failures < 2 || p.starting > 0 || p.freshIdleLocked() > 0 {
+		return nil
 	}
-	return nil
+	for w := range p.running {
+		if !w.owned || w.client == client {
+			return nil
+		}
+	}
+	for _, w := range p.idle {
+		if w.client == client {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %v", ErrNoWorkers, p.startErr)
 }
 
-func (p *Pool) brokenErr() error {
+func (p *Pool) brokenErr(client string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.brokenLocked(); err != nil {
+	if err := p.brokenLocked(client); err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: %v", ErrNoWorkers, p.startErr)
@@ -188,7 +200,7 @@ func (p *Pool) settleLater(w *worker, status string) {
 		p.takeBackLocked(w) // a worker to be retired need not clean up
 		return
 	}
-	p.settling++
+	w.settling = true
 	limit := p.cfg.Timeout
 	// Joins p.wg while w is busy, so before Close, which waits for busy
 	// workers first, waits on p.wg.
@@ -198,7 +210,7 @@ func (p *Pool) settleLater(w *worker, status string) {
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		p.settling--
+		w.settling = false
 		p.takeBackLocked(w)
 	})
 }
@@ -219,14 +231,6 @@ func (p *Pool) takeBackLocked(w *worker) {
 	// putLocked first: the worker's retirement joins p.wg before Close,
 	// woken by drained, waits on it.
 	p.putLocked(w)
-	// Calls that waited for a settling worker (acquire) take an idle
-	// one if it did not come back.
-	for len(p.waiters) > 0 && len(p.idle) > 0 && p.settling == 0 {
-		n := len(p.idle)
-		next := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		p.putLocked(next) // to the first waiter
-	}
 	p.drainedLocked()
 }
 
@@ -238,7 +242,8 @@ func (p *Pool) drainedLocked() {
 	}
 }
 
-// putLocked makes w available again, or retires it. p.mu is held.
+// putLocked makes w available again, or retires it, and hands the idle
+// workers to the calls in line. p.mu is held.
 func (p *Pool) putLocked(w *worker) {
 	var reason retirement
 	switch {
@@ -250,23 +255,21 @@ func (p *Pool) putLocked(w *worker) {
 		reason = retirement{RestartConfig, "the configuration changed"}
 	case p.cfg.Isolation == IsolationProcess && w.calls > 0:
 		reason = retirement{RestartIsolation, "isolation process: one call per worker"}
-	case len(p.idle)+p.busy+p.starting >= p.cfg.Workers:
+	case p.cfg.Isolation == IsolationProcess && len(p.idle)+p.busy+p.starting >= p.cfg.Workers:
+		reason = retirement{RestartShrink, "the pool shrank"}
+	case !w.owned && p.freshIdleLocked()+p.starting >= p.cfg.Workers:
+		reason = retirement{RestartShrink, "the pool shrank"}
+	case w.owned && p.ownedLocked()+1 > p.cfg.Workers:
+		// Owned workers are bounded by the pool size too (poolclients.go).
 		reason = retirement{RestartShrink, "the pool shrank"}
 	}
 	if reason.given() {
 		p.retireLocked(w, reason)
-		return
-	}
-	if len(p.waiters) > 0 {
-		wt := p.waiters[0]
-		p.waiters = p.waiters[1:]
-		p.busy++
-		p.running[w] = true
-		wt.ch <- w
+		p.dispatchLocked() // a call a full pool held back may take a fresh worker now
 		return
 	}
 	w.idleSince = time.Now()
-	if w.calls == 0 {
+	if !w.owned {
 		// A worker that has run no call yet goes below those that have:
 		// its wasm still runs on V8's baseline code, and the optimising
 		// compiler works beside it for a second or more of CPU, so its
@@ -274,9 +277,10 @@ func (p *Pool) putLocked(w *worker) {
 		// -only firstcalls). Among fresh workers the oldest comes first, as
 		// more of that compiling is behind it.
 		p.idle = slices.Insert(p.idle, 0, w)
-		return
+	} else {
+		p.idle = append(p.idle, w)
 	}
-	p.idle = append(p.idle, w)
+	p.dispatchLocked()
 }
 
 // warmBatch is how many warming calls a worker is let run at each of the

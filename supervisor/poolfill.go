@@ -16,12 +16,12 @@ import (
 // (-only reuse). p.mu is held, so no pool call is handed a worker while
 // its line is written.
 func (p *Pool) warmIdleLocked() {
-	if p.closed || p.starting > 0 || p.busy > 0 || len(p.waiters) > 0 ||
-		len(p.idle) < p.cfg.Workers || p.dedicatedBusy.Load() > 0 {
+	if p.closed || p.starting > 0 || p.busy > 0 || p.queued > 0 ||
+		p.freshIdleLocked() < p.cfg.Workers || p.dedicatedBusy.Load() > 0 {
 		return
 	}
 	for _, w := range p.idle {
-		if w.calls == 0 {
+		if !w.owned { // never a client's: only pyrun's own code has run in it
 			p.warmLocked(w)
 		}
 	}
@@ -92,7 +92,7 @@ func (p *Pool) fill() {
 			if d := time.Until(p.retryAt); d > 0 {
 				wait = d
 			} else {
-				for n := len(p.idle) + p.busy + p.starting; n < p.cfg.Workers; n++ {
+				for n := p.fillCountLocked(); n < p.cfg.Workers; n++ {
 					if hold, ok := p.heldBackLocked(); ok {
 						wait = hold
 						break
@@ -193,14 +193,9 @@ func (p *Pool) startLocked() {
 			p.retryAt = time.Now().Add(backoff)
 			p.startErr = err
 			log.Error("worker failed to start", "error", err, "retry_in", backoff, "failures", p.failures)
-			if p.brokenLocked() != nil {
-				// Nobody is coming for the calls in line: tell them now
-				// rather than at their queue timeout.
-				for _, wt := range p.waiters {
-					close(wt.broken)
-				}
-				p.waiters = nil
-			}
+			// Nobody is coming for the calls in line of a client with no
+			// worker: tell them now rather than at their queue timeout.
+			p.dropBrokenLinesLocked()
 			p.kick()
 			return
 		}

@@ -71,6 +71,16 @@ func (ps *Pools) Stats() Stats {
 		sum.Busy += s.Busy
 		sum.Starting += s.Starting
 		sum.Queued += s.Queued
+		sum.Fresh += s.Fresh
+		for c, n := range s.Clients {
+			if sum.Clients == nil {
+				sum.Clients = map[string]ClientWorkers{}
+			}
+			t := sum.Clients[c]
+			t.Idle += n.Idle
+			t.Busy += n.Busy
+			sum.Clients[c] = t
+		}
 		if s.StartError != "" {
 			errs = append(errs, name+": "+s.StartError)
 		}

@@ -35,6 +35,12 @@ type request struct {
 	// (Job.Catalog), as JSON text; empty for none.
 	Tools string `json:"tools,omitempty"`
 
+	// Namespace is the session namespace a run is for on a session worker
+	// shared by several sessions (Job.Namespace); Drop, namespaces it
+	// forgets first (docs/protocol.md, Sessions).
+	Namespace string   `json:"namespace,omitempty"`
+	Drop      []string `json:"drop,omitempty"`
+
 	// packages: the answer to a need event; Files to load, or Error.
 	Files []packages.File `json:"files,omitempty"`
 	Error string          `json:"error,omitempty"`

@@ -19,6 +19,9 @@ const (
 	RestartConfig    RestartKind = "config"    // a reconfiguration changed how workers start
 	RestartShrink    RestartKind = "shrink"    // the pool became smaller
 	RestartIsolation RestartKind = "isolation" // isolation process: one call per worker
+	// RestartClient: a client's worker unused for Config.ClientWorkerIdle,
+	// or retired to make room for another client's first workers.
+	RestartClient RestartKind = "client"
 )
 
 // restartStopped is the kind of a worker stopped because its pool, or
@@ -29,7 +32,7 @@ const restartStopped RestartKind = "stopped"
 // them.
 func RestartKinds() []RestartKind {
 	return []RestartKind{RestartCrash, RestartMemory, RestartInterrupt, RestartProtocol,
-		RestartRecycle, RestartPackages, RestartConfig, RestartShrink, RestartIsolation}
+		RestartRecycle, RestartPackages, RestartConfig, RestartShrink, RestartIsolation, RestartClient}
 }
 
 // retirement says why a worker is killed or leaves the pool: its kind, for
@@ -71,6 +74,10 @@ var (
 	// it has loaded.
 	retireVersionConflict = retirement{RestartPackages, "a call needed another version of a package it has loaded"}
 	retireClosing         = retirement{restartStopped, "the pool is closing"}
+	// retireClientIdle, retireForClient: a client's worker goes
+	// (poolclients.go).
+	retireClientIdle = retirement{RestartClient, "its client left it unused for --client-worker-idle"}
+	retireForClient  = retirement{RestartClient, "another client needed room for a worker of its own"}
 )
 
 // recycled is the retirement a worker asked for in its result (the

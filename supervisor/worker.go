@@ -25,7 +25,13 @@ type worker struct {
 	pkgs *packages.Resolver
 
 	idleSince time.Time // when it last became idle
-	warmSent  int       // warming calls it was let run
+	// owned: a call of client has been handed the worker; from then on it
+	// runs the calls of client alone (poolclients.go). false: never used.
+	owned  bool
+	client string
+	// settling: its call has ended and it cleans up after it (settleLater).
+	settling bool
+	warmSent int // warming calls it was let run
 	// freshRSS: resident bytes when it became ready, raised by the health
 	// check while it has had no call; 0: unknown.
 	freshRSS atomic.Int64

@@ -195,13 +195,8 @@ func TestServeTokens(t *testing.T) {
 		}
 		// /healthz stays open; /metrics needs a token (metrics_auth).
 		s.health(t)
-		resp, err := http.Get(s.base + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusUnauthorized {
-			t.Errorf("GET /metrics without a token: %s, want 401", resp.Status)
+		if code, _ := getMetrics(t, s.base, ""); code != http.StatusUnauthorized {
+			t.Errorf("GET /metrics without a token: %d, want 401", code)
 		}
 	})
 
@@ -242,15 +237,8 @@ func TestServeTokens(t *testing.T) {
 				}
 			}
 		}
-		req, _ := http.NewRequest("GET", s.base+"/metrics", nil)
-		req.Header.Set("Authorization", "Bearer "+bobToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Errorf("GET /metrics with a token: %s", resp.Status)
+		if code, _ := getMetrics(t, s.base, bobToken); code != http.StatusOK {
+			t.Errorf("GET /metrics with a token: %d", code)
 		}
 	})
 
@@ -527,20 +515,37 @@ func TestServeListenNeedsAuth(t *testing.T) {
 	}
 }
 
+// getMetrics is GET base/metrics's status and body, with token as a
+// bearer token ("": none).
+func getMetrics(t *testing.T, base, token string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest("GET", base+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
 // TestServeMetricsOpen: with --metrics-auth=false, /metrics answers without
 // a token while /mcp still needs one.
 func TestServeMetricsOpen(t *testing.T) {
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	saveTokens(t, tokens, "alice:alice-7Xv0rB9kGm1VtZcLwQ8s\n")
 	s := startServe(t, "--workers", "1", "--auth-token-file", tokens, "--metrics-auth=false")
-	resp, err := http.Get(s.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "pyrun_build_info") {
-		t.Errorf("GET /metrics without a token: %s, want 200 and the metrics", resp.Status)
+	if code, body := getMetrics(t, s.base, ""); code != http.StatusOK || !strings.Contains(body, "pyrun_build_info") {
+		t.Errorf("GET /metrics without a token: %d, want 200 and the metrics", code)
 	}
 	if code, _ := post(t, s.base+"/mcp", "", initializeBody, nil); code != http.StatusUnauthorized {
 		t.Errorf("POST /mcp without a token: %d, want 401", code)

@@ -14,13 +14,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/mcp/codemode/codemodetest"
 )
 
@@ -390,7 +390,7 @@ func TestCodeModeHTTP(t *testing.T) {
 	node, args := codemodetest.Command(t, "everything", "streamableHttp")
 	cmd := exec.Command(node, args...)
 	cmd.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
-	var out lockedLog
+	var out syncbuf.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -446,23 +446,6 @@ r = await mcp_tools.memory.create_entities(entities=[{"name": "P", "entityType":
 len(r)`), "1")
 	wantValue(t, s.run(t, `import mcp_tools
 [e["name"] for e in (await mcp_tools.memory.read_graph())["entities"]]`), `["P"]`)
-}
-
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // TestCodeModeFlags: code mode's settings reach the hub from the config

@@ -44,7 +44,7 @@ type configGroup struct {
 var configGroups = []configGroup{
 	{"Pool and calls", "[The tool](tool.md), [limits](security.md#limits-no-call-starves-the-others-or-takes-pyrun-down)", []string{
 		"workers", "timeout", "memory-limit", "max-output", "max-code", "max-input-files", "max-queue",
-		"queue-timeout", "isolation", "live-buffer", "progress-interval",
+		"queue-timeout", "isolation", "client-max-workers", "client-worker-idle", "live-buffer", "progress-interval",
 	}},
 	{"Packages", "[Packages](packages.md)", []string{"deps", "package-index", "wheelhouse", "pypi"}},
 	{"The sandbox and what a worker may hold", "[Security model](security.md)", []string{
@@ -52,7 +52,8 @@ var configGroups = []configGroup{
 		"idle-memory-slack", "warm-calls", "worker-log-per-call", "worker-log-rate", "runtime-dir",
 	}},
 	{"Sessions", "[Sessions](sessions.md)", []string{
-		"session-idle", "session-max-age", "max-sessions", "client-max-sessions", "session-spares", "instance-id",
+		"session-idle", "session-max-age", "max-sessions", "client-max-sessions", "session-spares", "session-worker",
+		"sessions-per-worker", "max-session-workers", "instance-id",
 		"session-store", "checkpoint-delay", "max-checkpoint", "session-lease", "session-move-wait",
 	}},
 	{"Rich results and files", "[Rich results](rich-results.md)", []string{
@@ -70,7 +71,7 @@ var configGroups = []configGroup{
 	}},
 	{"Access control", "[Access control](operations.md#access-control-sharing-pyrun)", []string{
 		"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
-		"insecure-no-auth", "client-max-calls", "client-max-queue",
+		"insecure-no-auth", "client-max-calls", "client-max-queue", "metrics-max-clients",
 	}},
 	{"What one client can hold", "[What one client can hold](security.md#what-one-client-can-hold)", []string{
 		"write-timeout", "session-pending-results", "session-pending-bytes", "client-pending-bytes",

@@ -47,7 +47,7 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 // and end_session deletes the checkpoints.
 func TestSessionRollsBackToItsCheckpoint(t *testing.T) {
 	store := t.TempDir()
-	s := newServer(t, "--workers", "1", "--session-store", "dir:"+store, "--checkpoint-delay", "100ms")
+	s := newServer(t, "--workers", "1", "--session-worker", "own", "--session-store", "dir:"+store, "--checkpoint-delay", "100ms")
 	r := s.inSession(t, "new", "x = 41\nopen('notes.txt', 'w').write('kept')\nx")
 	id := r.sc.SessionID
 	waitFor(t, "the session's first checkpoint", 60*time.Second, func() bool {
@@ -105,7 +105,7 @@ func TestSessionStoreNone(t *testing.T) {
 // session_id "fork:ID" starts a new session as a copy of ID's state, files
 // included; the two go their own ways. An unknown ID is a tool error.
 func TestSessionFork(t *testing.T) {
-	s := newServer(t, "--workers", "1", "--session-store", "dir:"+t.TempDir())
+	s := newServer(t, "--workers", "1", "--session-worker", "own", "--session-store", "dir:"+t.TempDir())
 	a := s.inSession(t, "new", "x = [1]\nopen('f.txt', 'w').write('a')").sc.SessionID
 	r := s.mustCall(t, map[string]any{"python_code": "x.append(2)\nopen('f.txt', 'a').write('b')\n[x, open('f.txt').read()]", "session_id": "fork:" + a})
 	b := r.sc.SessionID
@@ -146,7 +146,7 @@ func TestSessionsContinueAfterARestartThroughRedis(t *testing.T) {
 func TestStopDuringACheckpointKeepsTheSession(t *testing.T) {
 	needBinary(t)
 	store := t.TempDir()
-	args := []string{"--workers", "1", "--session-store", "dir:" + store, "--instance-id", "box-8",
+	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", "dir:" + store, "--instance-id", "box-8",
 		"--checkpoint-delay", "100ms"}
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
@@ -207,7 +207,7 @@ func startRedis(t *testing.T) (string, int) {
 // continues the session in a second; records counts a session's records.
 func restartContinues(t *testing.T, store string, records func(id string) int) {
 	needBinary(t)
-	args := []string{"--workers", "1", "--session-store", store, "--instance-id", "box-7",
+	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", store, "--instance-id", "box-7",
 		"--checkpoint-delay", "1h"} // only the shutdown's checkpoint
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
@@ -239,7 +239,7 @@ func restartContinues(t *testing.T, store string, records func(id string) int) {
 // refused, and when its worker dies the result says the state is lost and
 // why there was no checkpoint.
 func TestSessionWithNativeCodeIsNotDurable(t *testing.T) {
-	s := newServer(t, "--workers", "1", "--session-store", "dir:"+t.TempDir(), "--checkpoint-delay", "100ms")
+	s := newServer(t, "--workers", "1", "--session-worker", "own", "--session-store", "dir:"+t.TempDir(), "--checkpoint-delay", "100ms")
 	id := s.inSession(t, "new", "import ctypes\ncb = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 1)\ncb()").sc.SessionID
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()

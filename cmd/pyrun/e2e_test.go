@@ -33,6 +33,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/internal/logwatch"
 	"github.com/pyrun/pyrun/internal/testtier"
 	"github.com/pyrun/pyrun/lang"
 )
@@ -208,73 +209,40 @@ func (s *sharedServer) close() error {
 // retirements, cancelled calls), so that a test can wait for the pool to be
 // whole, or for a call to be cancelled, without sleeping.
 type logWatcher struct {
-	mu      sync.Mutex
-	partial []byte
-	lines   []string
-	counts  map[string]int // lines by @message
-	changed chan struct{}  // closed and replaced when a count changes
+	*logwatch.Watcher
+	counts map[string]int // lines by @message, under the Watcher's lock
 }
 
 func newLogWatcher() *logWatcher {
-	return &logWatcher{counts: map[string]int{}, changed: make(chan struct{})}
-}
-
-func (w *logWatcher) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.partial = append(w.partial, p...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := string(w.partial[:i])
-		w.partial = w.partial[i+1:]
-		w.lines = append(w.lines, line)
-		if len(w.lines) > 60 {
-			w.lines = w.lines[len(w.lines)-60:]
-		}
+	w := &logWatcher{counts: map[string]int{}}
+	w.Watcher = logwatch.New(60, func(line string) bool {
 		var rec struct {
 			Message string `json:"@message"`
 		}
 		if json.Unmarshal([]byte(line), &rec) != nil {
-			continue
+			return false
 		}
 		w.counts[rec.Message]++
-		close(w.changed)
-		w.changed = make(chan struct{})
-	}
-	return len(p), nil
+		return true
+	})
+	return w
 }
 
-func (w *logWatcher) tail() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Join(w.lines, "\n")
-}
+// tail is the last lines pyrun logged.
+func (w *logWatcher) tail() string { return w.Tail(0) }
 
 // count is how many lines with message pyrun has logged so far.
-func (w *logWatcher) count(message string) int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.counts[message]
+func (w *logWatcher) count(message string) (n int) {
+	w.Locked(func() { n = w.counts[message] })
+	return n
 }
 
 // waitFor waits until cond, given the counts of lines by message, holds.
 func (w *logWatcher) waitFor(ctx context.Context, what string, cond func(counts map[string]int) bool) error {
-	for {
-		w.mu.Lock()
-		ok, ch := cond(w.counts), w.changed
-		w.mu.Unlock()
-		if ok {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		}
+	if err := w.Wait(ctx, func() bool { return cond(w.counts) }); err != nil {
+		return fmt.Errorf("waiting for %s: %w", what, err)
 	}
+	return nil
 }
 
 // waitWorkers waits until at least n workers are ready and not retired.

@@ -28,7 +28,7 @@ const prlimit = "/usr/bin/prlimit"
 
 // With file descriptors short a crashed worker is still replaced: clients
 // that open connection after connection get a 503 once pyrun holds as many
-// as leave 64 + 32 per worker descriptors free under its open-files limit
+// as leave 64 + 32 per worker (twice the pool) descriptors free under its open-files limit
 // (serve.go's default max_conns), rather than taking all its descriptors,
 // so the new worker's pipes can still be made. Before the cap (issue 12,
 // item 2) /healthz timed out and the replacement failed with "pipe2: too
@@ -48,14 +48,15 @@ func TestServeWorkerReplacedWithDescriptorsShort(t *testing.T) {
 	const (
 		nofile  = 256
 		workers = 2
-		reserve = 64 + 32*workers // serve.go's headroom: max_conns = nofile - reserve
-		flood   = nofile + 64     // more than pyrun could hold were it to take them all
+		reserve = 64 + 32*2*workers // serve.go's headroom: max_conns = nofile - reserve
+		flood   = nofile + 64       // more than pyrun could hold were it to take them all
 	)
 	// Hard and soft limits both: Go raises the soft limit to the hard one at
 	// start. The per-address cap is out of the way, so the total cap is what
 	// binds; the header timeout does not close the idle connections mid-test.
 	s := startServeUnder(t, []string{prlimit, fmt.Sprintf("--nofile=%d:%d", nofile, nofile)},
-		"--workers", strconv.Itoa(workers), "--max-conns-per-addr", "100000", "--header-timeout", "5m")
+		"--workers", strconv.Itoa(workers), "--max-conns-per-addr", "100000", "--header-timeout", "5m",
+		"--session-spares", "0") // its children are the pool's workers only
 	pid := s.cmd.Process.Pid
 
 	var dials atomic.Int32

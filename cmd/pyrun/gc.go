@@ -37,7 +37,7 @@ func (o *options) goHeapLimit() int64 {
 	if o.goMemoryLimit > 0 {
 		return int64(o.goMemoryLimit)
 	}
-	workers := int64(o.maxSessions)
+	workers := int64(o.sessionWorkers())
 	for _, l := range o.enabledLanguages() {
 		workers += int64(o.pool(l).workers)
 	}

@@ -174,10 +174,7 @@ func TestServeStalledReaders(t *testing.T) {
 		t.Fatalf("initialize: %d %s", code, body)
 	}
 	for i := range 2 {
-		conn := mcptest.DialFrom(t, "127.0.0.1", s.addr)
-		msg := callLine(1000+i, "print('x' * 3_000_000)")
-		fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-06-18\r\nContent-Length: %d\r\n\r\n%s",
-			s.addr, id, len(msg), msg)
+		mcptest.StalledPost(t, s.addr, id, callLine(1000+i, "print('x' * 3_000_000)"))
 	}
 	var m map[string]float64
 	deadline := time.Now().Add(2 * callTimeout)

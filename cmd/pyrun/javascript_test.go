@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
 func TestJavaScriptTool(t *testing.T) {
@@ -24,7 +26,7 @@ func TestJavaScriptTool(t *testing.T) {
 	}
 	s := newLanguageServer(t, "python,javascript", "--workers", "1", "--js-workers", "1",
 		"--mount", ro+":/data", "--mount", rw+":/shared/out:rw")
-	if got := s.toolNames(t); strings.Join(got, ",") != "run_javascript_code,run_python_code" {
+	if got := mcptest.ToolNames(t, s.session); strings.Join(got, ",") != "run_javascript_code,run_python_code" {
 		t.Fatalf("tools %v, want run_javascript_code and run_python_code", got)
 	}
 	js := func(code string) result {
@@ -166,6 +168,31 @@ pyrun.writeFile("/shared/out/sub/r.txt", "from JS");
 			t.Fatal(err)
 		}
 		wantValue(t, r, "3")
+		// A second session of the same client: a realm of its own on the
+		// same session worker (--session-worker shared), which sees
+		// neither the first's globals nor its timers' output.
+		if _, err := s.callTool(t.Context(), "run_javascript_code", map[string]any{
+			"javascript_code": `setInterval(() => console.log("tick of the first"), 20); "armed"`, "session_id": id,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		r2, err := s.callTool(t.Context(), "run_javascript_code", map[string]any{
+			"javascript_code": "await new Promise((ok) => setTimeout(ok, 200));\ntypeof total", "session_id": "new",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantValue(t, r2, `"undefined"`)
+		if strings.Contains(r2.sc.Stdout, "tick") {
+			t.Errorf("the second session got the first's timer output: %q", r2.sc.Stdout)
+		}
+		r, err = s.callTool(t.Context(), "run_javascript_code", map[string]any{
+			"javascript_code": "add(2);\ntotal", "session_id": id,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantValue(t, r, "5")
 		// Another language's tool refuses the id.
 		res, err := s.callToolRaw(t.Context(), "run_python_code", map[string]any{"python_code": "1", "session_id": id})
 		if err == nil && !res.IsError {

@@ -45,48 +45,38 @@ type k8sObjects struct {
 	policies     []*networkingv1.NetworkPolicy
 }
 
-// decodeManifest decodes one YAML document strictly into its API type.
+// decode decodes one YAML document strictly into its API type.
 func (o *k8sObjects) decode(doc []byte) error {
 	var tm metav1.TypeMeta
 	if err := yaml.Unmarshal(doc, &tm); err != nil {
 		return err
 	}
-	strict := func(obj any) error { return yaml.UnmarshalStrict(doc, obj) }
 	switch tm.APIVersion + " " + tm.Kind {
 	case "apps/v1 StatefulSet":
-		var v appsv1.StatefulSet
-		o.statefulSets = append(o.statefulSets, &v)
-		return strict(&v)
+		return decodeInto(doc, &o.statefulSets)
 	case "apps/v1 Deployment":
-		var v appsv1.Deployment
-		o.deployments = append(o.deployments, &v)
-		return strict(&v)
+		return decodeInto(doc, &o.deployments)
 	case "v1 Service":
-		var v corev1.Service
-		o.services = append(o.services, &v)
-		return strict(&v)
+		return decodeInto(doc, &o.services)
 	case "v1 ConfigMap":
-		var v corev1.ConfigMap
-		o.configMaps = append(o.configMaps, &v)
-		return strict(&v)
+		return decodeInto(doc, &o.configMaps)
 	case "v1 Namespace":
-		var v corev1.Namespace
-		o.namespaces = append(o.namespaces, &v)
-		return strict(&v)
+		return decodeInto(doc, &o.namespaces)
 	case "policy/v1 PodDisruptionBudget":
-		var v policyv1.PodDisruptionBudget
-		o.pdbs = append(o.pdbs, &v)
-		return strict(&v)
+		return decodeInto(doc, &o.pdbs)
 	case "autoscaling/v2 HorizontalPodAutoscaler":
-		var v autoscalingv2.HorizontalPodAutoscaler
-		o.hpas = append(o.hpas, &v)
-		return strict(&v)
+		return decodeInto(doc, &o.hpas)
 	case "networking.k8s.io/v1 NetworkPolicy":
-		var v networkingv1.NetworkPolicy
-		o.policies = append(o.policies, &v)
-		return strict(&v)
+		return decodeInto(doc, &o.policies)
 	}
 	return fmt.Errorf("kind %q of %q: not one this test knows", tm.Kind, tm.APIVersion)
+}
+
+// decodeInto decodes doc strictly into a new T and adds it to list.
+func decodeInto[T any](doc []byte, list *[]*T) error {
+	v := new(T)
+	*list = append(*list, v)
+	return yaml.UnmarshalStrict(doc, v)
 }
 
 func loadManifests(t *testing.T) *k8sObjects {

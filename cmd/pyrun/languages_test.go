@@ -14,6 +14,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pyrun/pyrun/lang"
+	"github.com/pyrun/pyrun/mcp/mcptest"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -25,21 +26,6 @@ import (
 func newLanguageServer(t *testing.T, languages string, args ...string) *server {
 	t.Helper()
 	return newServer(t, append([]string{"--languages", languages}, args...)...)
-}
-
-// toolNames are the tools the server lists, sorted.
-func (s *server) toolNames(t *testing.T) []string {
-	t.Helper()
-	res, err := s.session.ListTools(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, tl := range res.Tools {
-		names = append(names, tl.Name)
-	}
-	slices.Sort(names)
-	return names
 }
 
 // toolDescription is the description the server lists for tool.
@@ -156,7 +142,7 @@ func slicesEqualConfig(a, b any) bool {
 // run_python_code alone, and it runs as ever.
 func TestLanguagesPythonOnly(t *testing.T) {
 	s := newLanguageServer(t, "python", "--workers", "1")
-	if got := s.toolNames(t); !slices.Equal(got, []string{"run_python_code"}) {
+	if got := mcptest.ToolNames(t, s.session); !slices.Equal(got, []string{"run_python_code"}) {
 		t.Fatalf("tools %v, want run_python_code alone", got)
 	}
 	r := s.runIn(t, "run_python_code", "python_code", "print('hi')\n6 * 7")

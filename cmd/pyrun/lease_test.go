@@ -26,7 +26,7 @@ func TestSessionMovesBetweenInstances(t *testing.T) {
 	args := func(name string) []string {
 		// No checkpoint after calls: only a hand-over or the shutdown
 		// writes one, so a stale state would show.
-		return []string{"--workers", "1", "--session-store", url, "--instance-id", name,
+		return []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--instance-id", name,
 			"--checkpoint-delay", "1h", "--session-lease", "2s", "--session-spares", "0", "--session-move-wait", "8s"}
 	}
 	a := newServer(t, args("box-a")...)
@@ -95,7 +95,7 @@ func TestSessionOfAGoneInstanceExpires(t *testing.T) {
 		out, _ := exec.Command("redis-cli", "-p", fmt.Sprint(port), "exists", "pyrun:ckpt:"+id).Output()
 		return strings.TrimSpace(string(out)) == "1"
 	}
-	args := []string{"--workers", "1", "--session-store", url, "--checkpoint-delay", "1h", "--session-idle", "3s"}
+	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--checkpoint-delay", "1h", "--session-idle", "3s"}
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	gone, err := startServer(ctx, append(args, "--instance-id", "box-gone")...)
@@ -119,7 +119,7 @@ func TestSessionOfAGoneInstanceExpires(t *testing.T) {
 // from their last checkpoint.
 func TestSessionOfADeadInstanceContinues(t *testing.T) {
 	url, _ := startRedis(t)
-	args := []string{"--workers", "1", "--session-store", url, "--checkpoint-delay", "100ms", "--session-lease", "2s"}
+	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--checkpoint-delay", "100ms", "--session-lease", "2s"}
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	dead, err := startServer(ctx, append(args, "--instance-id", "box-dead")...)

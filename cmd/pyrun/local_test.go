@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pyrun/pyrun/internal/testproc"
 )
 
 // attached starts `pyrun stdio --attach required` on sock with an MCP
@@ -105,19 +107,9 @@ func TestServiceStopEndsBridge(t *testing.T) {
 	svc := startServe(t, "--socket", sock, "--workers", "1", "--listen", "none")
 
 	cmd := exec.Command(pyrunBin, "stdio", "--attach", "required", "--socket", sock, "--log-format", "json")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testproc.StartPiped(t, cmd)
 	defer stdin.Close()
 	out := bufio.NewReader(stdout)
 	if _, err := stdin.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n")); err != nil {

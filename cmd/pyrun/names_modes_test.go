@@ -192,6 +192,39 @@ pyrun.writeFile("/shared/js/made.txt", "x");
 		checkHost(t)
 	})
 
+	// Deno checks no permission for a mode or owner change on a file opened
+	// for reading, and Python reaches Deno's node:fs through `import js`:
+	// the OS sandbox's filter refuses the change (supervisor/oswall).
+	t.Run("python through node:fs", func(t *testing.T) {
+		code := `import js
+fs = js.process.getBuiltinModule("node:fs")
+out = {}
+for name, path in (("ro", RO + "/in.txt"), ("rw", RW + "/host.txt")):
+    fd = fs.openSync(path, "r")
+    for what, f in (("fchmod", lambda: fs.fchmodSync(fd, 0o4777)), ("fchown", lambda: fs.fchownSync(fd, 0, 0))):
+        try:
+            f()
+            out[name + " " + what] = "done"
+        except Exception as e:
+            out[name + " " + what] = str(e)
+    fs.closeSync(fd)
+out`
+		for name, dir := range map[string]string{"RO": ro, "RW": rw} {
+			host, err := filepath.EvalSymlinks(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			code = fmt.Sprintf("%s = %q\n", name, host) + code
+		}
+		v := value(t, s.runIn(t, "run_python_code", "python_code", code))
+		for _, key := range []string{"ro fchmod", "ro fchown", "rw fchmod", "rw fchown"} {
+			if got := fmt.Sprint(v[key]); !strings.Contains(got, "not permitted") {
+				t.Errorf("%s: %q, want the OS sandbox's refusal", key, got)
+			}
+		}
+		checkHost(t)
+	})
+
 	t.Run("input files", func(t *testing.T) {
 		for _, tool := range [][2]string{{"run_python_code", "python_code"}, {"run_r_code", "r_code"}, {"run_javascript_code", "javascript_code"}} {
 			// A tool error (no structured content, which callTool reports).

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/internal/nginxrun"
 )
 
 // shippedUpstreams are the instance addresses written in the shipped file.
@@ -79,42 +81,16 @@ func startNginx(t *testing.T, addrs []string) *lb {
 		text = strings.ReplaceAll(text, a, addrs[i])
 	}
 	dir := t.TempDir()
-	// nginx's workers run as nobody: they need to reach the temp paths.
-	if err := os.Chmod(dir, 0o755); err != nil {
+	mainConf, err := nginxrun.WritePrefix(dir, text, nginxrun.Main{Workers: 2, ErrorLevel: "info",
+		AccessLogFormat: "$status $upstream_addr $upstream_status $request_method $request_uri sid=$http_mcp_param_session_id "})
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sub := range []string{"body", "proxy", "fastcgi", "uwsgi", "scgi"} {
-		if err := os.Mkdir(filepath.Join(dir, sub), 0o777); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "pyrun.conf"), []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	main := fmt.Sprintf(`daemon off;
-worker_processes 2;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log info;
-events { worker_connections 1024; }
-http {
-    log_format lb '$status $upstream_addr $upstream_status $request_method $request_uri sid=$http_mcp_param_session_id ';
-    access_log %[1]s/access.log lb;
-    client_body_temp_path %[1]s/body;
-    proxy_temp_path %[1]s/proxy;
-    fastcgi_temp_path %[1]s/fastcgi;
-    uwsgi_temp_path %[1]s/uwsgi;
-    scgi_temp_path %[1]s/scgi;
-    include %[1]s/pyrun.conf;
-}
-`, dir)
-	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(main), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(bin, "-t", "-p", dir, "-c", filepath.Join(dir, "nginx.conf")).CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "-t", "-p", dir, "-c", mainConf).CombinedOutput(); err != nil {
 		t.Fatalf("nginx -t: %v\n%s", err, out)
 	}
 	l := &lb{base: "http://" + listen, dir: dir, exitc: make(chan error, 1)}
-	l.cmd = exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
+	l.cmd = exec.Command(bin, "-p", dir, "-c", mainConf)
 	var stderr bytes.Buffer
 	l.cmd.Stdout, l.cmd.Stderr = &stderr, &stderr
 	if err := l.cmd.Start(); err != nil {
@@ -218,7 +194,8 @@ func callsServed(t *testing.T, s *httpServer) float64 {
 
 func TestNginx(t *testing.T) {
 	needBinary(t)
-	args := []string{"--stateless", "--workers", "1", "--timeout", "2m"}
+	// Sessions with a worker of their own have checkpoints, and so move.
+	args := []string{"--stateless", "--workers", "1", "--timeout", "2m", "--session-worker", "own"}
 	// The instance names the shipped map routes on: pyrun-1, pyrun-2, ...
 	argsOf := func(i int) []string { return append(slices.Clone(args), "--instance-id", fmt.Sprintf("pyrun-%d", i+1)) }
 	instances := make([]*httpServer, len(shippedUpstreams))

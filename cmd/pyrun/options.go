@@ -76,6 +76,10 @@ type options struct {
 	insecureNoAuth bool
 	clientMaxCalls int
 	clientMaxQueue int
+	// Workers that belong to a client (docs/architecture.md).
+	clientMaxWorkers  int
+	clientWorkerIdle  time.Duration
+	metricsMaxClients int
 
 	// Python sessions (pysessions.go)
 	sessionIdle       time.Duration
@@ -83,6 +87,9 @@ type options struct {
 	maxSessions       int
 	clientMaxSessions int
 	sessionSpares     int
+	sessionWorker     string // shared or own
+	sessionsPerWorker int
+	maxSessionWorkers int
 	instanceID        string
 	// Rich results (docs/rich-results.md).
 	maxDisplays      int
@@ -150,6 +157,9 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.IntVar(&o.maxInputFiles, "max-input-files", mcp.DefaultMaxInputFiles, "entries a call's files argument may hold; more are refused with a tool error")
 	fs.IntVar(&o.maxQueue, "max-queue", 0, "calls that may wait for a free worker (default 64 per worker)")
 	fs.DurationVar(&o.queueTimeout, "queue-timeout", 60*time.Second, "longest a call waits for a free worker")
+	fs.IntVar(&o.clientMaxWorkers, "client-max-workers", 0, "workers of a language one client may own while other clients own some or wait (a worker that ran a client's call runs no other client's); a client alone may own the whole pool (default: half the pool, rounded up, at least 1)")
+	fs.DurationVar(&o.clientWorkerIdle, "client-worker-idle", supervisor.DefaultClientWorkerIdle, "retire a client's worker unused this long; its next call takes a fresh one")
+	fs.IntVar(&o.metricsMaxClients, "metrics-max-clients", 32, "clients named in pyrun_client_workers and, without access control, /healthz's workers_by_client (the first by name); the rest count as other")
 	fs.Var(&o.deps, "deps", "comma-separated packages (PEP 508: numpy, attrs==23.2) every worker loads before it takes a call")
 	fs.StringVar(&o.packageIndex, "package-index", "", "where Pyodide's packages come from: a URL or a `directory` laid out like the Pyodide distribution (default: the CDN of the pinned Pyodide version)")
 	fs.StringVar(&o.pypi, "pypi", packages.DefaultPyPI, "`URL` of PyPI's JSON API (or a mirror's), for PEP 723 requirements neither the package index nor the wheelhouse has; none: never ask")
@@ -388,6 +398,8 @@ func (o *options) check() error {
 		return fmt.Errorf("max-queue must not be negative, not %d", o.maxQueue)
 	case o.queueTimeout <= 0:
 		return fmt.Errorf("queue-timeout must be positive, not %s", o.queueTimeout)
+	case o.clientWorkerIdle < time.Second:
+		return fmt.Errorf("client-worker-idle must be at least 1s, not %s", o.clientWorkerIdle)
 	case !(o.idleCPU >= 0.01 && o.idleCPU <= 1):
 		return fmt.Errorf("idle-cpu must be between 0.01 and 1 (a share of one CPU), not %g", o.idleCPU)
 	case o.idleMemorySlack < 0:
@@ -419,6 +431,8 @@ func (o *options) check() error {
 		outside("worker-log-rate", o.workerLogRate, 1<<10, 64<<20),
 		outside("worker-open-files", o.workerOpenFiles, 64, 1<<20),
 		outside("client-max-queue", o.clientMaxQueue, 0, 4096),
+		outside("client-max-workers", o.clientMaxWorkers, 0, 4096),
+		outside("metrics-max-clients", o.metricsMaxClients, 1, 1024),
 		outside("max-displays", o.maxDisplays, 1, 1024),
 		outside("max-display-bytes", o.maxDisplayBytes, 1<<10, 64<<20),
 		outside("output-store", o.outputStore, 1<<10, 1<<30),
@@ -512,6 +526,8 @@ func (o *options) poolConfig() supervisor.Config {
 		Wheelhouse:   o.wheelhouse,
 		PyPI:         o.pypi,
 
+		ClientMaxWorkers: o.clientMaxWorkers,
+		ClientWorkerIdle: o.clientWorkerIdle,
 		MaxWorkerThreads: o.maxWorkerThreads,
 		WarmCalls:        cmp.Or(o.warmCalls, -1), // 0: none, which Config spells -1
 		IdleCPU:          o.idleCPU,

@@ -26,8 +26,11 @@ import (
 func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.sessionIdle, "session-idle", sessions.DefaultIdle, "a Python session (session_id) ends after this long without a call")
 	fs.DurationVar(&o.sessionMaxAge, "session-max-age", sessions.DefaultMaxAge, "a Python session ends this long after it started")
-	fs.IntVar(&o.maxSessions, "max-sessions", sessions.DefaultMax, "Python sessions open at once, each with a worker of its own besides the pool's")
-	fs.IntVar(&o.clientMaxSessions, "client-max-sessions", sessions.DefaultClientMax, "serve, with access control: Python sessions one client may have open")
+	fs.IntVar(&o.maxSessions, "max-sessions", defaultMaxSessions, "sessions open at once, per language")
+	fs.IntVar(&o.clientMaxSessions, "client-max-sessions", defaultClientMaxSessions, "serve, with access control: sessions one client may have open, per language")
+	fs.StringVar(&o.sessionWorker, "session-worker", sessionShared, "where Python and JavaScript sessions live: \"shared\" (namespaces on session workers of their client's, --sessions-per-worker each) or \"own\" (a worker per session); R sessions always have their own")
+	fs.IntVar(&o.sessionsPerWorker, "sessions-per-worker", sessions.DefaultPerHost, "with --session-worker shared: Python or JavaScript sessions one session worker holds at most")
+	fs.IntVar(&o.maxSessionWorkers, "max-session-workers", sessions.DefaultMaxHosts, "worker processes for sessions at once, per language, spares included (with own session workers, also the most sessions)")
 	fs.IntVar(&o.sessionSpares, "session-spares", sessions.DefaultSpares, "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
 	o.maxCheckpoint = supervisor.DefaultMaxCheckpoint
 	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
@@ -46,11 +49,16 @@ func (o *options) checkSessions() error {
 		return fmt.Errorf("session-max-age must be positive, not %s", o.sessionMaxAge)
 	}
 	if err := firstError(
-		outside("max-sessions", o.maxSessions, 1, 256),
-		outside("client-max-sessions", o.clientMaxSessions, 1, 256),
+		outside("max-sessions", o.maxSessions, 1, 4096),
+		outside("client-max-sessions", o.clientMaxSessions, 1, 4096),
+		outside("sessions-per-worker", o.sessionsPerWorker, 1, 256),
+		outside("max-session-workers", o.maxSessionWorkers, 1, 256),
 		outside("session-spares", o.sessionSpares, 0, 16),
 	); err != nil {
 		return err
+	}
+	if o.sessionWorker != sessionShared && o.sessionWorker != sessionOwn {
+		return fmt.Errorf("session-worker must be %q or %q, not %q", sessionShared, sessionOwn, o.sessionWorker)
 	}
 	if _, err := parseSessionStore(o.sessionStore); err != nil {
 		return err
@@ -82,14 +90,53 @@ func (o *options) instance() string {
 	return o.instanceID
 }
 
-func (o *options) sessionLimits() sessions.Limits {
+// Where sessions live (--session-worker).
+const (
+	sessionShared = "shared"
+	sessionOwn    = "own"
+	// Defaults of --max-sessions and --client-max-sessions: sessions are
+	// namespaces (docs/sessions.md); their workers are bounded by
+	// --max-session-workers.
+	defaultMaxSessions       = 256
+	defaultClientMaxSessions = 64
+)
+
+// sharedSessions says whether l's sessions are namespaces on shared
+// workers: Python's and JavaScript's, with --session-worker shared. R
+// sessions have a worker each (docs/sessions.md).
+func (o *options) sharedSessions(l lang.Language) bool {
+	return (l.ID == lang.Python.ID || l.ID == lang.JavaScript.ID) && o.sessionWorker != sessionOwn
+}
+
+// sessionWorkers is the most worker processes the sessions of one language
+// have at once: a session worker holds at least one session.
+func (o *options) sessionWorkers() int { return min(o.maxSessions, o.maxSessionWorkers) }
+
+// sessionLimits are the limits of l's sessions.
+func (o *options) sessionLimits(l lang.Language) sessions.Limits {
 	spares := o.sessionSpares
 	if spares == 0 {
 		spares = -1 // none; 0 is the default to sessions
 	}
-	return sessions.Limits{
+	lim := sessions.Limits{
 		Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, ClientMax: o.clientMaxSessions,
-		Spares: spares,
+		Spares: spares, MaxHosts: o.maxSessionWorkers,
+	}
+	if !o.sharedSessions(l) {
+		// A session is a worker.
+		lim.Max = o.sessionWorkers()
+		lim.ClientMax = min(lim.ClientMax, lim.Max)
+	}
+	return lim
+}
+
+// setSessionLimits applies o's limits to every language's sessions, as
+// after a reload.
+func setSessionLimits(l *sessions.Languages, o *options) {
+	for _, lg := range o.enabledLanguages() {
+		if m := l.Manager(lg.ID); m != nil {
+			m.SetLimits(o.sessionLimits(lg))
+		}
 	}
 }
 
@@ -162,6 +209,10 @@ func sessionKeeper(o *options, pool *supervisor.Pool, log hclog.Logger) sessions
 
 // startSessions keeps sessions of l on workers pool starts for them.
 func startSessions(o *options, l lang.Language, pool *supervisor.Pool, log hclog.Logger) *sessions.Manager {
+	perHost := 0
+	if o.sharedSessions(l) {
+		perHost = o.sessionsPerWorker
+	}
 	var keeper sessions.Checkpointer
 	if l.ID == lang.Python.ID {
 		// Only Python's workers take checkpoints (Pyodide's memory snapshots).
@@ -176,8 +227,22 @@ func startSessions(o *options, l lang.Language, pool *supervisor.Pool, log hclog
 		Start: func(ctx context.Context, exited func()) (sessions.Worker, error) {
 			return pool.StartDedicated(ctx, exited)
 		},
-		Limits:    o.sessionLimits(),
+		Limits:    o.sessionLimits(l),
 		Anonymous: mcp.Anonymous,
 		Log:       log.Named("sessions"),
+		PerHost:   perHost,
+		SpareAfter: func(ctx context.Context) {
+			// The pool's workers first: a session worker starting beside
+			// them would slow the first call's.
+			for ctx.Err() == nil {
+				if st := pool.Stats(); st.Ready+st.Busy >= st.Workers || st.StartError != "" {
+					return
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		},
 	})
 }

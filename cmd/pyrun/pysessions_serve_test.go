@@ -65,8 +65,11 @@ func TestServeSessions(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if got := s.metrics(t)["pyrun_python_session_spare_hits_total"]; got != 0 {
-		t.Errorf("pyrun_python_session_spare_hits_total %v before a second session, want 0", got)
+	// The first session's worker (started ahead once the pool was ready,
+	// or for it) is now its client's session worker (--session-worker
+	// shared).
+	if got := s.metrics(t)["pyrun_python_session_workers"]; got != 1 {
+		t.Errorf("pyrun_python_session_workers %v with one session, want 1", got)
 	}
 
 	// A reload lowers the bound: the open session stays, a new one is refused.
@@ -177,8 +180,8 @@ func TestServeSessionsAccess(t *testing.T) {
 
 // A session's calls count against its client's places like its stateless
 // calls: with client_max_calls 1 and client_max_queue 2, of ten calls sent
-// at once (nine to one session, each long enough to hold its place until
-// all have arrived, and one stateless) three are taken in, one running and
+// at once (nine to one session and one stateless, each long enough to hold
+// its place until all have arrived) three are taken in, one running and
 // two waiting, and seven are refused at once as busy. All 120 large calls
 // sent behind a busy session used to be taken in, and pyrun held them all.
 func TestServeSessionCallsCountAgainstClientLimits(t *testing.T) {
@@ -198,7 +201,9 @@ func TestServeSessionCallsCountAgainstClientLimits(t *testing.T) {
 	for i := range 10 {
 		args := map[string]any{"python_code": "import time\ntime.sleep(4)", "session_id": id}
 		if i == 9 {
-			args = map[string]any{"python_code": "3"}
+			// Long too: a short one that ran and ended before the others
+			// arrived would free its place for one more.
+			args = map[string]any{"python_code": "import time\ntime.sleep(4)\n3"}
 		}
 		go func() {
 			res, err := alice.callRaw(t.Context(), args)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/supervisor/packages/packagestest"
 )
 
@@ -273,8 +274,11 @@ func TestSessionOptions(t *testing.T) {
 	}{
 		{[]string{"--session-idle", "0s"}, "session-idle must be positive"},
 		{[]string{"--session-max-age", "-1s"}, "session-max-age must be positive"},
-		{[]string{"--max-sessions", "0"}, "max-sessions must be between 1 and 256"},
-		{[]string{"--client-max-sessions", "1000"}, "client-max-sessions must be between 1 and 256"},
+		{[]string{"--max-sessions", "0"}, "max-sessions must be between 1 and 4096"},
+		{[]string{"--client-max-sessions", "5000"}, "client-max-sessions must be between 1 and 4096"},
+		{[]string{"--sessions-per-worker", "0"}, "sessions-per-worker must be between 1 and 256"},
+		{[]string{"--max-session-workers", "0"}, "max-session-workers must be between 1 and 256"},
+		{[]string{"--session-worker", "mine"}, `session-worker must be "shared" or "own", not "mine"`},
 		{[]string{"--instance-id", "box.1"}, "only letters, digits and '-'"},
 		{[]string{"--instance-id", strings.Repeat("x", 64)}, "1 to 63 characters"},
 		{[]string{"--session-lease", "500ms"}, "session-lease must be between 1s and 10m"},
@@ -289,8 +293,14 @@ func TestSessionOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.instance() == "" || o.sessionLimits().Max != 4 || o.sessionLimits().ClientMax != 2 {
-		t.Errorf("defaults: instance %q, limits %+v", o.instance(), o.sessionLimits())
+	// Python's sessions are namespaces; R's have a worker each, so
+	// --max-session-workers bounds them.
+	py, r := o.sessionLimits(lang.Python), o.sessionLimits(lang.R)
+	if o.instance() == "" || py.Max != 256 || py.ClientMax != 64 || py.MaxHosts != 4 || r.Max != 4 || r.ClientMax != 4 {
+		t.Errorf("defaults: instance %q, Python limits %+v, R limits %+v", o.instance(), py, r)
+	}
+	if !o.sharedSessions(lang.Python) || o.sharedSessions(lang.R) || !o.sharedSessions(lang.JavaScript) {
+		t.Error("by default, Python and JavaScript sessions should share workers, R's not")
 	}
 	if o.sessionLease != 10*time.Second || o.sessionMoveWait != 30*time.Second {
 		t.Errorf("defaults: session-lease %s, session-move-wait %s; want 10s and 30s", o.sessionLease, o.sessionMoveWait)
@@ -342,8 +352,11 @@ func (s *server) lastSessionWorkerPID(t *testing.T) int {
 // JavaScript session whose timer, keep burning a CPU between calls are
 // ended, and their next call says why; a session whose task sleeps
 // between its ticks is kept, its task still running.
+//
+// With --session-worker own: on a shared session worker the burner would
+// take the quiet session with it (docs/sessions.md).
 func TestSessionIdleCPU(t *testing.T) {
-	s := newServer(t, "--workers", "1", "--languages", "python,javascript", "--idle-cpu", "0.1")
+	s := newServer(t, "--workers", "1", "--languages", "python,javascript", "--idle-cpu", "0.1", "--session-worker", "own")
 	burner := s.inSession(t, "new", `import asyncio
 async def burn():
     while True:

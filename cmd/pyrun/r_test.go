@@ -17,6 +17,8 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
 func TestRTool(t *testing.T) {
@@ -25,7 +27,7 @@ func TestRTool(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newLanguageServer(t, "python,r", "--workers", "1", "--r-workers", "1", "--mount", ro+":/data", "--mount", rw+":/shared/out:rw")
-	if got := s.toolNames(t); !slices.Equal(got, []string{"run_python_code", "run_r_code"}) {
+	if got := mcptest.ToolNames(t, s.session); !slices.Equal(got, []string{"run_python_code", "run_r_code"}) {
 		t.Fatalf("tools %v, want run_python_code and run_r_code", got)
 	}
 

@@ -278,20 +278,27 @@ func tsClientDir(t *testing.T) string {
 // pinned packages (npm ci) on first use.
 func runTSClient(t *testing.T, url string) tsReport {
 	t.Helper()
+	var rep tsReport
+	runTSScript(t, &rep, "client.mjs", url)
+	return rep
+}
+
+// runTSScript runs script of testdata/tsclient with node and args, for at
+// most three minutes, and decodes the JSON report it prints into rep.
+func runTSScript(t *testing.T, rep any, script string, args ...string) {
+	t.Helper()
 	dir := tsClientDir(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "client.mjs", url)
+	cmd := exec.CommandContext(ctx, "node", append([]string{script}, args...)...)
 	cmd.Dir = dir
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("the TypeScript client: %v\n%s", err, stderr.String())
+		t.Fatalf("the TypeScript client %s: %v\n%s", script, err, stderr.String())
 	}
-	var rep tsReport
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("the TypeScript client's report %q: %v", out, err)
+	if err := json.Unmarshal(out, rep); err != nil {
+		t.Fatalf("the TypeScript client %s's report %q: %v", script, out, err)
 	}
-	return rep
 }

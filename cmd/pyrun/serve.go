@@ -78,8 +78,10 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	}
 	maxConns := o.maxConns
 	if maxConns == 0 {
-		// Room for each worker's pipes and files, and pyrun's own.
-		maxConns = netguard.TotalFor(64 + 32*o.pool(lang.Python).workers)
+		// Room for each worker's pipes and files, and pyrun's own: a pool
+		// has up to twice its size in workers, never-used and owned by
+		// clients (docs/architecture.md, Workers belong to a client).
+		maxConns = netguard.TotalFor(64 + 32*2*o.pool(lang.Python).workers)
 	}
 	conns := netguard.Listen(ln, netguard.Limits{Total: maxConns, PerAddr: o.maxConnsPerAddr})
 	guard, err := newGuard(o, ln.Addr().String(), log.Named("access"))
@@ -98,6 +100,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	wall := oswall.Describe(o.poolConfig().OSSandbox, oswall.Probe())
 	metrics := mcp.NewMetrics(version, pools.Stats)
 	metrics.OSSandbox(wall)
+	metrics.MaxClients(o.metricsMaxClients)
 	metrics.CountConnections(conns.Stats)
 	metrics.CodeMode(s.hub)
 	var runner mcp.Runner = pools
@@ -127,6 +130,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		SessionTimeout: o.sessionTimeout,
 		KeepAlive:      keepAlive,
 		Stats:          pools.Stats,
+		MaxClients:     o.metricsMaxClients,
 		SessionsOpen:   func() int { return s.py.Stats().Open },
 		Sessions:       httpfront.SessionLimits{Max: o.maxMCPSessions, ClientMax: o.clientMaxMCPSessions},
 
@@ -305,7 +309,7 @@ var restartOnly = []string{
 	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
 	"insecure-no-auth", "instance-id", "mount", "languages", "os-sandbox", "socket", "max-socket-conns",
 	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
-	"output-dir", "session-lease", "session-move-wait",
+	"output-dir", "session-worker", "sessions-per-worker", "session-lease", "session-move-wait",
 }
 
 // reload re-reads the command line and the config file (a flag still wins
@@ -347,7 +351,7 @@ func (s *service) reload() {
 		s.log.Error("config rejected; the settings in force stay", "file", o.configFile, "error", err)
 		return
 	}
-	s.py.SetLimits(o.sessionLimits())
+	setSessionLimits(s.py, o)
 	s.log.SetLevel(hclogLevel(o.logLevel))
 	applyMemoryLimit(o, s.log)
 	s.hub.SetOptions(o.hubOptions())

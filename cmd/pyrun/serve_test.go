@@ -28,6 +28,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/internal/logwatch"
 	"github.com/pyrun/pyrun/mcp/mcptest"
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -177,7 +178,15 @@ type health struct {
 	WorkersTotal    int    `json:"workers_total"`
 	Queued          int    `json:"queued"`
 	SessionsOpen    int    `json:"sessions_open"`
-	OSSandbox       struct {
+	Clients         int    `json:"clients"`
+	WorkersByClient map[string]struct {
+		Idle int `json:"idle"`
+		Busy int `json:"busy"`
+	} `json:"workers_by_client"`
+	Languages map[string]struct {
+		WorkersFresh int `json:"workers_fresh"`
+	} `json:"languages"`
+	OSSandbox struct {
 		Mode        string            `json:"mode"`
 		Layers      []string          `json:"layers"`
 		Missing     map[string]string `json:"missing"`
@@ -261,64 +270,45 @@ func (r logRecord) str(key string) string { s, _ := r[key].(string); return s }
 // jsonLog collects pyrun's stderr (JSON log lines) so that tests can wait
 // for a line rather than sleep.
 type jsonLog struct {
-	mu      sync.Mutex
-	partial []byte
-	recs    []logRecord
-	raw     []string
-	changed chan struct{} // closed and replaced on every new line
+	*logwatch.Watcher
+	recs []logRecord // every line, under the Watcher's lock
 }
 
-func newJSONLog() *jsonLog { return &jsonLog{changed: make(chan struct{})} }
-
-func (l *jsonLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.partial = append(l.partial, p...)
-	for {
-		i := strings.IndexByte(string(l.partial), '\n')
-		if i < 0 {
-			break
-		}
-		line := string(l.partial[:i])
-		l.partial = l.partial[i+1:]
-		l.raw = append(l.raw, line)
+func newJSONLog() *jsonLog {
+	l := &jsonLog{}
+	l.Watcher = logwatch.New(0, func(line string) bool {
 		var r logRecord
 		if json.Unmarshal([]byte(line), &r) != nil {
 			r = logRecord{"@message": line}
 		}
 		l.recs = append(l.recs, r)
-		close(l.changed)
-		l.changed = make(chan struct{})
-	}
-	return len(p), nil
+		return true
+	})
+	return l
 }
 
 // mark is the number of lines so far: wait(ctx, mark, ...) looks at later lines.
-func (l *jsonLog) mark() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.recs)
+func (l *jsonLog) mark() (n int) {
+	l.Locked(func() { n = len(l.recs) })
+	return n
 }
 
 // wait returns the first line from index from on that matches.
 func (l *jsonLog) wait(ctx context.Context, from int, match func(logRecord) bool) (logRecord, error) {
-	for {
-		l.mu.Lock()
+	var found logRecord
+	err := l.Wait(ctx, func() bool {
 		for ; from < len(l.recs); from++ {
 			if match(l.recs[from]) {
-				r := l.recs[from]
-				l.mu.Unlock()
-				return r, nil
+				found = l.recs[from]
+				return true
 			}
 		}
-		ch := l.changed
-		l.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("no such log line: %w", ctx.Err())
-		}
+		return false
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no such log line: %w", err)
 	}
+	return found, nil
 }
 
 func (l *jsonLog) waitMsg(t *testing.T, from int, msg string) logRecord {
@@ -333,17 +323,13 @@ func (l *jsonLog) waitMsg(t *testing.T, from int, msg string) logRecord {
 }
 
 // since returns the lines from index from on.
-func (l *jsonLog) since(from int) []logRecord {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.Clone(l.recs[from:])
+func (l *jsonLog) since(from int) (recs []logRecord) {
+	l.Locked(func() { recs = slices.Clone(l.recs[from:]) })
+	return recs
 }
 
-func (l *jsonLog) tail(n int) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.raw[max(0, len(l.raw)-n):], "\n")
-}
+// tail is the last n lines (n > 0).
+func (l *jsonLog) tail(n int) string { return l.Tail(n) }
 
 // ---- the shared server --------------------------------------------------------
 
@@ -818,7 +804,8 @@ func TestServeConfigReload(t *testing.T) {
 	if r := reloaded(mark); r.msg() != "config reloaded" || !slices.Equal(changed(r), []string{"log-level", "workers"}) {
 		t.Errorf("after growing: %v, want changed [log-level workers] (max-output is set by a flag)", r)
 	}
-	s.waitHealth(t, "three workers up", func(h health) bool { return h.WorkersTotal == 3 && h.WorkersReady == 3 })
+	// Ready counts the never-used workers and those the calls' client owns.
+	s.waitHealth(t, "three workers up", func(h health) bool { return h.WorkersTotal == 3 && h.WorkersReady >= 3 })
 
 	// Shrink: 3 -> 1, a shorter timeout; written in place this time.
 	mark = s.log.mark()
@@ -826,7 +813,11 @@ func TestServeConfigReload(t *testing.T) {
 	if r := reloaded(mark); r.msg() != "config reloaded" || !slices.Equal(changed(r), []string{"timeout", "workers"}) {
 		t.Errorf("after shrinking: %v, want changed [timeout workers]", r)
 	}
-	s.waitHealth(t, "one worker left", func(h health) bool { return h.WorkersTotal == 1 && h.WorkersReady+h.WorkersStarting == 1 })
+	// One never-used worker, and at most one the calls' client owns
+	// (docs/architecture.md, Workers belong to a client).
+	s.waitHealth(t, "one worker left", func(h health) bool {
+		return h.WorkersTotal == 1 && h.Languages["python"].WorkersFresh <= 1 && h.WorkersReady+h.WorkersStarting <= 2
+	})
 	// Retirements are logged at debug: the new log level is in force.
 	if _, err := s.log.wait(t.Context(), mark, func(r logRecord) bool {
 		return r.msg() == "retiring worker" && r.str("reason") == "the pool shrank"

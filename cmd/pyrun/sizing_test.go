@@ -21,7 +21,9 @@ func workerMemory(limit int64) int64 { return supervisor.MemoryCeiling(limit) + 
 
 // memoryFor is the most memory a pyrun with options o holds at once, and
 // what it holds idle once a session has started. Per enabled language,
-// every worker that can exist at once: the pool's and one per session
+// every worker that can exist at once: the pool's twice (its never-used
+// workers and as many owned by clients: docs/architecture.md, Workers
+// belong to a client) and one per session
 // (spares come out of max-sessions: the sessions package starts one only
 // while there is room for another session), each at workerMemory; plus
 // 256Mi for pyrun and headroom. Idle: the pool's workers and the spares,
@@ -29,7 +31,7 @@ func workerMemory(limit int64) int64 { return supervisor.MemoryCeiling(limit) + 
 func memoryFor(o *options) (most, idle int64) {
 	most, idle = 256*mi, 128*mi
 	for _, l := range o.enabledLanguages() {
-		most += int64(o.pool(l).workers+o.maxSessions) * workerMemory(int64(o.pool(l).memoryLimit))
+		most += int64(2*o.pool(l).workers+o.sessionWorkers()) * workerMemory(int64(o.pool(l).memoryLimit))
 		idle += int64(o.pool(l).workers+o.sessionSpares) * idleWorker[l.ID]
 	}
 	return most, idle
@@ -39,7 +41,7 @@ func memoryFor(o *options) (most, idle int64) {
 func workersFor(o *options) int {
 	n := 0
 	for _, l := range o.enabledLanguages() {
-		n += o.pool(l).workers + o.maxSessions
+		n += 2*o.pool(l).workers + o.sessionWorkers() // fresh and owned, and session workers
 	}
 	return n
 }

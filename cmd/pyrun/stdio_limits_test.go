@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/procfs"
+	"github.com/pyrun/pyrun/internal/testproc"
 	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
@@ -31,17 +31,7 @@ func startRawStdio(t *testing.T, args ...string) *rawStdio {
 	lw := newLogWatcher()
 	cmd := exec.Command(pyrunBin, append([]string{"stdio", "--log-format", "json", "--log-level", "debug"}, args...)...)
 	cmd.Stderr = lw
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	in, out := testproc.StartPiped(t, cmd)
 	s := &rawStdio{cmd: cmd, in: in, out: bufio.NewReaderSize(out, 1<<20), log: lw}
 	t.Cleanup(func() {
 		_ = in.Close()
@@ -146,18 +136,11 @@ func TestStdioBadLineKeepsServing(t *testing.T) {
 // rss is a process's resident memory in bytes.
 func rss(t *testing.T, pid int) int64 {
 	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	n, err := procfs.Status(pid, "VmRSS")
 	if err != nil {
-		t.Skipf("no /proc: %v", err)
+		t.Fatal(err)
 	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
+	return n
 }
 
 // A parent that stops reading stdout stops pyrun reading stdin once a

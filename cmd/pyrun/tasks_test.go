@@ -21,6 +21,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/pyrun/pyrun/internal/testproc"
 )
 
 // rawClient speaks JSON-RPC lines to a pyrun stdio process.
@@ -44,19 +46,9 @@ func startRaw(t *testing.T, args ...string) *rawClient {
 	t.Helper()
 	needBinary(t)
 	cmd := exec.Command(pyrunBin, append([]string{"stdio", "--log-format", "json"}, args...)...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	lw := newLogWatcher()
 	cmd.Stderr = lw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testproc.StartPiped(t, cmd)
 	c := &rawClient{t: t, stdin: stdin, wait: map[string]chan rawAnswer{}}
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -380,17 +372,6 @@ func TestTasks20260728(t *testing.T) {
 // taskSupport, creates a task, polls it and gets the result.
 func TestTasksTypeScriptClient(t *testing.T) {
 	needBinary(t)
-	dir := tsClientDir(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "node", "tasks.mjs", pyrunBin, "stdio", "--workers", "1", "--attach", "never", "--log-level", "warn")
-	cmd.Dir = dir
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("the TypeScript client: %v\n%s", err, stderr.String())
-	}
 	var rep struct {
 		ServerTasks map[string]any `json:"serverTasks"`
 		TaskSupport string         `json:"taskSupport"`
@@ -402,9 +383,7 @@ func TestTasksTypeScriptClient(t *testing.T) {
 			Error  string          `json:"error"`
 		} `json:"messages"`
 	}
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("the report %q: %v", out, err)
-	}
+	runTSScript(t, &rep, "tasks.mjs", pyrunBin, "stdio", "--workers", "1", "--attach", "never", "--log-level", "warn")
 	if rep.ServerTasks == nil || rep.TaskSupport != "optional" {
 		t.Errorf("the client saw tasks capability %v and taskSupport %q", rep.ServerTasks, rep.TaskSupport)
 	}
@@ -413,7 +392,7 @@ func TestTasksTypeScriptClient(t *testing.T) {
 		types = append(types, m.Type)
 	}
 	if len(rep.Messages) < 3 || rep.Messages[0].Type != "taskCreated" || rep.Messages[0].TaskID == "" {
-		t.Fatalf("messages %v, want taskCreated, taskStatus..., result: %s", types, out)
+		t.Fatalf("messages %v, want taskCreated, taskStatus..., result: %+v", types, rep.Messages)
 	}
 	last := rep.Messages[len(rep.Messages)-1]
 	if last.Type != "result" || string(last.Value) != "42" {

@@ -24,6 +24,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/mcp/codemode"
 )
 
@@ -305,7 +306,7 @@ func checkBadAnswers(t *testing.T, hub *codemode.Hub, limit int, lines bool) {
 func TestServerStderr(t *testing.T) {
 	for _, level := range []hclog.Level{hclog.Info, hclog.Debug} {
 		t.Run(level.String(), func(t *testing.T) {
-			var logged lockedBuffer
+			var logged syncbuf.Buffer
 			hub := codemode.New(codemode.Options{}, "test", hclog.New(&hclog.LoggerOptions{Output: &logged, Level: level}))
 			hub.Configure(map[string]codemode.Server{
 				"bad": {Command: os.Args[0], Allow: []string{"pid"},
@@ -335,21 +336,4 @@ func TestServerStderr(t *testing.T) {
 			}
 		})
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

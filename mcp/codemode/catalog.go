@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// The catalog is what pyodide-host/mcp_tools.py builds its namespaces
+// The catalog is what pyodide-host/python/mcp_tools.py builds its namespaces
 // from: {"servers": [{"name", "note", "tools": [{"name", "description",
 // "inputSchema"}]}]}, servers and tools sorted by name.
 type catalogServer struct {

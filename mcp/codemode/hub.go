@@ -10,7 +10,7 @@
 // The hub is an MCP client of each configured server (stdio servers it
 // starts and supervises, Streamable HTTP ones it connects to), lists their
 // tools and keeps the connections up. The worker's Python sees the catalog
-// (pyodide-host/mcp_tools.py) and asks the supervisor for calls, which
+// (pyodide-host/python/mcp_tools.py) and asks the supervisor for calls, which
 // reach the hub's Caller: allow list, argument schema, limits and audit log
 // are all enforced here, in pyrun, never in the sandbox.
 package codemode

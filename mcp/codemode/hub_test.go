@@ -19,19 +19,13 @@ import (
 	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/codemode/codemodetest"
 )
 
 func testLog(t *testing.T) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: "codemode", Output: tWriter{t}, Level: hclog.Debug})
-}
-
-type tWriter struct{ t *testing.T }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
+	return hclog.New(&hclog.LoggerOptions{Name: "codemode", Output: testlog.Writer(t), Level: hclog.Debug})
 }
 
 // newHub starts a hub on servers and stops it with the test.

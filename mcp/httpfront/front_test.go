@@ -602,10 +602,7 @@ func TestStalledReaders(t *testing.T) {
 		t.Fatalf("initialize: %d %s", code, body)
 	}
 	for i := range 2 {
-		conn := mcptest.DialFrom(t, "127.0.0.1", f.addr)
-		msg := callBody(100+i, "print('x' * 2**22)")
-		fmt.Fprintf(conn, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-06-18\r\nContent-Length: %d\r\n\r\n%s",
-			f.addr, id, len(msg), msg)
+		mcptest.StalledPost(t, f.addr, id, callBody(100+i, "print('x' * 2**22)"))
 	}
 	for _, series := range []string{`pyrun_stream_stalls_total{transport="sse"}`, `pyrun_stream_stalls_total{transport="streamable"}`} {
 		f.waitMetric(t, series, func(v float64) bool { return v >= 1 })
@@ -715,5 +712,42 @@ func TestHealthOfLanguages(t *testing.T) {
 	mu.Unlock()
 	if code, body = f.health(t); code != http.StatusOK || body["status"] != "ok" {
 		t.Errorf("/healthz with every language up: %d %v, want 200 ok", code, body)
+	}
+}
+
+// TestHealthNamesClientsWithinBound: /healthz shows the workers each
+// client owns, naming at most MaxClients clients; the rest are "other".
+func TestHealthNamesClientsWithinBound(t *testing.T) {
+	f := startFront(t, mcptest.NewGate(), mcp.Options{}, httpfront.Options{
+		MaxClients: 2,
+		Stats: func() supervisor.Stats {
+			return supervisor.Stats{Workers: 2, Ready: 3, Busy: 2, Fresh: 2, Clients: map[string]supervisor.ClientWorkers{
+				"alice": {Busy: 2}, "bob": {Idle: 1}, "carol": {}, "dave": {},
+			}}
+		},
+	})
+	_, body := f.health(t)
+	by, _ := body["workers_by_client"].(map[string]any)
+	alice, _ := by["alice"].(map[string]any)
+	if len(by) != 3 || alice["busy"] != 2.0 || by["bob"] == nil || by["other"] == nil || body["workers_fresh"] != 2.0 || body["clients"] != 4.0 {
+		t.Errorf("/healthz %v, want alice's and bob's workers, the rest as other, 2 fresh and 4 clients", body)
+	}
+}
+
+// TestHealthNamesNoClientsBehindAccessControl: /healthz stays open with
+// access control, so it counts the clients that own workers but names
+// none (names are token names and JWT subjects).
+func TestHealthNamesNoClientsBehindAccessControl(t *testing.T) {
+	f := startFront(t, mcptest.NewGate(), mcp.Options{}, httpfront.Options{
+		Protect: tokens,
+		Stats: func() supervisor.Stats {
+			return supervisor.Stats{Workers: 2, Ready: 2, Clients: map[string]supervisor.ClientWorkers{
+				"alice": {Idle: 1}, "bob": {Idle: 1},
+			}}
+		},
+	})
+	_, body := f.health(t)
+	if _, named := body["workers_by_client"]; named || body["clients"] != 2.0 {
+		t.Errorf("/healthz %v, want 2 clients and no names", body)
 	}
 }

@@ -17,18 +17,29 @@ type poolHealth struct {
 	WorkersBusy     int    `json:"workers_busy"`
 	WorkersStarting int    `json:"workers_starting"`
 	WorkersTotal    int    `json:"workers_total"`
-	Queued          int    `json:"queued"`
-	SessionsOpen    int    `json:"sessions_open"`
-	StartError      string `json:"start_error,omitempty"`
+	// WorkersFresh: idle workers that never ran a call; Clients: the
+	// clients that own workers; WorkersByClient: the workers each owns
+	// (Options.MaxClients names at most), only without access control:
+	// /healthz is open, and client names are token names and JWT subjects.
+	WorkersFresh    int                                 `json:"workers_fresh"`
+	Clients         int                                 `json:"clients"`
+	WorkersByClient map[string]supervisor.ClientWorkers `json:"workers_by_client,omitempty"`
+	Queued          int                                 `json:"queued"`
+	SessionsOpen    int                                 `json:"sessions_open"`
+	StartError      string                              `json:"start_error,omitempty"`
 }
 
 // healthOf is the health of a pool of s with sessions open: ok when at
 // least one worker is up (idle or running a call).
-func healthOf(s supervisor.Stats, sessions int) poolHealth {
+// maxClients 0: no client named.
+func healthOf(s supervisor.Stats, sessions, maxClients int) poolHealth {
 	ph := poolHealth{
 		Status: "ok", WorkersReady: s.Ready + s.Busy, WorkersIdle: s.Ready, WorkersBusy: s.Busy,
 		WorkersStarting: s.Starting, WorkersTotal: s.Workers, Queued: s.Queued, SessionsOpen: sessions,
-		StartError: s.StartError,
+		StartError: s.StartError, WorkersFresh: s.Fresh, Clients: len(s.Clients),
+	}
+	if maxClients > 0 {
+		ph.WorkersByClient = s.ClientsWithin(maxClients)
 	}
 	if ph.WorkersReady == 0 {
 		ph.Status = "starting"
@@ -57,7 +68,7 @@ func (h *Handler) health(w http.ResponseWriter, _ *http.Request) {
 		// OSSandbox: the layers of the OS sandbox in force.
 		OSSandbox *oswall.Status `json:"os_sandbox,omitempty"`
 	}{
-		poolHealth:     healthOf(h.opts.Stats(), sessions),
+		poolHealth:     healthOf(h.opts.Stats(), sessions, h.namedClients()),
 		ResultsWaiting: h.b.Deliveries.WaitingBytes(),
 		OSSandbox:      h.opts.OSSandbox,
 	}
@@ -91,11 +102,29 @@ func (h *Handler) languagesHealth() (map[string]poolHealth, string) {
 	m := map[string]poolHealth{}
 	worst := ""
 	for lang, s := range h.opts.LanguageStats() {
-		lh := healthOf(s, open[lang])
+		lh := healthOf(s, open[lang], h.namedClients())
 		if lh.Status != "ok" && worst != "failing" {
 			worst = lh.Status
 		}
 		m[lang] = lh
 	}
 	return m, worst
+}
+
+// maxClients is how many clients /healthz names: Options.MaxClients, or
+// 32.
+func (h *Handler) maxClients() int {
+	if h.opts.MaxClients > 0 {
+		return h.opts.MaxClients
+	}
+	return 32
+}
+
+// namedClients is how many clients /healthz names: none behind access
+// control, where /healthz stays open but names are the tokens' and JWTs'.
+func (h *Handler) namedClients() int {
+	if h.opts.Protect != nil {
+		return 0
+	}
+	return h.maxClients()
 }

@@ -64,6 +64,11 @@ type Options struct {
 	ProtectMetrics bool
 	// Stats reports the pool for /healthz. nil: /healthz is not served.
 	Stats func() supervisor.Stats
+	// MaxClients bounds the clients /healthz names in workers_by_client
+	// (--metrics-max-clients), the first by name; the rest are summed as
+	// "other". 0: 32. With Protect, /healthz names none (it stays open):
+	// only /metrics does.
+	MaxClients int
 	// SessionsOpen counts open Python sessions for /healthz. nil: 0.
 	SessionsOpen func() int
 	// LanguageStats reports each language's pool for /healthz's

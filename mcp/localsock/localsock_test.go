@@ -10,12 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/internal/syncbuf"
+	"github.com/pyrun/pyrun/internal/testproc"
 )
 
 // The helper modes of this test binary, run as another user by asOtherUser.
@@ -166,7 +168,7 @@ func TestGuardRefusesOtherUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncWriter{w: &strings.Builder{}}
+	logs := &syncbuf.Buffer{}
 	g := Guard(ln, Limits{MaxConns: 4}, hclog.New(&hclog.LoggerOptions{Output: logs}))
 	defer g.Close()
 	accepted := make(chan net.Conn, 4)
@@ -268,17 +270,7 @@ func TestDialRefusesOtherUsersServer(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "pyrun.sock")
 	cmd := asOtherUser(t, "listen:"+path)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testproc.StartPiped(t, cmd)
 	defer func() {
 		stdin.Close()
 		_ = cmd.Wait()
@@ -291,22 +283,4 @@ func TestDialRefusesOtherUsersServer(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "runs as uid 65534") {
 		t.Errorf("Dial to another user's server: %v, want a refusal naming its uid", err)
 	}
-}
-
-// syncWriter makes a strings.Builder safe for the logger's goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	w  *strings.Builder
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.String()
 }

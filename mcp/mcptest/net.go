@@ -90,3 +90,13 @@ func StalledSSE(t testing.TB, addr string) (endpoint string, post func(body stri
 		return resp.StatusCode
 	}
 }
+
+// StalledPost POSTs body to /mcp of addr in session id (Streamable HTTP)
+// from a connection of DialFrom(t, "127.0.0.1", addr), and never reads the
+// response: a client that stops reading its call's result.
+func StalledPost(t testing.TB, addr, session, body string) {
+	t.Helper()
+	c := DialFrom(t, "127.0.0.1", addr)
+	fmt.Fprintf(c, "POST /mcp HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-06-18\r\nContent-Length: %d\r\n\r\n%s",
+		addr, session, len(body), body)
+}

@@ -1,53 +1,31 @@
 // pyrun's JavaScript/TypeScript worker process (docs/protocol.md, Engines:
 // JavaScript). This host thread owns the pipes and may read only its own
-// program files, TypeScript's parser and the mounted folders; each call's
-// code runs in a Deno Worker with no permissions at all but the mounted
-// folders' (runner.ts): a fresh single-use Worker per call (one is always
-// started ahead), or one Worker for every call of a session. The host
+// program files, TypeScript's parser and the mounted folders, which it
+// reads and writes for the code; each call's code runs in a Deno Worker
+// with no permissions at all, with mounts too (runner.ts): a fresh
+// single-use Worker per call (one is always started ahead), or one Worker
+// for every call of a session. The host
 // treats the Worker's messages as untrusted: it ignores those without the
 // Worker's token and caps everything it passes on.
 
 import type * as TS from "../node_modules/typescript/lib/typescript.d.ts";
-import { readLines, writeLine } from "../lines.ts";
+import { send, serve } from "../serve.ts";
+import type { FromRunner } from "./protocol.ts";
+import { type Caps, capsOf, durationMs, fromBase64, RichCap, StreamCap } from "../events.ts";
 import {
-  type Caps,
-  DEFAULT_CAPS,
-  type Event,
-  type FromRunner,
-  type HostConfig,
+  type EngineConfig as HostConfig,
   type Mount,
+  parseEngineConfig,
   PROTOCOL_VERSION,
-  type Request,
   type Result,
-} from "./protocol.ts";
+  type RunRequest,
+} from "../protocol.ts";
 import { mapPositions, rewrite } from "./rewrite.ts";
 
 /** How long an interrupted call's Worker has to show that it is parked in an await. */
 const PROBE_MS = 150;
 /** How often a running call's memory is looked at. */
 const MEMORY_POLL_MS = 25;
-/** Each display or file event carries at most this many bytes of its item. */
-const PIECE = 1 << 20;
-
-export function parseConfig(args: string[]): HostConfig {
-  const raw = JSON.parse(args[0] ?? "{}");
-  return {
-    heap_limit: Number(raw.heap_limit ?? 0),
-    max_line: Number(raw.max_line ?? 16 << 20),
-    session: raw.session === true,
-    mounts: parseMounts(raw.mounts),
-  };
-}
-
-/** The HostConfig's mounts (the supervisor sends them checked and clean). */
-function parseMounts(raw: unknown): Mount[] {
-  if (!Array.isArray(raw)) return [];
-  return raw.map((m) => ({ path: String(m.path), host: String(m.host), rw: m.rw === true }));
-}
-
-function send(ev: Event): void {
-  writeLine(JSON.stringify(ev));
-}
 
 /**
  * TypeScript's compiler (we use its parser only), evaluated from its file
@@ -75,14 +53,6 @@ function isObject(v: unknown): v is Record<string, unknown> {
 function randomToken(): string {
   const b = crypto.getRandomValues(new Uint8Array(16));
   return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
-}
-
-function base64(b: Uint8Array): string {
-  return (b as unknown as { toBase64(): string }).toBase64();
-}
-
-function fromBase64(s: string): Uint8Array {
-  return (Uint8Array as unknown as { fromBase64(s: string): Uint8Array }).fromBase64(s);
 }
 
 /** One user Worker with its token. */
@@ -131,17 +101,6 @@ class Slot {
     this.onMessage = this.onFail = null;
     this.worker.terminate();
   }
-}
-
-function capsOf(req: Extract<Request, { type: "run" }>): Caps {
-  const pick = (v: unknown, d: number) => typeof v === "number" && v > 0 ? Math.floor(v) : d;
-  return {
-    max_output: pick(req.max_output, DEFAULT_CAPS.max_output),
-    max_displays: pick(req.max_displays, DEFAULT_CAPS.max_displays),
-    max_display_bytes: pick(req.max_display_bytes, DEFAULT_CAPS.max_display_bytes),
-    max_files: pick(req.max_files, DEFAULT_CAPS.max_files),
-    max_file_bytes: pick(req.max_file_bytes, DEFAULT_CAPS.max_file_bytes),
-  };
 }
 
 /** Linux's NAME_MAX: no name in a path may be longer, in UTF-8 bytes (Python's and R's rule too). */
@@ -304,6 +263,11 @@ class Host {
   private readonly url: string;
   private spare: Slot | null = null;
   private session: Slot | null = null;
+  /**
+   * A shared session worker's sessions, by namespace: a Worker (a realm,
+   * with its timers and files) each (docs/protocol.md, Sessions).
+   */
+  private spaces = new Map<string, Slot>();
   private signals = 0;
   private seq = 0;
   private probes = 0;
@@ -326,7 +290,15 @@ class Host {
     await slot.ready;
   }
 
-  private take(): Slot {
+  private take(ns: string | undefined): Slot {
+    if (this.cfg.session && ns !== undefined) {
+      let slot = this.spaces.get(ns);
+      if (!slot) {
+        slot = new Slot(this.url, this.cfg.mounts);
+        this.spaces.set(ns, slot);
+      }
+      return slot;
+    }
     if (this.cfg.session) {
       if (!this.session) this.session = new Slot(this.url, this.cfg.mounts);
       return this.session;
@@ -336,7 +308,7 @@ class Host {
     return slot;
   }
 
-  async run(req: Extract<Request, { type: "run" }>): Promise<Result> {
+  async run(req: RunRequest): Promise<Result> {
     const began = performance.now();
     const mark = typeof req.interrupts === "number" ? req.interrupts : 0;
     const caps = capsOf(req);
@@ -344,7 +316,7 @@ class Host {
       type: "result",
       id: req.id,
       ...r,
-      duration_ms: Math.round((performance.now() - began) * 1000) / 1000,
+      duration_ms: durationMs(began),
     });
     const inputs: [string, Uint8Array][] = [];
     for (const f of Array.isArray(req.input_files) ? req.input_files : []) {
@@ -364,11 +336,21 @@ class Host {
     const rw = rewrite(this.ts, req.code, this.cfg.session);
     collectAfterParse(req.code.length);
     if (rw.error !== undefined) return done({ status: "run-error", error: rw.error });
-    const slot = this.take();
+    const ns = typeof req.namespace === "string" ? req.namespace : undefined;
+    if (ns !== undefined && !this.cfg.session) {
+      throw new Error("bad request: namespace needs a session worker");
+    }
+    for (const d of Array.isArray(req.drop) ? req.drop : []) {
+      if (d === ns) continue;
+      this.spaces.get(String(d))?.terminate();
+      this.spaces.delete(String(d));
+    }
+    const slot = this.take(ns);
     try {
       await slot.ready;
     } catch (e) {
       if (slot === this.session) this.session = null;
+      if (ns !== undefined) this.spaces.delete(ns);
       throw new Error(`the JavaScript worker did not start: ${(e as Error).message}`);
     }
     const result = await this.call(
@@ -386,7 +368,8 @@ class Host {
       slot.terminate();
     } else if (result.recycle) {
       slot.terminate();
-      this.session = null;
+      if (ns !== undefined) this.spaces.delete(ns);
+      else this.session = null;
     }
     return result;
   }
@@ -402,11 +385,8 @@ class Host {
     done: (r: Omit<Result, "type" | "id" | "duration_ms">) => Result,
   ): Promise<Result> {
     const seq = ++this.seq;
-    const sent = { stdout: 0, stderr: 0 };
-    const dropped: Record<string, number> = { stdout: 0, stderr: 0 };
-    let displays = 0;
-    let displayBytes = 0;
-    let displaysDropped = 0;
+    const streams = new StreamCap(caps.max_output);
+    const rich = new RichCap(id, caps);
     let probe = 0;
     let probeTimer: ReturnType<typeof setTimeout> | undefined;
     let memoryTimer: ReturnType<typeof setInterval> | undefined;
@@ -419,27 +399,12 @@ class Host {
         clearInterval(memoryTimer);
         slot.onMessage = slot.onFail = null;
         this.interruptCurrent = null;
-        for (const s of ["stdout", "stderr"]) if (!dropped[s]) delete dropped[s];
-        resolve(done({ ...r, ...(Object.keys(dropped).length ? { dropped } : {}) }));
+        resolve(done({ ...r, ...streams.dropped() }));
       };
       const recycleWhy = (why: string) => this.cfg.session ? { recycle: why } : {};
       const output = (stream: "stdout" | "stderr", text: string) => {
-        const room = caps.max_output - sent[stream];
-        if (text.length > room) {
-          dropped[stream] += text.length - Math.max(room, 0);
-          if (room <= 0) return;
-          text = text.slice(0, room);
-        }
-        sent[stream] += text.length;
+        text = streams.take(stream, text);
         if (text) send({ type: "output", id, stream, text });
-      };
-      const pieces = (data: Uint8Array, ev: (data: string, more: boolean) => void) => {
-        let off = 0;
-        do {
-          const end = Math.min(off + PIECE, data.length);
-          ev(base64(data.subarray(off, end)), end < data.length);
-          off = end;
-        } while (off < data.length);
       };
       const capText = (key: "value" | "error", text: unknown): Partial<Result> => {
         if (typeof text !== "string") return {};
@@ -448,40 +413,30 @@ class Host {
       };
       const result = (m: Extract<FromRunner, { type: "result" }>) => {
         if (isObject(m.dropped)) {
-          for (const s of ["stdout", "stderr"]) {
+          for (const s of ["stdout", "stderr"] as const) {
             const n = m.dropped[s];
-            if (typeof n === "number" && n > 0 && Number.isFinite(n)) dropped[s] += Math.floor(n);
+            if (typeof n === "number" && n > 0 && Number.isFinite(n)) {
+              streams.drop(s, Math.floor(n));
+            }
           }
         }
-        let files = 0;
-        let fileBytes = 0;
-        let filesDropped = typeof m.files_dropped === "number"
-          ? Math.max(0, m.files_dropped | 0)
-          : 0;
+        if (typeof m.files_dropped === "number") {
+          rich.hold("file", Math.max(0, m.files_dropped | 0));
+        }
         for (const f of Array.isArray(m.files) ? m.files : []) {
           if (!Array.isArray(f) || !goodPath(f[0]) || !(f[1] instanceof Uint8Array)) continue;
           const [path, data] = f as [string, Uint8Array];
-          if (files >= caps.max_files || fileBytes + data.length > caps.max_file_bytes) {
-            filesDropped++;
-            continue;
-          }
-          files++;
-          fileBytes += data.length;
-          const mime_type = mimeOf(path);
-          pieces(
-            data,
-            (d, more) =>
-              send({ type: "file", id, path, mime_type, data: d, ...(more ? { more } : {}) }),
-          );
+          rich.send("file", mimeOf(path), data, path);
+        }
+        if (typeof m.displays_dropped === "number") {
+          rich.hold("display", Math.max(0, m.displays_dropped | 0));
         }
         const status = m.status === "success" ? "success" : "run-error";
-        const dd = displaysDropped +
-          (typeof m.displays_dropped === "number" ? Math.max(0, m.displays_dropped | 0) : 0);
         finish({
           status,
           ...(status === "success" ? capText("value", m.value) : capText("error", m.error)),
-          ...(dd ? { displays_dropped: dd } : {}),
-          ...(filesDropped ? { files_dropped: filesDropped } : {}),
+          // Only a call that ends with its result says what it held back.
+          ...rich.dropped(),
         });
       };
       slot.onMessage = (m) => {
@@ -498,20 +453,7 @@ class Host {
               m.seq !== seq || typeof m.mime_type !== "string" || m.mime_type.length > 255 ||
               !MIME.test(m.mime_type) || !(m.data instanceof Uint8Array)
             ) return;
-            if (
-              displays >= caps.max_displays || displayBytes + m.data.length > caps.max_display_bytes
-            ) {
-              displaysDropped++;
-              return;
-            }
-            displays++;
-            displayBytes += m.data.length;
-            const mime_type = m.mime_type;
-            pieces(
-              m.data,
-              (d, more) =>
-                send({ type: "display", id, mime_type, data: d, ...(more ? { more } : {}) }),
-            );
+            rich.send("display", m.mime_type, m.data);
             return;
           }
           case "result":
@@ -593,7 +535,7 @@ async function main(): Promise<void> {
   const began = performance.now();
   // Only the protocol writer may touch stdout.
   console.log = console.info = console.debug = console.error;
-  const cfg = parseConfig(Deno.args);
+  const cfg = parseEngineConfig(JSON.parse(Deno.args[0] ?? "{}"));
   let host: Host;
   let ts: typeof TS;
   try {
@@ -612,52 +554,14 @@ async function main(): Promise<void> {
     versions: { deno: Deno.version.deno, v8: Deno.version.v8, typescript: ts.version },
     startup_ms: Math.round(performance.now() - began),
   });
-  for await (const line of readLines(Deno.stdin, cfg.max_line)) {
-    if (line === null) {
-      send({ type: "error", error: `request line longer than ${cfg.max_line} bytes` });
-      continue;
-    }
-    let req: Request;
-    try {
-      req = JSON.parse(line);
-    } catch (e) {
-      send({ type: "error", error: `bad request: ${e}` });
-      continue;
-    }
-    switch (req?.type) {
-      case "ping":
-        send({ type: "pong", id: String(req.id) });
-        break;
-      case "run": {
-        // The supervisor leaves out an empty code (omitempty): that is "".
-        req.code ??= "";
-        if (typeof req.id !== "string" || typeof req.code !== "string") {
-          send({ type: "error", id: req.id, error: "bad request: run needs id and code" });
-          break;
-        }
-        if (req.globals !== undefined || req.tools !== undefined) {
-          send({
-            type: "error",
-            id: req.id,
-            error: "bad request: globals and tools are for Python only",
-          });
-          break;
-        }
-        try {
-          send(await host.run(req));
-        } catch (e) {
-          send({ type: "error", id: req.id, error: `host failure: ${(e as Error)?.message ?? e}` });
-        }
-        host.prepareNext();
-        break;
-      }
-      default:
-        send({
-          type: "error",
-          error: `bad request: unknown type ${JSON.stringify((req as { type?: unknown })?.type)}`,
-        });
-    }
-  }
+  await serve({
+    check: (req) =>
+      req.globals !== undefined || req.tools !== undefined
+        ? "bad request: globals and tools are for Python only"
+        : "",
+    run: (req) => host.run(req),
+    settle: () => Promise.resolve(host.prepareNext()),
+  }, cfg.max_line);
   Deno.exit(0);
 }
 

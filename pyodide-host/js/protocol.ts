@@ -1,89 +1,11 @@
-// The JavaScript engine's messages: the pipe protocol it shares with the
-// Python worker (docs/protocol.md; these are the fields it uses), and the
-// messages between its host thread (main.ts) and the Worker that runs the
-// user's code (runner.ts).
+// The messages between the JavaScript engine's host thread (main.ts) and
+// the Worker that runs the user's code (runner.ts). The pipe protocol's
+// messages are every engine's, in ../protocol.ts.
 
 import type { Mount } from "../protocol.ts";
+import type { Caps } from "../events.ts";
 
-export const PROTOCOL_VERSION = 6;
-
-/** Start-up settings, the one command-line argument (JSON). */
-export interface HostConfig {
-  /** Process RSS in bytes past which a running call ends as memory-error; 0: none. */
-  heap_limit: number;
-  /** Longest stdin line accepted, in bytes. */
-  max_line: number;
-  /** Calls share one Worker, so state lasts (a session). */
-  session: boolean;
-  /** Host folders the code sees (--mount); empty: none. */
-  mounts: Mount[];
-}
-
-/** The host folders of --mount, as every engine is sent them. */
-export type { Mount };
-
-export interface InputFile {
-  path: string;
-  /** base64 */
-  data: string;
-}
-
-export type Request =
-  | {
-    type: "run";
-    id: string;
-    code: string;
-    max_output?: number;
-    interrupts?: number;
-    input_files?: InputFile[];
-    keep_output?: boolean;
-    max_displays?: number;
-    max_display_bytes?: number;
-    max_files?: number;
-    max_file_bytes?: number;
-    globals?: unknown;
-    tools?: unknown;
-  }
-  | { type: "ping"; id: string };
-
-export interface Result {
-  type: "result";
-  id: string;
-  status: "success" | "run-error" | "interrupted" | "memory-error";
-  value?: string;
-  value_cut?: boolean;
-  error?: string;
-  error_cut?: boolean;
-  dropped?: Record<string, number>;
-  recycle?: string;
-  duration_ms: number;
-  displays_dropped?: number;
-  files_dropped?: number;
-}
-
-export type Event =
-  | {
-    type: "ready";
-    protocol: number;
-    engine: "javascript";
-    versions: Record<string, string>;
-    startup_ms: number;
-  }
-  | { type: "output"; id: string; stream: "stdout" | "stderr"; text: string }
-  | { type: "display"; id: string; mime_type: string; data: string; more?: boolean }
-  | { type: "file"; id: string; path: string; mime_type: string; data: string; more?: boolean }
-  | { type: "pong"; id: string }
-  | { type: "error"; id?: string; error: string }
-  | Result;
-
-/** The caps of one call, as the runner and the host both apply them. */
-export interface Caps {
-  max_output: number;
-  max_displays: number;
-  max_display_bytes: number;
-  max_files: number;
-  max_file_bytes: number;
-}
+export type { Caps, Mount };
 
 /** Host to runner. */
 export type ToRunner =
@@ -141,11 +63,3 @@ export type FromRunner =
       answer: SharedArrayBuffer;
     }
   );
-
-export const DEFAULT_CAPS: Caps = {
-  max_output: 65536,
-  max_displays: 16,
-  max_display_bytes: 4 << 20,
-  max_files: 64,
-  max_file_bytes: 64 << 20,
-};

@@ -1,6 +1,6 @@
 // The Worker of the JavaScript engine that runs the user's code, with no
-// Deno permissions at all (main.ts starts it with permissions "none"), or
-// with read of the host folders of --mount (write of those mounted :rw). The
+// Deno permissions at all (main.ts starts it with permissions "none"), with
+// --mount folders too: the host reads and writes those for it. The
 // host loads this file as a blob: module, so it imports nothing at run time
 // (the type import below is erased). Everything the code can do beyond plain
 // JavaScript goes through postMessage to the host: console output, the

@@ -9,61 +9,23 @@
 // stateless call) is pyrun.R.
 
 import { type REnvironment, type RObject, type Shelter, WebR } from "webr";
-import { type Mount, PROTOCOL_VERSION } from "../protocol.ts";
-import { readLines, writeLine } from "../lines.ts";
+import {
+  type EngineConfig as RConfig,
+  parseEngineConfig,
+  PROTOCOL_VERSION,
+  type Result,
+  type RunRequest,
+} from "../protocol.ts";
+import { errorText, send, serve } from "../serve.ts";
+import { capsOf, durationMs, RichCap, StreamCap } from "../events.ts";
 import { guardRThread, mountHostFolders, setUpRThread } from "./thread.ts";
 import { clearFolder } from "../guards.ts";
 import { toJSON, toPlain } from "./value.ts";
-
-/** The HostConfig fields this worker reads; others are ignored. */
-export interface RConfig {
-  /** Cap on R's wasm heap in bytes; 0: wasm32's own 4 GiB. */
-  heap_limit: number;
-  /** Longest stdin line accepted, in bytes. */
-  max_line: number;
-  /** A session's worker: calls share the global environment and files. */
-  session: boolean;
-  /** Host folders to mount (--mount); empty: none. */
-  mounts: Mount[];
-}
-
-export function parseConfig(args: string[]): RConfig {
-  const raw = JSON.parse(args[0] ?? "{}");
-  return {
-    heap_limit: Number(raw.heap_limit ?? 0),
-    max_line: Number(raw.max_line ?? 16 << 20),
-    session: raw.session === true,
-    mounts: Array.isArray(raw.mounts) ? raw.mounts : [],
-  };
-}
-
-/** A run request as this worker reads it (docs/protocol.md, Requests). */
-interface RunRequest {
-  type: "run";
-  id: string;
-  code: string;
-  max_output?: number;
-  interrupts?: number;
-  input_files?: { path: string; data: string }[];
-  keep_output?: boolean;
-  max_displays?: number;
-  max_display_bytes?: number;
-  max_files?: number;
-  max_file_bytes?: number;
-}
-
-type Event = Record<string, unknown> & { type: string };
-
-function send(ev: Event): void {
-  writeLine(JSON.stringify(ev));
-}
 
 /** R's home and working directory inside webR's file system. */
 const HOME = "/home/web_user";
 /** pyrun.R's folder for the plots of the default device. */
 const PLOT_DIR = "/pyrun/plots";
-/** A display or file event carries at most this many bytes (docs/protocol.md, Rich results). */
-const PIECE = 1 << 20;
 /** How long a call's end waits for the marker line after its output (RWorker.run). */
 const MARKER_WAIT_MS = 1000;
 /** How long R may take to start before the worker gives up (status 70). */
@@ -126,65 +88,28 @@ async function start(cfg: RConfig): Promise<void> {
     settles: true,
   });
 
-  for await (const line of readLines(Deno.stdin, cfg.max_line)) {
-    if (line === null) {
-      send({ type: "error", error: `request line longer than ${cfg.max_line} bytes` });
-      continue;
-    }
-    let req: { type?: unknown; id?: unknown; code?: unknown };
-    try {
-      req = JSON.parse(line);
-    } catch (e) {
-      send({ type: "error", error: `bad request: ${e}` });
-      continue;
-    }
-    if (req === null || typeof req !== "object") {
-      send({ type: "error", error: "bad request: not a JSON object" });
-      continue;
-    }
-    switch (req.type) {
-      case "ping":
-        send({ type: "pong", id: String(req.id) });
-        break;
-      case "run": {
-        if (typeof req.id !== "string" || typeof req.code !== "string") {
-          send({ type: "error", id: req.id, error: "bad request: run needs id and code" });
-          break;
-        }
-        let answered = false; // with a result, which idle follows
-        try {
-          send(await worker.run(req as RunRequest));
-          answered = true;
-        } catch (e) {
-          send({
-            type: "error",
-            id: req.id,
-            error: `host failure: ${e instanceof Error ? e.message : e}`,
-          });
-        }
-        let why = "";
-        try {
-          why = await worker.cleanUp(req as RunRequest);
-        } catch (e) {
-          // A worker that cannot reset R must not take another call.
-          console.error(`pyrun R worker: clean-up failed: ${e instanceof Error ? e.message : e}`);
-          Deno.exit(70);
-        }
-        // The reset after the call is done: the supervisor may send the
-        // next request (docs/protocol.md, Idle), unless R could not be set back.
-        if (answered) {
-          send({
-            type: "idle",
-            id: req.id,
-            ...(why ? { recycle: `the call changed R in a way pyrun cannot undo: ${why}` } : {}),
-          });
-        }
-        break;
+  await serve({
+    run: (req) => worker.run(req),
+    async settle(req, answered) {
+      let why = "";
+      try {
+        why = await worker.cleanUp(req);
+      } catch (e) {
+        // A worker that cannot reset R must not take another call.
+        console.error(`pyrun R worker: clean-up failed: ${errorText(e)}`);
+        Deno.exit(70);
       }
-      default:
-        send({ type: "error", error: `bad request: unknown type ${JSON.stringify(req.type)}` });
-    }
-  }
+      // The reset after the call is done: the supervisor may send the
+      // next request (docs/protocol.md, Idle), unless R could not be set back.
+      if (answered) {
+        send({
+          type: "idle",
+          id: req.id,
+          ...(why ? { recycle: `the call changed R in a way pyrun cannot undo: ${why}` } : {}),
+        });
+      }
+    },
+  }, cfg.max_line);
   Deno.exit(0);
 }
 
@@ -241,24 +166,25 @@ class RWorker {
     return pastInterrupt(() => this.webR.evalRRaw(code, "string[]", { env: this.helper }));
   }
 
-  async run(req: RunRequest): Promise<Event> {
+  async run(req: RunRequest): Promise<Result> {
     const began = performance.now();
     const id = req.id;
-    const out = new OutputCap(id, req.max_output || 65536);
-    const rich = new RichCap(id, req);
+    const caps = capsOf(req);
+    const out = new OutputCap(id, caps.max_output);
+    const rich = new RichCap(id, caps);
     const keep = req.keep_output === true;
     const files: { path: string; data: Uint8Array }[] = [];
     for (const f of req.input_files ?? []) {
       const path = typeof f?.path === "string" ? f.path : "";
       if (!path || path.startsWith("/") || path.split("/").includes("..")) {
         const error = `Error: input file path ${JSON.stringify(path)} must be relative, without ..`;
-        return { type: "result", id, status: "run-error", error, ...timing(began) };
+        return { type: "result", id, status: "run-error", error, duration_ms: durationMs(began) };
       }
       // R's file system refuses such a name (guards.ts): a clear error
       // rather than a failure of the worker.
       if (path.split("/").some((p) => new TextEncoder().encode(p).length > 255)) {
         const error = `Error: a name in input file path ${JSON.stringify(path)} is over 255 bytes`;
-        return { type: "result", id, status: "run-error", error, ...timing(began) };
+        return { type: "result", id, status: "run-error", error, duration_ms: durationMs(began) };
       }
       files.push({ path: `${HOME}/${path}`, data: decodeBase64(String(f.data ?? "")) });
     }
@@ -277,7 +203,7 @@ class RWorker {
         const error = `Error: input file ${where} could not be written: ${
           e instanceof Error ? e.message : e
         }`;
-        return { type: "result", id, status: "run-error", error, ...timing(began) };
+        return { type: "result", id, status: "run-error", error, duration_ms: durationMs(began) };
       }
     }
     await pastInterrupt(() => this.helper.bind("code", req.code));
@@ -300,7 +226,13 @@ class RWorker {
       // An interrupt that lands in webR's own code around run()'s
       // handlers comes out as a JavaScript error; its output was sent.
       if (!interrupted(e)) throw e;
-      return { type: "result", id, status: "interrupted", error: "interrupted", ...timing(began) };
+      return {
+        type: "result",
+        id,
+        status: "interrupted",
+        error: "interrupted",
+        duration_ms: durationMs(began),
+      };
     } finally {
       this.running = false;
       // webR's answer can overtake the call's last console lines (seen
@@ -319,14 +251,19 @@ class RWorker {
     }
     const res = toPlain(await (captured.result as RObject).toJs()) as Record<string, unknown>;
     await this.sendRich(rich, before, toStrings(res.rich));
-    const ev: Event = { type: "result", id, status: String(res.status ?? "run-error") };
+    const ev: Result = {
+      type: "result",
+      id,
+      status: String(res.status ?? "run-error") as Result["status"],
+      duration_ms: 0,
+    };
     if (res.has_value === true) ev.value = toJSON(res.value);
     if (typeof res.error === "string" && ev.status !== "success") ev.error = res.error;
     if (/cannot allocate|memory limit/.test(String(res.error ?? ""))) {
       ev.status = "memory-error";
       ev.recycle = "the call ran out of memory";
     }
-    return { ...ev, ...out.dropped(), ...rich.dropped(), ...timing(began) };
+    return { ...ev, ...out.dropped(), ...rich.dropped(), duration_ms: durationMs(began) };
   }
 
   /**
@@ -444,21 +381,17 @@ function nextTurn(): Promise<void> {
  * together, at its end, as one event per run of one stream.
  */
 class OutputCap {
-  private left: Record<string, number>;
-  private cut: Record<string, number> = {};
-  private pending: { stream: string; text: string } | null = null;
+  private cap: StreamCap;
+  private pending: { stream: "stdout" | "stderr"; text: string } | null = null;
   private scheduled = false;
 
   constructor(private id: string, max: number) {
-    this.left = { stdout: max, stderr: max };
+    this.cap = new StreamCap(max);
   }
 
-  write(stream: string, text: string): void {
-    const keep = Math.max(0, Math.min(text.length, this.left[stream]));
-    if (keep < text.length) this.cut[stream] = (this.cut[stream] ?? 0) + text.length - keep;
-    this.left[stream] -= keep;
-    if (!keep) return;
-    const piece = text.slice(0, keep);
+  write(stream: "stdout" | "stderr", text: string): void {
+    const piece = this.cap.take(stream, text);
+    if (!piece) return;
     // Consecutive lines of one stream travel as one event.
     if (this.pending && this.pending.stream === stream && this.pending.text.length < 8192) {
       this.pending.text += piece;
@@ -480,59 +413,9 @@ class OutputCap {
     this.pending = null;
   }
 
-  dropped(): Record<string, unknown> {
-    return Object.keys(this.cut).length ? { dropped: this.cut } : {};
+  dropped(): Pick<Result, "dropped"> {
+    return this.cap.dropped();
   }
-}
-
-/** Sends display and file events within the run's caps (docs/protocol.md, Rich results). */
-class RichCap {
-  private count = { display: 0, file: 0 };
-  private bytes = { display: 0, file: 0 };
-  private held = { display: 0, file: 0 };
-  private maxCount: { display: number; file: number };
-  private maxBytes: { display: number; file: number };
-
-  constructor(private id: string, req: RunRequest) {
-    this.maxCount = { display: req.max_displays || 16, file: req.max_files || 64 };
-    this.maxBytes = {
-      display: req.max_display_bytes || 4 << 20,
-      file: req.max_file_bytes || 64 << 20,
-    };
-  }
-
-  send(kind: "display" | "file", mime: string, data: Uint8Array, path?: string): void {
-    if (
-      this.count[kind] >= this.maxCount[kind] ||
-      this.bytes[kind] + data.length > this.maxBytes[kind]
-    ) {
-      this.held[kind]++;
-      return;
-    }
-    this.count[kind]++;
-    this.bytes[kind] += data.length;
-    for (let off = 0; off === 0 || off < data.length; off += PIECE) {
-      const end = Math.min(off + PIECE, data.length);
-      const ev: Event = { type: kind, id: this.id };
-      if (path !== undefined) ev.path = path;
-      ev.mime_type = mime;
-      ev.data = encodeBase64(data.subarray(off, end));
-      if (end < data.length) ev.more = true;
-      send(ev);
-      if (end >= data.length) break;
-    }
-  }
-
-  dropped(): Record<string, unknown> {
-    const d: Record<string, unknown> = {};
-    if (this.held.display) d.displays_dropped = this.held.display;
-    if (this.held.file) d.files_dropped = this.held.file;
-    return d;
-  }
-}
-
-function timing(began: number): { duration_ms: number } {
-  return { duration_ms: Math.round((performance.now() - began) * 1000) / 1000 };
 }
 
 /** An R string literal for s. */
@@ -561,14 +444,6 @@ function mimeType(path: string): string {
   return MIME[ext] ?? "application/octet-stream";
 }
 
-function encodeBase64(b: Uint8Array): string {
-  let s = "";
-  for (let i = 0; i < b.length; i += 0x8000) {
-    s += String.fromCharCode(...b.subarray(i, i + 0x8000));
-  }
-  return btoa(s);
-}
-
 function decodeBase64(s: string): Uint8Array {
   const bin = atob(s);
   const out = new Uint8Array(bin.length);
@@ -583,7 +458,7 @@ function main(): void {
     console.debug =
     console.warn =
       console.error;
-  const cfg = parseConfig(Deno.args);
+  const cfg = parseEngineConfig(JSON.parse(Deno.args[0] ?? "{}"));
   start(cfg).catch((err) => {
     console.error(`pyrun R worker: ${err?.stack ?? err}`);
     Deno.exit(70);

@@ -417,7 +417,7 @@ local({
   #    setGeneric) live in tables no API empties: recycle.
   #
   # What is not undone: changes made through R's C interfaces and webR's
-  # JavaScript (.Internal, .Call), as Python's import js (README, Isolation
+  # JavaScript (.Internal, .Call), as Python's import js (docs/security.md, Isolation
   # between calls); environments deeper than those listed.
 
   # The environments whose bindings reset() keeps, and what they hold.

@@ -82,25 +82,9 @@ func benchAgent(ctx context.Context, o *opts) (*agentReport, error) {
 
 		// One session.
 		began = time.Now()
-		id := "new"
-		var first time.Duration
-		for i, block := range agentBlocks {
-			args := map[string]any{"python_code": block, "session_id": id}
-			if i == len(agentBlocks)-1 {
-				args["end_session"] = true
-			}
-			res, err := p.session.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code", Arguments: args})
-			if err == nil && res.IsError {
-				err = fmt.Errorf("tool error: %s", contentText(res))
-			}
-			if err != nil {
-				return nil, fmt.Errorf("session block %d: %w", i+1, err)
-			}
-			if i == 0 {
-				first = time.Since(began)
-				id = sessionIDOf(res)
-			}
-			out = stdoutOf(res)
+		out, first, err := agentSession(ctx, p)
+		if err != nil {
+			return nil, err
 		}
 		total := time.Since(began)
 		sess, start, rest = append(sess, total), append(start, first), append(rest, total-first)
@@ -137,20 +121,42 @@ func benchAgent(ctx context.Context, o *opts) (*agentReport, error) {
 }
 
 // stdoutOf and sessionIDOf read a result's structured content.
-func stdoutOf(res *sdk.CallToolResult) string {
-	var sc struct {
-		Stdout string `json:"stdout"`
-	}
+func stdoutOf(res *sdk.CallToolResult) string { return structuredOf(res).Stdout }
+
+func sessionIDOf(res *sdk.CallToolResult) string { return structuredOf(res).SessionID }
+
+func structuredOf(res *sdk.CallToolResult) (sc struct {
+	Stdout    string `json:"stdout"`
+	SessionID string `json:"session_id"`
+}) {
 	b, _ := json.Marshal(res.StructuredContent)
 	_ = json.Unmarshal(b, &sc)
-	return sc.Stdout
+	return sc
 }
 
-func sessionIDOf(res *sdk.CallToolResult) string {
-	var sc struct {
-		SessionID string `json:"session_id"`
+// agentSession runs the agent blocks in a new Python session, ending it
+// with the last, and returns the last block's output and how long the
+// first block (the session's start) took.
+func agentSession(ctx context.Context, p *pyrunProc) (out string, first time.Duration, err error) {
+	began := time.Now()
+	id := "new"
+	for i, block := range agentBlocks {
+		args := map[string]any{"python_code": block, "session_id": id}
+		if i == len(agentBlocks)-1 {
+			args["end_session"] = true
+		}
+		res, err := p.session.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code", Arguments: args})
+		if err == nil && res.IsError {
+			err = fmt.Errorf("tool error: %s", contentText(res))
+		}
+		if err != nil {
+			return "", 0, fmt.Errorf("session block %d: %w", i+1, err)
+		}
+		if i == 0 {
+			first = time.Since(began)
+			id = sessionIDOf(res)
+		}
+		out = stdoutOf(res)
 	}
-	b, _ := json.Marshal(res.StructuredContent)
-	_ = json.Unmarshal(b, &sc)
-	return sc.SessionID
+	return out, first, nil
 }

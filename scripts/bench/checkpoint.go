@@ -65,9 +65,9 @@ func benchCheckpoint(ctx context.Context, rt *supervisor.Runtime, calls int) (*c
 	return rep, nil
 }
 
-// benchSessions makes a pool of one worker and its sessions, with a dir:
+// checkpointSessions makes a pool of one worker and its sessions, with a dir:
 // store ("dir") or none; it returns them, the keeper, and a clean-up.
-func benchSessions(rt *supervisor.Runtime, store string, delay time.Duration) (*sessions.Manager, *checkpoint.Keeper, func(), error) {
+func checkpointSessions(rt *supervisor.Runtime, store string, delay time.Duration) (*sessions.Manager, *checkpoint.Keeper, func(), error) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: os.Stderr})
 	if os.Getenv("PYRUN_BENCH_DEBUG") != "" {
 		log.SetLevel(hclog.Debug)
@@ -120,7 +120,7 @@ func sessionCalls(ctx context.Context, rt *supervisor.Runtime, calls int) (off, 
 	var ids [2]string
 	var mgrs [2]*sessions.Manager
 	for i, store := range []string{"none", "dir"} {
-		m, _, done, err := benchSessions(rt, store, 0)
+		m, _, done, err := checkpointSessions(rt, store, 0)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -155,7 +155,7 @@ func sessionCalls(ctx context.Context, rt *supervisor.Runtime, calls int) (off, 
 // its worker in a call and times that call (with the restore) and the next.
 func checkpointSizes(ctx context.Context, rt *supervisor.Runtime, what, setup string) (checkpointSize, error) {
 	sz := checkpointSize{What: what}
-	m, keeper, done, err := benchSessions(rt, "dir", 10*time.Millisecond)
+	m, keeper, done, err := checkpointSessions(rt, "dir", 10*time.Millisecond)
 	if err != nil {
 		return sz, err
 	}

@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -22,6 +21,9 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/internal/nginxrun"
+	"github.com/pyrun/pyrun/internal/procfs"
 )
 
 // lbReport compares the two set-ups under the same load.
@@ -169,7 +171,7 @@ func lbOnce(ctx context.Context, o *opts, nginx, taskset, conf string, cores []i
 // children (the workers).
 func treeCPU(pid int) time.Duration {
 	t, _ := cpuTime(pid)
-	for _, c := range childrenOf(pid) {
+	for _, c := range procfs.Children(pid) {
 		d, _ := cpuTime(c)
 		t += d
 	}
@@ -249,36 +251,12 @@ func runNginx(ctx context.Context, bin, conf string, addrs []string) (base strin
 	if err != nil {
 		return "", nil, err
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
+	mainConf, err := nginxrun.WritePrefix(dir, conf, nginxrun.Main{Workers: 1, ErrorLevel: "warn"})
+	if err != nil {
+		os.RemoveAll(dir)
 		return "", nil, err
 	}
-	for _, sub := range []string{"body", "proxy", "fastcgi", "uwsgi", "scgi"} {
-		if err := os.Mkdir(filepath.Join(dir, sub), 0o777); err != nil {
-			return "", nil, err
-		}
-	}
-	main := fmt.Sprintf(`daemon off;
-worker_processes 1;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log warn;
-events { worker_connections 1024; }
-http {
-    access_log off;
-    client_body_temp_path %[1]s/body;
-    proxy_temp_path %[1]s/proxy;
-    fastcgi_temp_path %[1]s/fastcgi;
-    uwsgi_temp_path %[1]s/uwsgi;
-    scgi_temp_path %[1]s/scgi;
-    include %[1]s/pyrun.conf;
-}
-`, dir)
-	if err := os.WriteFile(filepath.Join(dir, "pyrun.conf"), []byte(conf), 0o644); err != nil {
-		return "", nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(main), 0o644); err != nil {
-		return "", nil, err
-	}
-	cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"))
+	cmd := exec.Command(bin, "-p", dir, "-c", mainConf)
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
 		return "", nil, err

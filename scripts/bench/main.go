@@ -57,7 +57,7 @@ type opts struct {
 }
 
 // measurements, in the order they run.
-var measurements = []string{"warm", "http", "spawn", "local", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "reuse", "languages", "tsclient", "wall", "checkpoint", "reference", "lb"}
+var measurements = []string{"warm", "http", "spawn", "local", "pool", "preload", "replace", "throughput", "process", "memory", "agent", "toolcall", "firstcalls", "reuse", "clients", "sessions", "languages", "tsclient", "wall", "checkpoint", "reference", "lb"}
 
 // byDefault are the measurements a plain run makes: lb needs nginx and two
 // cores to itself, so it runs only when asked for (-only lb); reference
@@ -318,6 +318,11 @@ func run(ctx context.Context, o *opts) error {
 			rep.Reuse, err = benchReuse(ctx, rt, o.runs)
 			return err
 		}},
+		{"clients", fmt.Sprintf("two clients alternating warm calls on a two-worker pool against one alone, %d calls each", o.n),
+			func(ctx context.Context) (err error) {
+				rep.Clients, err = benchClients(ctx, rt, o.n, o.warmup)
+				return err
+			}},
 		{"firstcalls", fmt.Sprintf("first %d calls of a fresh worker against calls %d-%d, %d runs", firstCalls, settledFrom, settledTo, o.runs),
 			func(ctx context.Context) (err error) {
 				if rep.FirstCalls, err = benchFirstCalls(ctx, rt, o.runs, o.firstPause, o.warmCalls); err != nil || o.firstIdle <= 0 {
@@ -328,6 +333,10 @@ func run(ctx context.Context, o *opts) error {
 				rep.FirstCallsIdle, err = benchFirstCalls(ctx, rt, o.runs, o.firstIdle, o.warmCalls)
 				return err
 			}},
+		{"sessions", "Python sessions on shared session workers over stdio --workers 2: 20 \"new\" against 20 warm calls, then 100 open sessions and their memory", func(ctx context.Context) (err error) {
+			rep.Sessions, err = benchSessions(ctx, o)
+			return err
+		}},
 		{"languages", "each language alone: spawn to first result, warm calls, idle worker memory", func(ctx context.Context) (err error) {
 			rep.Languages, err = benchLanguages(ctx, o)
 			return err

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,11 +10,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/internal/logwatch"
+	"github.com/pyrun/pyrun/internal/procfs"
 )
 
 // pyrunProc is a `pyrun stdio` child with a connected MCP client session.
@@ -96,94 +97,80 @@ func contentText(res *sdk.CallToolResult) string {
 
 // workers lists the pids of pyrun's worker processes.
 func (p *pyrunProc) workers() []int {
-	return childrenOf(p.cmd.Process.Pid)
+	return procfs.Children(p.cmd.Process.Pid)
 }
 
 // logWatcher reads pyrun's stderr (JSON log lines), keeps the last lines
 // for error messages, and records when workers became ready and retired,
-// with pyrun's own timestamps.
+// with pyrun's own timestamps. What it records is read under its
+// Watcher's lock (Locked, Wait).
 type logWatcher struct {
-	mu      sync.Mutex
-	partial []byte
-	lines   []string
-	ready   []time.Time // "worker ready"
+	*logwatch.Watcher
+	ready []time.Time // "worker ready"
 	// inWorker is each ready worker's in_worker_ms: its start inside the
 	// worker program, from its first line of code to its ready.
 	inWorker []float64
-	retired  []time.Time   // "retiring worker"
-	addr     string        // where pyrun serve listens ("listening")
-	changed  chan struct{} // closed and replaced when either grows
+	retired  []time.Time // "retiring worker"
+	// dedicated counts session workers ready ("dedicated worker ready").
+	dedicated int
+	addr      string // where pyrun serve listens ("listening")
 }
 
-func newLogWatcher() *logWatcher { return &logWatcher{changed: make(chan struct{})} }
+func newLogWatcher() *logWatcher {
+	w := &logWatcher{}
+	w.Watcher = logwatch.New(40, w.observe)
+	return w
+}
 
-func (w *logWatcher) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.partial = append(w.partial, p...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := string(w.partial[:i])
-		w.partial = w.partial[i+1:]
-		w.lines = append(w.lines, line)
-		if len(w.lines) > 40 {
-			w.lines = w.lines[len(w.lines)-40:]
-		}
-		var rec struct {
-			Message   string  `json:"@message"`
-			Timestamp string  `json:"@timestamp"`
-			Addr      string  `json:"addr"`
-			InWorker  float64 `json:"in_worker_ms"`
-		}
-		if json.Unmarshal([]byte(line), &rec) != nil {
-			continue
-		}
-		at, err := time.Parse("2006-01-02T15:04:05.999999Z07:00", rec.Timestamp)
-		if err != nil {
-			continue
-		}
-		switch rec.Message {
-		case "worker ready":
-			w.ready = append(w.ready, at)
-			w.inWorker = append(w.inWorker, rec.InWorker)
-		case "retiring worker":
-			w.retired = append(w.retired, at)
-		case "listening":
-			w.addr = rec.Addr
-		default:
-			continue
-		}
-		close(w.changed)
-		w.changed = make(chan struct{})
+// observe records a line of pyrun's log; it runs under the Watcher's lock.
+func (w *logWatcher) observe(line string) bool {
+	var rec struct {
+		Message   string  `json:"@message"`
+		Timestamp string  `json:"@timestamp"`
+		Addr      string  `json:"addr"`
+		InWorker  float64 `json:"in_worker_ms"`
 	}
-	return len(p), nil
+	if json.Unmarshal([]byte(line), &rec) != nil {
+		return false
+	}
+	at, err := time.Parse("2006-01-02T15:04:05.999999Z07:00", rec.Timestamp)
+	if err != nil {
+		return false
+	}
+	switch rec.Message {
+	case "worker ready":
+		w.ready = append(w.ready, at)
+		w.inWorker = append(w.inWorker, rec.InWorker)
+	case "retiring worker":
+		w.retired = append(w.retired, at)
+	case "dedicated worker ready":
+		w.dedicated++
+	case "listening":
+		w.addr = rec.Addr
+	default:
+		return false
+	}
+	return true
 }
 
-func (w *logWatcher) tail() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Join(w.lines, "\n")
+// waitDedicated waits until n session workers have become ready.
+func (w *logWatcher) waitDedicated(ctx context.Context, n int) error {
+	var got int
+	if err := w.Wait(ctx, func() bool { got = w.dedicated; return got >= n }); err != nil {
+		return fmt.Errorf("waiting for %d session workers ready (%d so far): %w", n, got, err)
+	}
+	return nil
 }
+
+func (w *logWatcher) tail() string { return w.Tail(0) }
 
 // waitFor waits until cond, called with the ready and retired times so
 // far, holds.
 func (w *logWatcher) waitFor(ctx context.Context, what string, cond func(ready, retired []time.Time) bool) error {
-	for {
-		w.mu.Lock()
-		ok, ch := cond(w.ready, w.retired), w.changed
-		w.mu.Unlock()
-		if ok {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for %s: %w\npyrun's stderr:\n%s", what, ctx.Err(), w.tail())
-		}
+	if err := w.Wait(ctx, func() bool { return cond(w.ready, w.retired) }); err != nil {
+		return fmt.Errorf("waiting for %s: %w\npyrun's stderr:\n%s", what, err, w.tail())
 	}
+	return nil
 }
 
 // waitAlive waits until n workers are ready and not retired.
@@ -247,56 +234,14 @@ func startServe(ctx context.Context, o *opts, transport string, args ...string) 
 	return p, func() { _ = session.Close(); stop() }, nil
 }
 
-// childrenOf lists the processes whose parent is pid.
-func childrenOf(pid int) []int {
-	entries, _ := os.ReadDir("/proc")
-	var kids []int
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		s := string(b)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
-			kids = append(kids, child)
-		}
-	}
-	return kids
-}
-
 // memory reads a process's resident and proportional set sizes, in bytes.
 func memory(pid int) (rss, pss int64, err error) {
-	rss, err = procField(filepath.Join("/proc", strconv.Itoa(pid), "status"), "VmRSS:")
+	rss, err = procfs.Status(pid, "VmRSS")
 	if err != nil {
 		return 0, 0, err
 	}
-	pss, err = procField(filepath.Join("/proc", strconv.Itoa(pid), "smaps_rollup"), "Pss:")
+	pss, err = procfs.Size(procfs.Path(pid, "smaps_rollup"), "Pss")
 	return rss, pss, err
-}
-
-// procField reads "Name:   123 kB" from a /proc file, in bytes.
-func procField(path, name string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, name); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				break
-			}
-			kb, err := strconv.ParseInt(f[0], 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no %s in %s", name, path)
 }
 
 // cpuTime is the CPU time a process has used so far, all its threads.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -242,7 +241,7 @@ func (r *referenceReport) measure(ctx context.Context, o *opts, e *referenceEnv)
 			return fmt.Errorf("the reference's replay printed %q, want %q", text, agentExpected)
 		}
 		began = time.Now()
-		out, err := agentSession(ctx, p)
+		out, _, err := agentSession(ctx, p)
 		if err != nil {
 			return err
 		}
@@ -254,30 +253,6 @@ func (r *referenceReport) measure(ctx context.Context, o *opts, e *referenceEnv)
 	r.ReferenceAgentMS, r.PyrunAgentMS = newSeries(refAgent).P50MS, newSeries(pyAgent).P50MS
 	r.AgentRatio = round3(r.PyrunAgentMS / r.ReferenceAgentMS)
 	return nil
-}
-
-// agentSession runs the agent blocks in a new Python session, ending it
-// with the last, and returns the last block's output.
-func agentSession(ctx context.Context, p *pyrunProc) (string, error) {
-	id, out := "new", ""
-	for i, block := range agentBlocks {
-		args := map[string]any{"python_code": block, "session_id": id}
-		if i == len(agentBlocks)-1 {
-			args["end_session"] = true
-		}
-		res, err := p.session.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code", Arguments: args})
-		if err == nil && res.IsError {
-			err = errors.New(contentText(res))
-		}
-		if err != nil {
-			return "", fmt.Errorf("session block %d: %w", i+1, err)
-		}
-		if i == 0 {
-			id = sessionIDOf(res)
-		}
-		out = stdoutOf(res)
-	}
-	return out, nil
 }
 
 func (r *referenceReport) targets() []target {

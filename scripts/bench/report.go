@@ -33,10 +33,12 @@ type report struct {
 	Process    *processReport    `json:"isolation_process,omitempty"`
 	Memory     *memoryReport     `json:"idle_memory,omitempty"`
 	Agent      *agentReport      `json:"agent_run,omitempty"`
+	Sessions   *sessionsReport   `json:"sessions,omitempty"`
 	FirstCalls *firstCallsReport `json:"first_calls,omitempty"`
 	// FirstCallsIdle is the same after the worker stood idle a while.
 	FirstCallsIdle *firstCallsReport `json:"first_calls_after_idle,omitempty"`
 	Reuse          *reuseReport      `json:"after_replacement,omitempty"`
+	Clients        *clientsReport    `json:"clients,omitempty"`
 	Checkpoint     *checkpointReport `json:"checkpoint,omitempty"`
 	LB             *lbReport         `json:"load_balanced,omitempty"`
 	ToolCall       *toolCallReport   `json:"tool_call,omitempty"`
@@ -186,12 +188,20 @@ func (r *report) checkTargets() []target {
 		atLeast("8 concurrent 50 ms CPU calls", t.CallsPerS, 36, "calls/s")
 		atMost("mixed outputs of those calls", float64(t.Mixed), 0, "")
 	}
+	if s := r.Sessions; s != nil {
+		atMost("\"new\" session call / warm call, p50", s.NewOverWarm, 3, "x")
+		atMost("100 open sessions, --workers 2: pyrun and workers RSS", s.RSSMiB, 1536, "MiB")
+		atLeast("100 open sessions kept their own state", map[bool]float64{true: 1}[s.StateKept], 1, "")
+	}
 	if c := r.Checkpoint; c != nil {
 		atMost("session calls with checkpoints / without", c.OnRatio, 1.5, "x")
 	}
 	if u := r.Reuse; u != nil {
 		atMost("after a replacement joins: 20 calls / settled", u.Ratio, 1.2, "x")
 		atMost("after a replacement joins: 20 calls / settled, CPU", u.CPURatio, 1.2, "x")
+	}
+	if c := r.Clients; c != nil {
+		atMost("two clients alternating warm calls / one alone, p50", c.Ratio, 1.3, "x")
 	}
 	if f := r.FirstCalls; f != nil {
 		atMost("fresh worker: first 20 calls / settled", f.Ratio, 1.2, "x")
@@ -356,6 +366,10 @@ func (r *report) print(w io.Writer) {
 			m.PyrunRSSMB, m.Workers, m.TotalRSSMB, m.WorkerRSSMB, m.TotalPSSMB)
 	}
 	printLanguages(w, r.Languages)
+	if s := r.Sessions; s != nil {
+		fmt.Fprintf(w, "sessions over stdio --workers 2: warm call %.2f ms; first \"new\" %.1f ms, next 20 \"new\" %.2f ms (%.2fx warm); a call in the same session %.2f ms, switching sessions %.2f ms; %d sessions open, state kept %v: %d processes, %.0f MiB RSS\n",
+			s.WarmMS, s.FirstNewMS, s.NewMS, s.NewOverWarm, s.SameMS, s.SwitchMS, s.Sessions, s.StateKept, s.Processes, s.RSSMiB)
+	}
 	if a := r.Agent; a != nil {
 		fmt.Fprintf(w, "agent run, %d blocks over stdio (median of %d): one Python session %.1f ms (its start %.1f ms, the other %d calls %.1f ms); stateless replay %.1f ms; session / replay %.2fx, without the start %.2fx\n",
 			len(agentBlocks), a.Runs, a.SessionMS, a.StartMS, len(agentBlocks)-1, a.RestMS, a.StatelessMS, a.SessionOverStateless, a.RestOverStateless)
@@ -373,6 +387,10 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "a settled two-worker pool, its idle worker replaced (median of %d): calls %d-%d %.3f ms, the %d calls after the replacement joined %.3f ms: %.2fx; %d of the runs had a call on the replacement\n",
 			u.Runs, settledFrom, settledTo, u.SettledMS, firstCalls, u.AfterMS, u.Ratio, u.OnFresh)
 		fmt.Fprintf(w, "  in CPU time of the threads running Python: %.0f us a call settled, %.0f us after: %.2fx\n", u.SettledCPUus, u.AfterCPUus, u.CPURatio)
+	}
+	if c := r.Clients; c != nil {
+		fmt.Fprintf(w, "two clients alternating warm print(1) on a two-worker pool (pool.Run, %d calls each, medians): alice %.3f ms, bob %.3f ms, on %d workers; alice alone %.3f ms: %.2fx\n",
+			c.N, c.AliceMS, c.BobMS, c.Workers, c.AloneMS, c.Ratio)
 	}
 	for _, f := range []*firstCallsReport{r.FirstCalls, r.FirstCallsIdle} {
 		if f == nil {

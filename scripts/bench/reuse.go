@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/internal/procfs"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -181,7 +182,7 @@ func denoChildren() []int {
 		start int64
 	}
 	var kids []kid
-	for _, pid := range childrenOf(os.Getpid()) {
+	for _, pid := range procfs.Children(os.Getpid()) {
 		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 		if err != nil {
 			continue

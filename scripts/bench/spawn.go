@@ -45,13 +45,17 @@ func (p *pyrunProc) spawnRun(handshake, result time.Duration) (spawnRun, error) 
 		}
 		r.workerCPU += cpu
 	}
-	p.log.mu.Lock()
-	defer p.log.mu.Unlock()
-	if len(p.log.ready) == 0 {
+	noReady := false
+	p.log.Locked(func() {
+		if noReady = len(p.log.ready) == 0; noReady {
+			return
+		}
+		r.ready = p.log.ready[0].Sub(p.started)
+		r.inWorker = time.Duration(p.log.inWorker[0] * float64(time.Millisecond))
+	})
+	if noReady {
 		return r, fmt.Errorf("a first result without a worker ready in pyrun's log")
 	}
-	r.ready = p.log.ready[0].Sub(p.started)
-	r.inWorker = time.Duration(p.log.inWorker[0] * float64(time.Millisecond))
 	return r, nil
 }
 

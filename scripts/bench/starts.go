@@ -45,9 +45,7 @@ func benchPoolReady(ctx context.Context, o *opts, n int, extra []string) (*serie
 		err = p.log.waitAlive(ctx, n)
 		var d time.Duration
 		if err == nil {
-			p.log.mu.Lock()
-			d = p.log.ready[n-1].Sub(p.started)
-			p.log.mu.Unlock()
+			p.log.Locked(func() { d = p.log.ready[n-1].Sub(p.started) })
 		}
 		p.close()
 		if err != nil {
@@ -72,9 +70,8 @@ func benchReplace(ctx context.Context, o *opts) (*series, error) {
 		if len(pids) == 0 {
 			return nil, fmt.Errorf("no worker processes found under pid %d", p.cmd.Process.Pid)
 		}
-		p.log.mu.Lock()
-		before := len(p.log.ready)
-		p.log.mu.Unlock()
+		var before int
+		p.log.Locked(func() { before = len(p.log.ready) })
 		killed := time.Now()
 		if err := kill(pids[i%len(pids)]); err != nil {
 			return nil, err
@@ -82,9 +79,7 @@ func benchReplace(ctx context.Context, o *opts) (*series, error) {
 		if err := p.log.waitFor(ctx, "the replacement", func(ready, _ []time.Time) bool { return len(ready) > before }); err != nil {
 			return nil, err
 		}
-		p.log.mu.Lock()
-		ds = append(ds, p.log.ready[before].Sub(killed))
-		p.log.mu.Unlock()
+		p.log.Locked(func() { ds = append(ds, p.log.ready[before].Sub(killed)) })
 		if err := p.log.waitAlive(ctx, 2); err != nil {
 			return nil, err
 		}

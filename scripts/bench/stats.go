@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/pyrun/pyrun/internal/procfs"
 )
 
 // stats summarises warm calls; times are in milliseconds.
@@ -100,7 +102,7 @@ func machine() machineInfo {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
-	if total, err := procField("/proc/meminfo", "MemTotal:"); err == nil {
+	if total, err := procfs.Size("/proc/meminfo", "MemTotal"); err == nil {
 		m.MemGiB = int64(math.Round(float64(total) / (1 << 30)))
 	}
 	return m

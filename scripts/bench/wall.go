@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/internal/procfs"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/oswall"
 )
@@ -274,7 +275,7 @@ func wallStart(ctx context.Context, rt *supervisor.Runtime, v *wallVariant, know
 	}
 	ready := time.Since(began)
 	// Its worker is the Deno child no other pool of the pair has.
-	for _, pid := range childrenOf(os.Getpid()) {
+	for _, pid := range procfs.Children(os.Getpid()) {
 		if comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && string(comm) == "deno\n" && !slices.Contains(known, pid) {
 			return pool, pid, ready, nil
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/internal/procfs"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -60,7 +61,7 @@ func benchSupervisor(ctx context.Context, rt *supervisor.Runtime, n, warmup int)
 	var inWorker sample
 	var before time.Duration
 	workerCPU := func() (t time.Duration) {
-		for _, pid := range childrenOf(os.Getpid()) {
+		for _, pid := range procfs.Children(os.Getpid()) {
 			d, _ := cpuTime(pid)
 			t += d
 		}

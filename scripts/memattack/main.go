@@ -24,7 +24,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,18 +32,19 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/internal/procfs"
+	"github.com/pyrun/pyrun/internal/pyrunserve"
 )
 
 // Config is one run's shape.
@@ -137,20 +137,17 @@ func Run(ctx context.Context, c Config) (Report, error) {
 	}
 	defer os.RemoveAll(dir)
 	if c.Pyrun == "" {
-		c.Pyrun = filepath.Join(dir, "pyrun")
 		fmt.Fprintln(c.Log, "memattack: building pyrun ...")
-		build := exec.CommandContext(ctx, "go", "build", "-o", c.Pyrun, "github.com/pyrun/pyrun/cmd/pyrun")
-		build.Stdout, build.Stderr = c.Log, c.Log
-		if err := build.Run(); err != nil {
-			return Report{}, fmt.Errorf("build pyrun: %w", err)
+		if c.Pyrun, err = pyrunserve.Build(ctx, dir, c.Log); err != nil {
+			return Report{}, err
 		}
 	}
 	srv, err := startServe(ctx, c, dir)
 	if err != nil {
 		return Report{}, err
 	}
-	defer srv.stop()
-	fmt.Fprintf(c.Log, "memattack: %s against pyrun serve at %s (pid %d)\n", c.Attack, srv.base, srv.cmd.Process.Pid)
+	defer srv.Stop()
+	fmt.Fprintf(c.Log, "memattack: %s against pyrun serve at %s (pid %d)\n", c.Attack, srv.Base, srv.Cmd.Process.Pid)
 	rep := Report{Attack: c.Attack}
 	began := time.Now()
 	switch c.Attack {
@@ -164,24 +161,15 @@ func Run(ctx context.Context, c Config) (Report, error) {
 		err = fmt.Errorf("unknown attack %q", c.Attack)
 	}
 	rep.Seconds = time.Since(began).Seconds()
-	rep.PeakRSSMiB = float64(hwm(srv.cmd.Process.Pid)) / (1 << 20)
+	rep.PeakRSSMiB = float64(hwm(srv.Cmd.Process.Pid)) / (1 << 20)
 	return rep, err
 }
 
 // token is the one client's bearer token.
 const token = "memattack-Qw8Zt1kR0mWx7LcV4pNs"
 
-// serve is a running `pyrun serve`.
-type serve struct {
-	cmd    *exec.Cmd
-	base   string
-	stderr *tail
-	done   chan struct{}
-}
-
-func startServe(ctx context.Context, c Config, dir string) (*serve, error) {
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "info",
-		"--workers", strconv.Itoa(c.Workers), "--network", "none", "--timeout", "60s",
+func startServe(ctx context.Context, c Config, dir string) (*pyrunserve.Server, error) {
+	args := []string{"--workers", strconv.Itoa(c.Workers), "--network", "none", "--timeout", "60s",
 		"--queue-timeout", c.CallTimeout.String()}
 	if c.Auth {
 		tokens := filepath.Join(dir, "tokens")
@@ -190,93 +178,14 @@ func startServe(ctx context.Context, c Config, dir string) (*serve, error) {
 		}
 		args = append(args, "--auth-token-file", tokens)
 	}
-	args = append(args, c.Extra...)
-	cmd := exec.Command(c.Pyrun, args...)
-	pr, pw := io.Pipe()
-	s := &serve{cmd: cmd, stderr: &tail{max: 16 << 10}, done: make(chan struct{})}
-	cmd.Stderr = pw
-	cmd.Stdout = s.stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start pyrun serve: %w", err)
-	}
-	go func() {
-		_ = cmd.Wait()
-		_ = pw.Close()
-		close(s.done)
-	}()
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			line := sc.Bytes()
-			_, _ = s.stderr.Write(append(line, '\n'))
-			var rec struct {
-				Message string `json:"@message"`
-				Addr    string `json:"addr"`
-			}
-			if json.Unmarshal(line, &rec) == nil && rec.Message == "listening" {
-				addr <- rec.Addr
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	select {
-	case a := <-addr:
-		s.base = "http://" + a
-	case <-s.done:
-		return nil, fmt.Errorf("pyrun serve exited: %s", s.stderr)
-	case <-time.After(5 * time.Minute):
-		s.stop()
-		return nil, fmt.Errorf("pyrun serve did not listen: %s", s.stderr)
-	case <-ctx.Done():
-		s.stop()
-		return nil, ctx.Err()
-	}
-	for deadline := time.Now().Add(5 * time.Minute); ; {
-		if n, err := s.ready(); err == nil && n >= c.Workers {
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			return nil, fmt.Errorf("pyrun's workers did not become ready: %s", s.stderr)
-		}
-		select {
-		case <-s.done:
-			return nil, fmt.Errorf("pyrun serve exited: %s", s.stderr)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func (s *serve) ready() (int, error) {
-	resp, err := http.Get(s.base + "/healthz")
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	var h struct {
-		WorkersReady int `json:"workers_ready"`
-	}
-	err = json.NewDecoder(resp.Body).Decode(&h)
-	return h.WorkersReady, err
-}
-
-func (s *serve) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
+	return pyrunserve.Start(ctx, c.Pyrun, c.Workers, append(args, c.Extra...)...)
 }
 
 // connect opens an MCP session as the one client.
-func connect(ctx context.Context, c Config, srv *serve) (*sdk.ClientSession, error) {
+func connect(ctx context.Context, c Config, srv *pyrunserve.Server) (*sdk.ClientSession, error) {
 	hc := &http.Client{Transport: &bearer{rt: &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: 64}, token: token, on: c.Auth}}
 	client := sdk.NewClient(&sdk.Implementation{Name: "memattack", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.base + "/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
+	cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.Base + "/mcp", HTTPClient: hc, MaxRetries: -1}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +214,7 @@ func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // attackOutputs: c.Outputs concurrent calls, each writing a c.OutputMiB
 // file under /output/.
-func attackOutputs(ctx context.Context, c Config, srv *serve, rep *Report) error {
+func attackOutputs(ctx context.Context, c Config, srv *pyrunserve.Server, rep *Report) error {
 	n := max(c.Outputs, 1)
 	size := max(c.OutputMiB, 1)
 	code := fmt.Sprintf("with open('/output/big.bin', 'wb') as f:\n    f.write(bytes(%d << 20))\n'written'", size)
@@ -327,7 +236,7 @@ func attackOutputs(ctx context.Context, c Config, srv *serve, rep *Report) error
 // attackArguments: c.Calls concurrent calls with c.ArgMiB MiB in each of
 // python_code, global_variables and files; in session mode, all sent to
 // one session that a long call keeps busy.
-func attackArguments(ctx context.Context, c Config, srv *serve, rep *Report, session bool) error {
+func attackArguments(ctx context.Context, c Config, srv *pyrunserve.Server, rep *Report, session bool) error {
 	calls := max(c.Calls, 1)
 	size := max(c.ArgMiB, 1)<<20 - 64
 	code := "import time\ntime.sleep(0.5)\n#" + strings.Repeat("a", size)
@@ -433,50 +342,8 @@ func (r *Report) example(format string, args ...any) {
 }
 
 func hwm(pid int) int64 {
-	v, _ := procStatus(pid, "VmHWM")
+	v, _ := procfs.Status(pid, "VmHWM")
 	return v
-}
-
-// procStatus reads a size field of /proc/<pid>/status, in bytes.
-func procStatus(pid int, field string) (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				break
-			}
-			kib, err := strconv.ParseInt(f[0], 10, 64)
-			return kib << 10, err
-		}
-	}
-	return 0, errors.New("no " + field + " in /proc/" + strconv.Itoa(pid) + "/status")
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.max {
-		t.buf = t.buf[len(t.buf)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }
 
 // httpRefusal matches the go-sdk client's error for a POST pyrun answered

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/internal/testtier"
 )
 
@@ -23,7 +24,7 @@ func TestMemoryAttacks(t *testing.T) {
 	}
 	for _, attack := range []string{"outputs", "arguments", "session"} {
 		t.Run(attack, func(t *testing.T) {
-			rep, err := Run(t.Context(), Config{Pyrun: bin, Attack: attack, Auth: true, Calls: 120, Outputs: 6, OutputMiB: 60, ArgMiB: 1, Log: testLog{t}})
+			rep, err := Run(t.Context(), Config{Pyrun: bin, Attack: attack, Auth: true, Calls: 120, Outputs: 6, OutputMiB: 60, ArgMiB: 1, Log: testlog.Writer(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -41,11 +42,4 @@ func TestMemoryAttacks(t *testing.T) {
 			}
 		})
 	}
-}
-
-type testLog struct{ t *testing.T }
-
-func (l testLog) Write(p []byte) (int, error) {
-	l.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
 }

@@ -23,20 +23,15 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"maps"
 	"math/rand/v2"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -47,6 +42,9 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/internal/procfs"
+	"github.com/pyrun/pyrun/internal/pyrunserve"
 )
 
 // Config is one soak run's shape.
@@ -208,127 +206,36 @@ func Run(ctx context.Context, c Config) (Report, error) {
 			return Report{}, err
 		}
 		defer os.RemoveAll(dir)
-		c.Pyrun = filepath.Join(dir, "pyrun")
 		fmt.Fprintln(c.Log, "soak: building pyrun ...")
-		build := exec.CommandContext(ctx, "go", "build", "-o", c.Pyrun, "github.com/pyrun/pyrun/cmd/pyrun")
-		build.Stdout, build.Stderr = c.Log, c.Log
-		if err := build.Run(); err != nil {
-			return Report{}, fmt.Errorf("build pyrun: %w", err)
+		if c.Pyrun, err = pyrunserve.Build(ctx, dir, c.Log); err != nil {
+			return Report{}, err
 		}
 	}
 	srv, err := startServe(ctx, c)
 	if err != nil {
 		return Report{}, err
 	}
-	defer srv.stop()
-	fmt.Fprintf(c.Log, "soak: pyrun serve at %s (pid %d); %d clients, %d calls\n", srv.base, srv.cmd.Process.Pid, c.Clients, c.Calls)
+	defer srv.Stop()
+	fmt.Fprintf(c.Log, "soak: pyrun serve at %s (pid %d); %d clients, %d calls\n", srv.Base, srv.Cmd.Process.Pid, c.Clients, c.Calls)
 	return soak(ctx, c, srv)
 }
 
-// serve is a running `pyrun serve`.
-type serve struct {
-	cmd    *exec.Cmd
-	base   string
-	stderr *tail
-	done   chan struct{}
-}
-
-func startServe(ctx context.Context, c Config) (*serve, error) {
-	args := []string{"serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--log-level", "info",
-		"--workers", strconv.Itoa(c.Workers), "--timeout", c.Timeout.String(), "--memory-limit", c.MemoryLimit,
+// startServe starts pyrun serve and waits until its workers are ready, so
+// that start-up is not counted.
+func startServe(ctx context.Context, c Config) (*pyrunserve.Server, error) {
+	args := []string{"--workers", strconv.Itoa(c.Workers), "--timeout", c.Timeout.String(), "--memory-limit", c.MemoryLimit,
 		"--queue-timeout", c.CallTimeout.String(), "--network", "none"}
 	ready := c.Workers // workers to wait for: each other language has one
 	if len(c.Languages) > 0 {
 		args = append(args, "--languages", strings.Join(c.Languages, ","), "--r-workers", "1", "--js-workers", "1")
 		ready += len(c.Languages) - 1
 	}
-	cmd := exec.Command(c.Pyrun, args...)
-	pr, pw := io.Pipe()
-	s := &serve{cmd: cmd, stderr: &tail{max: 16 << 10}, done: make(chan struct{})}
-	cmd.Stderr = pw
-	cmd.Stdout = s.stderr
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start pyrun serve: %w", err)
-	}
-	go func() {
-		cmd.Wait()
-		pw.Close()
-		close(s.done)
-	}()
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			line := sc.Bytes()
-			s.stderr.Write(append(line, '\n'))
-			var rec struct {
-				Message string `json:"@message"`
-				Addr    string `json:"addr"`
-			}
-			if json.Unmarshal(line, &rec) == nil && rec.Message == "listening" {
-				addr <- rec.Addr
-			}
-		}
-		io.Copy(io.Discard, pr)
-	}()
-	select {
-	case a := <-addr:
-		s.base = "http://" + a
-	case <-s.done:
-		return nil, fmt.Errorf("pyrun serve exited: %s", s.stderr)
-	case <-time.After(5 * time.Minute):
-		s.stop()
-		return nil, fmt.Errorf("pyrun serve did not listen: %s", s.stderr)
-	case <-ctx.Done():
-		s.stop()
-		return nil, ctx.Err()
-	}
-	// Wait until workers are ready, so that start-up is not counted.
-	for deadline := time.Now().Add(5 * time.Minute); ; {
-		if h, err := s.health(); err == nil && h.WorkersReady >= ready {
-			return s, nil
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			return nil, fmt.Errorf("pyrun's workers did not become ready: %s", s.stderr)
-		}
-		select {
-		case <-s.done:
-			return nil, fmt.Errorf("pyrun serve exited: %s", s.stderr)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-type health struct {
-	WorkersReady int `json:"workers_ready"`
-}
-
-func (s *serve) health() (health, error) {
-	var h health
-	resp, err := http.Get(s.base + "/healthz")
-	if err != nil {
-		return h, err
-	}
-	defer resp.Body.Close()
-	return h, json.NewDecoder(resp.Body).Decode(&h)
-}
-
-// stop ends pyrun as a service manager would: SIGTERM, then SIGKILL.
-func (s *serve) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
+	return pyrunserve.Start(ctx, c.Pyrun, ready, args...)
 }
 
 var tokenRE = regexp.MustCompile(`tok[0-9]+x`)
 
-func soak(ctx context.Context, c Config, srv *serve) (Report, error) {
+func soak(ctx context.Context, c Config, srv *pyrunserve.Server) (Report, error) {
 	rep := Report{Statuses: map[string]map[string]int{}}
 	var mu sync.Mutex // guards rep's maps and Examples
 	example := func(format string, args ...any) {
@@ -361,7 +268,7 @@ func soak(ctx context.Context, c Config, srv *serve) (Report, error) {
 	sessions := make([]*sdk.ClientSession, c.Clients)
 	for i := range sessions {
 		client := sdk.NewClient(&sdk.Implementation{Name: fmt.Sprintf("soak-%d", i), Version: "1"}, nil)
-		cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.base + "/mcp", MaxRetries: -1}, nil)
+		cs, err := client.Connect(ctx, &sdk.StreamableClientTransport{Endpoint: srv.Base + "/mcp", MaxRetries: -1}, nil)
 		if err != nil {
 			return rep, fmt.Errorf("client %d: %w", i, err)
 		}
@@ -373,10 +280,10 @@ func soak(ctx context.Context, c Config, srv *serve) (Report, error) {
 	var bg sync.WaitGroup
 	var kills atomic.Int64
 	var peak atomic.Int64
-	bg.Go(func() { sampleRSS(srv.cmd.Process.Pid, stop, &peak) })
+	bg.Go(func() { sampleRSS(srv.Cmd.Process.Pid, stop, &peak) })
 	if c.KillEvery > 0 {
 		bg.Go(func() {
-			killWorkers(srv.cmd.Process.Pid, c.KillEvery, rand.New(rand.NewPCG(c.Seed, 1)), stop, &kills, c.Log)
+			killWorkers(srv.Cmd.Process.Pid, c.KillEvery, rand.New(rand.NewPCG(c.Seed, 1)), stop, &kills, c.Log)
 		})
 	}
 
@@ -429,8 +336,8 @@ func soak(ctx context.Context, c Config, srv *serve) (Report, error) {
 	bg.Wait()
 	rep.Seconds = time.Since(began).Seconds()
 	rep.Kills = kills.Load()
-	rep.PeakRSSMiB = float64(max(peak.Load(), hwm(srv.cmd.Process.Pid))) / (1 << 20)
-	if rss, err := procStatus(srv.cmd.Process.Pid, "VmRSS"); err == nil {
+	rep.PeakRSSMiB = float64(max(peak.Load(), hwm(srv.Cmd.Process.Pid))) / (1 << 20)
+	if rss, err := procfs.Status(srv.Cmd.Process.Pid, "VmRSS"); err == nil {
 		rep.LastRSSMiB = float64(rss) / (1 << 20)
 	}
 	return rep, nil
@@ -485,7 +392,7 @@ func killWorkers(pyrun int, mean time.Duration, r *rand.Rand, stop <-chan struct
 			return
 		case <-time.After(d):
 		}
-		kids := children(pyrun)
+		kids := procfs.Children(pyrun)
 		if len(kids) == 0 {
 			continue
 		}
@@ -495,39 +402,11 @@ func killWorkers(pyrun int, mean time.Duration, r *rand.Rand, stop <-chan struct
 	}
 }
 
-// children lists the processes whose parent is pid, from /proc.
-func children(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var kids []int
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := bytes.Fields(b[i+1:])
-		if len(f) > 1 && string(f[1]) == strconv.Itoa(pid) {
-			kids = append(kids, child)
-		}
-	}
-	return kids
-}
-
 func sampleRSS(pid int, stop <-chan struct{}, peak *atomic.Int64) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if rss, err := procStatus(pid, "VmRSS"); err == nil && rss > peak.Load() {
+		if rss, err := procfs.Status(pid, "VmRSS"); err == nil && rss > peak.Load() {
 			peak.Store(rss)
 		}
 		select {
@@ -539,48 +418,6 @@ func sampleRSS(pid int, stop <-chan struct{}, peak *atomic.Int64) {
 }
 
 func hwm(pid int) int64 {
-	v, _ := procStatus(pid, "VmHWM")
+	v, _ := procfs.Status(pid, "VmHWM")
 	return v
-}
-
-// procStatus reads a size field of /proc/<pid>/status, in bytes.
-func procStatus(pid int, field string) (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				break
-			}
-			kib, err := strconv.ParseInt(f[0], 10, 64)
-			return kib << 10, err
-		}
-	}
-	return 0, errors.New("no " + field + " in /proc/" + strconv.Itoa(pid) + "/status")
-}
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, p...)
-	if len(t.buf) > t.max {
-		t.buf = t.buf[len(t.buf)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tail) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
 }

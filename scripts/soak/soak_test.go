@@ -1,9 +1,11 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/internal/testtier"
 )
 
@@ -11,23 +13,15 @@ import (
 // clients while workers are killed from outside. It builds pyrun from this
 // module.
 func TestSoakShort(t *testing.T) {
-	testtier.Runtime(t)
-	rep, err := Run(t.Context(), Config{
-		Clients:     6,
-		Calls:       150,
-		Workers:     2,
-		KillEvery:   8 * time.Second,
-		Timeout:     5 * time.Second,
-		MemoryLimit: "256MiB",
-		CallTimeout: 2 * time.Minute,
-		Seed:        uint64(time.Now().UnixNano()),
+	rep := soakTest(t, Config{
+		Clients: 6,
+		Calls:   150,
+		Workers: 2,
 		Mix: map[string]int{
 			"ok": 60, "error": 15, "stderr": 5, "flood": 4, "timeout": 5, "sleep": 5,
 			"c-loop": 1, "memory": 1, "js-memory": 1, "crash": 1, "exit": 1,
 		},
-		Log: testLog{t},
 	})
-	checkReport(t, rep, err, 150)
 	if rep.PeakRSSMiB > 150 {
 		t.Errorf("pyrun's peak RSS was %.1f MiB", rep.PeakRSSMiB)
 	}
@@ -37,25 +31,17 @@ func TestSoakShort(t *testing.T) {
 // pyrun, while workers of all three are killed from outside: every call is
 // answered with its own output and a status of its kind.
 func TestSoakLanguages(t *testing.T) {
-	testtier.Runtime(t)
-	rep, err := Run(t.Context(), Config{
-		Clients:     4,
-		Calls:       120,
-		Workers:     1,
-		Languages:   []string{"python", "r", "javascript"},
-		KillEvery:   8 * time.Second,
-		Timeout:     5 * time.Second,
-		MemoryLimit: "256MiB",
-		CallTimeout: 2 * time.Minute,
-		Seed:        uint64(time.Now().UnixNano()),
+	rep := soakTest(t, Config{
+		Clients:   4,
+		Calls:     120,
+		Workers:   1,
+		Languages: []string{"python", "r", "javascript"},
 		Mix: map[string]int{
 			"ok": 20, "error": 5, "timeout": 3, "crash": 1,
 			"r-ok": 20, "r-error": 6, "r-timeout": 3,
 			"js-ok": 20, "js-error": 6, "js-loop": 2, "js-await": 3,
 		},
-		Log: testLog{t},
 	})
-	checkReport(t, rep, err, 120)
 	for _, k := range []string{"r-ok", "js-ok"} {
 		if rep.Statuses[k]["success"] == 0 {
 			t.Errorf("no %s call succeeded: %v", k, rep.Statuses[k])
@@ -63,35 +49,33 @@ func TestSoakLanguages(t *testing.T) {
 	}
 }
 
-// checkReport logs a soak's report and fails the test unless all calls
-// were sent and answered, none lost or mixed, each with a status of its kind.
-func checkReport(t *testing.T, rep Report, err error, calls int64) {
+// soakTest runs a soak of c's clients, calls, workers, languages and mix
+// with the tests' common settings (a kill every 8s on average, a 5s
+// timeout, 256 MiB of memory, a new seed), logs its report and fails t
+// unless all calls were sent and answered, none lost or mixed, each with a
+// status of its kind.
+func soakTest(t *testing.T, c Config) Report {
 	t.Helper()
+	testtier.Runtime(t)
+	c.KillEvery = 8 * time.Second
+	c.Timeout = 5 * time.Second
+	c.MemoryLimit = "256MiB"
+	c.CallTimeout = 2 * time.Minute
+	c.Seed = uint64(time.Now().UnixNano())
+	c.Log = testlog.Writer(t)
+	rep, err := Run(t.Context(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var b logBuffer
+	var b strings.Builder
 	rep.Print(&b)
-	t.Log("\n" + string(b))
-	if rep.Lost != 0 || rep.Mixed != 0 || rep.Answered != rep.Sent || rep.Sent != calls {
+	t.Log("\n" + b.String())
+	if calls := int64(c.Calls); rep.Lost != 0 || rep.Mixed != 0 || rep.Answered != rep.Sent || rep.Sent != calls {
 		t.Errorf("sent %d, answered %d, lost %d, mixed %d; want all %d answered, none lost or mixed",
 			rep.Sent, rep.Answered, rep.Lost, rep.Mixed, calls)
 	}
 	if rep.Unexpected != 0 {
 		t.Errorf("%d calls ended with a status that is not theirs", rep.Unexpected)
 	}
-}
-
-type testLog struct{ t *testing.T }
-
-func (l testLog) Write(p []byte) (int, error) {
-	l.t.Log(string(p))
-	return len(p), nil
-}
-
-type logBuffer []byte
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	*b = append(*b, p...)
-	return len(p), nil
+	return rep
 }

@@ -38,6 +38,8 @@ func TestMain(m *testing.M) {
 type tries struct {
 	Read, Write, Connect string
 	Ptrace               int
+	// Mode is a file whose mode and owner the program tries to change.
+	Mode string
 }
 
 func errString(err error) string {
@@ -87,6 +89,17 @@ func (t tries) run() map[string]string {
 				out[k] = strings.TrimSpace(v)
 			}
 		}
+	}
+	out["chmod plain"] = errString(unix.Chmod(t.Mode, 0o640))
+	out["chmod setuid"] = errString(unix.Chmod(t.Mode, 0o4755))
+	out["chmod o+w"] = errString(unix.Chmod(t.Mode, 0o666))
+	out["fchmodat sticky"] = errString(unix.Fchmodat(unix.AT_FDCWD, t.Mode, 0o1755, 0))
+	if fd, err := unix.Open(t.Mode, unix.O_RDONLY, 0); err != nil {
+		out["fchmod setgid"], out["fchown"] = errString(err), errString(err)
+	} else {
+		out["fchmod setgid"] = errString(unix.Fchmod(fd, 0o2755))
+		out["fchown"] = errString(unix.Fchown(fd, -1, os.Getgid()))
+		unix.Close(fd)
 	}
 	out["netns"], _ = os.Readlink("/proc/self/ns/net")
 	var lim unix.Rlimit
@@ -208,7 +221,14 @@ func TestWall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { target.Process.Kill(); target.Wait() }()
-	try := tries{Read: secret, Write: filepath.Join(dir, "written"), Connect: ln.Addr().String(), Ptrace: target.Process.Pid}
+	// A file the program may read: Deno checks no permission for fchmod on
+	// one, so only the filter stands between the code and its mode.
+	readable := t.TempDir()
+	mode := filepath.Join(readable, "mode")
+	if err := os.WriteFile(mode, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	try := tries{Read: secret, Write: filepath.Join(dir, "written"), Connect: ln.Addr().String(), Ptrace: target.Process.Pid, Mode: mode}
 	own, _ := os.Readlink("/proc/self/ns/net")
 
 	// A soft open files limit below the hard one, as most systems have:
@@ -227,11 +247,13 @@ func TestWall(t *testing.T) {
 		defer unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
 	}
 	all := Set{Base: true, Seccomp: true, Landlock: true, NetNS: true}
-	walled := sandboxed(t, Policy{Layers: all}, try)
+	walled := sandboxed(t, Policy{Layers: all, Read: []string{readable}}, try)
 	t.Logf("walled: %v", walled)
 	for k, want := range map[string]string{
 		"read": "EACCES", "write": "EACCES", "fork": "EPERM", "ptrace": "EPERM", "unshare": "EPERM",
 		"clone3": "ENOSYS", "unix socket": "EPERM", "kill parent": "EPERM",
+		"chmod plain": "ok", "chmod setuid": "EPERM", "chmod o+w": "EPERM", "fchmodat sticky": "EPERM",
+		"fchmod setgid": "EPERM", "fchown": "EPERM",
 		"NoNewPrivs": "1", "Seccomp": "2", "CapEff": "0000000000000000", "CapBnd": "0000000000000000",
 		"nofile": "1024/1024", "core": "0",
 	} {
@@ -256,7 +278,8 @@ func TestWall(t *testing.T) {
 	// The control: the same attempts with no layer all work.
 	open := sandboxed(t, Policy{}, try)
 	t.Logf("control: %v", open)
-	for _, k := range []string{"read", "write", "connect", "fork", "ptrace", "unix socket", "kill parent"} {
+	for _, k := range []string{"read", "write", "connect", "fork", "ptrace", "unix socket", "kill parent",
+		"chmod plain", "chmod setuid", "chmod o+w", "fchmodat sticky", "fchmod setgid", "fchown"} {
 		if open[k] != "ok" {
 			t.Errorf("control %s: %s, want ok", k, open[k])
 		}

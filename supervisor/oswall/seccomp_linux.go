@@ -25,6 +25,13 @@ import (
 //     socket on the host (Docker's, D-Bus) is reachable, which Landlock of
 //     ABI < 9 cannot stop; no netlink, no packet sockets; and no MPTCP
 //     trick around Landlock's TCP rules without the network.
+//   - mode changes that add a setuid, setgid, sticky or write-for-others
+//     bit (chmod, fchmod, fchmodat, fchmodat2), and owner changes (chown,
+//     fchown, lchown, fchownat): Deno checks no permission for a mode or
+//     owner change on a file opened for reading, so a worker's code could
+//     otherwise make a readable host file (a --mount, its own runtime)
+//     setuid or world-writable, a risk for the host. Plain mode changes
+//     (0644, 0755) stay: Pyodide and webR make them.
 //   - io_uring (a large kernel surface that seccomp cannot see into), the
 //     new mount API, NUMA memory policy, kcmp, pidfd_getfd and
 //     process_madvise (reach into other processes), and the calls of
@@ -54,6 +61,17 @@ var deniedCalls = []string{
 	"create_module", "get_kernel_syms", "query_module", "fanotify_init",
 }
 
+// riskyModeBits are the mode bits a worker may not add to a file:
+// setuid, setgid, sticky and write for others.
+const riskyModeBits = unix.S_ISUID | unix.S_ISGID | unix.S_ISVTX | unix.S_IWOTH
+
+// modeCalls name the mode-changing system calls and the argument that holds
+// the mode.
+var modeCalls = map[string]int{"chmod": 1, "fchmod": 1, "fchmodat": 2, "fchmodat2": 2}
+
+// ownerCalls change a file's owner or group; a worker never needs to.
+var ownerCalls = []string{"chown", "fchown", "lchown", "fchownat"}
+
 // namespaceFlags are clone's flags that make new namespaces (CLONE_NEWTIME
 // shares its bit with the exit signal in clone, and exists only in clone3
 // and unshare, both refused).
@@ -63,8 +81,8 @@ const namespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWU
 // policyFilter is the seccomp policy of p.
 func policyFilter(p Policy, native *arch.Info) seccomp.Policy {
 	var deny []string
-	for _, name := range deniedCalls {
-		if _, ok := native.SyscallNames[name]; ok { // fork and vfork are not on arm64
+	for _, name := range append(deniedCalls, ownerCalls...) {
+		if _, ok := native.SyscallNames[name]; ok { // fork, vfork, chmod and chown are not on arm64
 			deny = append(deny, name)
 		}
 	}
@@ -78,6 +96,13 @@ func policyFilter(p Policy, native *arch.Info) seccomp.Policy {
 			{Argument: 0, Operation: seccomp.NotEqual, Value: 0},
 			{Argument: 0, Operation: seccomp.NotEqual, Value: 0xffffffff},
 		}},
+	}
+	for name, arg := range modeCalls {
+		if _, ok := native.SyscallNames[name]; ok {
+			conditional = append(conditional, seccomp.NameWithConditions{Name: name, Conditions: []seccomp.Condition{
+				{Argument: uint32(arg), Operation: seccomp.BitsSet, Value: riskyModeBits},
+			}})
+		}
 	}
 	if p.Network {
 		conditional = append(conditional, seccomp.NameWithConditions{Name: "socket", Conditions: []seccomp.Condition{

@@ -70,6 +70,11 @@ func (m *Manager) holdNew(ctx context.Context, s *session) {
 	if l == nil {
 		return
 	}
+	if _, shared := s.w.(*nsWorker); shared {
+		// A namespace on a shared worker has no checkpoints: it cannot
+		// move, and a call elsewhere is told where it is (checkInstance).
+		return
+	}
 	if err := l.Hold(ctx, s.id); err != nil {
 		m.log.Warn("cannot take a new python session's lease; it is not durable until its checkpoint", "python_session", s.id, "error", err.Error())
 	}

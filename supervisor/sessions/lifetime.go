@@ -57,6 +57,9 @@ func (m *Manager) expire() {
 		if d := m.expireSparesLocked(now); d >= 0 && (next < 0 || d < next) {
 			next = d
 		}
+		if d := m.expireHostsLocked(now); d >= 0 && (next < 0 || d < next) {
+			next = d
+		}
 		m.mu.Unlock()
 		var timer <-chan time.Time
 		var t *time.Timer
@@ -125,6 +128,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		m.closeWorker(sp.w)
 	}
 	m.spares = nil
+	m.expireHostsLocked(time.Now()) // the empty ones; the others close with their last session
 	if m.leaseStop != nil {
 		close(m.leaseStop) // the final checkpoints are written: leases go
 	}

@@ -124,6 +124,9 @@ type Limits struct {
 	// Spares are workers started ahead for new sessions (spare.go), once
 	// a session has started; 0: DefaultSpares, negative: none.
 	Spares int
+	// MaxHosts bounds the shared workers that hold sessions
+	// (Options.PerHost), spares included; 0: DefaultMaxHosts.
+	MaxHosts int
 }
 
 // Default limits.
@@ -132,6 +135,7 @@ const (
 	DefaultMaxAge    = 8 * time.Hour
 	DefaultMax       = 4
 	DefaultClientMax = 2
+	DefaultMaxHosts  = 4
 )
 
 func (l Limits) withDefaults() Limits {
@@ -140,6 +144,7 @@ func (l Limits) withDefaults() Limits {
 	l.Max = positiveOr(l.Max, DefaultMax)
 	l.ClientMax = positiveOr(l.ClientMax, DefaultClientMax)
 	l.Spares = cmp.Or(l.Spares, DefaultSpares)
+	l.MaxHosts = positiveOr(l.MaxHosts, DefaultMaxHosts)
 	return l
 }
 
@@ -168,6 +173,15 @@ type Options struct {
 	// its sessions.
 	Anonymous string
 	Log       hclog.Logger
+	// PerHost > 0 keeps the sessions of a client as namespaces on shared
+	// workers of that client's, each holding up to PerHost sessions
+	// (shared.go); 0: each session has a worker of its own.
+	PerHost int
+	// SpareAfter, if not nil, returns once the first spare may start
+	// (with PerHost, one is started ahead from the start): pyrun waits
+	// for its pool's workers, so that the two starts do not share the
+	// cores. It returns early when ctx is done.
+	SpareAfter func(ctx context.Context)
 	// Checkpoints, when not nil, keeps checkpoints of the sessions
 	// (durable.go): taken CheckpointDelay (0: DefaultCheckpointDelay)
 	// after a call, and a session whose worker is lost continues from its
@@ -204,6 +218,16 @@ type Stats struct {
 	Spares         int
 	SparesStarting int
 	SpareHits      int64
+	// Hosts are the shared workers that hold sessions (Options.PerHost);
+	// HostStarts counts the workers that became a client's host, Placed
+	// the new sessions placed on a host that had room, with no worker
+	// start.
+	Hosts      int
+	HostStarts int64
+	Placed     int64
+	// HostRefusals counts new sessions refused for want of a host
+	// (Limits.MaxHosts).
+	HostRefusals int64
 	// Checkpoints taken, those that failed or were refused, and sessions
 	// continued from one after their worker was lost (durable.go).
 	Checkpoints, CheckpointFailures, Restores int64
@@ -248,6 +272,8 @@ type Manager struct {
 	// replaced when one ends its start, ready or not.
 	sparesStarting int
 	spareDone      chan struct{}
+	hosts          map[string][]*host // shared workers, by client (shared.go)
+	hostsPending   int                // new sessions starting a host
 }
 
 // session is one open session. Its fields are guarded by Manager.mu.
@@ -309,6 +335,19 @@ func New(o Options) *Manager {
 		m.wg.Add(1)
 		go m.renewLeases(l, m.leaseStop)
 	}
+	if o.PerHost > 0 {
+		// A client's first session takes a spare: keep one from the start.
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			if o.SpareAfter != nil {
+				o.SpareAfter(m.closing)
+			}
+			m.mu.Lock()
+			m.refillLocked()
+			m.mu.Unlock()
+		}()
+	}
 	return m
 }
 
@@ -342,6 +381,7 @@ func (m *Manager) Stats() Stats {
 	s.Ends = maps.Clone(m.counts.Ends)
 	s.Limits = m.limits
 	s.Spares, s.SparesStarting = len(m.spares), m.sparesStarting
+	s.Hosts = m.hostCountLocked()
 	return s
 }
 
@@ -410,23 +450,48 @@ func (m *Manager) start(ctx context.Context, client string, with func(context.Co
 	m.starting[client]++
 	m.running++ // Close waits for the start, then for the call
 	began := time.Now()
-	var spare Worker
-	var waitErr error
+	var w Worker
 	if with == nil {
-		spare, waitErr = m.awaitSpareLocked(ctx)
+		// A shared host of the client's with room: no worker starts.
+		w = m.placeLocked(client)
+		if w == nil && m.opts.PerHost > 0 {
+			if err := m.roomForHostLocked(client); err != nil {
+				m.starting[client]--
+				if m.starting[client] == 0 {
+					delete(m.starting, client)
+				}
+				m.doneLocked()
+				m.mu.Unlock()
+				return nil, err
+			}
+			m.hostsPending++
+		}
 	}
-	m.mu.Unlock()
-
-	w, err := spare, waitErr
-	if with != nil {
-		w, err = with(ctx)
-	} else if w == nil && err == nil {
-		// A worker that dies while its session is idle ends the session at
-		// once (the expiry loop looks), rather than at the next call.
-		w, err = m.opts.Start(ctx, m.kick)
+	var err error
+	var spare Worker
+	if w == nil {
+		if with == nil {
+			spare, err = m.awaitSpareLocked(ctx)
+		}
+		m.mu.Unlock()
+		w = spare
+		if with != nil {
+			// A session continued from a checkpoint has a worker of its own
+			// (durable.go), started from it.
+			w, err = with(ctx)
+		} else if w == nil && err == nil {
+			// A worker that dies while its session is idle ends the session at
+			// once (the expiry loop looks), rather than at the next call.
+			w, err = m.opts.Start(ctx, m.kick)
+		}
+		m.mu.Lock()
+		if with == nil && m.opts.PerHost > 0 {
+			m.hostsPending--
+			if err == nil && !m.closed {
+				w = m.hostLocked(client, w)
+			}
+		}
 	}
-
-	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.starting[client]--; m.starting[client] == 0 {
 		delete(m.starting, client)

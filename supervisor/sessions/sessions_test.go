@@ -32,6 +32,13 @@ func testLogger(t *testing.T) hclog.Logger { return testlog.New(t) }
 // manager is a Manager on a one-worker pool, closed with the test.
 func manager(t *testing.T, limits sessions.Limits) (*sessions.Manager, *supervisor.Pool) {
 	t.Helper()
+	return managerOn(t, limits, 0)
+}
+
+// managerOn is manager with Options.PerHost perHost: 0 gives each session
+// a worker of its own.
+func managerOn(t *testing.T, limits sessions.Limits, perHost int) (*sessions.Manager, *supervisor.Pool) {
+	t.Helper()
 	testtier.Runtime(t)
 	runtimeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -54,6 +61,7 @@ func manager(t *testing.T, limits sessions.Limits) (*sessions.Manager, *supervis
 		Limits:    limits,
 		Anonymous: "anonymous",
 		Log:       log,
+		PerHost:   perHost,
 	})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

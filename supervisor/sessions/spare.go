@@ -85,6 +85,10 @@ func (m *Manager) refillLocked() {
 		open += n
 	}
 	want = min(want, m.limits.Max-open)
+	if m.opts.PerHost > 0 {
+		// A spare becomes a host: together they stay within MaxHosts.
+		want = min(want, m.limits.MaxHosts-m.hostCountLocked()-m.hostsPending)
+	}
 	for ; !m.closed && len(m.spares)+m.sparesStarting < want; m.sparesStarting++ {
 		m.wg.Add(1)
 		go m.startSpare()

@@ -96,7 +96,9 @@ class _Stream:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         call = _active
-        if call is not None and (_current.get() is call or _session.scope is not None):
+        if call is not None and (
+            _current.get() is call or (_session.scope is not None and _session.mine())
+        ):
             call.write(self.name, text)
         return len(text)
 
@@ -411,6 +413,7 @@ def run(cid, code, globals_json, max_output, rich_json=""):
     started = time.perf_counter()
     tasks_before = _all_tasks()
     token = _current.set(call)
+    _session.tag()
     _active = call
     sys.stdout = _stdout
     sys.stderr = _stderr
@@ -608,6 +611,11 @@ def _on_interrupt(signum, frame):
 
 class _Session:
     scope = None  # the session's globals; None: a stateless worker
+    # A worker of several sessions (pyrun_sessions.py) replaces these: mine
+    # says whether the code writing output belongs to the running call's
+    # session, tag marks the call's context with its session.
+    mine = staticmethod(lambda: True)
+    tag = staticmethod(lambda: None)
 
     def start(self):
         self.scope = {"__name__": "__main__", "__builtins__": builtins}

@@ -1,0 +1,95 @@
+// Session namespaces on a shared session worker (docs/sessions.md, Shared
+// session workers; docs/protocol.md, Sessions): several sessions of one
+// client on one worker, each with its own globals, files, modules, random
+// state, environment and current directory. A run names its namespace; the
+// worker switches to it first: the Python state through pyrun_sessions.py,
+// the files here, by renaming folders of Emscripten's in-memory file system
+// (a rename is O(1) however many files a session has).
+
+import { clearFolder, type FileGuard } from "./guards.ts";
+
+// deno-lint-ignore no-explicit-any
+type EmscriptenFS = Record<string, any>;
+
+/** pyodide-host/python/pyrun_sessions.py, as the host calls it. */
+interface PySessions {
+  save(ns: string): void;
+  load(ns: string): void;
+  drop(ns: string): void;
+}
+
+/** The folders a session keeps, by where a call sees them. */
+const FOLDERS: [string, string][] = [["/home/pyodide", "home"], ["/output", "output"], [
+  "/tmp",
+  "tmp",
+]];
+/** Where switched-out sessions' folders wait, out of the calls' reach (guards.ts). */
+const STORE = "/sessions";
+/** What a namespace name may be: the supervisor mints them ("s1", ...). */
+const NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+export interface Namespaces {
+  /**
+   * Makes ns the namespace of the next call, then forgets the namespaces
+   * in drop (their tasks are cancelled, their files removed). Throws on a
+   * bad name.
+   */
+  enter(ns: string, drop: string[]): void;
+}
+
+export function namespaces(FS: EmscriptenFS, guard: FileGuard, py: PySessions): Namespaces {
+  // "" is the worker's state before any namespace, which nothing keeps.
+  let current = "";
+  const exists = (p: string) => {
+    try {
+      FS.lstat(p);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  const store = (ns: string) => `${STORE}/${ns || "_"}`;
+  const remove = (dir: string) => {
+    if (!exists(dir)) return;
+    clearFolder(FS, dir);
+    FS.rmdir(dir);
+  };
+  const swap = (from: string, to: string) =>
+    guard.loadingNow(() => {
+      if (!exists(STORE)) FS.mkdir(STORE);
+      const out = store(from);
+      remove(out);
+      FS.mkdir(out);
+      for (const [seen, kept] of FOLDERS) {
+        if (exists(seen)) FS.rename(seen, `${out}/${kept}`);
+      }
+      if (from === "") remove(out); // nobody comes back to it
+      const back = store(to);
+      for (const [seen, kept] of FOLDERS) {
+        if (exists(`${back}/${kept}`)) FS.rename(`${back}/${kept}`, seen);
+        else if (seen !== "/output") FS.mkdir(seen); // /output/ is made by the first call that needs it
+      }
+      remove(back);
+    });
+  return {
+    enter(ns, drop) {
+      for (const name of [ns, ...drop]) {
+        if (!NAME.test(name)) throw new Error(`bad namespace name ${JSON.stringify(name)}`);
+      }
+      if (ns !== current) {
+        // Out of the folders before they move; pyrun_sessions goes back to
+        // the session's own directory in load.
+        py.save(current);
+        FS.chdir("/");
+        swap(current, ns);
+        py.load(ns);
+        current = ns;
+      }
+      for (const d of drop) {
+        if (d === current) continue; // a live session's, or a repeat
+        py.drop(d);
+        guard.loadingNow(() => remove(store(d)));
+      }
+    },
+  };
+}

@@ -1,0 +1,242 @@
+package sessions
+
+// Shared session workers (--session-worker shared, docs/sessions.md): the
+// sessions of one client live as namespaces on session workers ("hosts")
+// of that client's only, each holding up to Options.PerHost sessions. A
+// "new" session on a client's host with room starts no process: it costs
+// about a warm call. A client's first session takes a spare worker (started
+// ahead, spare.go) or starts one, which becomes that client's host for
+// good. Calls of different sessions on one host run one at a time (the
+// worker runs one call at a time); a host that is lost takes all its
+// sessions with it, each saying so in its next result. A host left without
+// sessions stays its client's for Limits.Idle (the next "new" is then
+// cheap), at most one per client.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// DefaultPerHost is how many sessions one shared worker holds at most.
+const DefaultPerHost = 32
+
+// host is a session worker of one client, shared by its sessions.
+type host struct {
+	owner string
+	w     Worker
+	// Guarded by Manager.mu:
+	open       int       // sessions on it
+	emptySince time.Time // when open fell to 0
+	seq        int       // namespaces minted on it
+	closed     bool
+
+	mu    sync.Mutex
+	drops []string // namespaces of ended sessions, sent with the next call
+	gone  string   // why it can take no more calls, once known
+}
+
+// tryLost is what a Worker may also say: why it is lost, without waiting
+// for a running call (supervisor.Dedicated does).
+type tryLost interface{ TryLost() string }
+
+// lost says why h can take no more calls, without waiting for a call of
+// another session; "" while it can, or while that is not known yet.
+func (h *host) lost() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.gone != "" {
+		return h.gone
+	}
+	why := ""
+	if t, ok := h.w.(tryLost); ok {
+		why = t.TryLost()
+	} else {
+		why = h.w.Lost()
+	}
+	h.gone = why
+	return why
+}
+
+// nsWorker is a session's Worker on a shared host: its namespace there.
+type nsWorker struct {
+	m    *Manager
+	h    *host
+	ns   string
+	once sync.Once
+}
+
+// Run runs job in the session's namespace, after the host's worker has
+// dropped the namespaces of sessions that ended.
+func (n *nsWorker) Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
+	n.h.mu.Lock()
+	drops := n.h.drops
+	n.h.drops = nil
+	n.h.mu.Unlock()
+	job.Namespace, job.Drop = n.ns, drops
+	res, err := n.h.w.Run(ctx, job, ev)
+	if res.Status == "" && !errors.Is(err, supervisor.ErrWorkerLost) {
+		// Not sent: the drops go with the next call.
+		n.h.mu.Lock()
+		n.h.drops = append(drops, n.h.drops...)
+		n.h.mu.Unlock()
+	}
+	return res, err
+}
+
+func (n *nsWorker) Lost() string { return n.h.lost() }
+
+// Close ends the session's namespace: the host forgets it with its next
+// call, and is closed once it has no session and is lost, or has waited
+// empty too long (expireHostsLocked).
+func (n *nsWorker) Close() {
+	n.once.Do(func() {
+		n.m.mu.Lock()
+		h := n.h
+		h.open--
+		var closeNow bool
+		if h.open == 0 {
+			h.emptySince = time.Now()
+			closeNow = n.m.closed || h.lost() != "" || n.m.otherEmptyHostLocked(h)
+		}
+		if closeNow {
+			n.m.dropHostLocked(h)
+		}
+		n.m.mu.Unlock()
+		if closeNow {
+			h.w.Close()
+			return
+		}
+		h.mu.Lock()
+		h.drops = append(h.drops, n.ns)
+		h.mu.Unlock()
+		n.m.kick() // the expiry loop closes an empty host in time
+	})
+}
+
+// Kill stops the host at once: all its sessions are lost.
+func (n *nsWorker) Kill(why string) { n.h.w.Kill(why) }
+
+// placeLocked attaches a new session of client to one of the client's
+// hosts with room, the one with the fewest sessions; nil when none has
+// room. m.mu is held.
+func (m *Manager) placeLocked(client string) Worker {
+	if m.opts.PerHost <= 0 {
+		return nil
+	}
+	var best *host
+	for _, h := range m.hosts[client] {
+		if h.closed || h.open >= m.opts.PerHost || h.lost() != "" {
+			continue
+		}
+		if c, ok := h.w.(current); ok && !c.Current() {
+			continue
+		}
+		if best == nil || h.open < best.open {
+			best = h
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	m.counts.Placed++
+	return m.attachLocked(best)
+}
+
+// hostLocked makes w, a worker just started or taken from the spares, a
+// host of client's, and attaches a new session to it. m.mu is held.
+func (m *Manager) hostLocked(client string, w Worker) Worker {
+	h := &host{owner: client, w: w}
+	if m.hosts == nil {
+		m.hosts = map[string][]*host{}
+	}
+	m.hosts[client] = append(m.hosts[client], h)
+	m.counts.HostStarts++
+	return m.attachLocked(h)
+}
+
+func (m *Manager) attachLocked(h *host) Worker {
+	h.open++
+	h.seq++
+	return &nsWorker{m: m, h: h, ns: fmt.Sprintf("s%d", h.seq)}
+}
+
+// otherEmptyHostLocked says whether h's client has another host without
+// sessions: one is enough to keep. m.mu is held.
+func (m *Manager) otherEmptyHostLocked(h *host) bool {
+	for _, o := range m.hosts[h.owner] {
+		if o != h && !o.closed && o.open == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// dropHostLocked forgets h; its caller closes its worker. m.mu is held.
+func (m *Manager) dropHostLocked(h *host) {
+	h.closed = true
+	list := slices.DeleteFunc(m.hosts[h.owner], func(o *host) bool { return o == h })
+	if len(list) == 0 {
+		delete(m.hosts, h.owner)
+	} else {
+		m.hosts[h.owner] = list
+	}
+}
+
+// expireHostsLocked closes hosts that have had no session for
+// Limits.Idle, or that are lost without sessions, and says when the next
+// empty one will have waited too long (negative: none waits). m.mu is held.
+func (m *Manager) expireHostsLocked(now time.Time) time.Duration {
+	next := time.Duration(-1)
+	for _, list := range m.hosts {
+		for _, h := range slices.Clone(list) {
+			if h.open > 0 {
+				continue
+			}
+			at := h.emptySince.Add(m.limits.Idle)
+			if m.closed || !now.Before(at) || h.lost() != "" {
+				m.dropHostLocked(h)
+				m.closeWorker(h.w)
+				continue
+			}
+			if d := at.Sub(now); next < 0 || d < next {
+				next = d
+			}
+		}
+	}
+	return next
+}
+
+// roomForHostLocked makes room for one more host, for a new session of
+// client's: it closes another client's empty host when the hosts are at
+// Limits.MaxHosts, or says why there is no room. m.mu is held.
+func (m *Manager) roomForHostLocked(client string) error {
+	if m.hostCountLocked()+m.hostsPending < m.limits.MaxHosts {
+		return nil
+	}
+	for _, list := range m.hosts {
+		for _, h := range list {
+			if h.open == 0 && h.owner != client {
+				m.dropHostLocked(h)
+				m.closeWorker(h.w)
+				return nil
+			}
+		}
+	}
+	m.counts.HostRefusals++
+	return m.errorf(ErrTooMany, ": %d session workers hold the sessions of other clients, the most pyrun allows (max_session_workers); try again once one has ended its sessions", m.hostCountLocked())
+}
+
+// hostCountLocked is the number of hosts open. m.mu is held.
+func (m *Manager) hostCountLocked() int {
+	n := 0
+	for _, list := range m.hosts {
+		n += len(list)
+	}
+	return n
+}
