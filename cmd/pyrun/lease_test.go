@@ -142,3 +142,20 @@ func TestSessionOfADeadInstanceContinues(t *testing.T) {
 		t.Fatalf("the session of a dead instance: %s %s, want 5\n%s", r.sc.Status, valueOf(r), r.text)
 	}
 }
+
+// A session on a shared worker (the default) has no checkpoints, so it
+// takes no lease and does not move: a call for it on another instance
+// that shares the store is told at once which instance serves it.
+func TestSharedWorkerSessionStaysPut(t *testing.T) {
+	url, _ := startRedis(t)
+	args := []string{"--workers", "1", "--session-store", url}
+	a := newServer(t, append(args, "--instance-id", "box-a")...)
+	b := newServer(t, append(args, "--instance-id", "box-b")...)
+	id := a.inSession(t, "new", "x = 1").sc.SessionID
+	began := time.Now()
+	b.sessionToolError(t, map[string]any{"python_code": "x", "session_id": id}, `instance "box-a"`)
+	if took := time.Since(began); took > 10*time.Second {
+		t.Errorf("the refusal took %s: it waited for a hand-over that cannot come", took)
+	}
+	wantValue(t, a.inSession(t, id, "x"), "1")
+}
