@@ -39,8 +39,12 @@ type Meta struct {
 	Started   time.Time `json:"started"`   // when the session started
 	LastUsed  time.Time `json:"last_used"` // its last call's end
 	Clock     float64   `json:"clock"`
-	Mem       int64     `json:"mem"`
-	FS        int64     `json:"fs"`
+	// Namespace: a checkpoint of a shared session worker taken for the
+	// session of that namespace, the only one a restore keeps; "": the
+	// worker is the session's own.
+	Namespace string `json:"namespace,omitempty"`
+	Mem       int64  `json:"mem"`
+	FS        int64  `json:"fs"`
 	// Base is the SHA-256 of the snapshot the heap is a difference from;
 	// "": none (the heap as it is).
 	Base    string `json:"base"`

@@ -89,7 +89,10 @@ func (k *Keeper) baseOf(sha, path string) []byte {
 	return b
 }
 
-// checkpointer is a worker that takes checkpoints (*supervisor.Dedicated).
+// checkpointer is a worker that takes checkpoints: a session's own
+// (*supervisor.Dedicated), or a session's namespace on a shared session
+// worker, whose checkpoint is the whole worker's marked with the namespace
+// (sessions.nsWorker).
 type checkpointer interface {
 	Checkpoint(ctx context.Context) (*supervisor.Image, error)
 }
@@ -109,7 +112,7 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, s sessions.Saved) 
 	took := time.Since(began)
 	base, sha := k.baseNow(ctx)
 	meta := Meta{Session: s.ID, Owner: s.Owner, AfterCall: s.AfterCall, Taken: time.Now().UTC(),
-		Started: s.Started, LastUsed: s.LastUsed, Clock: img.Clock}
+		Started: s.Started, LastUsed: s.LastUsed, Clock: img.Clock, Namespace: img.Namespace}
 	rec, err := Encode(meta, img.Mem, img.Files, base, sha)
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
@@ -143,7 +146,7 @@ func (k *Keeper) Restore(ctx context.Context, id string, exited func()) (session
 
 func savedOf(m Meta) sessions.Saved {
 	return sessions.Saved{ID: m.Session, Owner: m.Owner, AfterCall: m.AfterCall, Started: m.Started,
-		LastUsed: m.LastUsed, Taken: m.Taken}
+		LastUsed: m.LastUsed, Taken: m.Taken, Namespace: m.Namespace}
 }
 
 // Load reads and checks session id's latest intact checkpoint.
@@ -174,7 +177,7 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 			errs = append(errs, err)
 			continue
 		}
-		return m, &supervisor.Image{Mem: mem, Files: files, Clock: m.Clock}, nil
+		return m, &supervisor.Image{Mem: mem, Files: files, Clock: m.Clock, Namespace: m.Namespace}, nil
 	}
 	return Meta{}, nil, fmt.Errorf("no intact checkpoint of session %s: %w", id, errors.Join(errs...))
 }

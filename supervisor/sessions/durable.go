@@ -41,6 +41,10 @@ type Saved struct {
 	Started   time.Time // when the session started
 	LastUsed  time.Time
 	Taken     time.Time // when the checkpoint was taken
+	// Namespace: the checkpoint is of a shared session worker, taken for
+	// the session of this namespace there (shared.go); a worker started
+	// from it holds that session only. "": of a worker of its own.
+	Namespace string
 }
 
 // DefaultCheckpointDelay is how long after a session call's result its
@@ -157,7 +161,7 @@ func (m *Manager) restore(ctx context.Context, s *session) (Saved, error) {
 	}
 	m.mu.Lock()
 	old := s.w
-	s.w = w
+	s.w = m.adoptLocked(s.owner, w, saved.Namespace)
 	s.ckptCalls = saved.AfterCall
 	m.counts.Restores++
 	if old != nil {
@@ -190,10 +194,16 @@ func (m *Manager) fork(ctx context.Context, id string, job supervisor.Job) (Work
 	}
 	m.mu.Unlock()
 	var nw Worker
+	ns := "" // the namespace the copy holds, on a shared worker
 	if w != nil {
 		nw, err = m.opts.Checkpoints.Fork(ctx, w, m.kick)
+		if n, ok := w.(*nsWorker); ok {
+			ns = n.ns
+		}
 	} else {
-		nw, _, err = m.opts.Checkpoints.Restore(ctx, id, m.kick)
+		var saved Saved
+		nw, saved, err = m.opts.Checkpoints.Restore(ctx, id, m.kick)
+		ns = saved.Namespace
 	}
 	m.mu.Lock()
 	m.doneLocked()
@@ -205,6 +215,7 @@ func (m *Manager) fork(ctx context.Context, id string, job supervisor.Job) (Work
 	}
 	m.mu.Lock()
 	m.counts.Forks++
+	nw = m.adoptLocked(job.Client, nw, ns)
 	m.mu.Unlock()
 	return nw, nil
 }
