@@ -119,6 +119,30 @@ func Encode(meta Meta, mem, files, base []byte, baseSHA string) ([]byte, error) 
 	return append(out, sum[:]...), nil
 }
 
+// Reheader is rec, a record Encode made, with meta's header instead (its
+// sizes and base kept): the same state kept as another session's record,
+// without compressing it again (a shared session worker's checkpoint,
+// docs/sessions.md).
+func Reheader(rec []byte, meta Meta) ([]byte, error) {
+	old, err := ReadMeta(rec)
+	if err != nil {
+		return nil, err
+	}
+	meta.Mem, meta.FS, meta.HeapOff, meta.Base = old.Mem, old.FS, old.HeapOff, old.Base
+	hdr, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	n := int(binary.LittleEndian.Uint32(rec[len(magic):]))
+	payload := rec[len(magic)+4+n : len(rec)-sha256.Size]
+	out := make([]byte, 0, len(magic)+4+len(hdr)+len(payload)+sha256.Size)
+	out = append(out, magic...)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(hdr)))
+	out = append(append(out, hdr...), payload...)
+	sum := sha256.Sum256(out)
+	return append(out, sum[:]...), nil
+}
+
 // ReadMeta checks a record's checksum and returns its header.
 func ReadMeta(rec []byte) (Meta, error) {
 	var m Meta
