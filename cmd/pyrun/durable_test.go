@@ -269,3 +269,30 @@ func TestSharedSessionsRestoreEachFromItsOwnCheckpoint(t *testing.T) {
 	wantValue(t, s.inSession(t, a, "x += 1\nx"), "4")
 	wantValue(t, s.inSession(t, "new", "'x' in globals() or 'y' in globals()"), "false")
 }
+
+// On a shared session worker --max-checkpoint bounds the worker's whole
+// state: a session that grows it past the bound is not durable (the log
+// says so, and its result when the worker is lost), while the record
+// another session already has stays usable.
+func TestSharedSessionPastMaxCheckpointIsNotDurable(t *testing.T) {
+	store := t.TempDir()
+	s := newServer(t, "--workers", "1", "--session-store", "dir:"+store, "--checkpoint-delay", "100ms", "--max-checkpoint", "32MiB")
+	a := s.inSession(t, "new", "x = 1").sc.SessionID
+	waitFor(t, "a's checkpoint", 60*time.Second, func() bool { return len(checkpointFiles(t, store, a)) > 0 })
+	b := s.inSession(t, "new", "big = bytearray(b'z' * (16 << 20))\nlen(big)").sc.SessionID
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	if err := s.log.waitFor(ctx, "b's refused checkpoint", func(c map[string]int) bool {
+		return c["python session is not durable"] >= 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := s.inSession(t, b, "import js\njs.Deno.exit(3)")
+	if r.sc.Checkpoint != nil || r.sc.Error == nil || !strings.Contains(*r.sc.Error, "was lost") || !strings.Contains(*r.sc.Error, "--max-checkpoint") {
+		t.Fatalf("the lost call of a session past --max-checkpoint: %+v\n%s", r.sc.Checkpoint, r.text)
+	}
+	r = s.inSession(t, a, "x")
+	if r.sc.Status != "success" || string(r.sc.ReturnValue) != "1" || r.sc.Checkpoint == nil {
+		t.Fatalf("a, whose record was kept before the worker grew: %s %s %+v\n%s", r.sc.Status, r.sc.ReturnValue, r.sc.Checkpoint, r.text)
+	}
+}
