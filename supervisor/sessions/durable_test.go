@@ -29,8 +29,9 @@ func (k *takes) Take(ctx context.Context, w sessions.Worker, saved []sessions.Sa
 }
 
 // durableOn is a Manager of shared session workers (8 sessions each) on
-// pool, keeping checkpoints in the dir: store at dir.
-func durableOn(t *testing.T, pool *supervisor.Pool, dir string) (*sessions.Manager, *takes) {
+// pool, keeping checkpoints in the dir: store at dir, taken delay after a
+// call.
+func durableOn(t *testing.T, pool *supervisor.Pool, dir string, delay time.Duration) (*sessions.Manager, *takes) {
 	t.Helper()
 	store, err := checkpoint.OpenDir(dir)
 	if err != nil {
@@ -50,7 +51,7 @@ func durableOn(t *testing.T, pool *supervisor.Pool, dir string) (*sessions.Manag
 		Log:             testLogger(t),
 		PerHost:         8,
 		Checkpoints:     rec,
-		CheckpointDelay: time.Hour, // only the ones taken when it closes
+		CheckpointDelay: delay,
 		Limits:          sessions.Limits{Spares: -1},
 	})
 	return m, rec
@@ -61,18 +62,9 @@ func durableOn(t *testing.T, pool *supervisor.Pool, dir string) (*sessions.Manag
 // Manager started again on the store continues each from its own record,
 // with its own namespace only.
 func TestSharedSessionsShareOneCheckpointAndRestoreApart(t *testing.T) {
-	needRuntime(t)
-	pool, err := supervisor.NewPool(runtime, supervisor.Config{Workers: 1, Checkpoints: true}, testLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = pool.Close(ctx)
-	})
+	pool := checkpointingPool(t)
 	dir := t.TempDir()
-	m, rec := durableOn(t, pool, dir)
+	m, rec := durableOn(t, pool, dir, time.Hour) // only the ones taken when it closes
 	a := callAs(t, m, "anonymous", sessions.NewSession, "x = 'a'\nopen('a.txt', 'w').write('A')").SessionID
 	b := callAs(t, m, "anonymous", sessions.NewSession, "y = 'b'\nopen('b.txt', 'w').write('B')").SessionID
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -84,7 +76,7 @@ func TestSharedSessionsShareOneCheckpointAndRestoreApart(t *testing.T) {
 		t.Errorf("checkpoints taken at close, by sessions kept for: %v; want one, for both sessions", rec.got)
 	}
 
-	again, _ := durableOn(t, pool, dir)
+	again, _ := durableOn(t, pool, dir, time.Hour)
 	t.Cleanup(func() { _ = again.Close(context.Background()) })
 	peek := "import os\n[%s, open('%s.txt').read(), '%s' in globals(), os.path.exists('%s.txt'), os.listdir('/sessions')]"
 	for _, tc := range []struct{ id, code, want string }{
@@ -94,5 +86,53 @@ func TestSharedSessionsShareOneCheckpointAndRestoreApart(t *testing.T) {
 		if got := compact(callAs(t, again, "anonymous", tc.id, tc.code).Value); got != tc.want {
 			t.Errorf("session %s continued: %s, want %s", tc.id, got, tc.want)
 		}
+	}
+}
+
+// checkpointingPool is a one-worker pool whose session workers take
+// checkpoints, closed with the test.
+func checkpointingPool(t *testing.T) *supervisor.Pool {
+	t.Helper()
+	needRuntime(t)
+	pool, err := supervisor.NewPool(runtime, supervisor.Config{Workers: 1, Checkpoints: true}, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = pool.Close(ctx)
+	})
+	return pool
+}
+
+// A shared worker that is lost is no longer counted (Stats.Hosts, and
+// against Limits.MaxHosts) while sessions with checkpoints wait on it to be
+// restored: the session whose call lost it is on a restored worker, the
+// other not yet.
+func TestLostHostIsNotCountedWhileItsSessionsWait(t *testing.T) {
+	m, _ := durableOn(t, checkpointingPool(t), t.TempDir(), 50*time.Millisecond)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	a := callAs(t, m, "anonymous", sessions.NewSession, "x = 1").SessionID
+	b := callAs(t, m, "anonymous", sessions.NewSession, "y = 2").SessionID
+	deadline := time.Now().Add(time.Minute)
+	for m.Stats().Checkpoints < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoints of both sessions within a minute: %+v", m.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res, err := m.Run(t.Context(), sessions.Call{Session: a, Job: supervisor.Job{ID: "exit", Code: "import js\njs.Deno.exit(3)", Client: "anonymous"}}, nil)
+	if err != nil || res.Checkpoint == nil {
+		t.Fatalf("the call that lost the worker: %v, checkpoint %+v", err, res.Checkpoint)
+	}
+	if st := m.Stats(); st.Hosts != 1 {
+		t.Errorf("%d session workers counted after one was lost and one restored, want 1", st.Hosts)
+	}
+	if got := compact(callAs(t, m, "anonymous", b, "y").Value); got != "2" {
+		t.Errorf("b after the lost worker: %s, want 2", got)
+	}
+	if st := m.Stats(); st.Hosts != 2 {
+		t.Errorf("%d session workers counted once both were restored, want 2", st.Hosts)
 	}
 }

@@ -284,11 +284,18 @@ func (m *Manager) roomForHostLocked(client string) error {
 	return m.errorf(ErrTooMany, ": %d session workers hold the sessions of other clients, the most pyrun allows (max_session_workers); try again once one has ended its sessions", m.hostCountLocked())
 }
 
-// hostCountLocked is the number of hosts open. m.mu is held.
+// hostCountLocked is the number of hosts open. A lost host is not: its
+// process is gone, and sessions stay on it only until they are restored
+// from their checkpoints (durable.go) onto hosts of their own. m.mu is
+// held.
 func (m *Manager) hostCountLocked() int {
 	n := 0
 	for _, list := range m.hosts {
-		n += len(list)
+		for _, h := range list {
+			if h.lost() == "" {
+				n++
+			}
+		}
 	}
 	return n
 }
