@@ -16,6 +16,8 @@ interface PySessions {
   save(ns: string): void;
   load(ns: string): void;
   drop(ns: string): void;
+  /** JSON: {"current": the namespace switched in ("" for none), "others": those switched out}. */
+  names(): string;
 }
 
 /** The folders a session keeps, by where a call sees them. */
@@ -35,6 +37,14 @@ export interface Namespaces {
    * bad name.
    */
   enter(ns: string, drop: string[]): void;
+  /**
+   * After a restore from a checkpoint (checkpoint.ts): takes up the
+   * namespaces it holds, which Python's heap and the files under /sessions
+   * keep (this registry is not in a memory snapshot); with keep, the
+   * worker then keeps that namespace only, switched in, and drops the
+   * others (docs/sessions.md, Durable sessions).
+   */
+  resume(keep: string): void;
 }
 
 export function namespaces(FS: EmscriptenFS, guard: FileGuard, py: PySessions): Namespaces {
@@ -71,7 +81,12 @@ export function namespaces(FS: EmscriptenFS, guard: FileGuard, py: PySessions): 
       }
       remove(back);
     });
-  return {
+  const spaces: Namespaces = {
+    resume(keep) {
+      const held = JSON.parse(py.names()) as { current: string; others: string[] };
+      current = held.current;
+      if (keep) spaces.enter(keep, [current, ...held.others].filter((n) => n && n !== keep));
+    },
     enter(ns, drop) {
       for (const name of [ns, ...drop]) {
         if (!NAME.test(name)) throw new Error(`bad namespace name ${JSON.stringify(name)}`);
@@ -92,4 +107,5 @@ export function namespaces(FS: EmscriptenFS, guard: FileGuard, py: PySessions): 
       }
     },
   };
+  return spaces;
 }

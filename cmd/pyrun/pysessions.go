@@ -35,7 +35,7 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	o.maxCheckpoint = supervisor.DefaultMaxCheckpoint
 	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
 	fs.DurationVar(&o.checkpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken once it has had no call for this long after a result, off its calls' path")
-	fs.Var(&o.maxCheckpoint, "max-checkpoint", "largest checkpoint of a Python session (its memory and files, before compression); a larger session is not checkpointed, and says so in the log (bytes or 256MiB)")
+	fs.Var(&o.maxCheckpoint, "max-checkpoint", "largest checkpoint of a Python session's worker (its memory and files, before compression; on a shared session worker, all its sessions together); a larger one is not taken, and the log says so (bytes or 256MiB)")
 	fs.StringVar(&o.instanceID, "instance-id", "", "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name so reduced)")
 }
 

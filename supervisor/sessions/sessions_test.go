@@ -29,15 +29,8 @@ var (
 
 func testLogger(t *testing.T) hclog.Logger { return testlog.New(t) }
 
-// manager is a Manager on a one-worker pool, closed with the test.
-func manager(t *testing.T, limits sessions.Limits) (*sessions.Manager, *supervisor.Pool) {
-	t.Helper()
-	return managerOn(t, limits, 0)
-}
-
-// managerOn is manager with Options.PerHost perHost: 0 gives each session
-// a worker of its own.
-func managerOn(t *testing.T, limits sessions.Limits, perHost int) (*sessions.Manager, *supervisor.Pool) {
+// needRuntime provisions the worker runtime once (runtime).
+func needRuntime(t *testing.T) {
 	t.Helper()
 	testtier.Runtime(t)
 	runtimeOnce.Do(func() {
@@ -48,6 +41,19 @@ func managerOn(t *testing.T, limits sessions.Limits, perHost int) (*sessions.Man
 	if runtimeErr != nil {
 		t.Fatalf("provision runtime: %v", runtimeErr)
 	}
+}
+
+// manager is a Manager on a one-worker pool, closed with the test.
+func manager(t *testing.T, limits sessions.Limits) (*sessions.Manager, *supervisor.Pool) {
+	t.Helper()
+	return managerOn(t, limits, 0)
+}
+
+// managerOn is manager with Options.PerHost perHost: 0 gives each session
+// a worker of its own.
+func managerOn(t *testing.T, limits sessions.Limits, perHost int) (*sessions.Manager, *supervisor.Pool) {
+	t.Helper()
+	needRuntime(t)
 	log := testLogger(t)
 	pool, err := supervisor.NewPool(runtime, supervisor.Config{Workers: 1, InterruptGrace: 300 * time.Millisecond}, log)
 	if err != nil {
