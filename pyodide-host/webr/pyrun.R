@@ -807,7 +807,9 @@ local({
   env_now <- globalenv() # where run() evaluates
 
   # Makes ns the namespace of the next call, then forgets those of drop.
-  enter <- function(ns, drop = character()) {
+  # An interrupt still pending from the call before waits until the switch
+  # is whole (main.ts then evaluates enter() again, which finds it done).
+  enter <- function(ns, drop = character()) suspendInterrupts({
     g <- globalenv()
     if (!identical(ns, current_ns)) {
       if (nzchar(current_ns)) {
@@ -845,7 +847,7 @@ local({
       js(sprintf("Module.pyrunFolders.drop(%s); 0", deparse(d)))
     }
     character()
-  }
+  })
 
   # After a session's call: what it bound in the global environment itself
   # (assign(envir = globalenv()), <<- at top level, source()) moves into
