@@ -28,8 +28,8 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.sessionMaxAge, "session-max-age", sessions.DefaultMaxAge, "a Python session ends this long after it started")
 	fs.IntVar(&o.maxSessions, "max-sessions", defaultMaxSessions, "sessions open at once, per language")
 	fs.IntVar(&o.clientMaxSessions, "client-max-sessions", defaultClientMaxSessions, "serve, with access control: sessions one client may have open, per language")
-	fs.StringVar(&o.sessionWorker, "session-worker", sessionShared, "where Python and JavaScript sessions live: \"shared\" (namespaces on session workers of their client's, --sessions-per-worker each) or \"own\" (a worker per session); R sessions always have their own")
-	fs.IntVar(&o.sessionsPerWorker, "sessions-per-worker", sessions.DefaultPerHost, "with --session-worker shared: Python or JavaScript sessions one session worker holds at most")
+	fs.StringVar(&o.sessionWorker, "session-worker", sessionShared, "where sessions live: \"shared\" (namespaces on session workers of their client's, --sessions-per-worker each) or \"own\" (a worker per session)")
+	fs.IntVar(&o.sessionsPerWorker, "sessions-per-worker", sessions.DefaultPerHost, "with --session-worker shared: sessions one session worker holds at most")
 	fs.IntVar(&o.maxSessionWorkers, "max-session-workers", sessions.DefaultMaxHosts, "worker processes for sessions at once, per language, spares included (with own session workers, also the most sessions)")
 	fs.IntVar(&o.sessionSpares, "session-spares", sessions.DefaultSpares, "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
 	o.maxCheckpoint = supervisor.DefaultMaxCheckpoint
@@ -96,10 +96,9 @@ const (
 )
 
 // sharedSessions says whether l's sessions are namespaces on shared
-// workers: Python's and JavaScript's, with --session-worker shared. R
-// sessions have a worker each (docs/sessions.md).
+// workers: every language's, with --session-worker shared (docs/sessions.md).
 func (o *options) sharedSessions(l lang.Language) bool {
-	return (l.ID == lang.Python.ID || l.ID == lang.JavaScript.ID) && o.sessionWorker != sessionOwn
+	return o.sessionWorker != sessionOwn
 }
 
 // sessionWorkers is the most worker processes the sessions of one language

@@ -32,6 +32,12 @@ func testLogger(t *testing.T) hclog.Logger { return testlog.New(t) }
 // needRuntime provisions the worker runtime once (runtime).
 func needRuntime(t *testing.T) {
 	t.Helper()
+	return engineManagerOn(t, supervisor.Python, limits, perHost)
+}
+
+// engineManagerOn is managerOn with sessions of engine e.
+func engineManagerOn(t *testing.T, e supervisor.Engine, limits sessions.Limits, perHost int) (*sessions.Manager, *supervisor.Pool) {
+	t.Helper()
 	testtier.Runtime(t)
 	runtimeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -55,7 +61,9 @@ func managerOn(t *testing.T, limits sessions.Limits, perHost int) (*sessions.Man
 	t.Helper()
 	needRuntime(t)
 	log := testLogger(t)
-	pool, err := supervisor.NewPool(runtime, supervisor.Config{Workers: 1, InterruptGrace: 300 * time.Millisecond}, log)
+	// webR starts in seconds on a quiet machine, past a minute on a loaded one.
+	pool, err := supervisor.NewEnginePool(runtime, e, supervisor.Config{Workers: 1, InterruptGrace: 300 * time.Millisecond,
+		StartTimeout: 4 * time.Minute}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
