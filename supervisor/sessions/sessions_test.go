@@ -32,12 +32,6 @@ func testLogger(t *testing.T) hclog.Logger { return testlog.New(t) }
 // needRuntime provisions the worker runtime once (runtime).
 func needRuntime(t *testing.T) {
 	t.Helper()
-	return engineManagerOn(t, supervisor.Python, limits, perHost)
-}
-
-// engineManagerOn is managerOn with sessions of engine e.
-func engineManagerOn(t *testing.T, e supervisor.Engine, limits sessions.Limits, perHost int) (*sessions.Manager, *supervisor.Pool) {
-	t.Helper()
 	testtier.Runtime(t)
 	runtimeOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -58,6 +52,12 @@ func manager(t *testing.T, limits sessions.Limits) (*sessions.Manager, *supervis
 // managerOn is manager with Options.PerHost perHost: 0 gives each session
 // a worker of its own.
 func managerOn(t *testing.T, limits sessions.Limits, perHost int) (*sessions.Manager, *supervisor.Pool) {
+	t.Helper()
+	return engineManagerOn(t, supervisor.Python, limits, perHost)
+}
+
+// engineManagerOn is managerOn with sessions of engine e.
+func engineManagerOn(t *testing.T, e supervisor.Engine, limits sessions.Limits, perHost int) (*sessions.Manager, *supervisor.Pool) {
 	t.Helper()
 	needRuntime(t)
 	log := testLogger(t)
