@@ -232,8 +232,14 @@ function packFiles(FS: any, roots: string[], skip: string[]): Uint8Array {
   const streams: Stream[] = [];
   for (const s of FS.streams) {
     if (!s || s.fd < 3 || !s.path) continue;
-    if (!roots.some((r) => s.path === r || s.path.startsWith(r + "/"))) continue;
-    streams.push({ fd: s.fd, path: s.path, flags: s.flags, pos: s.position });
+    // Where the file is now: a stream's path is where it was opened, and a
+    // session switched out has its folders renamed (sessions.ts).
+    let path: string = s.path;
+    try {
+      if (s.node) path = FS.getPath(s.node);
+    } catch { /* keep the path it was opened at */ }
+    if (!roots.some((r) => path === r || path.startsWith(r + "/"))) continue;
+    streams.push({ fd: s.fd, path, flags: s.flags, pos: s.position });
   }
   const header = new TextEncoder().encode(
     JSON.stringify({ entries, cwd: FS.cwd(), roots, streams }),
@@ -292,7 +298,15 @@ export function restoreFiles(FS: any, blob: Uint8Array): void {
   const O_CREAT = 0o100, O_TRUNC = 0o1000, O_EXCL = 0o200;
   for (const s of streams as Stream[]) {
     if (FS.streams[s.fd]) FS.close(FS.streams[s.fd]);
-    const st = FS.open(s.path, s.flags & ~(O_CREAT | O_TRUNC | O_EXCL));
+    let st;
+    try {
+      st = FS.open(s.path, s.flags & ~(O_CREAT | O_TRUNC | O_EXCL));
+    } catch (e) {
+      // A file unlinked while open has no path to reopen: its descriptor
+      // is gone (EBADF on use), the rest of the state restores.
+      console.error(`pyrun worker: descriptor ${s.fd} (${s.path}) not restored: ${e}`);
+      continue;
+    }
     if (st.fd !== s.fd) {
       FS.dupStream(st, s.fd);
       FS.close(st);

@@ -30,7 +30,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the events sections of testdata/*.txtar from the real worker")
 
 // hostSources are the TypeScript files of the worker program.
-var hostSources = []string{"main.ts", "worker.ts", "checkpoint.ts", "lines.ts", "protocol.ts", "serve.ts", "events.ts", "guards.ts", "mounts.ts", "toolcalls.ts", "warm.ts",
+var hostSources = []string{"main.ts", "worker.ts", "checkpoint.ts", "lines.ts", "protocol.ts", "serve.ts", "events.ts", "guards.ts", "mounts.ts", "toolcalls.ts", "warm.ts", "sessions.ts",
 	"js/main.ts", "js/runner.ts", "js/rewrite.ts", "js/protocol.ts"}
 
 // TestDenoTools keeps the worker program clean under Deno's own formatter,
@@ -238,6 +238,7 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 			filepath.Join(rt.Dir, "guards.ts"),
 			filepath.Join(rt.Dir, "toolcalls.ts"),
 			filepath.Join(rt.Dir, "warm.ts"),
+			filepath.Join(rt.Dir, "sessions.ts"),
 			filepath.Join(rt.Dir, "python"),
 			filepath.Join(rt.Dir, "node_modules", "pyodide"),
 		}, ","),

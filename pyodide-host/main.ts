@@ -25,6 +25,9 @@ export function parseConfig(args: string[]): HostConfig {
           mem: Number(raw.restore.mem),
           fs: Number(raw.restore.fs),
           clock: Number(raw.restore.clock ?? 0),
+          ...(typeof raw.restore.keep === "string" && raw.restore.keep
+            ? { keep: raw.restore.keep }
+            : {}),
         },
       }
       : {}),

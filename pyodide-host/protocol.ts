@@ -75,6 +75,12 @@ export interface Restore {
   mem: number;
   fs: number;
   clock: number;
+  /**
+   * A checkpoint of a shared session worker taken for one of its sessions:
+   * that session's namespace, the only one the restored worker keeps (the
+   * others are dropped before it is ready; sessions.ts).
+   */
+  keep?: string;
 }
 
 /** A host folder the code sees at path; writable only when rw. Every engine's. */

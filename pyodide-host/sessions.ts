@@ -16,6 +16,8 @@ interface PySessions {
   save(ns: string): void;
   load(ns: string): void;
   drop(ns: string): void;
+  /** JSON: {"current": the namespace switched in ("" for none), "others": those switched out}. */
+  names(): string;
 }
 
 /** The folders a session keeps, by where a call sees them. */
@@ -24,9 +26,16 @@ const FOLDERS: [string, string][] = [["/home/pyodide", "home"], ["/output", "out
   "tmp",
 ]];
 /** Where switched-out sessions' folders wait, out of the calls' reach (guards.ts). */
-const STORE = "/sessions";
+export const STORE = "/sessions";
 /** What a namespace name may be: the supervisor mints them ("s1", ...). */
 const NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** Checks a run's namespace and drops: names the supervisor minted. Throws on a bad one. */
+export function checkNamespaces(ns: string, drop: string[]): void {
+  for (const name of [ns, ...drop]) {
+    if (!NAME.test(name)) throw new Error(`bad namespace name ${JSON.stringify(name)}`);
+  }
+}
 
 export interface Namespaces {
   /**
@@ -35,11 +44,70 @@ export interface Namespaces {
    * bad name.
    */
   enter(ns: string, drop: string[]): void;
+  /**
+   * After a restore from a checkpoint (checkpoint.ts): takes up the
+   * namespaces it holds, which Python's heap and the files under /sessions
+   * keep (this registry is not in a memory snapshot); with keep, the
+   * worker then keeps that namespace only, switched in, and drops the
+   * others (docs/sessions.md, Durable sessions).
+   */
+  resume(keep: string): void;
 }
 
 export function namespaces(FS: EmscriptenFS, guard: FileGuard, py: PySessions): Namespaces {
   // "" is the worker's state before any namespace, which nothing keeps.
   let current = "";
+  const folders = sessionFolders(FS, (fn) => guard.loadingNow(fn), FOLDERS, STORE, clearFolder);
+  const spaces: Namespaces = {
+    resume(keep) {
+      const held = JSON.parse(py.names()) as { current: string; others: string[] };
+      current = held.current;
+      if (keep) spaces.enter(keep, [current, ...held.others].filter((n) => n && n !== keep));
+    },
+    enter(ns, drop) {
+      checkNamespaces(ns, drop);
+      if (ns !== current) {
+        // Out of the folders before they move; pyrun_sessions goes back to
+        // the session's own directory in load.
+        py.save(current);
+        FS.chdir("/");
+        folders.swap(current, ns);
+        py.load(ns);
+        current = ns;
+      }
+      for (const d of drop) {
+        if (d === current) continue; // a live session's, or a repeat
+        py.drop(d);
+        folders.drop(d);
+      }
+    },
+  };
+  return spaces;
+}
+
+/** A session's folders, as sessionFolders moves them. */
+export interface SessionFolders {
+  /** Puts from's folders away into the store and brings to's back ("": nobody's, not kept). */
+  swap(from: string, to: string): void;
+  /** Removes ns's folders from the store. */
+  drop(ns: string): void;
+}
+
+/**
+ * Moves sessions' folders between where calls see them and the store, by
+ * renaming (O(1) however many files a session has), with the file guard
+ * off (unguarded runs fn so), emptying with clear (guards.ts's
+ * clearFolder). Self-contained, as guards.ts's functions are: the R worker
+ * runs its source in R's thread (webr/thread.ts).
+ * folders: [where a call sees it, its name in a session's store folder].
+ */
+export function sessionFolders(
+  FS: EmscriptenFS,
+  unguarded: (fn: () => void) => void,
+  folders: [string, string][],
+  storeDir: string,
+  clear: (FS: EmscriptenFS, path: string) => void,
+): SessionFolders {
   const exists = (p: string) => {
     try {
       FS.lstat(p);
@@ -48,48 +116,33 @@ export function namespaces(FS: EmscriptenFS, guard: FileGuard, py: PySessions): 
       return false;
     }
   };
-  const store = (ns: string) => `${STORE}/${ns || "_"}`;
   const remove = (dir: string) => {
     if (!exists(dir)) return;
-    clearFolder(FS, dir);
+    clear(FS, dir);
     FS.rmdir(dir);
   };
-  const swap = (from: string, to: string) =>
-    guard.loadingNow(() => {
-      if (!exists(STORE)) FS.mkdir(STORE);
-      const out = store(from);
-      remove(out);
-      FS.mkdir(out);
-      for (const [seen, kept] of FOLDERS) {
-        if (exists(seen)) FS.rename(seen, `${out}/${kept}`);
-      }
-      if (from === "") remove(out); // nobody comes back to it
-      const back = store(to);
-      for (const [seen, kept] of FOLDERS) {
-        if (exists(`${back}/${kept}`)) FS.rename(`${back}/${kept}`, seen);
-        else if (seen !== "/output") FS.mkdir(seen); // /output/ is made by the first call that needs it
-      }
-      remove(back);
-    });
+  const store = (ns: string) => `${storeDir}/${ns || "_"}`;
   return {
-    enter(ns, drop) {
-      for (const name of [ns, ...drop]) {
-        if (!NAME.test(name)) throw new Error(`bad namespace name ${JSON.stringify(name)}`);
-      }
-      if (ns !== current) {
-        // Out of the folders before they move; pyrun_sessions goes back to
-        // the session's own directory in load.
-        py.save(current);
-        FS.chdir("/");
-        swap(current, ns);
-        py.load(ns);
-        current = ns;
-      }
-      for (const d of drop) {
-        if (d === current) continue; // a live session's, or a repeat
-        py.drop(d);
-        guard.loadingNow(() => remove(store(d)));
-      }
+    swap(from, to) {
+      unguarded(() => {
+        if (!exists(storeDir)) FS.mkdir(storeDir);
+        const out = store(from);
+        remove(out);
+        FS.mkdir(out);
+        for (const [seen, kept] of folders) {
+          if (exists(seen)) FS.rename(seen, `${out}/${kept}`);
+        }
+        if (from === "") remove(out); // nobody comes back to it
+        const back = store(to);
+        for (const [seen, kept] of folders) {
+          if (exists(`${back}/${kept}`)) FS.rename(`${back}/${kept}`, seen);
+          else if (seen !== "/output") FS.mkdir(seen); // /output/ is made by the first call that needs it
+        }
+        remove(back);
+      });
+    },
+    drop(ns) {
+      unguarded(() => remove(store(ns)));
     },
   };
 }

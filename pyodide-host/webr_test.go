@@ -624,6 +624,55 @@ func TestRSessionKeepsState(t *testing.T) {
 	}
 }
 
+// Sessions as namespaces on one shared session worker (docs/sessions.md,
+// Shared session workers): each keeps its own variables (also those a call
+// bound in the global environment itself), working directory and files,
+// random stream, and options(); a dropped one is gone with its files.
+func TestRSharedSessionNamespaces(t *testing.T) {
+	w := startR(t, `{"heap_limit":671088640,"max_line":67108864,"session":true}`)
+	in := func(ns string, drop ...string) map[string]any {
+		return map[string]any{"keep_output": true, "namespace": ns, "drop": drop}
+	}
+	value := func(evs []rEvent, what string) string {
+		t.Helper()
+		r := wantSuccess(t, evs, what)
+		if r.Value == nil {
+			t.Fatalf("%s: no value", what)
+		}
+		return compactJSON(t, *r.Value)
+	}
+	wantSuccess(t, w.run("x <- 'a'; assign('g', 'a', envir = globalenv()); f <- function() x\n"+
+		"writeLines('a', 'f.txt'); writeLines('a', '/tmp/t.txt'); writeLines('a', '/output/a.txt')\n"+
+		"dir.create('sub'); setwd('sub'); options(digits = 3); set.seed(1); first <- runif(2); library(stats4)", in("a")), "a")
+	// What is R's, not a session's, is shared (docs/sessions.md): the search path.
+	if got := value(w.run("c(exists('x'), exists('g'), exists('f'), file.exists('f.txt', '/tmp/t.txt', '/output/a.txt'), "+
+		"getwd(), getOption('digits'), exists('.Random.seed', envir = globalenv()), 'package:stats4' %in% search())", in("b")), "b looks"); got != `["FALSE","FALSE","FALSE","FALSE","FALSE","FALSE","/home/web_user","7","FALSE","TRUE"]` {
+		t.Errorf("a new session sees %s, want none of the other's state but the search path", got)
+	}
+	// b's draws do not move a's stream; a's set.seed does not seed b's.
+	wantSuccess(t, w.run("x <- 'b'; writeLines('b', 'f.txt'); set.seed(99); b1 <- runif(1)", in("b")), "b")
+	got := value(w.run("set.seed(1); ref <- runif(4); set.seed(1); again <- runif(3)\n"+
+		"list(x, g, f(), readLines('../f.txt'), readLines('/tmp/t.txt'), list.files('/output'), basename(getwd()), "+
+		"getOption('digits'), identical(first, again[1:2]))", in("a")), "a back")
+	if got != `["a","a","a","a","a","a.txt","sub",3,true]` {
+		t.Errorf("the first session, back: %s", got)
+	}
+	if got := value(w.run("set.seed(99); c(identical(b1, runif(1)), readLines('f.txt'), x)", in("b")), "b back"); got != `["TRUE","b","b"]` {
+		t.Errorf("the second session, back: %s", got)
+	}
+	// a's stream goes on where a left it, whatever b drew meanwhile.
+	if got := value(w.run("identical(runif(1), ref[4])", in("a")), "a stream"); got != "true" {
+		t.Errorf("a's stream: %s", got)
+	}
+	// Dropping a forgets its environment and its stored files.
+	if got := value(w.run("list.files('/sessions', recursive = TRUE)", in("b", "a")), "after drop"); got != "[]" {
+		t.Errorf("after a was dropped the store holds %s", got)
+	}
+	if got := value(w.run("c(exists('x'), file.exists('f.txt'))", in("a")), "a again"); got != "[false,false]" {
+		t.Errorf("a dropped then named again: %s, want a new session", got)
+	}
+}
+
 func TestRBadRequestsAndLimits(t *testing.T) {
 	w := startR(t, `{"heap_limit":671088640,"max_line":4096}`)
 	for _, tc := range []struct{ line, want string }{

@@ -277,6 +277,9 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   const spaces = cfg.session
     ? namespaces(py.FS, fileGuard, py.pyimport("pyrun_sessions") as never)
     : null;
+  // A restored checkpoint of a shared session worker holds its namespaces:
+  // the one it was taken for stays, the others go (sessions.ts, resume).
+  if (spaces && restored) spaces.resume(cfg.restore!.keep ?? "");
   // An interrupt while the call awaits (asyncio.sleep, a fetch) finds no
   // Python code running to notice the flag: cancel the call's task instead.
   // A notice for a signal the current call started after is stale.
@@ -374,7 +377,8 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
         try {
           const added = (py.FS.readdir(site) as string[]).filter((n) => !siteAtReady.has(n))
             .map((n) => `${site}/${n}`);
-          const roots = ["/home/pyodide", "/tmp", "/output", ...added];
+          // /sessions: the folders of the namespaces switched out (sessions.ts).
+          const roots = ["/home/pyodide", "/tmp", "/output", "/sessions", ...added];
           sendCheckpoint(id, makeCheckpoint(py, roots, mounts.map((m) => m.path)));
         } catch (e) {
           send({ type: "checkpoint", id, error: `checkpoint failed: ${errorText(e)}` });

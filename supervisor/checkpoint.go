@@ -26,6 +26,11 @@ var ErrNotDurable = errors.New("the session cannot be checkpointed")
 type Image struct {
 	Mem, Files []byte
 	Clock      float64
+	// Namespace, for a checkpoint of a shared session worker taken for one
+	// of its sessions, is that session's namespace: a worker started from
+	// it keeps that namespace only (docs/sessions.md, Durable sessions).
+	// "": the worker's whole state, as it is.
+	Namespace string
 }
 
 // restoreSpec is where a worker finds the checkpoint it starts from: a file
@@ -35,6 +40,9 @@ type restoreSpec struct {
 	Mem   int64   `json:"mem"`
 	FS    int64   `json:"fs"`
 	Clock float64 `json:"clock"`
+	// Keep, when set, is the one namespace the restored worker keeps; the
+	// others the checkpoint holds are dropped before it is ready.
+	Keep string `json:"keep,omitempty"`
 }
 
 // readBlob reads the bytes that follow a checkpoint line into ev.Blob, or
@@ -151,6 +159,7 @@ func (p *Pool) StartRestored(ctx context.Context, img *Image, dir string, exited
 	if err != nil {
 		return nil, fmt.Errorf("restore a session: %w", err)
 	}
-	spec := &restoreSpec{Path: f.Name(), Mem: int64(len(img.Mem)), FS: int64(len(img.Files)), Clock: img.Clock}
+	spec := &restoreSpec{Path: f.Name(), Mem: int64(len(img.Mem)), FS: int64(len(img.Files)), Clock: img.Clock,
+		Keep: img.Namespace}
 	return p.startDedicated(ctx, exited, spec)
 }

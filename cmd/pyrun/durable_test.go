@@ -253,3 +253,87 @@ func TestSessionWithNativeCodeIsNotDurable(t *testing.T) {
 		t.Fatalf("the lost call of a session that is not durable: %+v\n%s", r.sc.Checkpoint, r.text)
 	}
 }
+
+// Sessions on one shared session worker (the default) are durable each on
+// its own: a checkpoint is the whole worker's, taken after a call of one
+// session and kept as that session's, and a session restores from its own
+// record only, keeping its own namespace (values and files) and none of
+// the others'. When the worker dies, a session whose last calls are
+// covered continues where it was; one whose last call came after its
+// checkpoint goes back to it and says so. A fork copies one namespace.
+func TestSharedSessionsRestoreEachFromItsOwnCheckpoint(t *testing.T) {
+	store := t.TempDir()
+	s := newServer(t, "--workers", "1", "--session-store", "dir:"+store, "--checkpoint-delay", "100ms")
+	a := s.inSession(t, "new", "x = 1\nopen('a.txt', 'w').write('A1')").sc.SessionID
+	b := s.inSession(t, "new", "y = 2\nopen('b.txt', 'w').write('B2')").sc.SessionID
+	waitFor(t, "both sessions' first checkpoints", 60*time.Second, func() bool {
+		return len(checkpointFiles(t, store, a)) > 0 && len(checkpointFiles(t, store, b)) > 0
+	})
+	taken := s.log.count("python session checkpoint")
+	s.inSession(t, a, "x = 3\nopen('a.txt', 'w').write('A3')")
+	waitFor(t, "a's checkpoint after its second call", 60*time.Second, func() bool {
+		return s.log.count("python session checkpoint") > taken
+	})
+
+	// A fork of a holds a's namespace only.
+	r := s.mustCall(t, map[string]any{"session_id": "fork:" + a,
+		"python_code": "import os\n[x, 'y' in globals(), sorted(os.listdir('.')), sorted(os.listdir('/sessions'))]"})
+	if got := strings.Join(strings.Fields(string(r.sc.ReturnValue)), ""); r.sc.Status != "success" || got != `[3,false,["a.txt"],[]]` {
+		t.Fatalf("the fork of a shared session: %s %s, want a's values and files only\n%s", r.sc.Status, got, r.text)
+	}
+
+	// b's call kills the shared worker after changing b's state: b goes
+	// back to its own checkpoint (after its call 1).
+	r = s.inSession(t, b, "y = 20\nopen('b.txt', 'w').write('lost')\nimport js\njs.Deno.exit(3)")
+	if r.sc.Status == "success" || r.sc.Checkpoint == nil || r.sc.Checkpoint.AfterCall != 1 {
+		t.Fatalf("b's call that killed the worker: status %s, checkpoint %+v, want a failure naming call 1\n%s", r.sc.Status, r.sc.Checkpoint, r.text)
+	}
+	if !strings.Contains(r.text, "continues from its checkpoint after call 1") {
+		t.Errorf("b's result does not say it went back to call 1:\n%s", r.text)
+	}
+	// Each continues from its own checkpoint, with its own names and files
+	// and none of the other's.
+	peek := "import os\n[%s, open('%s.txt').read(), '%s' in globals(), os.path.exists('%s.txt'), sorted(os.listdir('/sessions'))]"
+	r = s.inSession(t, a, fmt.Sprintf(peek, "x", "a", "y", "b"))
+	if got := strings.Join(strings.Fields(string(r.sc.ReturnValue)), ""); r.sc.Status != "success" || got != `[3,"A3",false,false,[]]` {
+		t.Fatalf("a after the shared worker died: %s %s, want x = 3 and its file only\n%s", r.sc.Status, got, r.text)
+	}
+	if r.sc.Checkpoint == nil || r.sc.Checkpoint.AfterCall != 2 {
+		t.Errorf("a's first call after the worker died names checkpoint %+v, want after call 2", r.sc.Checkpoint)
+	}
+	r = s.inSession(t, b, fmt.Sprintf(peek, "y", "b", "x", "a"))
+	if got := strings.Join(strings.Fields(string(r.sc.ReturnValue)), ""); r.sc.Status != "success" || got != `[2,"B2",false,false,[]]` || r.sc.Checkpoint != nil {
+		t.Fatalf("b after its rollback: %s %s %+v, want y = 2 and its file only\n%s", r.sc.Status, got, r.sc.Checkpoint, r.text)
+	}
+	// Both go on; a restored session's worker is a shared one of its
+	// client's, which a new session may join, and sees none of its names.
+	wantValue(t, s.inSession(t, a, "x += 1\nx"), "4")
+	wantValue(t, s.inSession(t, "new", "'x' in globals() or 'y' in globals()"), "false")
+}
+
+// On a shared session worker --max-checkpoint bounds the worker's whole
+// state: a session that grows it past the bound is not durable (the log
+// says so, and its result when the worker is lost), while the record
+// another session already has stays usable.
+func TestSharedSessionPastMaxCheckpointIsNotDurable(t *testing.T) {
+	store := t.TempDir()
+	s := newServer(t, "--workers", "1", "--session-store", "dir:"+store, "--checkpoint-delay", "100ms", "--max-checkpoint", "32MiB")
+	a := s.inSession(t, "new", "x = 1").sc.SessionID
+	waitFor(t, "a's checkpoint", 60*time.Second, func() bool { return len(checkpointFiles(t, store, a)) > 0 })
+	b := s.inSession(t, "new", "big = bytearray(b'z' * (16 << 20))\nlen(big)").sc.SessionID
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	if err := s.log.waitFor(ctx, "b's refused checkpoint", func(c map[string]int) bool {
+		return c["python session is not durable"] >= 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := s.inSession(t, b, "import js\njs.Deno.exit(3)")
+	if r.sc.Checkpoint != nil || r.sc.Error == nil || !strings.Contains(*r.sc.Error, "was lost") || !strings.Contains(*r.sc.Error, "--max-checkpoint") {
+		t.Fatalf("the lost call of a session past --max-checkpoint: %+v\n%s", r.sc.Checkpoint, r.text)
+	}
+	r = s.inSession(t, a, "x")
+	if r.sc.Status != "success" || string(r.sc.ReturnValue) != "1" || r.sc.Checkpoint == nil {
+		t.Fatalf("a, whose record was kept before the worker grew: %s %s %+v\n%s", r.sc.Status, r.sc.ReturnValue, r.sc.Checkpoint, r.text)
+	}
+}

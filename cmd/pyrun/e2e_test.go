@@ -60,6 +60,10 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	os.Setenv("XDG_RUNTIME_DIR", runtimeDir)
+	// Python sessions keep checkpoints in $XDG_STATE_HOME/pyrun/sessions by
+	// default (docs/sessions.md), and keep them when pyrun stops: the
+	// tests' go to a folder of their own, removed with it.
+	os.Setenv("XDG_STATE_HOME", filepath.Join(runtimeDir, "state"))
 	if testing.Short() {
 		code := m.Run()
 		os.RemoveAll(runtimeDir)

@@ -194,8 +194,7 @@ func callsServed(t *testing.T, s *httpServer) float64 {
 
 func TestNginx(t *testing.T) {
 	needBinary(t)
-	// Sessions with a worker of their own have checkpoints, and so move.
-	args := []string{"--stateless", "--workers", "1", "--timeout", "2m", "--session-worker", "own"}
+	args := []string{"--stateless", "--workers", "1", "--timeout", "2m"}
 	// The instance names the shipped map routes on: pyrun-1, pyrun-2, ...
 	argsOf := func(i int) []string { return append(slices.Clone(args), "--instance-id", fmt.Sprintf("pyrun-%d", i+1)) }
 	instances := make([]*httpServer, len(shippedUpstreams))

@@ -28,14 +28,14 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.sessionMaxAge, "session-max-age", sessions.DefaultMaxAge, "a Python session ends this long after it started")
 	fs.IntVar(&o.maxSessions, "max-sessions", defaultMaxSessions, "sessions open at once, per language")
 	fs.IntVar(&o.clientMaxSessions, "client-max-sessions", defaultClientMaxSessions, "serve, with access control: sessions one client may have open, per language")
-	fs.StringVar(&o.sessionWorker, "session-worker", sessionShared, "where Python and JavaScript sessions live: \"shared\" (namespaces on session workers of their client's, --sessions-per-worker each) or \"own\" (a worker per session); R sessions always have their own")
-	fs.IntVar(&o.sessionsPerWorker, "sessions-per-worker", sessions.DefaultPerHost, "with --session-worker shared: Python or JavaScript sessions one session worker holds at most")
+	fs.StringVar(&o.sessionWorker, "session-worker", sessionShared, "where sessions live: \"shared\" (namespaces on session workers of their client's, --sessions-per-worker each) or \"own\" (a worker per session)")
+	fs.IntVar(&o.sessionsPerWorker, "sessions-per-worker", sessions.DefaultPerHost, "with --session-worker shared: sessions one session worker holds at most")
 	fs.IntVar(&o.maxSessionWorkers, "max-session-workers", sessions.DefaultMaxHosts, "worker processes for sessions at once, per language, spares included (with own session workers, also the most sessions)")
 	fs.IntVar(&o.sessionSpares, "session-spares", sessions.DefaultSpares, "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
 	o.maxCheckpoint = supervisor.DefaultMaxCheckpoint
 	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
 	fs.DurationVar(&o.checkpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken once it has had no call for this long after a result, off its calls' path")
-	fs.Var(&o.maxCheckpoint, "max-checkpoint", "largest checkpoint of a Python session (its memory and files, before compression); a larger session is not checkpointed, and says so in the log (bytes or 256MiB)")
+	fs.Var(&o.maxCheckpoint, "max-checkpoint", "largest checkpoint of a Python session's worker (its memory and files, before compression; on a shared session worker, all its sessions together); a larger one is not taken, and the log says so (bytes or 256MiB)")
 	fs.DurationVar(&o.sessionLease, "session-lease", checkpoint.DefaultLeaseTTL, "with a --session-store that several pyrun instances share: how long an instance's hold on a Python session lasts unless renewed (it renews it while it serves the session), so how long a session of an instance that died waits before another instance can take it over")
 	fs.DurationVar(&o.sessionMoveWait, "session-move-wait", sessions.DefaultMoveWait, "with a shared --session-store: how long a call for a Python session that another live instance serves waits for that instance to hand it over, before it fails with an error that says to retry")
 	fs.StringVar(&o.instanceID, "instance-id", "", "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name so reduced)")
@@ -102,10 +102,9 @@ const (
 )
 
 // sharedSessions says whether l's sessions are namespaces on shared
-// workers: Python's and JavaScript's, with --session-worker shared. R
-// sessions have a worker each (docs/sessions.md).
+// workers: every language's, with --session-worker shared (docs/sessions.md).
 func (o *options) sharedSessions(l lang.Language) bool {
-	return (l.ID == lang.Python.ID || l.ID == lang.JavaScript.ID) && o.sessionWorker != sessionOwn
+	return o.sessionWorker != sessionOwn
 }
 
 // sessionWorkers is the most worker processes the sessions of one language

@@ -293,14 +293,23 @@ func TestSessionOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Python's sessions are namespaces; R's have a worker each, so
-	// --max-session-workers bounds them.
+	// Every language's sessions are namespaces by default; with own
+	// workers a session is a worker, so --max-session-workers bounds them.
 	py, r := o.sessionLimits(lang.Python), o.sessionLimits(lang.R)
-	if o.instance() == "" || py.Max != 256 || py.ClientMax != 64 || py.MaxHosts != 4 || r.Max != 4 || r.ClientMax != 4 {
+	if o.instance() == "" || py.Max != 256 || py.ClientMax != 64 || py.MaxHosts != 4 || r != py {
 		t.Errorf("defaults: instance %q, Python limits %+v, R limits %+v", o.instance(), py, r)
 	}
-	if !o.sharedSessions(lang.Python) || o.sharedSessions(lang.R) || !o.sharedSessions(lang.JavaScript) {
-		t.Error("by default, Python and JavaScript sessions should share workers, R's not")
+	for _, l := range []lang.Language{lang.Python, lang.R, lang.JavaScript} {
+		if !o.sharedSessions(l) {
+			t.Errorf("by default, %s sessions should share workers", l.Title)
+		}
+	}
+	own, _, err := loadOptions("serve", []string{"--session-worker", "own"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := own.sessionLimits(lang.R); own.sharedSessions(lang.R) || r.Max != 4 || r.ClientMax != 4 {
+		t.Errorf("--session-worker own: R sessions shared %v, limits %+v; want a worker each, 4 at most", own.sharedSessions(lang.R), r)
 	}
 	if o.sessionLease != 10*time.Second || o.sessionMoveWait != 30*time.Second {
 		t.Errorf("defaults: session-lease %s, session-move-wait %s; want 10s and 30s", o.sessionLease, o.sessionMoveWait)

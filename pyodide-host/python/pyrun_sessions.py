@@ -19,6 +19,7 @@ one switched in. A namespace is:
 
 import asyncio
 import contextvars
+import json
 import os
 import sys
 
@@ -140,6 +141,13 @@ def drop(ns):
             task.cancel()
     space.scope.clear()
     space.modules.clear()
+
+
+def names():
+    """The namespaces this worker holds, for the host after a restore from
+    a checkpoint (sessions.ts, resume): JSON of the one switched in ("" for
+    none) and the others."""
+    return json.dumps({"current": _current_name or "", "others": list(_spaces)})
 
 
 def mine():

@@ -20,10 +20,19 @@ import { errorText, send, serve } from "../serve.ts";
 import { capsOf, durationMs, RichCap, StreamCap } from "../events.ts";
 import { guardRThread, mountHostFolders, setUpRThread } from "./thread.ts";
 import { clearFolder } from "../guards.ts";
+import { checkNamespaces } from "../sessions.ts";
 import { toJSON, toPlain } from "./value.ts";
 
 /** R's home and working directory inside webR's file system. */
 const HOME = "/home/web_user";
+/**
+ * The folders a session of a shared session worker keeps, by where a call
+ * sees them, and their names in its store folder (sessions.ts).
+ */
+const SESSION_FOLDERS: [string, string][] = [[HOME, "home"], ["/output", "output"], [
+  "/tmp",
+  "tmp",
+]];
 /** pyrun.R's folder for the plots of the default device. */
 const PLOT_DIR = "/pyrun/plots";
 /** How long a call's end waits for the marker line after its output (RWorker.run). */
@@ -54,7 +63,13 @@ async function start(cfg: RConfig): Promise<void> {
   clearTimeout(timer);
   await setUpRThread(webR, cfg.heap_limit);
   await mountHostFolders(webR, cfg.mounts);
-  await guardRThread(webR, HOME, ["/output", PLOT_DIR], cfg.mounts);
+  await guardRThread(
+    webR,
+    HOME,
+    ["/output", PLOT_DIR],
+    cfg.mounts,
+    cfg.session ? SESSION_FOLDERS : null,
+  );
   // pyrun.R empties folders with clearFolder, in R's thread: Emscripten's
   // readdir gives whole names, where R's list.files gets them cut at 255
   // bytes. It goes into the source, as pyrun.R locks its environment.
@@ -89,7 +104,24 @@ async function start(cfg: RConfig): Promise<void> {
   });
 
   await serve({
-    run: (req) => worker.run(req),
+    check: (req) =>
+      req.namespace !== undefined && (!cfg.session || typeof req.namespace !== "string")
+        ? "bad request: namespace needs a session worker"
+        : "",
+    async run(req) {
+      if (req.namespace !== undefined) {
+        const drop = Array.isArray(req.drop) ? req.drop.map(String) : [];
+        checkNamespaces(req.namespace, drop);
+        try {
+          await worker.enter(req.namespace, drop);
+        } catch (e) {
+          // Half switched, no session's state can be trusted: the worker ends.
+          console.error(`pyrun R worker: switching sessions failed: ${errorText(e)}`);
+          Deno.exit(70);
+        }
+      }
+      return worker.run(req);
+    },
     async settle(req, answered) {
       let why = "";
       try {
@@ -159,6 +191,14 @@ class RWorker {
         this.out.write(msg.type, String(msg.data) + "\n");
       }
     }
+  }
+
+  /**
+   * Makes ns the session namespace of the next call, and forgets those of
+   * drop (pyrun.R's enter(): its environment, files, random state, options).
+   */
+  async enter(ns: string, drop: string[]): Promise<void> {
+    await this.strings(`enter(${rString(ns)}, c(${drop.map(rString).join(",")}))`);
   }
 
   /** Evaluates R code in pyrun.R's environment for its character vector. */

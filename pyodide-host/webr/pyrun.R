@@ -179,7 +179,7 @@ local({
   # top-level expression (stop("x") at top level says just "Error: x").
   user_call <- function(cond) {
     call <- conditionCall(cond)
-    if (is.null(call) || identical(call, quote(eval(expr, globalenv())))) return(NULL)
+    if (is.null(call) || identical(call, quote(eval(expr, env_now)))) return(NULL)
     call
   }
 
@@ -193,7 +193,8 @@ local({
     if (isS4(value)) methods::show(value) else print(value)
   }
 
-  # run() evaluates the code in the global environment, expression by
+  # run() evaluates the code in the global environment (a session's own on
+  # a shared session worker: env_now, enter()), expression by
   # expression, printing each visible value as R's console does. It
   # returns list(status, error, value, has_value); value is to_plain() of
   # the last expression's value when that was visible.
@@ -211,7 +212,7 @@ local({
         {
           for (expr in exprs) {
             last <- list(visible = FALSE)
-            last <- withVisible(eval(expr, globalenv()))
+            last <- withVisible(eval(expr, env_now))
             if (last$visible) show_value(last$value)
           }
           list(status = "success")
@@ -365,6 +366,7 @@ local({
     if (!is.null(grDevices::dev.list())) graphics.off()
     plots <<- list()
     why <- if (session) "" else reset()
+    if (session) keep_globals()
     # pyrun's plot files; a stateless call's working directory and /tmp
     # (R's own temporary folder is made again), /output/ unless kept: in
     # one trip to JavaScript.
@@ -753,12 +755,7 @@ local({
       for (name in setdiff(callbacks, baseline$callbacks)) removeTaskCallback(name)
     }
     if (.Internal(enableJIT(-1L)) != baseline$jit) invisible(.Internal(enableJIT(baseline$jit)))
-    now <- options()
-    if (!identical(now, baseline$options)) {
-      extra <- setdiff(names(now), names(baseline$options))
-      if (length(extra)) options(stats::setNames(rep(list(NULL), length(extra)), extra))
-      options(baseline$options)
-    }
+    set_options(baseline$options)
     # (.Internal: Sys.getenv() splits every NAME=value, ~1 ms.)
     if (!identical(.Internal(Sys.getenv(character(), "")), baseline$environ)) {
       env <- Sys.getenv()
@@ -783,6 +780,96 @@ local({
     }
   }
 
+  # Sets options() to want: those it lacks are removed.
+  set_options <- function(want) {
+    now <- options()
+    if (identical(now, want)) return(invisible())
+    extra <- setdiff(names(now), names(want))
+    if (length(extra)) options(stats::setNames(rep(list(NULL), length(extra)), extra))
+    options(want)
+    invisible()
+  }
+
+  # ---- Sessions of a shared session worker (docs/sessions.md) ------------
+  #
+  # Several sessions of one client live on one session worker, each a
+  # namespace: its own environment, which run() evaluates in (its parent is
+  # the global environment, empty between calls, so lookups go on to the
+  # search path as from the global environment), its working directory,
+  # its files (home, /tmp, /output/: moved by main.ts's Module.pyrunFolders,
+  # sessions.ts), its random state (.Random.seed, which R keeps in the
+  # global environment) and its options(). The rest of R is the worker's,
+  # shared by its sessions: attached and loaded packages, base and the
+  # namespaces, environment variables, the locale.
+
+  spaces <- new.env(parent = emptyenv()) # namespace -> list(env, wd, seed, options)
+  current_ns <- "" # "": none yet (the worker's state before any, kept by nobody)
+  env_now <- globalenv() # where run() evaluates
+
+  # Makes ns the namespace of the next call, then forgets those of drop.
+  # An interrupt still pending from the call before waits until the switch
+  # is whole (main.ts then evaluates enter() again, which finds it done).
+  enter <- function(ns, drop = character()) suspendInterrupts({
+    g <- globalenv()
+    if (!identical(ns, current_ns)) {
+      if (nzchar(current_ns)) {
+        s <- spaces[[current_ns]]
+        s$seed <- get0(".Random.seed", envir = g, inherits = FALSE)
+        s$wd <- getwd()
+        s$options <- options()
+        assign(current_ns, s, envir = spaces)
+      }
+      if (exists(".Random.seed", envir = g, inherits = FALSE)) rm(".Random.seed", envir = g)
+      # Out of the folders before they move.
+      setwd("/")
+      js(sprintf("Module.pyrunFolders.swap(%s, %s); 0", deparse(current_ns), deparse(ns)))
+      dir.create("/output", showWarnings = FALSE) # R's calls find it there, as at the start
+      s <- get0(ns, envir = spaces, inherits = FALSE)
+      if (is.null(s)) {
+        s <- list(env = new.env(parent = g), wd = baseline$wd, seed = NULL, options = baseline$options)
+        assign(ns, s, envir = spaces)
+      }
+      if (!is.null(s$seed)) {
+        assign(".Random.seed", s$seed, envir = g) # it holds the generators' kinds too
+      } else if (!identical(RNGkind(), baseline$rng)) {
+        do.call(RNGkind, as.list(baseline$rng))
+        if (exists(".Random.seed", envir = g, inherits = FALSE)) rm(".Random.seed", envir = g)
+      }
+      set_options(s$options)
+      tempdir(check = TRUE) # R's temporary folder, in this session's /tmp
+      setwd(if (dir.exists(s$wd)) s$wd else baseline$wd)
+      env_now <<- s$env
+      current_ns <<- ns
+    }
+    for (d in drop) {
+      if (identical(d, current_ns)) next # a live session's, or a repeat
+      if (exists(d, envir = spaces, inherits = FALSE)) rm(list = d, envir = spaces)
+      js(sprintf("Module.pyrunFolders.drop(%s); 0", deparse(d)))
+    }
+    character()
+  })
+
+  # After a session's call: what it bound in the global environment itself
+  # (assign(envir = globalenv()), <<- at top level, source()) moves into
+  # its own environment, so that the next session does not see it; a
+  # function made there gets the session's environment as its own, so that
+  # it still finds the session's variables. .Random.seed stays: enter()
+  # keeps it.
+  keep_globals <- function() {
+    if (!nzchar(current_ns)) return(invisible())
+    g <- globalenv()
+    names <- setdiff(ls(g, all.names = TRUE, sorted = FALSE), ".Random.seed")
+    for (n in names) {
+      try({
+        v <- get(n, envir = g, inherits = FALSE)
+        if (is.function(v) && !is.primitive(v) && identical(environment(v), g)) environment(v) <- env_now
+        assign(n, v, envir = env_now)
+      }, silent = TRUE)
+    }
+    if (length(names)) try(rm(list = names, envir = g), silent = TRUE)
+    invisible()
+  }
+
   # The running call's code, which main.ts binds before each call.
   code <- ""
   baseline <- take_baseline()
@@ -792,7 +879,7 @@ local({
   # pyrun's own functions and settings cannot be replaced by a call (they
   # are reachable, from the devices' and debug's bodies): only the state
   # of a call can be set.
-  state <- c("code", "plots", "plot_count", "call_start", "finalizers_pending", "debug_marked", "unlock_marked",
+  state <- c("code", "current_ns", "env_now", "plots", "plot_count", "call_start", "finalizers_pending", "debug_marked", "unlock_marked",
              "unlocked", "lock_marked", "last_restored")
   lockEnvironment(pyrun, bindings = TRUE)
   invisible(lapply(state, unlock_binding, env = pyrun))

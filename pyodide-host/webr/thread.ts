@@ -5,7 +5,8 @@
 import type { WebR } from "webr";
 import type { Mount } from "../protocol.ts";
 import { ERRNO_NAMES } from "../mounts.ts";
-import { guardFiles } from "../guards.ts";
+import { clearFolder, guardFiles } from "../guards.ts";
+import { sessionFolders, STORE } from "../sessions.ts";
 
 /**
  * Sets up R's thread, through webR's eval_js, before pyrun.R takes that
@@ -94,12 +95,19 @@ export async function mountHostFolders(webR: WebR, mounts: Mount[]): Promise<voi
  * (/usr/lib/R) could be written, and a stateless call could leave a
  * changed package or data set for every later call to load. The folders it
  * makes first are pyrun.R's.
+ *
+ * A session worker's thread also gets Module.pyrunFolders (sessions.ts's
+ * sessionFolders, from its source, with the guard's loadingNow): pyrun.R's
+ * enter() moves sessions' folders with it (docs/sessions.md, Shared session
+ * workers). folders: [where a call sees it, its name in the store], or
+ * null for a worker of no sessions.
  */
 export async function guardRThread(
   webR: WebR,
   home: string,
   dirs: string[],
   mounts: Mount[],
+  folders: [string, string][] | null = null,
 ): Promise<void> {
   const rw = mounts.filter((m) => m.rw).map((m) => m.path);
   const change = [home, "/tmp", ...dirs, ...rw];
@@ -108,6 +116,7 @@ export async function guardRThread(
   // their images the first time a file is opened (createLazyFilesystem in
   // R.js), which makes folders and files under /usr. That is webR's own
   // loader at work, not the call's: the guard lets it.
+  const store = JSON.stringify(STORE);
   const js = `(() => {
     for (const d of ${JSON.stringify(dirs)}) Module.FS.mkdirTree(d);
     const guard = (${guardFiles.toString()})(Module.FS, ${JSON.stringify(roots)});
@@ -117,6 +126,11 @@ export async function guardRThread(
       Module[name] = function (...args) {
         return guard.loadingNow(() => load.apply(this, args));
       };
+    }
+    const folders = ${JSON.stringify(folders)};
+    if (folders) {
+      Module.pyrunFolders = (${sessionFolders.toString()})(
+        Module.FS, (fn) => guard.loadingNow(fn), folders, ${store}, ${clearFolder.toString()});
     }
     return 1;
   })()`;

@@ -164,7 +164,9 @@ func benchProcess(ctx context.Context, o *opts) (*processReport, error) {
 
 // benchMemory starts a two-worker pool, makes a few calls, lets it idle
 // and reads the resident (RSS) and proportional (PSS: shared pages split
-// between the processes that map them) set sizes of pyrun and its workers.
+// between the processes that map them) set sizes of pyrun and its workers:
+// every worker process there is (the client's own, the fresh ones the pool
+// keeps beside it, the session worker started ahead).
 func benchMemory(ctx context.Context, o *opts) (*memoryReport, error) {
 	p, err := startTwoWorkers(ctx, o)
 	if err != nil {
@@ -194,8 +196,8 @@ func benchMemory(ctx context.Context, o *opts) (*memoryReport, error) {
 		m.TotalRSSMB = round1(m.TotalRSSMB + mb(rss))
 		m.TotalPSSMB = round1(m.TotalPSSMB + mb(pss))
 	}
-	if m.Workers != 2 {
-		return nil, fmt.Errorf("found %d worker processes, want 2", m.Workers)
+	if m.Workers < 2 {
+		return nil, fmt.Errorf("found %d worker processes, want at least the pool's 2", m.Workers)
 	}
 	return m, nil
 }

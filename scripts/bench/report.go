@@ -227,7 +227,9 @@ func (r *report) checkTargets() []target {
 		atMost("killed worker replaced", s.P50MS/1000, 0.4, "s")
 	}
 	if m := r.Memory; m != nil {
-		atMost("idle RSS, pyrun + 2 workers", m.TotalRSSMB, 420, "MB")
+		// Each worker process as idle_memory found them: the pool's two,
+		// the fresh one started after the client took one, the session spare.
+		atMost(fmt.Sprintf("idle RSS, pyrun + %d workers", m.Workers), m.TotalRSSMB, 40+190*float64(m.Workers), "MB")
 		atMost("idle RSS, pyrun alone", m.PyrunRSSMB, 40, "MB")
 	}
 	if t := r.TSClient; t != nil {

@@ -51,6 +51,42 @@ func TestFormatRoundTripAgainstABase(t *testing.T) {
 	}
 }
 
+// One checkpoint of a shared session worker is kept as the record of each
+// of its sessions: the same state under another header, each header its
+// session's, checksummed again.
+func TestReheaderKeepsTheStateForAnotherSession(t *testing.T) {
+	base := fakeMem(bytes.Repeat([]byte("base-heap "), 1000))
+	heap := bytes.Repeat([]byte("base-heap "), 1000)
+	copy(heap[50:], "two sessions' bytes")
+	mem := fakeMem(heap)
+	want := bytes.Clone(mem)
+	files := []byte("PYRUNFS1 files")
+	rec, err := Encode(Meta{Session: "box.a", AfterCall: 2, Namespace: "s1"}, mem, files, base, "sha")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := Reheader(rec, Meta{Session: "box.b", AfterCall: 5, Namespace: "s2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bases := func(sha string) []byte { return map[string][]byte{"sha": base}[sha] }
+	for _, tc := range []struct {
+		rec       []byte
+		id, ns    string
+		afterCall int
+	}{{rec, "box.a", "s1", 2}, {other, "box.b", "s2", 5}} {
+		m, gotMem, gotFiles, err := Decode(tc.rec, 1<<30, bases)
+		if err != nil || m.Session != tc.id || m.Namespace != tc.ns || m.AfterCall != tc.afterCall ||
+			!bytes.Equal(gotMem, want) || !bytes.Equal(gotFiles, files) {
+			t.Errorf("record of %s: %+v, mem equal %v, files %q, %v", tc.id, m, bytes.Equal(gotMem, want), gotFiles, err)
+		}
+	}
+	other[len(other)/2] ^= 1
+	if _, err := Reheader(other, Meta{Session: "box.c"}); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("reheader of a damaged record: %v, want ErrCorrupt", err)
+	}
+}
+
 func TestFormatRefusesDamage(t *testing.T) {
 	rec, err := Encode(Meta{Session: "box.1"}, fakeMem([]byte("heap")), []byte("files"), nil, "")
 	if err != nil {

@@ -39,8 +39,12 @@ type Meta struct {
 	Started   time.Time `json:"started"`   // when the session started
 	LastUsed  time.Time `json:"last_used"` // its last call's end
 	Clock     float64   `json:"clock"`
-	Mem       int64     `json:"mem"`
-	FS        int64     `json:"fs"`
+	// Namespace: a checkpoint of a shared session worker taken for the
+	// session of that namespace, the only one a restore keeps; "": the
+	// worker is the session's own.
+	Namespace string `json:"namespace,omitempty"`
+	Mem       int64  `json:"mem"`
+	FS        int64  `json:"fs"`
 	// Base is the SHA-256 of the snapshot the heap is a difference from;
 	// "": none (the heap as it is).
 	Base    string `json:"base"`
@@ -111,6 +115,30 @@ func Encode(meta Meta, mem, files, base []byte, baseSHA string) ([]byte, error) 
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(hdr)))
 	out = append(out, hdr...)
 	out = encoder.EncodeAll(payload, out)
+	sum := sha256.Sum256(out)
+	return append(out, sum[:]...), nil
+}
+
+// Reheader is rec, a record Encode made, with meta's header instead (its
+// sizes and base kept): the same state kept as another session's record,
+// without compressing it again (a shared session worker's checkpoint,
+// docs/sessions.md).
+func Reheader(rec []byte, meta Meta) ([]byte, error) {
+	old, err := ReadMeta(rec)
+	if err != nil {
+		return nil, err
+	}
+	meta.Mem, meta.FS, meta.HeapOff, meta.Base = old.Mem, old.FS, old.HeapOff, old.Base
+	hdr, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	n := int(binary.LittleEndian.Uint32(rec[len(magic):]))
+	payload := rec[len(magic)+4+n : len(rec)-sha256.Size]
+	out := make([]byte, 0, len(magic)+4+len(hdr)+len(payload)+sha256.Size)
+	out = append(out, magic...)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(hdr)))
+	out = append(append(out, hdr...), payload...)
 	sum := sha256.Sum256(out)
 	return append(out, sum[:]...), nil
 }

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -230,16 +231,24 @@ func (k *Keeper) baseOf(sha, path string) []byte {
 	return b
 }
 
-// checkpointer is a worker that takes checkpoints (*supervisor.Dedicated).
+// checkpointer is a worker that takes checkpoints: a session's own
+// (*supervisor.Dedicated), or a session's namespace on a shared session
+// worker, whose checkpoint is the whole worker's marked with the namespace
+// (sessions.nsWorker).
 type checkpointer interface {
 	Checkpoint(ctx context.Context) (*supervisor.Image, error)
 }
 
-// Take implements sessions.Checkpointer.
-func (k *Keeper) Take(ctx context.Context, w sessions.Worker, s sessions.Saved) error {
+// Take implements sessions.Checkpointer: one checkpoint of w, kept as the
+// record of each session of saved (a shared session worker's sessions
+// share it, each marked with its own namespace), compressed once.
+func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.Saved) error {
 	cw, ok := w.(checkpointer)
 	if !ok {
 		return fmt.Errorf("%w: its worker takes no checkpoints", supervisor.ErrNotDurable)
+	}
+	if len(saved) == 0 {
+		return nil
 	}
 	began := time.Now()
 	img, err := cw.Checkpoint(ctx)
@@ -249,25 +258,43 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, s sessions.Saved) 
 	raw := int64(len(img.Mem) + len(img.Files))
 	took := time.Since(began)
 	base, sha := k.baseNow(ctx)
-	meta := Meta{Session: s.ID, Owner: s.Owner, AfterCall: s.AfterCall, Taken: time.Now().UTC(),
-		Started: s.Started, LastUsed: s.LastUsed, Clock: img.Clock}
-	rec, err := Encode(meta, img.Mem, img.Files, base, sha)
+	taken := time.Now().UTC()
+	metaOf := func(s sessions.Saved) Meta {
+		return Meta{Session: s.ID, Owner: s.Owner, AfterCall: s.AfterCall, Taken: taken,
+			Started: s.Started, LastUsed: s.LastUsed, Clock: img.Clock, Namespace: cmp.Or(s.Namespace, img.Namespace)}
+	}
+	first, err := Encode(metaOf(saved[0]), img.Mem, img.Files, base, sha)
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
 	encoded := time.Since(began)
-	l, ok := k.lease(s.ID)
-	if !ok {
-		return fmt.Errorf("keep checkpoint of session %s: %w", s.ID, ErrLeaseLost)
+	var errs []error
+	for i, s := range saved {
+		rec := first
+		if i > 0 {
+			if rec, err = Reheader(first, metaOf(s)); err != nil {
+				errs = append(errs, fmt.Errorf("encode checkpoint of %s: %w", s.ID, err))
+				continue
+			}
+		}
+		// Only with the session's lease in force (lease.go).
+		l, ok := k.lease(s.ID)
+		if !ok {
+			errs = append(errs, fmt.Errorf("keep checkpoint of session %s: %w", s.ID, ErrLeaseLost))
+			continue
+		}
+		if err := k.store.Put(ctx, s.ID, rec, l); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if err := k.store.Put(ctx, s.ID, rec, l); err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	k.log.Debug("checkpoint kept", "python_session", s.ID, "raw", raw, "stored", len(rec),
-		"worker", took.Round(time.Millisecond), "encode", (encoded - took).Round(time.Millisecond),
+	k.log.Debug("checkpoint kept", "python_session", saved[0].ID, "sessions", len(saved), "raw", raw,
+		"stored", len(first), "worker", took.Round(time.Millisecond), "encode", (encoded - took).Round(time.Millisecond),
 		"store", (time.Since(began) - encoded).Round(time.Millisecond))
 	k.mu.Lock()
-	k.last = Sizes{Raw: raw, Stored: int64(len(rec)), Took: time.Since(began)}
+	k.last = Sizes{Raw: raw, Stored: int64(len(first)), Took: time.Since(began)}
 	k.mu.Unlock()
 	return nil
 }
@@ -288,7 +315,7 @@ func (k *Keeper) Restore(ctx context.Context, id string, exited func()) (session
 
 func savedOf(m Meta) sessions.Saved {
 	return sessions.Saved{ID: m.Session, Owner: m.Owner, AfterCall: m.AfterCall, Started: m.Started,
-		LastUsed: m.LastUsed, Taken: m.Taken}
+		LastUsed: m.LastUsed, Taken: m.Taken, Namespace: m.Namespace}
 }
 
 // Load reads and checks session id's latest intact checkpoint.
@@ -319,7 +346,7 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 			errs = append(errs, err)
 			continue
 		}
-		return m, &supervisor.Image{Mem: mem, Files: files, Clock: m.Clock}, nil
+		return m, &supervisor.Image{Mem: mem, Files: files, Clock: m.Clock, Namespace: m.Namespace}, nil
 	}
 	return Meta{}, nil, fmt.Errorf("no intact checkpoint of session %s: %w", id, errors.Join(errs...))
 }

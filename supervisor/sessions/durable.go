@@ -17,10 +17,13 @@ import (
 // Checkpointer takes, keeps and restores sessions' checkpoints
 // (supervisor/checkpoint.Keeper is one).
 type Checkpointer interface {
-	// Take takes a checkpoint of w, the worker of the session s describes,
-	// and keeps it. An error wrapping supervisor.ErrNotDurable: the session
-	// cannot be checkpointed as it is (native code, too large).
-	Take(ctx context.Context, w Worker, s Saved) error
+	// Take takes one checkpoint of w, the worker of the first session saved
+	// describes, and keeps it as the record of each session saved
+	// describes (sessions of one shared worker: each record is restored to
+	// its own session's namespace only). An error wrapping
+	// supervisor.ErrNotDurable: the worker cannot be checkpointed as it is
+	// (native code, too large).
+	Take(ctx context.Context, w Worker, saved []Saved) error
 	// Restore starts a worker from the latest intact checkpoint of session
 	// id, and says what it holds.
 	Restore(ctx context.Context, id string, exited func()) (Worker, Saved, error)
@@ -41,6 +44,10 @@ type Saved struct {
 	Started   time.Time // when the session started
 	LastUsed  time.Time
 	Taken     time.Time // when the checkpoint was taken
+	// Namespace: the checkpoint is of a shared session worker, taken for
+	// the session of this namespace there (shared.go); a worker started
+	// from it holds that session only. "": of a worker of its own.
+	Namespace string
 }
 
 // DefaultCheckpointDelay is how long after a session call's result its
@@ -81,51 +88,70 @@ func (m *Manager) checkpointDelay() time.Duration {
 }
 
 // checkpoint takes a checkpoint of s, if its last calls are not covered yet,
-// in its turn: calls that come meanwhile wait for it.
+// in its turn: calls that come meanwhile wait for it. On a shared session
+// worker the checkpoint is the worker's, and it is also kept for the other
+// sessions there whose last calls it covers and that have no call running
+// or waiting (their turns are taken too): one checkpoint, not one each.
 func (m *Manager) checkpoint(ctx context.Context, s *session) {
 	m.mu.Lock()
 	if m.open[s.id] != s || s.ckptCalls == s.calls || s.notDurable != "" {
 		m.mu.Unlock()
 		return
 	}
-	s.busy++
 	if s.held {
 		// A call has the turn: it schedules again when it ends.
-		s.busy--
 		m.mu.Unlock()
 		return
 	}
-	s.held = true
-	m.running++
-	info := Saved{ID: s.id, Owner: s.owner, AfterCall: s.calls, Started: s.started, LastUsed: s.lastUsed}
+	group := []*session{s}
+	if n, ok := s.w.(*nsWorker); ok {
+		for _, o := range m.open {
+			if on, ok := o.w.(*nsWorker); ok && o != s && on.h == n.h && !o.held &&
+				o.ckptCalls < o.calls && o.notDurable == "" {
+				group = append(group, o)
+			}
+		}
+	}
+	info := make([]Saved, len(group))
+	for i, g := range group {
+		g.busy++
+		g.held = true
+		m.running++
+		info[i] = Saved{ID: g.id, Owner: g.owner, AfterCall: g.calls, Started: g.started, LastUsed: g.lastUsed}
+		if n, ok := g.w.(*nsWorker); ok {
+			info[i].Namespace = n.ns
+		}
+	}
 	w := s.w
 	m.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(ctx, checkpointLimit)
-	m.log.Debug("python session checkpoint starts", "python_session", s.id, "after_call", info.AfterCall)
+	m.log.Debug("python session checkpoint starts", "python_session", s.id, "after_call", info[0].AfterCall)
 	began := time.Now()
 	err := m.opts.Checkpoints.Take(ctx, w, info)
 	cancel()
 
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.doneLocked()
-	s.busy--
-	m.passLocked(s)
-	switch {
-	case err == nil:
-		s.ckptCalls = info.AfterCall
-		m.counts.Checkpoints++
-		m.log.Debug("python session checkpoint", "python_session", s.id, "after_call", info.AfterCall,
-			"took", time.Since(began).Round(time.Millisecond))
-	case errors.Is(err, supervisor.ErrNotDurable):
-		// Said once; the session goes on as it would without checkpoints.
-		s.notDurable = err.Error()
-		m.counts.CheckpointFailures++
-		m.log.Info("python session is not durable", "python_session", s.id, "why", err.Error())
-	default:
-		m.counts.CheckpointFailures++
-		m.log.Warn("python session checkpoint failed", "python_session", s.id, "error", err.Error())
+	for i, g := range group {
+		m.doneLocked()
+		g.busy--
+		m.passLocked(g)
+		switch {
+		case err == nil:
+			g.ckptCalls = info[i].AfterCall
+			m.counts.Checkpoints++
+			m.log.Debug("python session checkpoint", "python_session", g.id, "after_call", info[i].AfterCall,
+				"took", time.Since(began).Round(time.Millisecond))
+		case errors.Is(err, supervisor.ErrNotDurable):
+			// Said once; the session goes on as it would without checkpoints.
+			g.notDurable = err.Error()
+			m.counts.CheckpointFailures++
+			m.log.Info("python session is not durable", "python_session", g.id, "why", err.Error())
+		default:
+			m.counts.CheckpointFailures++
+			m.log.Warn("python session checkpoint failed", "python_session", g.id, "error", err.Error())
+		}
 	}
 	m.kick()
 }
@@ -161,7 +187,7 @@ func (m *Manager) restore(ctx context.Context, s *session) (Saved, error) {
 	}
 	m.mu.Lock()
 	old := s.w
-	s.w = w
+	s.w = m.adoptLocked(s.owner, w, saved.Namespace)
 	s.ckptCalls = saved.AfterCall
 	if old == nil {
 		s.calls = saved.AfterCall // moved here, or a previous run's
@@ -197,10 +223,16 @@ func (m *Manager) fork(ctx context.Context, id string, job supervisor.Job) (Work
 	}
 	m.mu.Unlock()
 	var nw Worker
+	ns := "" // the namespace the copy holds, on a shared worker
 	if w != nil {
 		nw, err = m.opts.Checkpoints.Fork(ctx, w, m.kick)
+		if n, ok := w.(*nsWorker); ok {
+			ns = n.ns
+		}
 	} else {
-		nw, _, err = m.opts.Checkpoints.Restore(ctx, id, m.kick)
+		var saved Saved
+		nw, saved, err = m.opts.Checkpoints.Restore(ctx, id, m.kick)
+		ns = saved.Namespace
 	}
 	m.mu.Lock()
 	m.doneLocked()
@@ -212,6 +244,7 @@ func (m *Manager) fork(ctx context.Context, id string, job supervisor.Job) (Work
 	}
 	m.mu.Lock()
 	m.counts.Forks++
+	nw = m.adoptLocked(job.Client, nw, ns)
 	m.mu.Unlock()
 	return nw, nil
 }

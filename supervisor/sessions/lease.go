@@ -70,11 +70,6 @@ func (m *Manager) holdNew(ctx context.Context, s *session) {
 	if l == nil {
 		return
 	}
-	if _, shared := s.w.(*nsWorker); shared {
-		// A namespace on a shared worker has no checkpoints: it cannot
-		// move, and a call elsewhere is told where it is (checkInstance).
-		return
-	}
 	if err := l.Hold(ctx, s.id); err != nil {
 		m.log.Warn("cannot take a new python session's lease; it is not durable until its checkpoint", "python_session", s.id, "error", err.Error())
 	}
@@ -337,12 +332,15 @@ func (m *Manager) handOver(s *session) {
 	s.moveWanted = false
 	need := s.ckptCalls < s.calls && s.w != nil
 	info := Saved{ID: s.id, Owner: s.owner, AfterCall: s.calls, Started: s.started, LastUsed: s.lastUsed}
+	if n, ok := s.w.(*nsWorker); ok {
+		info.Namespace = n.ns // its worker's checkpoint, marked with it
+	}
 	w := s.w
 	m.mu.Unlock()
 	var err error
 	if need {
 		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit) // as durable.go's
-		err = m.opts.Checkpoints.Take(ctx, w, info)
+		err = m.opts.Checkpoints.Take(ctx, w, []Saved{info})
 		cancel()
 	}
 	m.mu.Lock()

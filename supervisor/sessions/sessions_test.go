@@ -29,15 +29,8 @@ var (
 
 func testLogger(t *testing.T) hclog.Logger { return testlog.New(t) }
 
-// manager is a Manager on a one-worker pool, closed with the test.
-func manager(t *testing.T, limits sessions.Limits) (*sessions.Manager, *supervisor.Pool) {
-	t.Helper()
-	return managerOn(t, limits, 0)
-}
-
-// managerOn is manager with Options.PerHost perHost: 0 gives each session
-// a worker of its own.
-func managerOn(t *testing.T, limits sessions.Limits, perHost int) (*sessions.Manager, *supervisor.Pool) {
+// needRuntime provisions the worker runtime once (runtime).
+func needRuntime(t *testing.T) {
 	t.Helper()
 	testtier.Runtime(t)
 	runtimeOnce.Do(func() {
@@ -48,8 +41,29 @@ func managerOn(t *testing.T, limits sessions.Limits, perHost int) (*sessions.Man
 	if runtimeErr != nil {
 		t.Fatalf("provision runtime: %v", runtimeErr)
 	}
+}
+
+// manager is a Manager on a one-worker pool, closed with the test.
+func manager(t *testing.T, limits sessions.Limits) (*sessions.Manager, *supervisor.Pool) {
+	t.Helper()
+	return managerOn(t, limits, 0)
+}
+
+// managerOn is manager with Options.PerHost perHost: 0 gives each session
+// a worker of its own.
+func managerOn(t *testing.T, limits sessions.Limits, perHost int) (*sessions.Manager, *supervisor.Pool) {
+	t.Helper()
+	return engineManagerOn(t, supervisor.Python, limits, perHost)
+}
+
+// engineManagerOn is managerOn with sessions of engine e.
+func engineManagerOn(t *testing.T, e supervisor.Engine, limits sessions.Limits, perHost int) (*sessions.Manager, *supervisor.Pool) {
+	t.Helper()
+	needRuntime(t)
 	log := testLogger(t)
-	pool, err := supervisor.NewPool(runtime, supervisor.Config{Workers: 1, InterruptGrace: 300 * time.Millisecond}, log)
+	// webR starts in seconds on a quiet machine, past a minute on a loaded one.
+	pool, err := supervisor.NewEnginePool(runtime, e, supervisor.Config{Workers: 1, InterruptGrace: 300 * time.Millisecond,
+		StartTimeout: 4 * time.Minute}, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -119,6 +121,30 @@ func (n *nsWorker) Close() {
 	})
 }
 
+// hostCheckpointer is a host's worker that takes checkpoints
+// (*supervisor.Dedicated).
+type hostCheckpointer interface {
+	Checkpoint(ctx context.Context) (*supervisor.Image, error)
+}
+
+// Checkpoint takes a checkpoint of the whole host, in this session's turn
+// and the host's (no other session's call runs meanwhile), marked as this
+// session's: a worker started from it keeps this namespace only
+// (docs/sessions.md, Durable sessions). It is the session's checkpoint;
+// the other namespaces in it are never restored from it.
+func (n *nsWorker) Checkpoint(ctx context.Context) (*supervisor.Image, error) {
+	c, ok := n.h.w.(hostCheckpointer)
+	if !ok {
+		return nil, fmt.Errorf("%w: its session worker takes no checkpoints", supervisor.ErrNotDurable)
+	}
+	img, err := c.Checkpoint(ctx)
+	if err != nil {
+		return nil, err
+	}
+	img.Namespace = n.ns
+	return img, nil
+}
+
 // Kill stops the host at once: all its sessions are lost.
 func (n *nsWorker) Kill(why string) { n.h.w.Kill(why) }
 
@@ -158,6 +184,32 @@ func (m *Manager) hostLocked(client string, w Worker) Worker {
 	m.hosts[client] = append(m.hosts[client], h)
 	m.counts.HostStarts++
 	return m.attachLocked(h)
+}
+
+// adoptLocked makes w, a worker started from a checkpoint a shared host
+// took for its session of namespace ns (a restore, or a fork), a host of
+// client's that holds that session, the only one the worker kept: later
+// sessions of the client may join it, and it counts in Limits.MaxHosts
+// (a restore is not refused for that bound). A checkpoint of a worker of
+// its own (ns ""), or sessions without shared hosts: w stays the
+// session's own. m.mu is held.
+func (m *Manager) adoptLocked(client string, w Worker, ns string) Worker {
+	if m.opts.PerHost <= 0 || ns == "" {
+		return w
+	}
+	h := &host{owner: client, w: w, open: 1}
+	// Names minted on it come after the one it holds.
+	if n, err := strconv.Atoi(strings.TrimPrefix(ns, "s")); err == nil && n > 0 {
+		h.seq = n
+	} else {
+		h.seq = 1 << 20
+	}
+	if m.hosts == nil {
+		m.hosts = map[string][]*host{}
+	}
+	m.hosts[client] = append(m.hosts[client], h)
+	m.counts.HostStarts++
+	return &nsWorker{m: m, h: h, ns: ns}
 }
 
 func (m *Manager) attachLocked(h *host) Worker {
@@ -232,11 +284,18 @@ func (m *Manager) roomForHostLocked(client string) error {
 	return m.errorf(ErrTooMany, ": %d session workers hold the sessions of other clients, the most pyrun allows (max_session_workers); try again once one has ended its sessions", m.hostCountLocked())
 }
 
-// hostCountLocked is the number of hosts open. m.mu is held.
+// hostCountLocked is the number of hosts open. A lost host is not: its
+// process is gone, and sessions stay on it only until they are restored
+// from their checkpoints (durable.go) onto hosts of their own. m.mu is
+// held.
 func (m *Manager) hostCountLocked() int {
 	n := 0
 	for _, list := range m.hosts {
-		n += len(list)
+		for _, h := range list {
+			if h.lost() == "" {
+				n++
+			}
+		}
 	}
 	return n
 }
