@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pyrun/pyrun/internal/testtier"
+	"github.com/pyrun/pyrun/internal/redisrun"
 )
 
 // checkpointFiles are the session's records in a dir: store.
@@ -132,7 +131,7 @@ func TestSessionsContinueAfterARestart(t *testing.T) {
 
 // The same through a redis:// store: Debian's redis-server on loopback.
 func TestSessionsContinueAfterARestartThroughRedis(t *testing.T) {
-	url, port := startRedis(t)
+	url, port := redisrun.Start(t)
 	restartContinues(t, url, func(id string) int {
 		out, _ := exec.Command("redis-cli", "-p", fmt.Sprint(port), "exists", "pyrun:ckpt:"+id).Output()
 		return map[bool]int{true: 1, false: 0}[strings.TrimSpace(string(out)) == "1"]
@@ -171,36 +170,6 @@ func TestStopDuringACheckpointKeepsTheSession(t *testing.T) {
 	if r.sc.Status != "success" || valueOf(r) != "42" {
 		t.Fatalf("the session after a stop during its checkpoint: %s %s, want 42\n%s", r.sc.Status, valueOf(r), r.text)
 	}
-}
-
-// startRedis runs Debian's redis-server on a free loopback port, without
-// persistence, for the test; it returns its URL and port.
-func startRedis(t *testing.T) (string, int) {
-	t.Helper()
-	testtier.Needs(t, "redis-server")
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is not installed (Debian package redis-server; .ci/run installs it): %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitFor(t, "redis-server to listen", 10*time.Second, func() bool {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	return fmt.Sprintf("redis://127.0.0.1:%d/0", port), port
 }
 
 // restartContinues runs a session in one pyrun with store, stops it, and

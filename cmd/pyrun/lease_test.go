@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pyrun/pyrun/internal/redisrun"
 )
 
 // valueOf is a result's return value without spaces.
@@ -22,7 +24,7 @@ func valueOf(r result) string { return strings.Join(strings.Fields(string(r.sc.R
 // (it moved back), and once A has stopped, B continues it with A's last
 // state.
 func TestSessionMovesBetweenInstances(t *testing.T) {
-	url, _ := startRedis(t)
+	url, _ := redisrun.Start(t)
 	args := func(name string) []string {
 		// No checkpoint after calls: only a hand-over or the shutdown
 		// writes one, so a stale state would show.
@@ -90,7 +92,7 @@ func TestSessionMovesBetweenInstances(t *testing.T) {
 // is deleted by another once it is past its lifetime, as its own instance
 // would have.
 func TestSessionOfAGoneInstanceExpires(t *testing.T) {
-	url, port := startRedis(t)
+	url, port := redisrun.Start(t)
 	exists := func(id string) bool {
 		out, _ := exec.Command("redis-cli", "-p", fmt.Sprint(port), "exists", "pyrun:ckpt:"+id).Output()
 		return strings.TrimSpace(string(out)) == "1"
@@ -118,7 +120,7 @@ func TestSessionOfAGoneInstanceExpires(t *testing.T) {
 // its sessions' leases to expire; another instance then continues them
 // from their last checkpoint.
 func TestSessionOfADeadInstanceContinues(t *testing.T) {
-	url, _ := startRedis(t)
+	url, _ := redisrun.Start(t)
 	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--checkpoint-delay", "100ms", "--session-lease", "2s"}
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
@@ -147,7 +149,7 @@ func TestSessionOfADeadInstanceContinues(t *testing.T) {
 // checkpoint, marked with its namespace, continues it on the other
 // instance.
 func TestSharedWorkerSessionMoves(t *testing.T) {
-	url, _ := startRedis(t)
+	url, _ := redisrun.Start(t)
 	args := []string{"--workers", "1", "--session-store", url, "--checkpoint-delay", "1h", "--session-lease", "2s"}
 	a := newServer(t, append(args, "--instance-id", "box-a")...)
 	b := newServer(t, append(args, "--instance-id", "box-b")...)

@@ -2,51 +2,18 @@ package checkpoint
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"os/exec"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/pyrun/pyrun/internal/testtier"
+	"github.com/pyrun/pyrun/internal/redisrun"
 )
 
-// startRedis runs Debian's redis-server on a free loopback port for the
-// test, without persistence.
+// startRedis runs redis-server for the test and returns its URL.
 func startRedis(t *testing.T) string {
-	t.Helper()
-	testtier.Needs(t, "redis-server")
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatalf("redis-server is not installed (Debian package redis-server; .ci/run installs it): %v", err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", t.TempDir())
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	url := fmt.Sprintf("redis://127.0.0.1:%d/0", port)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err == nil {
-			c.Close()
-			return url
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("redis-server did not listen: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	url, _ := redisrun.Start(t)
+	return url
 }
 
 // The Redis store keeps a latest and a previous record as the folder
