@@ -166,13 +166,19 @@ func (m *Manager) deleteCheckpointsLocked(s *session) {
 		s.ckptTimer.Stop()
 		s.ckptTimer = nil
 	}
+	m.deleteInBackground(s.id)
+}
+
+// deleteInBackground removes session id's checkpoints, off the caller's
+// path; Close waits for it.
+func (m *Manager) deleteInBackground(id string) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
 		defer cancel()
-		if err := m.opts.Checkpoints.Delete(ctx, s.id); err != nil {
-			m.log.Warn("could not delete a python session's checkpoints", "python_session", s.id, "error", err.Error())
+		if err := m.opts.Checkpoints.Delete(ctx, id); err != nil {
+			m.log.Warn("could not delete a python session's checkpoints", "python_session", id, "error", err.Error())
 		}
 	}()
 }
@@ -297,15 +303,7 @@ func (m *Manager) deleteSavedLocked(id string) {
 		m.sweepSavedLocked(l, id)
 		return
 	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
-		defer cancel()
-		if err := m.opts.Checkpoints.Delete(ctx, id); err != nil {
-			m.log.Warn("could not delete a python session's checkpoints", "python_session", id, "error", err.Error())
-		}
-	}()
+	m.deleteInBackground(id)
 }
 
 // wakeLocked makes a saved session of a previous run an open one, without

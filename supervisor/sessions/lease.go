@@ -104,19 +104,8 @@ func (m *Manager) adopt(ctx context.Context, l Leaser, id, client string) (*sess
 // the sessions' bounds (the placeholders of sessions being moved here
 // count too). m.mu is held.
 func (m *Manager) roomLocked(client string) error {
-	total, mine := -1, 0 // total without this placeholder (owner "")
-	for _, o := range m.open {
-		total++
-		if o.owner == client {
-			mine++
-		}
-	}
-	for who, n := range m.starting {
-		total += n
-		if who == client {
-			mine += n
-		}
-	}
+	total, mine := m.countLocked(client)
+	total-- // without this placeholder (owner "")
 	switch {
 	case total >= m.limits.Max:
 		return m.errorf(ErrTooMany, ": %d are open on this instance, the most it allows (max_sessions), so the session cannot move here; retry, or end a session", total)
@@ -250,15 +239,7 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 		// Its checkpoints go (and the lease held with them), as its own
 		// instance would have deleted them.
 		delete(m.dormant, s.id)
-		m.wg.Add(1)
-		go func() {
-			defer m.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
-			defer cancel()
-			if err := m.opts.Checkpoints.Delete(ctx, s.id); err != nil {
-				m.log.Warn("could not delete a python session's checkpoints", "python_session", s.id, "error", err.Error())
-			}
-		}()
+		m.deleteInBackground(s.id)
 		return m.errorf(ErrExpired, ": session %q passed its lifetime (session_idle, session_max_age)", s.id)
 	}
 	s.owner, s.started, s.lastUsed = saved.Owner, saved.Started, saved.LastUsed

@@ -427,18 +427,7 @@ func (m *Manager) start(ctx context.Context, client string, with func(context.Co
 		return nil, m.errorf(ErrClosed, "")
 	}
 	l := m.limits
-	total, mine := len(m.open), 0
-	for _, s := range m.open {
-		if s.owner == client {
-			mine++
-		}
-	}
-	for who, n := range m.starting {
-		total += n
-		if who == client {
-			mine += n
-		}
-	}
+	total, mine := m.countLocked(client)
 	switch {
 	case total >= l.Max:
 		m.mu.Unlock()
@@ -525,6 +514,24 @@ func (m *Manager) start(ctx context.Context, client string, with func(context.Co
 	m.refillLocked()
 	m.kick()
 	return s, nil
+}
+
+// countLocked counts the sessions open and starting, in all and of client.
+// m.mu is held.
+func (m *Manager) countLocked(client string) (total, mine int) {
+	total = len(m.open)
+	for _, s := range m.open {
+		if s.owner == client {
+			mine++
+		}
+	}
+	for who, n := range m.starting {
+		total += n
+		if who == client {
+			mine += n
+		}
+	}
+	return total, mine
 }
 
 // enter finds a client's open session and waits for its turn.
