@@ -639,6 +639,7 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	job := c.Job
 	job.PythonSession = s.id
 	job.KeepOutput = true // a session keeps its /output/ (docs/contract.md section 9)
+	job.LastCall = c.End
 	var res supervisor.Result
 	var err error
 	var rolled *Saved // the checkpoint the session went back to

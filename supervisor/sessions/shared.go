@@ -74,13 +74,20 @@ type nsWorker struct {
 }
 
 // Run runs job in the session's namespace, after the host's worker has
-// dropped the namespaces of sessions that ended.
+// dropped the namespaces of sessions that ended. The session's last call
+// names its own namespace among them: the worker forgets it as soon as the
+// result is out, so that the next "new" on the worker finds it nobody's
+// and switches in at once (the agent's pattern: a session a run, ended by
+// its last call). Close still queues the drop, which then finds nothing.
 func (n *nsWorker) Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
 	n.h.mu.Lock()
 	drops := n.h.drops
 	n.h.drops = nil
 	n.h.mu.Unlock()
 	job.Namespace, job.Drop = n.ns, drops
+	if job.LastCall {
+		job.Drop = append(slices.Clip(drops), n.ns)
+	}
 	res, err := n.h.w.Run(ctx, job, ev)
 	if res.Status == "" && !errors.Is(err, supervisor.ErrWorkerLost) {
 		// Not sent: the drops go with the next call.
