@@ -128,7 +128,8 @@ export interface RunRequest {
   tools?: string;
   /**
    * A session worker shared by several sessions: the namespace the call runs in, and the
-   * namespaces of ended sessions to forget first (docs/protocol.md, Sessions). Absent: the
+   * namespaces of ended sessions to forget first (docs/protocol.md, Sessions); the call's own
+   * namespace in drop: the session's last call, forgotten once its result is out. Absent: the
    * worker's one state.
    */
   namespace?: string;

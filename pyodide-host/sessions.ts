@@ -16,6 +16,8 @@ interface PySessions {
   save(ns: string): void;
   load(ns: string): void;
   drop(ns: string): void;
+  /** Forgets ns, the namespace switched in, without keeping its state first. */
+  discard(ns: string): void;
   /** JSON: {"current": the namespace switched in ("" for none), "others": those switched out}. */
   names(): string;
 }
@@ -40,10 +42,17 @@ export function checkNamespaces(ns: string, drop: string[]): void {
 export interface Namespaces {
   /**
    * Makes ns the namespace of the next call, then forgets the namespaces
-   * in drop (their tasks are cancelled, their files removed). Throws on a
-   * bad name.
+   * in drop (their tasks are cancelled, their files removed). ns itself in
+   * drop: the call is its session's last, and settle forgets it. Throws on
+   * a bad name.
    */
   enter(ns: string, drop: string[]): void;
+  /**
+   * After a call, once its result is out: forgets the namespace of a
+   * session whose last call it was, so that the next session switches in
+   * without saving it first (the worker is then nobody's).
+   */
+  settle(): void;
   /**
    * After a restore from a checkpoint (checkpoint.ts): takes up the
    * namespaces it holds, which Python's heap and the files under /sessions
@@ -57,6 +66,8 @@ export interface Namespaces {
 export function namespaces(FS: EmscriptenFS, guard: FileGuard, py: PySessions): Namespaces {
   // "" is the worker's state before any namespace, which nothing keeps.
   let current = "";
+  // The namespace of a session whose last call is running, if any.
+  let ending = "";
   const folders = sessionFolders(FS, (fn) => guard.loadingNow(fn), FOLDERS, STORE, clearFolder);
   const spaces: Namespaces = {
     resume(keep) {
@@ -75,11 +86,22 @@ export function namespaces(FS: EmscriptenFS, guard: FileGuard, py: PySessions): 
         py.load(ns);
         current = ns;
       }
+      ending = "";
       for (const d of drop) {
-        if (d === current) continue; // a live session's, or a repeat
+        if (d === current) {
+          ending = current; // the session's last call
+          continue;
+        }
         py.drop(d);
         folders.drop(d);
       }
+    },
+    settle() {
+      if (!ending || ending !== current) return;
+      py.discard(ending);
+      FS.chdir("/");
+      folders.swap("", ""); // its folders go, not into the store
+      current = ending = "";
     },
   };
   return spaces;

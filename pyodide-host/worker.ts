@@ -335,6 +335,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   const cleanUp = async (): Promise<boolean> => {
     try {
       helper.settle();
+      spaces?.settle();
     } catch (e) {
       console.error(`pyrun worker: cleaning up after a call failed: ${errorText(e)}`);
       self.postMessage({ type: "fatal" });

@@ -29,9 +29,15 @@ type Job struct {
 	// Namespace is the session namespace the call runs in on a worker
 	// shared by several sessions of one client (--session-worker shared,
 	// docs/sessions.md); "": the worker's one state. Drop names namespaces
-	// of ended sessions the worker forgets before the call.
+	// of ended sessions the worker forgets before the call; it names the
+	// call's own namespace for the session's last call (end_session), which
+	// the worker then forgets once the result is out, off the next call's
+	// path (docs/protocol.md, Sessions).
 	Namespace string
 	Drop      []string
+	// LastCall says the call ends its session (end_session): a shared
+	// session worker forgets its namespace after it.
+	LastCall bool
 	// Files are written into the working directory before the code runs;
 	// the front end has checked their paths (CheckInputPath). nil: none.
 	Files []InputFile

@@ -114,8 +114,10 @@ func ParseMount(s string) (Mount, error) {
 		return m, fmt.Errorf("mount %q: the sandbox path must be absolute and clean, like /data", s)
 	}
 	// Pyodide's home and standard library, R's home (which a stateless
-	// call's reset empties) and R's installation under /usr.
-	for _, own := range []string{"/home/pyodide", "/home/web_user", "/tmp", "/output", "/lib", "/usr", "/dev", "/proc"} {
+	// call's reset empties), R's installation under /usr, and /sessions,
+	// where a shared session worker keeps the folders of the sessions
+	// switched out (docs/sessions.md).
+	for _, own := range []string{"/home/pyodide", "/home/web_user", "/tmp", "/output", "/lib", "/usr", "/dev", "/proc", "/sessions"} {
 		if sb == own || strings.HasPrefix(sb, own+"/") || strings.HasPrefix(own, sb+"/") {
 			return m, fmt.Errorf("mount %q: %s is pyrun's own folder or a language's (Pyodide's, R's)", s, own)
 		}

@@ -66,13 +66,8 @@ def save(ns):
         _shared = set(sys.modules)
     if space is None:
         return
+    space.modules = _take_own_modules()
     mods = sys.modules
-    for name in [n for n in mods if n not in _shared]:
-        mod = mods[name]
-        if _own(name, mod):
-            space.modules[name] = mods.pop(name)
-        else:
-            _shared.add(name)
     rnd = mods.get("random")
     space.random = rnd.getstate() if rnd is not None else None
     space.environ = dict(os.environ)
@@ -83,6 +78,19 @@ def save(ns):
         space.cwd = _h.WORKDIR
     if ns:
         _spaces[ns] = space
+
+
+def _take_own_modules():
+    """Takes the modules of the namespace switched in out of sys.modules."""
+    mods = sys.modules
+    own = {}
+    for name in [n for n in mods if n not in _shared]:
+        mod = mods[name]
+        if _own(name, mod):
+            own[name] = mods.pop(name)
+        else:
+            _shared.add(name)
+    return own
 
 
 def load(ns):
@@ -132,6 +140,26 @@ def drop(ns):
     space = _spaces.pop(ns, None)
     if space is None:
         return
+    _forget(ns, space)
+
+
+def discard(ns):
+    """Forgets the namespace switched in, ns, whose session ended with the
+    call just run: as drop, without keeping its state first (what save
+    would); the worker is then nobody's until the next load. The host
+    calls it once the call's result is out (sessions.ts, settle)."""
+    global _current, _current_name
+    space = _current
+    if space is None or _current_name != ns:
+        return
+    if _shared is None:
+        return  # not reached: save("") ran before the first load
+    space.modules = _take_own_modules()
+    _current, _current_name = None, None
+    _forget(ns, space)
+
+
+def _forget(ns, space):
     try:
         tasks = asyncio.all_tasks(asyncio.get_event_loop())
     except RuntimeError:

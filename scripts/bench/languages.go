@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -23,14 +24,27 @@ var languageCases = []languageCase{
 
 // languageReport is one language served alone (`pyrun stdio --languages
 // <name>`, one worker): spawn to its first result, warm calls, and the
-// worker's idle memory, the figures docs/languages.md quotes.
+// worker's idle memory, the figures docs/languages.md quotes; then its
+// sessions (namespaces on the client's session worker, the default): the
+// first "new" (which may wait for that worker's start) and the median of
+// languageSessions more, each ended by its one call, against the warm
+// call.
 type languageReport struct {
 	Language      string  `json:"language"`
 	Spawn         *series `json:"spawn_to_first_result"`
 	Warm          stats   `json:"warm"`
 	WorkerRSSMB   float64 `json:"idle_worker_rss_mb"`
 	WorkerRSSPeak float64 `json:"worker_rss_after_calls_mb"`
+	FirstNewMS    float64 `json:"first_new_session_ms"`
+	NewMS         float64 `json:"new_session_ms"`
+	NewOverWarm   float64 `json:"new_session_over_warm"`
 }
+
+// languageSessions are the "new" sessions timed per language.
+const languageSessions = 20
+
+// oneCallSession makes a call a session of its own, ended by it.
+var oneCallSession = map[string]any{"session_id": "new", "end_session": true}
 
 // languageCalls are the warm calls measured per language: fewer than the
 // Python tiers' n, as an R call is some twenty times slower.
@@ -58,7 +72,7 @@ func benchLanguage(ctx context.Context, o *opts, lc languageCase) (languageRepor
 		if err != nil {
 			return rep, err
 		}
-		err = callIn(ctx, p, lc)
+		err = callIn(ctx, p, lc, nil)
 		d := time.Since(p.started)
 		p.close()
 		if err != nil {
@@ -74,7 +88,7 @@ func benchLanguage(ctx context.Context, o *opts, lc languageCase) (languageRepor
 	}
 	defer p.close()
 	warmup := min(o.warmup, 50)
-	s, err := measure(languageCalls, warmup, func(int) error { return callIn(ctx, p, lc) })
+	s, err := measure(languageCalls, warmup, func(int) error { return callIn(ctx, p, lc, nil) })
 	if err != nil {
 		return rep, err
 	}
@@ -82,12 +96,31 @@ func benchLanguage(ctx context.Context, o *opts, lc languageCase) (languageRepor
 	rep.WorkerRSSPeak = workersRSS(p)
 	time.Sleep(2 * time.Second) // idle, as the memory measurement does
 	rep.WorkerRSSMB = workersRSS(p)
+
+	began := time.Now()
+	if err := callIn(ctx, p, lc, oneCallSession); err != nil {
+		return rep, fmt.Errorf("first session: %w", err)
+	}
+	rep.FirstNewMS = ms(time.Since(began))
+	var news []time.Duration
+	for range languageSessions {
+		began := time.Now()
+		if err := callIn(ctx, p, lc, oneCallSession); err != nil {
+			return rep, fmt.Errorf("session: %w", err)
+		}
+		news = append(news, time.Since(began))
+	}
+	rep.NewMS = newSeries(news).P50MS
+	rep.NewOverWarm = round2(rep.NewMS / rep.Warm.P50)
 	return rep, nil
 }
 
-// callIn runs lc's warm call and checks that it succeeded.
-func callIn(ctx context.Context, p *pyrunProc, lc languageCase) error {
-	res, err := p.session.CallTool(ctx, &sdk.CallToolParams{Name: lc.Tool, Arguments: map[string]any{lc.Arg: lc.Code}})
+// callIn runs lc's warm call, with the arguments of extra too, and
+// checks that it succeeded.
+func callIn(ctx context.Context, p *pyrunProc, lc languageCase, extra map[string]any) error {
+	args := map[string]any{lc.Arg: lc.Code}
+	maps.Copy(args, extra)
+	res, err := p.session.CallTool(ctx, &sdk.CallToolParams{Name: lc.Tool, Arguments: args})
 	if err != nil {
 		return fmt.Errorf("%w\npyrun's stderr:\n%s", err, p.log.tail())
 	}
@@ -114,9 +147,9 @@ func printLanguages(w io.Writer, reps []languageReport) {
 		return
 	}
 	fmt.Fprintf(w, "languages, each alone with one worker (%d warm calls of print(1) / console.log(1)):\n", languageCalls)
-	fmt.Fprintf(w, "  %-11s %22s %14s %14s %18s\n", "language", "spawn to result p50", "warm p50", "warm p90", "idle worker RSS")
+	fmt.Fprintf(w, "  %-11s %22s %14s %14s %18s %14s %18s\n", "language", "spawn to result p50", "warm p50", "warm p90", "idle worker RSS", "first \"new\"", "\"new\" p50 / warm")
 	for _, r := range reps {
-		fmt.Fprintf(w, "  %-11s %20.3f s %11.2f ms %11.2f ms %15.1f MB\n",
-			r.Language, r.Spawn.P50MS/1000, r.Warm.P50, r.Warm.P90, r.WorkerRSSMB)
+		fmt.Fprintf(w, "  %-11s %20.3f s %11.2f ms %11.2f ms %15.1f MB %11.1f ms %9.2f ms %5.2fx\n",
+			r.Language, r.Spawn.P50MS/1000, r.Warm.P50, r.Warm.P90, r.WorkerRSSMB, r.FirstNewMS, r.NewMS, r.NewOverWarm)
 	}
 }

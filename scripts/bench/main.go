@@ -305,7 +305,7 @@ func run(ctx context.Context, o *opts) error {
 			rep.Memory, err = benchMemory(ctx, o)
 			return err
 		}},
-		{"agent", fmt.Sprintf("agent run: %d blocks in one Python session against a stateless replay, %d runs", len(agentBlocks), o.runs),
+		{"agent", fmt.Sprintf("agent run: %d blocks in one Python session against a stateless replay, fresh and settled (%d runs)", len(agentBlocks), agentRuns),
 			func(ctx context.Context) (err error) {
 				rep.Agent, err = benchAgent(ctx, o)
 				return err

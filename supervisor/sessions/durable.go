@@ -187,11 +187,29 @@ func (m *Manager) deleteInBackground(id string) {
 // holds s's turn. It returns what the checkpoint holds, or why it could
 // not.
 func (m *Manager) restore(ctx context.Context, s *session) (Saved, error) {
+	// With shared workers, a session restored has a worker of its own (its
+	// checkpoint is its host's whole memory): it counts in Limits.MaxHosts
+	// as any host, so that a client whose worker held many sessions, lost,
+	// cannot make pyrun start a worker per session.
+	shared := m.opts.PerHost > 0
+	if shared {
+		m.mu.Lock()
+		if err := m.roomToRestoreLocked(s); err != nil {
+			m.mu.Unlock()
+			return Saved{}, err
+		}
+		m.hostsPending++
+		m.mu.Unlock()
+	}
 	w, saved, err := m.opts.Checkpoints.Restore(ctx, s.id, m.kick)
+	m.mu.Lock()
+	if shared {
+		m.hostsPending--
+	}
 	if err != nil {
+		m.mu.Unlock()
 		return Saved{}, err
 	}
-	m.mu.Lock()
 	old := s.w
 	s.w = m.adoptLocked(s.owner, w, saved.Namespace)
 	s.ckptCalls = saved.AfterCall

@@ -2,8 +2,10 @@ package sessions_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +35,12 @@ func (k *takes) Take(ctx context.Context, w sessions.Worker, saved []sessions.Sa
 // call.
 func durableOn(t *testing.T, pool *supervisor.Pool, dir string, delay time.Duration) (*sessions.Manager, *takes) {
 	t.Helper()
+	return durableWith(t, pool, dir, delay, sessions.Limits{Spares: -1})
+}
+
+// durableWith is durableOn with limits.
+func durableWith(t *testing.T, pool *supervisor.Pool, dir string, delay time.Duration, limits sessions.Limits) (*sessions.Manager, *takes) {
+	t.Helper()
 	store, err := checkpoint.OpenDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +60,7 @@ func durableOn(t *testing.T, pool *supervisor.Pool, dir string, delay time.Durat
 		PerHost:         8,
 		Checkpoints:     rec,
 		CheckpointDelay: delay,
-		Limits:          sessions.Limits{Spares: -1},
+		Limits:          limits,
 	})
 	return m, rec
 }
@@ -134,5 +142,65 @@ func TestLostHostIsNotCountedWhileItsSessionsWait(t *testing.T) {
 	}
 	if st := m.Stats(); st.Hosts != 2 {
 		t.Errorf("%d session workers counted once both were restored, want 2", st.Hosts)
+	}
+}
+
+// Sessions restored from a lost shared worker's checkpoints each get a
+// worker of their own, within Limits.MaxHosts: past it a restore is refused
+// with an error that says so, and the session and its checkpoint stay for
+// a later call, which restores it once a worker is free (here, when
+// another session has ended and its worker is empty). So a client cannot
+// make pyrun start a worker per session by losing the worker that holds
+// them.
+func TestRestoresStayWithinMaxSessionWorkers(t *testing.T) {
+	m, _ := durableWith(t, checkpointingPool(t), t.TempDir(), 50*time.Millisecond, sessions.Limits{Spares: -1, MaxHosts: 2})
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	a := callAs(t, m, "anonymous", sessions.NewSession, "x = 'a'").SessionID
+	b := callAs(t, m, "anonymous", sessions.NewSession, "x = 'b'").SessionID
+	c := callAs(t, m, "anonymous", sessions.NewSession, "x = 'c'").SessionID
+	deadline := time.Now().Add(time.Minute)
+	for m.Stats().Checkpoints < 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoints of the three sessions within a minute: %+v", m.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	res, err := m.Run(t.Context(), sessions.Call{Session: a, Job: supervisor.Job{ID: "exit", Code: "import js\njs.Deno.exit(3)", Client: "anonymous"}}, nil)
+	if err != nil || res.Checkpoint == nil {
+		t.Fatalf("the call that lost the worker: %v, checkpoint %+v", err, res.Checkpoint)
+	}
+	if got := compact(callAs(t, m, "anonymous", b, "x").Value); got != `"b"` {
+		t.Errorf("b, restored onto the second worker: %s", got)
+	}
+	refusals := m.Stats().HostRefusals
+	_, err = m.Run(t.Context(), sessions.Call{Session: c, Job: supervisor.Job{ID: "c", Code: "x", Client: "anonymous"}}, nil)
+	if !errors.Is(err, sessions.ErrNoRoom) || !strings.Contains(err.Error(), "max_session_workers") || !strings.Contains(err.Error(), "kept") {
+		t.Errorf("c's restore with two workers running and MaxHosts 2: %v, want ErrNoRoom naming max_session_workers", err)
+	}
+	if st := m.Stats(); st.Hosts != 2 || st.HostRefusals != refusals+1 {
+		t.Errorf("after the refused restore: %d session workers, %d refusals (before: %d); want 2 and one more", st.Hosts, st.HostRefusals, refusals)
+	}
+	if _, err := m.Run(t.Context(), sessions.Call{Session: b, End: true, Job: supervisor.Job{ID: "end b", Client: "anonymous"}}, nil); err != nil {
+		t.Fatalf("ending b: %v", err)
+	}
+	// b's namespace is closed off the call's path: c's client calls again
+	// until its worker is free, as the error says to.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		res, err := m.Run(t.Context(), sessions.Call{Session: c, Job: supervisor.Job{ID: "c again", Code: "x", Client: "anonymous"}}, nil)
+		if errors.Is(err, sessions.ErrNoRoom) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil || compact(res.Value) != `"c"` {
+			t.Errorf("c, once b had ended and its worker was empty: %v, %s", err, res.Value)
+		}
+		break
+	}
+	if got := compact(callAs(t, m, "anonymous", a, "x").Value); got != `"a"` {
+		t.Errorf("a, on its restored worker: %s", got)
+	}
+	if st := m.Stats(); st.Hosts != 2 {
+		t.Errorf("%d session workers at the end, want 2", st.Hosts)
 	}
 }

@@ -55,6 +55,10 @@ var (
 	ErrClosed = condition("pyrun is shutting down; its %ssessions have ended")
 	// ErrStart: no worker could be started for the new session.
 	ErrStart = condition("no worker could be started for the %ssession")
+	// ErrNoRoom: the session must be restored from its checkpoint onto a
+	// worker of its own, and Limits.MaxHosts are running; it stays, with
+	// its checkpoint, for a later call.
+	ErrNoRoom = condition("no session worker is free to restore the %ssession")
 )
 
 // condition is an ErrXxx: its words, with a %s where the language's name
@@ -225,7 +229,7 @@ type Stats struct {
 	Hosts      int
 	HostStarts int64
 	Placed     int64
-	// HostRefusals counts new sessions refused for want of a host
+	// HostRefusals counts new sessions, and restores, refused for want of a host
 	// (Limits.MaxHosts).
 	HostRefusals int64
 	// Checkpoints taken, those that failed or were refused, and sessions
@@ -639,14 +643,20 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	job := c.Job
 	job.PythonSession = s.id
 	job.KeepOutput = true // a session keeps its /output/ (docs/contract.md section 9)
+	job.LastCall = c.End
 	var res supervisor.Result
 	var err error
 	var rolled *Saved // the checkpoint the session went back to
-	// A worker lost while the session was idle: its checkpoint continues it.
-	if m.restorable(s) {
+	ran := job.Code != "" || !c.End
+	// A worker lost while the session was idle: its checkpoint continues it
+	// (not for a call that only ends the session).
+	if ran && m.restorable(s) {
 		if s.w == nil {
 			// A session of a previous run: its first call here restores it.
 			saved, rerr := m.restore(context.WithoutCancel(ctx), s)
+			if errors.Is(rerr, ErrNoRoom) {
+				return m.refuseRestore(s, rerr)
+			}
 			if rerr != nil {
 				m.mu.Lock()
 				defer m.mu.Unlock()
@@ -659,12 +669,15 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 			}
 			_ = saved // its state is the latest: nothing was rolled back
 		} else if why := s.w.Lost(); why != "" && lostReason(why) == EndLost {
-			if saved, rerr := m.restore(context.WithoutCancel(ctx), s); rerr == nil {
+			saved, rerr := m.restore(context.WithoutCancel(ctx), s)
+			if errors.Is(rerr, ErrNoRoom) {
+				return m.refuseRestore(s, rerr)
+			}
+			if rerr == nil {
 				rolled = &saved
 			}
 		}
 	}
-	ran := job.Code != "" || !c.End
 	if ran {
 		res, err = s.w.Run(ctx, job, ev)
 	}
@@ -673,8 +686,18 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 		lost = s.w.Lost()
 	}
 	restoreErr := ""
+	waitsRestore := false // on its lost worker, for a later call to restore it
 	if lost != "" && lostReason(lost) == EndLost && m.restorable(s) {
-		if saved, rerr := m.restore(context.WithoutCancel(ctx), s); rerr == nil {
+		if saved, rerr := m.restore(context.WithoutCancel(ctx), s); errors.Is(rerr, ErrNoRoom) {
+			// The session stays, on its lost worker: its next call
+			// restores it once a worker is free.
+			if res.Status == "" {
+				res.Status, res.Error = supervisor.StatusCrashed, err.Error()
+				err = nil
+			}
+			res.Error = strings.TrimSuffix(res.Error, "\n") + fmt.Sprintf("\n\npyrun: the session's worker was lost (%s); %v", lost, rerr)
+			lost, waitsRestore = "", true
+		} else if rerr == nil {
 			rolled = &saved
 			if res.Status == "" {
 				// The call did not run: the session goes on, this call failed.
@@ -726,6 +749,8 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	}
 	if m.open[s.id] == s {
 		switch {
+		case waitsRestore:
+			// Nothing to checkpoint: its last checkpoint is its state.
 		case s.leaseLost && !s.held:
 			m.movedAwayLocked(s)
 		case s.moveWanted && !m.closed:
@@ -735,6 +760,18 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 		}
 	}
 	return res, err
+}
+
+// refuseRestore ends s's call, whose turn it holds, with err (ErrNoRoom):
+// the session stays as it is, its checkpoint kept, for a later call.
+func (m *Manager) refuseRestore(s *session, err error) (supervisor.Result, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.doneLocked()
+	s.busy--
+	m.passLocked(s)
+	m.kick()
+	return supervisor.Result{SessionID: s.id}, err
 }
 
 // restorable says whether s has a checkpoint to continue from.

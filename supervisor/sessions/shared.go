@@ -74,13 +74,20 @@ type nsWorker struct {
 }
 
 // Run runs job in the session's namespace, after the host's worker has
-// dropped the namespaces of sessions that ended.
+// dropped the namespaces of sessions that ended. The session's last call
+// names its own namespace among them: the worker forgets it as soon as the
+// result is out, so that the next "new" on the worker finds it nobody's
+// and switches in at once (the agent's pattern: a session a run, ended by
+// its last call). Close still queues the drop, which then finds nothing.
 func (n *nsWorker) Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error) {
 	n.h.mu.Lock()
 	drops := n.h.drops
 	n.h.drops = nil
 	n.h.mu.Unlock()
 	job.Namespace, job.Drop = n.ns, drops
+	if job.LastCall {
+		job.Drop = append(slices.Clip(drops), n.ns)
+	}
 	res, err := n.h.w.Run(ctx, job, ev)
 	if res.Status == "" && !errors.Is(err, supervisor.ErrWorkerLost) {
 		// Not sent: the drops go with the next call.
@@ -190,7 +197,7 @@ func (m *Manager) hostLocked(client string, w Worker) Worker {
 // took for its session of namespace ns (a restore, or a fork), a host of
 // client's that holds that session, the only one the worker kept: later
 // sessions of the client may join it, and it counts in Limits.MaxHosts
-// (a restore is not refused for that bound). A checkpoint of a worker of
+// (a restore beyond it is refused: roomToRestoreLocked). A checkpoint of a worker of
 // its own (ns ""), or sessions without shared hosts: w stays the
 // session's own. m.mu is held.
 func (m *Manager) adoptLocked(client string, w Worker, ns string) Worker {
@@ -282,6 +289,27 @@ func (m *Manager) roomForHostLocked(client string) error {
 	}
 	m.counts.HostRefusals++
 	return m.errorf(ErrTooMany, ": %d session workers hold the sessions of other clients, the most pyrun allows (max_session_workers); try again once one has ended its sessions", m.hostCountLocked())
+}
+
+// roomToRestoreLocked makes room for the host s is restored onto, closing
+// an empty host of any client's (s's client's own included: a restored
+// session cannot join it) when the hosts are at Limits.MaxHosts, or says
+// why there is none. m.mu is held.
+func (m *Manager) roomToRestoreLocked(s *session) error {
+	if m.hostCountLocked()+m.hostsPending < m.limits.MaxHosts {
+		return nil
+	}
+	for _, list := range m.hosts {
+		for _, h := range list {
+			if h.open == 0 {
+				m.dropHostLocked(h)
+				m.closeWorker(h.w)
+				return nil
+			}
+		}
+	}
+	m.counts.HostRefusals++
+	return m.errorf(ErrNoRoom, " %q from its checkpoint: it needs a session worker of its own, and %d are running, the most pyrun allows (max_session_workers). The session and its checkpoint are kept: call it again once another session has ended", s.id, m.hostCountLocked())
 }
 
 // hostCountLocked is the number of hosts open. A lost host is not: its

@@ -1,7 +1,9 @@
 package sessions_test
 
 import (
+	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -148,5 +150,65 @@ func TestSharedSessionsClientsAndLoss(t *testing.T) {
 	}
 	if v := callAs(t, m, "bob", b1.SessionID, "x").Value; v != "3" {
 		t.Errorf("bob's session after alice's worker was lost: %s", v)
+	}
+}
+
+// A session ended by its last call (end_session with code) is forgotten
+// as soon as that call's result is out: its tasks stop then, not at the
+// worker's next call; the next session on the worker starts with none of
+// its state, and a session switched out meanwhile keeps all of its own.
+func TestSharedSessionEndedByItsLastCall(t *testing.T) {
+	m, _ := managerOn(t, sessions.Limits{}, 8)
+	kept := callAs(t, m, "alice", sessions.NewSession, "import os\ny = 'kept'\nopen('k.txt', 'w').write('kept file')")
+	a := callAs(t, m, "alice", sessions.NewSession, `
+import os, sys, types, asyncio, json
+x = "a"
+open("f.txt", "w").write("a's file")
+os.makedirs("sub")
+os.chdir("sub")
+os.environ["WHO"] = "a"
+sys.modules["mine"] = types.ModuleType("mine")
+json.ticks = 0  # json is shared by the worker's sessions: the task's ticks show when it stops
+async def tick():
+    while True:
+        json.ticks += 1
+        await asyncio.sleep(0.01)
+task = asyncio.get_event_loop().create_task(tick())
+await asyncio.sleep(0.05)`)
+	last, err := m.Run(t.Context(), sessions.Call{Session: a.SessionID, End: true,
+		Job: supervisor.Job{ID: "last", Client: "alice", Code: "import json\njson.ticks"}}, nil)
+	if err != nil || last.Status != supervisor.StatusSuccess {
+		t.Fatalf("the session's last call: %v, %s %s", err, last.Status, last.Error)
+	}
+	ticksAtEnd, _ := strconv.Atoi(last.Value)
+	if ticksAtEnd == 0 {
+		t.Fatalf("the session's task had not ticked by its last call: %q", last.Value)
+	}
+	time.Sleep(300 * time.Millisecond) // about 30 ticks, were the task still running
+	next := callAs(t, m, "alice", sessions.NewSession, `
+import os, sys, json
+[json.ticks, "x" in globals(), os.path.exists("f.txt"), os.getcwd(), os.environ.get("WHO"),
+ "mine" in sys.modules, sorted(os.listdir("/sessions"))]`)
+	if next.Worker != a.Worker {
+		t.Fatalf("the next session ran on %s, the ended one on %s: want one worker", next.Worker, a.Worker)
+	}
+	var got []any
+	if err := json.Unmarshal([]byte(next.Value), &got); err != nil || len(got) != 7 {
+		t.Fatalf("the next session's view: %q (%v)", next.Value, err)
+	}
+	if ticks, _ := got[0].(float64); int(ticks) > ticksAtEnd+3 {
+		t.Errorf("the ended session's task ticked %d times after its last call (%d then): it ran on until the next call", int(ticks)-ticksAtEnd, ticksAtEnd)
+	}
+	if v, _ := json.Marshal(got[1:6]); string(v) != `[false,false,"/home/pyodide",null,false]` {
+		t.Errorf("the next session sees %s of the ended one's state, want none", v)
+	}
+	if v, _ := json.Marshal(got[6]); string(v) != `["s1"]` {
+		t.Errorf("sessions kept on the worker: %s, want only the one switched out (s1)", v)
+	}
+	if v := compact(callAs(t, m, "alice", kept.SessionID, "[y, open('k.txt').read(), os.getcwd()]").Value); v != `["kept","keptfile","/home/pyodide"]` {
+		t.Errorf("the session switched out meanwhile: %s", v)
+	}
+	if _, err := m.Run(t.Context(), sessions.Call{Session: a.SessionID, Job: supervisor.Job{ID: "after", Client: "alice", Code: "x"}}, nil); !errors.Is(err, sessions.ErrEnded) {
+		t.Errorf("a call to the ended session: %v, want ErrEnded", err)
 	}
 }
