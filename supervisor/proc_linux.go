@@ -1,18 +1,6 @@
 package supervisor
 
-import (
-	"os/exec"
-	"syscall"
-)
+import "syscall"
 
-// setProcAttr puts a worker in its own process group, so that a terminal's
-// Ctrl-C reaches pyrun (which stops workers in order) and not the workers
-// directly, and has the kernel kill it if pyrun dies without cleaning up.
-// The OS sandbox may have set other fields (oswall.Wrap).
-func setProcAttr(cmd *exec.Cmd) {
-	if cmd.SysProcAttr == nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{}
-	}
-	cmd.SysProcAttr.Setpgid = true
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-}
+// setDeathSignal has the kernel kill the worker when pyrun dies.
+func setDeathSignal(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }

@@ -169,18 +169,30 @@ func (m *Manager) deleteCheckpointsLocked(s *session) {
 	m.deleteInBackground(s.id)
 }
 
-// deleteInBackground removes session id's checkpoints, off the caller's
-// path; Close waits for it.
-func (m *Manager) deleteInBackground(id string) {
+// inBackground runs f off the caller's path, with checkpointLimit for its
+// store calls; Close waits for it. The caller may hold m.mu.
+func (m *Manager) inBackground(f func(ctx context.Context)) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
 		defer cancel()
-		if err := m.opts.Checkpoints.Delete(ctx, id); err != nil {
-			m.log.Warn("could not delete a python session's checkpoints", "python_session", id, "error", err.Error())
-		}
+		f(ctx)
 	}()
+}
+
+// deleteInBackground removes session id's checkpoints, off the caller's
+// path; Close waits for it.
+func (m *Manager) deleteInBackground(id string) {
+	m.inBackground(func(ctx context.Context) { m.deleteSaved(ctx, id) })
+}
+
+// deleteSaved removes session id's checkpoints; a failure is logged, for
+// the caller has no one to tell.
+func (m *Manager) deleteSaved(ctx context.Context, id string) {
+	if err := m.opts.Checkpoints.Delete(ctx, id); err != nil {
+		m.log.Warn("could not delete a python session's checkpoints", "python_session", id, "error", err.Error())
+	}
 }
 
 // restore continues s, whose worker was lost, from its last checkpoint; it

@@ -123,11 +123,7 @@ func (m *Manager) sweepSavedLocked(l Leaser, id string) {
 	if m.open[id] != nil {
 		return
 	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
-		defer cancel()
+	m.inBackground(func(ctx context.Context) {
 		if err := l.Hold(ctx, id); err != nil {
 			return // another instance serves it, and ends it in its time
 		}
@@ -146,10 +142,8 @@ func (m *Manager) sweepSavedLocked(l Leaser, id string) {
 			_ = l.Release(ctx, id)
 			return
 		}
-		if err := m.opts.Checkpoints.Delete(ctx, id); err != nil {
-			m.log.Warn("could not delete a python session's checkpoints", "python_session", id, "error", err.Error())
-		}
-	}()
+		m.deleteSaved(ctx, id)
+	})
 }
 
 // validID says whether id has the shape of a session id: an instance
@@ -371,13 +365,9 @@ func (m *Manager) releaseLocked(id string) {
 	if l == nil {
 		return
 	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
-		defer cancel()
+	m.inBackground(func(ctx context.Context) {
 		if err := l.Release(ctx, id); err != nil {
 			m.log.Debug("python session's lease was not released", "python_session", id, "error", err.Error())
 		}
-	}()
+	})
 }
