@@ -159,18 +159,17 @@ func TestListenReplacesOnlyStaleSockets(t *testing.T) {
 	}
 }
 
-// A process of another user that reaches the socket is refused: its
-// connection is closed with nothing read or written, logged and counted;
-// this user's connections are accepted.
-func TestGuardRefusesOtherUsers(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "pyrun.sock")
+// guardAndAccept listens on path behind Guard and accepts in the
+// background until the test ends: accepted has each connection the guard
+// let through, and is closed once the guard is.
+func guardAndAccept(t *testing.T, path string, lim Limits, log hclog.Logger) (*Listener, <-chan net.Conn) {
+	t.Helper()
 	ln, err := Listen(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncbuf.Buffer{}
-	g := Guard(ln, Limits{MaxConns: 4}, hclog.New(&hclog.LoggerOptions{Output: logs}))
-	defer g.Close()
+	g := Guard(ln, lim, log)
+	t.Cleanup(func() { g.Close() })
 	accepted := make(chan net.Conn, 4)
 	go func() {
 		for {
@@ -182,6 +181,16 @@ func TestGuardRefusesOtherUsers(t *testing.T) {
 			accepted <- c
 		}
 	}()
+	return g, accepted
+}
+
+// A process of another user that reaches the socket is refused: its
+// connection is closed with nothing read or written, logged and counted;
+// this user's connections are accepted.
+func TestGuardRefusesOtherUsers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pyrun.sock")
+	logs := &syncbuf.Buffer{}
+	g, accepted := guardAndAccept(t, path, Limits{MaxConns: 4}, hclog.New(&hclog.LoggerOptions{Output: logs}))
 
 	out, err := asOtherUser(t, "dial:"+path).CombinedOutput()
 	if err != nil {
@@ -217,22 +226,7 @@ func TestGuardRefusesOtherUsers(t *testing.T) {
 // Past MaxConns, connections are refused until one closes.
 func TestGuardMaxConns(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pyrun.sock")
-	ln, err := Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := Guard(ln, Limits{MaxConns: 1}, hclog.NewNullLogger())
-	defer g.Close()
-	accepted := make(chan net.Conn, 2)
-	go func() {
-		for {
-			c, err := g.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
+	g, accepted := guardAndAccept(t, path, Limits{MaxConns: 1}, hclog.NewNullLogger())
 	c1, err := Dial(path, time.Second)
 	if err != nil {
 		t.Fatal(err)
