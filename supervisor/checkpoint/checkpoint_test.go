@@ -107,16 +107,12 @@ func TestFormatRefusesDamage(t *testing.T) {
 	}
 }
 
-// A damaged latest record leaves the one before it; a crash mid-write
-// leaves only a temporary file, which is never read.
-func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
-	dir := t.TempDir()
-	store, err := OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+// keepTwoCalls puts checkpoints of session box.1 after calls 1 and 2 in
+// store, and wants a Keeper of it to load the later one; it returns that
+// Keeper and the lease the checkpoints were put under.
+func keepTwoCalls(t *testing.T, ctx context.Context, store Store) (*Keeper, Lease) {
+	t.Helper()
 	k := &Keeper{store: store, max: 1 << 30, log: hclog.NewNullLogger()}
-	ctx := context.Background()
 	fence, err := store.Acquire(ctx, "box.1", "test", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +129,19 @@ func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	if m, _, err := k.Load(ctx, "box.1"); err != nil || m.AfterCall != 2 {
 		t.Fatalf("load: %+v %v", m, err)
 	}
+	return k, fence
+}
+
+// A damaged latest record leaves the one before it; a crash mid-write
+// leaves only a temporary file, which is never read.
+func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	store, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	k, fence := keepTwoCalls(t, ctx, store)
 	latest := filepath.Join(dir, "box.1.ckpt")
 	b, _ := os.ReadFile(latest)
 	b[len(b)/2] ^= 1
