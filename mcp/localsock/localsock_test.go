@@ -184,6 +184,31 @@ func guardAndAccept(t *testing.T, path string, lim Limits, log hclog.Logger) (*L
 	return g, accepted
 }
 
+// dial connects to path as Dial does, failing the test if it cannot; the
+// connection is closed when the test ends.
+func dial(t *testing.T, path string) net.Conn {
+	t.Helper()
+	c, err := Dial(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// nextAccepted is the next connection from guardAndAccept's channel,
+// failing the test if none comes within 10 seconds.
+func nextAccepted(t *testing.T, accepted <-chan net.Conn, what string) net.Conn {
+	t.Helper()
+	select {
+	case c := <-accepted:
+		return c
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s was not accepted", what)
+		return nil
+	}
+}
+
 // A process of another user that reaches the socket is refused: its
 // connection is closed with nothing read or written, logged and counted;
 // this user's connections are accepted.
@@ -206,37 +231,22 @@ func TestGuardRefusesOtherUsers(t *testing.T) {
 		t.Errorf("the refusal is not logged with the uid:\n%s", logs.String())
 	}
 
-	c, err := Dial(path, time.Second)
-	if err != nil {
-		t.Fatal(err)
+	dial(t, path)
+	sc := nextAccepted(t, accepted, "this user's connection")
+	p, ok := PeerOfConn(sc)
+	if !ok || int(p.UID) != os.Getuid() || int(p.PID) != os.Getpid() {
+		t.Errorf("accepted peer %+v (%v), want this process", p, ok)
 	}
-	defer c.Close()
-	select {
-	case sc := <-accepted:
-		p, ok := PeerOfConn(sc)
-		if !ok || int(p.UID) != os.Getuid() || int(p.PID) != os.Getpid() {
-			t.Errorf("accepted peer %+v (%v), want this process", p, ok)
-		}
-		sc.Close()
-	case <-time.After(10 * time.Second):
-		t.Fatal("this user's connection was not accepted")
-	}
+	sc.Close()
 }
 
 // Past MaxConns, connections are refused until one closes.
 func TestGuardMaxConns(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pyrun.sock")
 	g, accepted := guardAndAccept(t, path, Limits{MaxConns: 1}, hclog.NewNullLogger())
-	c1, err := Dial(path, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c1.Close()
+	dial(t, path)
 	first := <-accepted
-	c2, err := Dial(path, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c2 := dial(t, path)
 	_ = c2.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if n, err := c2.Read(make([]byte, 1)); n != 0 || err != io.EOF {
 		t.Errorf("the second connection: read %d, %v; want it closed (EOF)", n, err)
@@ -245,17 +255,8 @@ func TestGuardMaxConns(t *testing.T) {
 		t.Errorf("stats %+v, want one refused by the limit, one open", s)
 	}
 	first.Close()
-	c3, err := Dial(path, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c3.Close()
-	select {
-	case c := <-accepted:
-		c.Close()
-	case <-time.After(10 * time.Second):
-		t.Fatal("a connection after the first closed was not accepted")
-	}
+	dial(t, path)
+	nextAccepted(t, accepted, "a connection after the first closed").Close()
 }
 
 // A client does not trust a socket served by another user (one made in a
