@@ -274,13 +274,8 @@ func checkBadAnswers(t *testing.T, hub *codemode.Hub, limit int, lines bool) {
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-held:
-		if err != nil {
-			t.Errorf("the other run's call: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the other run's call did not end")
+	if err := ended(t, held, "the other run's call"); err != nil {
+		t.Errorf("the other run's call: %v", err)
 	}
 	if got := pid(); got != first {
 		t.Errorf("the server's process was %s, now %s: the connection was made again", first, got)

@@ -62,6 +62,19 @@ func call(t *testing.T, c *codemode.Caller, ctx context.Context, server, tool st
 	return m, nil
 }
 
+// ended is the error a call sent on done, once it ended; a call that does
+// not end within 30 seconds fails the test.
+func ended(t *testing.T, done <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not end", what)
+		return nil
+	}
+}
+
 func text(res map[string]any) string {
 	var out []string
 	content, _ := res["content"].([]any)
@@ -181,16 +194,11 @@ func TestCalls(t *testing.T) {
 		done <- err
 	}()
 	cancel()
-	select {
-	case err := <-done:
-		// Cancelled while it ran ("stopped"), or before it could start:
-		// either way the run's end ended it. (TestCodeMode's cancel case
-		// stops a call that is running for sure.)
-		if err == nil || !(strings.Contains(err.Error(), "stopped") || strings.Contains(err.Error(), "the run ended before the tool call could start")) {
-			t.Errorf("cancelled call: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("a cancelled call did not end")
+	// Cancelled while it ran ("stopped"), or before it could start: either
+	// way the run's end ended it. (TestCodeMode's cancel case stops a call
+	// that is running for sure.)
+	if err := ended(t, done, "a cancelled call"); err == nil || !(strings.Contains(err.Error(), "stopped") || strings.Contains(err.Error(), "the run ended before the tool call could start")) {
+		t.Errorf("cancelled call: %v", err)
 	}
 
 	// MaxCalls: nine calls so far, refused ones too; the tenth is refused.
@@ -263,15 +271,11 @@ func TestRestart(t *testing.T) {
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "everything") {
-			t.Errorf("the call the server died in: %v", err)
-		}
-		t.Logf("the call the server died in: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call the server died in did not end")
+	err := ended(t, done, "the call the server died in")
+	if err == nil || !strings.Contains(err.Error(), "everything") {
+		t.Errorf("the call the server died in: %v", err)
 	}
+	t.Logf("the call the server died in: %v", err)
 	// The next run's calls reach the restarted server: ForRun waits while
 	// it reconnects, and a call that finds it still connecting waits too.
 	deadline := time.Now().Add(60 * time.Second)
