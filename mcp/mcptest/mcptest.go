@@ -114,6 +114,20 @@ func (g *Gate) NoneStarted(t testing.TB) {
 	}
 }
 
+// Receive is the next value on ch: if none comes within the given time,
+// the test fails with failure, which says what did not happen.
+func Receive[T any](t testing.TB, ch <-chan T, within time.Duration, failure string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(within):
+		t.Fatal(failure)
+		var zero T
+		return zero
+	}
+}
+
 // OutputFile is a file a call wrote under /output/, for a Result: path
 // under /output/, its mime type and its bytes, spooled in a folder of t's.
 func OutputFile(t testing.TB, path, mime string, data []byte) supervisor.OutputFile {
