@@ -26,6 +26,7 @@ import (
 
 	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/mcp/codemode"
+	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
 // misbehaveEnv, set to "stdio", makes the test binary the misbehaving
@@ -274,7 +275,7 @@ func checkBadAnswers(t *testing.T, hub *codemode.Hub, limit int, lines bool) {
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := ended(t, held, "the other run's call"); err != nil {
+	if err := mcptest.Receive(t, held, 30*time.Second, "the other run's call did not end"); err != nil {
 		t.Errorf("the other run's call: %v", err)
 	}
 	if got := pid(); got != first {

@@ -22,6 +22,7 @@ import (
 	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/codemode/codemodetest"
+	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
 func testLog(t *testing.T) hclog.Logger {
@@ -60,19 +61,6 @@ func call(t *testing.T, c *codemode.Caller, ctx context.Context, server, tool st
 		t.Fatalf("result %s: %v", res, err)
 	}
 	return m, nil
-}
-
-// ended is the error a call sent on done, once it ended; a call that does
-// not end within 30 seconds fails the test.
-func ended(t *testing.T, done <-chan error, what string) error {
-	t.Helper()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(30 * time.Second):
-		t.Fatalf("%s did not end", what)
-		return nil
-	}
 }
 
 func text(res map[string]any) string {
@@ -197,7 +185,7 @@ func TestCalls(t *testing.T) {
 	// Cancelled while it ran ("stopped"), or before it could start: either
 	// way the run's end ended it. (TestCodeMode's cancel case stops a call
 	// that is running for sure.)
-	if err := ended(t, done, "a cancelled call"); err == nil || !(strings.Contains(err.Error(), "stopped") || strings.Contains(err.Error(), "the run ended before the tool call could start")) {
+	if err := mcptest.Receive(t, done, 30*time.Second, "a cancelled call did not end"); err == nil || !(strings.Contains(err.Error(), "stopped") || strings.Contains(err.Error(), "the run ended before the tool call could start")) {
 		t.Errorf("cancelled call: %v", err)
 	}
 
@@ -271,7 +259,7 @@ func TestRestart(t *testing.T) {
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	err := ended(t, done, "the call the server died in")
+	err := mcptest.Receive(t, done, 30*time.Second, "the call the server died in did not end")
 	if err == nil || !strings.Contains(err.Error(), "everything") {
 		t.Errorf("the call the server died in: %v", err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/internal/testproc"
+	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
 // The helper modes of this test binary, run as another user by asOtherUser.
@@ -196,19 +197,6 @@ func dial(t *testing.T, path string) net.Conn {
 	return c
 }
 
-// nextAccepted is the next connection from guardAndAccept's channel,
-// failing the test if none comes within 10 seconds.
-func nextAccepted(t *testing.T, accepted <-chan net.Conn, what string) net.Conn {
-	t.Helper()
-	select {
-	case c := <-accepted:
-		return c
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s was not accepted", what)
-		return nil
-	}
-}
-
 // A process of another user that reaches the socket is refused: its
 // connection is closed with nothing read or written, logged and counted;
 // this user's connections are accepted.
@@ -232,7 +220,7 @@ func TestGuardRefusesOtherUsers(t *testing.T) {
 	}
 
 	dial(t, path)
-	sc := nextAccepted(t, accepted, "this user's connection")
+	sc := mcptest.Receive(t, accepted, 10*time.Second, "this user's connection was not accepted")
 	p, ok := PeerOfConn(sc)
 	if !ok || int(p.UID) != os.Getuid() || int(p.PID) != os.Getpid() {
 		t.Errorf("accepted peer %+v (%v), want this process", p, ok)
@@ -256,7 +244,7 @@ func TestGuardMaxConns(t *testing.T) {
 	}
 	first.Close()
 	dial(t, path)
-	nextAccepted(t, accepted, "a connection after the first closed").Close()
+	mcptest.Receive(t, accepted, 10*time.Second, "a connection after the first closed was not accepted").Close()
 }
 
 // A client does not trust a socket served by another user (one made in a
