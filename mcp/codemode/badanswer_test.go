@@ -241,7 +241,7 @@ func checkBadAnswers(t *testing.T, hub *codemode.Hub, limit int, lines bool) {
 		}
 		held <- err
 	}()
-	waitFor(t, "the other run's call to start", func() bool { _, err := os.Stat(started); return err == nil })
+	mcptest.Eventually(t, 60*time.Second, "the other run's call to start", func() bool { _, err := os.Stat(started); return err == nil })
 
 	for _, tc := range []struct {
 		name string

@@ -337,7 +337,7 @@ func TestReconfigure(t *testing.T) {
 		done <- err
 	}()
 	// Wait until the call is counted on the server, then remove it.
-	waitFor(t, "the call to start", func() bool { return hub.Busy("everything") > 0 })
+	mcptest.Eventually(t, 60*time.Second, "the call to start", func() bool { return hub.Busy("everything") > 0 })
 	hub.Configure(map[string]codemode.Server{"memory": memory(t, "read_graph")})
 	if err := <-done; err != nil {
 		t.Errorf("a call running while its server was removed: %v", err)
@@ -348,17 +348,6 @@ func TestReconfigure(t *testing.T) {
 	}
 	if _, err := call(t, c2, ctx, "everything", "trigger-long-running-operation", map[string]any{}); err == nil {
 		t.Error("a removed server still takes calls")
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

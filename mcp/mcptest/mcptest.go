@@ -128,6 +128,19 @@ func Receive[T any](t testing.TB, ch <-chan T, within time.Duration, failure str
 	}
 }
 
+// Eventually polls cond every 10ms until it holds: if it does not within
+// the given time, the test fails saying it timed out waiting for what.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // OutputFile is a file a call wrote under /output/, for a Result: path
 // under /output/, its mime type and its bytes, spooled in a folder of t's.
 func OutputFile(t testing.TB, path, mime string, data []byte) supervisor.OutputFile {
