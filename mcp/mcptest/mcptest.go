@@ -1,7 +1,8 @@
 // Package mcptest has stand-ins for the worker pool behind pyrun's MCP
 // server (an mcp.Runner), for the tests of the MCP and HTTP front ends that
 // need no Deno, Pyodide or webR: a Runner made of a function, and a Gate
-// whose calls run until the test lets them finish.
+// whose calls run until the test lets them finish; and the bounded waits
+// such tests share (Receive from a channel, Eventually for a condition).
 //
 //	g := mcptest.NewGate()
 //	srv := mcp.New(g, mcp.Options{}, log)
