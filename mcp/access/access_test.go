@@ -14,17 +14,13 @@ import (
 
 	"github.com/go-jose/go-jose/v4"
 	"github.com/go-jose/go-jose/v4/jwt"
-	"github.com/hashicorp/go-hclog"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/oauthex"
 
+	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/mcp/access"
 	"github.com/pyrun/pyrun/mcp/access/accesstest"
 )
-
-func testLog(t *testing.T) hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Debug, Output: t.Output()})
-}
 
 func writeFile(t *testing.T, path, body string) {
 	t.Helper()
@@ -37,7 +33,7 @@ func tokenGuard(t *testing.T, body string) (*access.Guard, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "tokens")
 	writeFile(t, path, body)
-	g, err := access.New(access.Config{TokenFile: path}, testLog(t))
+	g, err := access.New(access.Config{TokenFile: path}, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,12 +86,12 @@ func TestTokenFileErrors(t *testing.T) {
 	} {
 		path := filepath.Join(t.TempDir(), "tokens")
 		writeFile(t, path, tc.body)
-		_, err := access.New(access.Config{TokenFile: path}, testLog(t))
+		_, err := access.New(access.Config{TokenFile: path}, testlog.New(t))
 		if !errors.Is(err, access.ErrTokenFile) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("token file %q: %v, want an error saying %q", tc.body, err, tc.want)
 		}
 	}
-	if _, err := access.New(access.Config{TokenFile: filepath.Join(t.TempDir(), "missing")}, testLog(t)); err == nil {
+	if _, err := access.New(access.Config{TokenFile: filepath.Join(t.TempDir(), "missing")}, testlog.New(t)); err == nil {
 		t.Error("a missing token file was accepted")
 	}
 }
@@ -138,7 +134,7 @@ func jwtGuard(t *testing.T, idp *accesstest.IDP, cfg access.Config) *access.Guar
 	if cfg.PublicURL == "" {
 		cfg.PublicURL = "http://127.0.0.1:3001"
 	}
-	g, err := access.New(cfg, testLog(t))
+	g, err := access.New(cfg, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +286,7 @@ func TestConfigChecks(t *testing.T) {
 		{access.Config{Issuer: "https://idp.example", PublicURL: "https://pyrun.example", JWKSURL: "http://idp.example/jwks"}, "must use https"},
 		{access.Config{Issuer: "https://idp.example", PublicURL: "https://pyrun.example/?x"}, "query"},
 	} {
-		if _, err := access.New(tc.cfg, testLog(t)); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := access.New(tc.cfg, testlog.New(t)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error saying %q", tc.cfg, err, tc.want)
 		}
 	}

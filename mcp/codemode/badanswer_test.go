@@ -26,6 +26,7 @@ import (
 
 	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/mcp/codemode"
+	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
 // misbehaveEnv, set to "stdio", makes the test binary the misbehaving
@@ -240,7 +241,7 @@ func checkBadAnswers(t *testing.T, hub *codemode.Hub, limit int, lines bool) {
 		}
 		held <- err
 	}()
-	waitFor(t, "the other run's call to start", func() bool { _, err := os.Stat(started); return err == nil })
+	mcptest.Eventually(t, 60*time.Second, "the other run's call to start", func() bool { _, err := os.Stat(started); return err == nil })
 
 	for _, tc := range []struct {
 		name string
@@ -274,13 +275,8 @@ func checkBadAnswers(t *testing.T, hub *codemode.Hub, limit int, lines bool) {
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-held:
-		if err != nil {
-			t.Errorf("the other run's call: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the other run's call did not end")
+	if err := mcptest.Receive(t, held, 30*time.Second, "the other run's call did not end"); err != nil {
+		t.Errorf("the other run's call: %v", err)
 	}
 	if got := pid(); got != first {
 		t.Errorf("the server's process was %s, now %s: the connection was made again", first, got)

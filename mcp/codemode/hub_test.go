@@ -22,6 +22,7 @@ import (
 	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/codemode/codemodetest"
+	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
 func testLog(t *testing.T) hclog.Logger {
@@ -181,16 +182,11 @@ func TestCalls(t *testing.T) {
 		done <- err
 	}()
 	cancel()
-	select {
-	case err := <-done:
-		// Cancelled while it ran ("stopped"), or before it could start:
-		// either way the run's end ended it. (TestCodeMode's cancel case
-		// stops a call that is running for sure.)
-		if err == nil || !(strings.Contains(err.Error(), "stopped") || strings.Contains(err.Error(), "the run ended before the tool call could start")) {
-			t.Errorf("cancelled call: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("a cancelled call did not end")
+	// Cancelled while it ran ("stopped"), or before it could start: either
+	// way the run's end ended it. (TestCodeMode's cancel case stops a call
+	// that is running for sure.)
+	if err := mcptest.Receive(t, done, 30*time.Second, "a cancelled call did not end"); err == nil || !(strings.Contains(err.Error(), "stopped") || strings.Contains(err.Error(), "the run ended before the tool call could start")) {
+		t.Errorf("cancelled call: %v", err)
 	}
 
 	// MaxCalls: nine calls so far, refused ones too; the tenth is refused.
@@ -263,15 +259,11 @@ func TestRestart(t *testing.T) {
 	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "everything") {
-			t.Errorf("the call the server died in: %v", err)
-		}
-		t.Logf("the call the server died in: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the call the server died in did not end")
+	err := mcptest.Receive(t, done, 30*time.Second, "the call the server died in did not end")
+	if err == nil || !strings.Contains(err.Error(), "everything") {
+		t.Errorf("the call the server died in: %v", err)
 	}
+	t.Logf("the call the server died in: %v", err)
 	// The next run's calls reach the restarted server: ForRun waits while
 	// it reconnects, and a call that finds it still connecting waits too.
 	deadline := time.Now().Add(60 * time.Second)
@@ -345,7 +337,7 @@ func TestReconfigure(t *testing.T) {
 		done <- err
 	}()
 	// Wait until the call is counted on the server, then remove it.
-	waitFor(t, "the call to start", func() bool { return hub.Busy("everything") > 0 })
+	mcptest.Eventually(t, 60*time.Second, "the call to start", func() bool { return hub.Busy("everything") > 0 })
 	hub.Configure(map[string]codemode.Server{"memory": memory(t, "read_graph")})
 	if err := <-done; err != nil {
 		t.Errorf("a call running while its server was removed: %v", err)
@@ -356,17 +348,6 @@ func TestReconfigure(t *testing.T) {
 	}
 	if _, err := call(t, c2, ctx, "everything", "trigger-long-running-operation", map[string]any{}); err == nil {
 		t.Error("a removed server still takes calls")
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 

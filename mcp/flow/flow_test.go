@@ -33,6 +33,15 @@ func count(t *testing.T, vec *prometheus.CounterVec, values ...string) float64 {
 	return 0
 }
 
+// wantHeldBack checks the count of what (call or result) held back on
+// sessions of the transport.
+func wantHeldBack(t *testing.T, c *Counters, transport, what string, want float64) {
+	t.Helper()
+	if n := count(t, c.HeldBack, transport, what); n != want {
+		t.Errorf("held back %ss: %v, want %v", what, n, want)
+	}
+}
+
 func exact(n int64) func() int64 { return func() int64 { return n } }
 
 // A session's backlog holds at most SessionResults results: a call that
@@ -59,9 +68,7 @@ func TestBacklogBoundsResults(t *testing.T) {
 	if !errors.Is(err, ErrBacklog) || !strings.Contains(err.Error(), "session_pending_results 2") {
 		t.Errorf("a third call with two results waiting: %v, want ErrBacklog naming session_pending_results", err)
 	}
-	if n := count(t, c.HeldBack, "sse", "call"); n != 1 {
-		t.Errorf("held back calls: %v, want 1", n)
-	}
+	wantHeldBack(t, c, "sse", "call", 1)
 	st.Wrote(100)
 	if err := st.Admit(); err != nil {
 		t.Errorf("a call once a result was written: %v", err)
@@ -101,9 +108,7 @@ func TestResultsWithoutRoomAreDropped(t *testing.T) {
 	if err := b.Finish(10, exact(10)); !errors.Is(err, ErrBacklog) || !strings.Contains(err.Error(), "client_pending_bytes") {
 		t.Errorf("a result of alice's other session: %v, want it dropped, naming client_pending_bytes", err)
 	}
-	if n := count(t, c.HeldBack, "streamable", "result"); n != 2 {
-		t.Errorf("held back results: %v, want 2", n)
-	}
+	wantHeldBack(t, c, "streamable", "result", 2)
 	a.Wrote(5000)
 	if err := a.BackedUp(); err != nil {
 		t.Errorf("the session once its result was written: %v", err)

@@ -256,13 +256,8 @@ func TestWaitAcceptedWaitsForCallsTakenInBeforeDrain(t *testing.T) {
 	if err := <-answered; err != nil {
 		t.Fatalf("the accepted call: %v", err)
 	}
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("WaitAccepted did not return once the call was answered")
+	if err := mcptest.Receive(t, waited, 10*time.Second, "WaitAccepted did not return once the call was answered"); err != nil {
+		t.Fatal(err)
 	}
 	// After the drain, nothing new is counted: a bounded wait returns.
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -418,13 +413,8 @@ func TestDroppedPOSTStopsTheCall(t *testing.T) {
 	}()
 	<-started
 	drop()
-	select {
-	case cause := <-stopped:
-		if !errors.Is(cause, httpfront.ErrRequestClosed) {
-			t.Errorf("the call stopped for %v, want %v", cause, httpfront.ErrRequestClosed)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the call went on after its POST was dropped")
+	if cause := mcptest.Receive(t, stopped, 10*time.Second, "the call went on after its POST was dropped"); !errors.Is(cause, httpfront.ErrRequestClosed) {
+		t.Errorf("the call stopped for %v, want %v", cause, httpfront.ErrRequestClosed)
 	}
 }
 

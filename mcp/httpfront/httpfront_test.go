@@ -5,8 +5,19 @@ import (
 	"testing"
 )
 
+// wantEach checks f, named name, against cases: each key an input, its
+// value what f must give for it.
+func wantEach(t *testing.T, name string, f func(string) string, cases map[string]string) {
+	t.Helper()
+	for in, want := range cases {
+		if got := f(in); got != want {
+			t.Errorf("%s(%q) = %q, want %q", name, in, got, want)
+		}
+	}
+}
+
 func TestCleanPrefix(t *testing.T) {
-	for in, want := range map[string]string{
+	wantEach(t, "cleanPrefix", cleanPrefix, map[string]string{
 		"":             "",
 		"/":            "",
 		"/pyrun":       "/pyrun",
@@ -23,11 +34,7 @@ func TestCleanPrefix(t *testing.T) {
 		"/a b":         "",
 		"http://h/a":   "",
 		"/a\r\nX-Y: z": "",
-	} {
-		if got := cleanPrefix(in); got != want {
-			t.Errorf("cleanPrefix(%q) = %q, want %q", in, got, want)
-		}
-	}
+	})
 }
 
 // /mcp sends a request to the stateless handler exactly when its
@@ -57,15 +64,12 @@ func TestIsStatelessRevision(t *testing.T) {
 // The session id of an HTTP+SSE stream is read from its endpoint event,
 // wherever the event is in a write.
 func TestEndpointSessionID(t *testing.T) {
-	for in, want := range map[string]string{
+	fromWrite := func(in string) string { return endpointSessionID([]byte(in)) }
+	wantEach(t, "endpointSessionID", fromWrite, map[string]string{
 		"event: endpoint\ndata: /sse?sessionid=ABC\n\n":          "ABC",
 		": hi\n\nevent: endpoint\ndata: /p/sse?sessionid=x1\n\n": "x1",
 		"event: message\ndata: {}\n\n":                           "",
 		"event: endpoint\ndata: /sse\n\n":                        "",
 		"event: endpoint\ndata: %zz?sessionid=1\n\n":             "",
-	} {
-		if got := endpointSessionID([]byte(in)); got != want {
-			t.Errorf("endpointSessionID(%q) = %q, want %q", in, got, want)
-		}
-	}
+	})
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/internal/testproc"
+	"github.com/pyrun/pyrun/mcp/mcptest"
 )
 
 // The helper modes of this test binary, run as another user by asOtherUser.
@@ -159,18 +160,17 @@ func TestListenReplacesOnlyStaleSockets(t *testing.T) {
 	}
 }
 
-// A process of another user that reaches the socket is refused: its
-// connection is closed with nothing read or written, logged and counted;
-// this user's connections are accepted.
-func TestGuardRefusesOtherUsers(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "pyrun.sock")
+// guardAndAccept listens on path behind Guard and accepts in the
+// background until the test ends: accepted has each connection the guard
+// let through, and is closed once the guard is.
+func guardAndAccept(t *testing.T, path string, lim Limits, log hclog.Logger) (*Listener, <-chan net.Conn) {
+	t.Helper()
 	ln, err := Listen(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncbuf.Buffer{}
-	g := Guard(ln, Limits{MaxConns: 4}, hclog.New(&hclog.LoggerOptions{Output: logs}))
-	defer g.Close()
+	g := Guard(ln, lim, log)
+	t.Cleanup(func() { g.Close() })
 	accepted := make(chan net.Conn, 4)
 	go func() {
 		for {
@@ -182,6 +182,28 @@ func TestGuardRefusesOtherUsers(t *testing.T) {
 			accepted <- c
 		}
 	}()
+	return g, accepted
+}
+
+// dial connects to path as Dial does, failing the test if it cannot; the
+// connection is closed when the test ends.
+func dial(t *testing.T, path string) net.Conn {
+	t.Helper()
+	c, err := Dial(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A process of another user that reaches the socket is refused: its
+// connection is closed with nothing read or written, logged and counted;
+// this user's connections are accepted.
+func TestGuardRefusesOtherUsers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pyrun.sock")
+	logs := &syncbuf.Buffer{}
+	g, accepted := guardAndAccept(t, path, Limits{MaxConns: 4}, hclog.New(&hclog.LoggerOptions{Output: logs}))
 
 	out, err := asOtherUser(t, "dial:"+path).CombinedOutput()
 	if err != nil {
@@ -197,52 +219,22 @@ func TestGuardRefusesOtherUsers(t *testing.T) {
 		t.Errorf("the refusal is not logged with the uid:\n%s", logs.String())
 	}
 
-	c, err := Dial(path, time.Second)
-	if err != nil {
-		t.Fatal(err)
+	dial(t, path)
+	sc := mcptest.Receive(t, accepted, 10*time.Second, "this user's connection was not accepted")
+	p, ok := PeerOfConn(sc)
+	if !ok || int(p.UID) != os.Getuid() || int(p.PID) != os.Getpid() {
+		t.Errorf("accepted peer %+v (%v), want this process", p, ok)
 	}
-	defer c.Close()
-	select {
-	case sc := <-accepted:
-		p, ok := PeerOfConn(sc)
-		if !ok || int(p.UID) != os.Getuid() || int(p.PID) != os.Getpid() {
-			t.Errorf("accepted peer %+v (%v), want this process", p, ok)
-		}
-		sc.Close()
-	case <-time.After(10 * time.Second):
-		t.Fatal("this user's connection was not accepted")
-	}
+	sc.Close()
 }
 
 // Past MaxConns, connections are refused until one closes.
 func TestGuardMaxConns(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "pyrun.sock")
-	ln, err := Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := Guard(ln, Limits{MaxConns: 1}, hclog.NewNullLogger())
-	defer g.Close()
-	accepted := make(chan net.Conn, 2)
-	go func() {
-		for {
-			c, err := g.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
-	c1, err := Dial(path, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c1.Close()
+	g, accepted := guardAndAccept(t, path, Limits{MaxConns: 1}, hclog.NewNullLogger())
+	dial(t, path)
 	first := <-accepted
-	c2, err := Dial(path, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c2 := dial(t, path)
 	_ = c2.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if n, err := c2.Read(make([]byte, 1)); n != 0 || err != io.EOF {
 		t.Errorf("the second connection: read %d, %v; want it closed (EOF)", n, err)
@@ -251,17 +243,8 @@ func TestGuardMaxConns(t *testing.T) {
 		t.Errorf("stats %+v, want one refused by the limit, one open", s)
 	}
 	first.Close()
-	c3, err := Dial(path, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c3.Close()
-	select {
-	case c := <-accepted:
-		c.Close()
-	case <-time.After(10 * time.Second):
-		t.Fatal("a connection after the first closed was not accepted")
-	}
+	dial(t, path)
+	mcptest.Receive(t, accepted, 10*time.Second, "a connection after the first closed was not accepted").Close()
 }
 
 // A client does not trust a socket served by another user (one made in a

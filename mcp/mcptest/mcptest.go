@@ -1,7 +1,8 @@
 // Package mcptest has stand-ins for the worker pool behind pyrun's MCP
 // server (an mcp.Runner), for the tests of the MCP and HTTP front ends that
 // need no Deno, Pyodide or webR: a Runner made of a function, and a Gate
-// whose calls run until the test lets them finish.
+// whose calls run until the test lets them finish; and the bounded waits
+// such tests share (Receive from a channel, Eventually for a condition).
 //
 //	g := mcptest.NewGate()
 //	srv := mcp.New(g, mcp.Options{}, log)
@@ -111,6 +112,33 @@ func (g *Gate) NoneStarted(t testing.TB) {
 	case c := <-g.Started:
 		t.Fatalf("a call of %s reached the pool past its limit", c)
 	default:
+	}
+}
+
+// Receive is the next value on ch: if none comes within the given time,
+// the test fails with failure, which says what did not happen.
+func Receive[T any](t testing.TB, ch <-chan T, within time.Duration, failure string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(within):
+		t.Fatal(failure)
+		var zero T
+		return zero
+	}
+}
+
+// Eventually polls cond every 10ms until it holds: if it does not within
+// the given time, the test fails saying it timed out waiting for what.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

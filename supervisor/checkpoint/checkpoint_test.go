@@ -22,11 +22,17 @@ func fakeMem(heap []byte) []byte {
 	return append(hdr, heap...)
 }
 
+// offBase is a base snapshot whose heap is n times "base-heap ", and a
+// snapshot of the same heap but for own, written at offset at.
+func offBase(n, at int, own string) (base, mem []byte) {
+	heap := bytes.Repeat([]byte("base-heap "), n)
+	base = fakeMem(heap) // a copy: fakeMem appends heap to a header
+	copy(heap[at:], own)
+	return base, fakeMem(heap)
+}
+
 func TestFormatRoundTripAgainstABase(t *testing.T) {
-	base := fakeMem(bytes.Repeat([]byte("base-heap "), 100000))
-	heap := bytes.Repeat([]byte("base-heap "), 100000)
-	copy(heap[5000:], "the session's own bytes")
-	mem := fakeMem(heap)
+	base, mem := offBase(100000, 5000, "the session's own bytes")
 	want := bytes.Clone(mem)
 	files := []byte("PYRUNFS1 files")
 	rec, err := Encode(Meta{Session: "box.1", AfterCall: 3}, mem, files, base, "sha-of-base")
@@ -55,10 +61,7 @@ func TestFormatRoundTripAgainstABase(t *testing.T) {
 // of its sessions: the same state under another header, each header its
 // session's, checksummed again.
 func TestReheaderKeepsTheStateForAnotherSession(t *testing.T) {
-	base := fakeMem(bytes.Repeat([]byte("base-heap "), 1000))
-	heap := bytes.Repeat([]byte("base-heap "), 1000)
-	copy(heap[50:], "two sessions' bytes")
-	mem := fakeMem(heap)
+	base, mem := offBase(1000, 50, "two sessions' bytes")
 	want := bytes.Clone(mem)
 	files := []byte("PYRUNFS1 files")
 	rec, err := Encode(Meta{Session: "box.a", AfterCall: 2, Namespace: "s1"}, mem, files, base, "sha")
@@ -107,16 +110,12 @@ func TestFormatRefusesDamage(t *testing.T) {
 	}
 }
 
-// A damaged latest record leaves the one before it; a crash mid-write
-// leaves only a temporary file, which is never read.
-func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
-	dir := t.TempDir()
-	store, err := OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+// keepTwoCalls puts checkpoints of session box.1 after calls 1 and 2 in
+// store, and wants a Keeper of it to load the later one; it returns that
+// Keeper and the lease the checkpoints were put under.
+func keepTwoCalls(t *testing.T, ctx context.Context, store Store) (*Keeper, Lease) {
+	t.Helper()
 	k := &Keeper{store: store, max: 1 << 30, log: hclog.NewNullLogger()}
-	ctx := context.Background()
 	fence, err := store.Acquire(ctx, "box.1", "test", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +132,19 @@ func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	if m, _, err := k.Load(ctx, "box.1"); err != nil || m.AfterCall != 2 {
 		t.Fatalf("load: %+v %v", m, err)
 	}
+	return k, fence
+}
+
+// A damaged latest record leaves the one before it; a crash mid-write
+// leaves only a temporary file, which is never read.
+func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	store, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	k, fence := keepTwoCalls(t, ctx, store)
 	latest := filepath.Join(dir, "box.1.ckpt")
 	b, _ := os.ReadFile(latest)
 	b[len(b)/2] ^= 1

@@ -3,9 +3,6 @@ package checkpoint
 import (
 	"context"
 	"testing"
-	"time"
-
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/internal/redisrun"
 )
@@ -25,23 +22,7 @@ func TestRedisKeepsAnOlderIntactCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	k := &Keeper{store: store, max: 1 << 30, log: hclog.NewNullLogger()}
-	fence, err := store.Acquire(ctx, "box.1", "test", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for call := 1; call <= 2; call++ {
-		rec, err := Encode(Meta{Session: "box.1", AfterCall: call}, fakeMem([]byte("heap")), nil, nil, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := store.Put(ctx, "box.1", rec, fence); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if m, _, err := k.Load(ctx, "box.1"); err != nil || m.AfterCall != 2 {
-		t.Fatalf("load: %+v %v", m, err)
-	}
+	k, fence := keepTwoCalls(t, ctx, store)
 	if err := store.c.Set(ctx, redisLatest+"box.1", "damaged", 0).Err(); err != nil {
 		t.Fatal(err)
 	}

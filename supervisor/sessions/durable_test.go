@@ -123,17 +123,8 @@ func TestLostHostIsNotCountedWhileItsSessionsWait(t *testing.T) {
 	t.Cleanup(func() { _ = m.Close(context.Background()) })
 	a := callAs(t, m, "anonymous", sessions.NewSession, "x = 1").SessionID
 	b := callAs(t, m, "anonymous", sessions.NewSession, "y = 2").SessionID
-	deadline := time.Now().Add(time.Minute)
-	for m.Stats().Checkpoints < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoints of both sessions within a minute: %+v", m.Stats())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	res, err := m.Run(t.Context(), sessions.Call{Session: a, Job: supervisor.Job{ID: "exit", Code: "import js\njs.Deno.exit(3)", Client: "anonymous"}}, nil)
-	if err != nil || res.Checkpoint == nil {
-		t.Fatalf("the call that lost the worker: %v, checkpoint %+v", err, res.Checkpoint)
-	}
+	waitStats(t, m, time.Minute, "checkpoints of both sessions", func(st sessions.Stats) bool { return st.Checkpoints >= 2 })
+	loseWorker(t, m, a)
 	if st := m.Stats(); st.Hosts != 1 {
 		t.Errorf("%d session workers counted after one was lost and one restored, want 1", st.Hosts)
 	}
@@ -142,6 +133,16 @@ func TestLostHostIsNotCountedWhileItsSessionsWait(t *testing.T) {
 	}
 	if st := m.Stats(); st.Hosts != 2 {
 		t.Errorf("%d session workers counted once both were restored, want 2", st.Hosts)
+	}
+}
+
+// loseWorker makes session id's call end its worker's process, and wants
+// the call to say so with the session's checkpoint to restore from.
+func loseWorker(t *testing.T, m *sessions.Manager, id string) {
+	t.Helper()
+	res, err := m.Run(t.Context(), sessions.Call{Session: id, Job: supervisor.Job{ID: "exit", Code: "import js\njs.Deno.exit(3)", Client: "anonymous"}}, nil)
+	if err != nil || res.Checkpoint == nil {
+		t.Fatalf("the call that lost the worker: %v, checkpoint %+v", err, res.Checkpoint)
 	}
 }
 
@@ -158,22 +159,13 @@ func TestRestoresStayWithinMaxSessionWorkers(t *testing.T) {
 	a := callAs(t, m, "anonymous", sessions.NewSession, "x = 'a'").SessionID
 	b := callAs(t, m, "anonymous", sessions.NewSession, "x = 'b'").SessionID
 	c := callAs(t, m, "anonymous", sessions.NewSession, "x = 'c'").SessionID
-	deadline := time.Now().Add(time.Minute)
-	for m.Stats().Checkpoints < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoints of the three sessions within a minute: %+v", m.Stats())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	res, err := m.Run(t.Context(), sessions.Call{Session: a, Job: supervisor.Job{ID: "exit", Code: "import js\njs.Deno.exit(3)", Client: "anonymous"}}, nil)
-	if err != nil || res.Checkpoint == nil {
-		t.Fatalf("the call that lost the worker: %v, checkpoint %+v", err, res.Checkpoint)
-	}
+	waitStats(t, m, time.Minute, "checkpoints of the three sessions", func(st sessions.Stats) bool { return st.Checkpoints >= 3 })
+	loseWorker(t, m, a)
 	if got := compact(callAs(t, m, "anonymous", b, "x").Value); got != `"b"` {
 		t.Errorf("b, restored onto the second worker: %s", got)
 	}
 	refusals := m.Stats().HostRefusals
-	_, err = m.Run(t.Context(), sessions.Call{Session: c, Job: supervisor.Job{ID: "c", Code: "x", Client: "anonymous"}}, nil)
+	_, err := m.Run(t.Context(), sessions.Call{Session: c, Job: supervisor.Job{ID: "c", Code: "x", Client: "anonymous"}}, nil)
 	if !errors.Is(err, sessions.ErrNoRoom) || !strings.Contains(err.Error(), "max_session_workers") || !strings.Contains(err.Error(), "kept") {
 		t.Errorf("c's restore with two workers running and MaxHosts 2: %v, want ErrNoRoom naming max_session_workers", err)
 	}
@@ -185,7 +177,7 @@ func TestRestoresStayWithinMaxSessionWorkers(t *testing.T) {
 	}
 	// b's namespace is closed off the call's path: c's client calls again
 	// until its worker is free, as the error says to.
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		res, err := m.Run(t.Context(), sessions.Call{Session: c, Job: supervisor.Job{ID: "c again", Code: "x", Client: "anonymous"}}, nil)
 		if errors.Is(err, sessions.ErrNoRoom) && time.Now().Before(deadline) {

@@ -97,6 +97,14 @@ func call(t *testing.T, m *sessions.Manager, id, code string) supervisor.Result 
 	return res
 }
 
+// wantRefusal runs c and wants it refused with an error that is want.
+func wantRefusal(t *testing.T, m *sessions.Manager, c sessions.Call, want error, what string) {
+	t.Helper()
+	if _, err := m.Run(t.Context(), c, nil); !errors.Is(err, want) {
+		t.Errorf("%s: %v, want %v", what, err, want)
+	}
+}
+
 // TestCloseDrainsThenKills: Close lets a running call finish within its
 // context, then kills it; either way every session ends and its worker
 // stops before Close returns.
@@ -136,9 +144,7 @@ func TestCloseDrainsThenKills(t *testing.T) {
 	if _, err := m.Run(t.Context(), sessions.Call{Session: quick, Job: supervisor.Job{ID: "late", Code: "x", Client: "anonymous"}}, nil); !errors.Is(err, sessions.ErrClosed) && !errors.Is(err, sessions.ErrUnknown) {
 		t.Errorf("a call after Close: %v", err)
 	}
-	if _, err := m.Run(t.Context(), sessions.Call{Session: sessions.NewSession, Job: supervisor.Job{ID: "new", Code: "1", Client: "anonymous"}}, nil); !errors.Is(err, sessions.ErrClosed) {
-		t.Errorf("a new session after Close: %v, want ErrClosed", err)
-	}
+	wantRefusal(t, m, sessions.Call{Session: sessions.NewSession, Job: supervisor.Job{ID: "new", Code: "1", Client: "anonymous"}}, sessions.ErrClosed, "a new session after Close")
 }
 
 // waitRunning waits until a call to id is running: until a probe running
@@ -188,26 +194,14 @@ func TestOwnership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.Run(t.Context(), sessions.Call{Session: res.SessionID, Job: supervisor.Job{ID: "2", Code: "s", Client: "bob"}}, nil)
-	if !errors.Is(err, sessions.ErrUnknown) {
-		t.Errorf("bob in alice's session: %v, want ErrUnknown", err)
-	}
-	_, err = m.Run(t.Context(), sessions.Call{Session: sessions.NewSession, Job: supervisor.Job{ID: "3", Code: "1", Client: "alice"}}, nil)
-	if !errors.Is(err, sessions.ErrTooMany) {
-		t.Errorf("alice's second session with ClientMax 1: %v, want ErrTooMany", err)
-	}
+	wantRefusal(t, m, sessions.Call{Session: res.SessionID, Job: supervisor.Job{ID: "2", Code: "s", Client: "bob"}}, sessions.ErrUnknown, "bob in alice's session")
+	wantRefusal(t, m, sessions.Call{Session: sessions.NewSession, Job: supervisor.Job{ID: "3", Code: "1", Client: "alice"}}, sessions.ErrTooMany, "alice's second session with ClientMax 1")
 	res2, err := m.Run(t.Context(), sessions.Call{Session: res.SessionID, End: true, Job: supervisor.Job{ID: "4", Client: "alice"}}, nil)
 	if err != nil || res2.Status != supervisor.StatusSuccess {
 		t.Fatalf("ending alice's session without code: %v %v", res2.Status, err)
 	}
-	_, err = m.Run(t.Context(), sessions.Call{Session: res.SessionID, Job: supervisor.Job{ID: "5", Code: "s", Client: "alice"}}, nil)
-	if !errors.Is(err, sessions.ErrEnded) {
-		t.Errorf("alice in her ended session: %v, want ErrEnded", err)
-	}
-	_, err = m.Run(t.Context(), sessions.Call{Session: res.SessionID, Job: supervisor.Job{ID: "6", Code: "s", Client: "bob"}}, nil)
-	if !errors.Is(err, sessions.ErrUnknown) {
-		t.Errorf("bob in alice's ended session: %v, want ErrUnknown", err)
-	}
+	wantRefusal(t, m, sessions.Call{Session: res.SessionID, Job: supervisor.Job{ID: "5", Code: "s", Client: "alice"}}, sessions.ErrEnded, "alice in her ended session")
+	wantRefusal(t, m, sessions.Call{Session: res.SessionID, Job: supervisor.Job{ID: "6", Code: "s", Client: "bob"}}, sessions.ErrUnknown, "bob in alice's ended session")
 }
 
 func TestInstanceNames(t *testing.T) {

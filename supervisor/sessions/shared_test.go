@@ -144,10 +144,7 @@ func TestSharedSessionsClientsAndLoss(t *testing.T) {
 	if err != nil || !strings.Contains(res.Error, "was lost") {
 		t.Errorf("the call that lost alice's worker: %v, %s %q", err, res.Status, res.Error)
 	}
-	_, err = m.Run(t.Context(), sessions.Call{Session: a2.SessionID, Job: supervisor.Job{ID: "after", Code: "x", Client: "alice"}}, nil)
-	if !errors.Is(err, sessions.ErrLost) {
-		t.Errorf("alice's other session on the lost worker: %v, want ErrLost", err)
-	}
+	wantRefusal(t, m, sessions.Call{Session: a2.SessionID, Job: supervisor.Job{ID: "after", Code: "x", Client: "alice"}}, sessions.ErrLost, "alice's other session on the lost worker")
 	if v := callAs(t, m, "bob", b1.SessionID, "x").Value; v != "3" {
 		t.Errorf("bob's session after alice's worker was lost: %s", v)
 	}
@@ -208,7 +205,5 @@ import os, sys, json
 	if v := compact(callAs(t, m, "alice", kept.SessionID, "[y, open('k.txt').read(), os.getcwd()]").Value); v != `["kept","keptfile","/home/pyodide"]` {
 		t.Errorf("the session switched out meanwhile: %s", v)
 	}
-	if _, err := m.Run(t.Context(), sessions.Call{Session: a.SessionID, Job: supervisor.Job{ID: "after", Client: "alice", Code: "x"}}, nil); !errors.Is(err, sessions.ErrEnded) {
-		t.Errorf("a call to the ended session: %v, want ErrEnded", err)
-	}
+	wantRefusal(t, m, sessions.Call{Session: a.SessionID, Job: supervisor.Job{ID: "after", Client: "alice", Code: "x"}}, sessions.ErrEnded, "a call to the ended session")
 }
