@@ -180,15 +180,18 @@ func TestServeSessionsAccess(t *testing.T) {
 
 // A session's calls count against its client's places like its stateless
 // calls: with client_max_calls 1 and client_max_queue 2, of ten calls sent
-// at once (nine to one session and one stateless, each long enough to hold
-// its place until all have arrived) three are taken in, one running and
-// two waiting, and seven are refused at once as busy. All 120 large calls
-// sent behind a busy session used to be taken in, and pyrun held them all.
+// at once (nine to one session and one stateless, each holding its place
+// until all have arrived: it waits for a gate file the test makes once
+// seven answers are back) three are taken in, one running and two
+// waiting, and seven are refused at once as busy. All 120 large calls sent
+// behind a busy session used to be taken in, and pyrun held them all.
 func TestServeSessionCallsCountAgainstClientLimits(t *testing.T) {
 	const token = "alice-Zt1kR0mWx7LcV4pNs2Hq"
 	tokens := filepath.Join(t.TempDir(), "tokens")
 	saveTokens(t, tokens, "alice:"+token+"\n")
-	s := startServe(t, "--workers", "1", "--auth-token-file", tokens, "--client-max-calls", "1", "--client-max-queue", "2")
+	gate := t.TempDir()
+	s := startServe(t, "--workers", "1", "--auth-token-file", tokens, "--client-max-calls", "1", "--client-max-queue", "2",
+		"--mount", gate+":/gate")
 	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
 	alice, _ := s.mustDial(t, "mcp", token)
 	id := alice.inSession(t, "new", "1").sc.SessionID
@@ -197,22 +200,44 @@ func TestServeSessionCallsCountAgainstClientLimits(t *testing.T) {
 		res *sdk.CallToolResult
 		err error
 	}
+	// Each call waits for the gate (was: slept 4 s, and the three taken
+	// in ran one after another).
+	const wait = "import os, time\nwhile not os.path.exists('/gate/open'):\n    time.sleep(0.02)\n"
 	done := make(chan outcome, 10)
 	for i := range 10 {
-		args := map[string]any{"python_code": "import time\ntime.sleep(4)", "session_id": id}
+		args := map[string]any{"python_code": wait, "session_id": id}
 		if i == 9 {
-			// Long too: a short one that ran and ended before the others
+			// Held too: a short one that ran and ended before the others
 			// arrived would free its place for one more.
-			args = map[string]any{"python_code": "import time\ntime.sleep(4)\n3"}
+			args = map[string]any{"python_code": wait + "3"}
 		}
 		go func() {
 			res, err := alice.callRaw(t.Context(), args)
 			done <- outcome{res, err}
 		}()
 	}
+	// The seven refusals come back at once; the gate opens after them,
+	// or after a wait that shows fewer were refused.
+	var outcomes []outcome
+	timeout := time.After(30 * time.Second)
+collect:
+	for len(outcomes) < 7 {
+		select {
+		case o := <-done:
+			outcomes = append(outcomes, o)
+		case <-timeout:
+			t.Errorf("%d of ten calls answered within 30 s while the taken ones wait at the gate; want seven refused at once", len(outcomes))
+			break collect
+		}
+	}
+	if err := os.WriteFile(filepath.Join(gate, "open"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for len(outcomes) < 10 {
+		outcomes = append(outcomes, <-done)
+	}
 	busy, ran := 0, 0
-	for range 10 {
-		o := <-done
+	for _, o := range outcomes {
 		switch {
 		case o.err != nil:
 			t.Errorf("a call: %v", o.err)

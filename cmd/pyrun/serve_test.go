@@ -512,13 +512,20 @@ func TestServe(t *testing.T) {
 	t.Run("LongCallsSurviveIdleTimeouts", func(t *testing.T) {
 		// A client that gives up on a connection quiet for 1.5s, as httpx's
 		// read timeout and proxies do, keeps a 3s call: the server sends
-		// keep-alive comments every 300ms.
+		// keep-alive comments every 300ms. The two transports' calls run
+		// at once, on the server's two workers.
 		hc := mcptest.IdleTimeoutClient(1500 * time.Millisecond)
+		var wg sync.WaitGroup
 		for _, transport := range []string{"mcp", "sse"} {
 			c := s.connect(t, transport, "", hc)
-			r := c.mustCall(t, map[string]any{"python_code": "import time\ntime.sleep(3)\n'slept'"})
-			wantStatus(t, r, "success")
+			wg.Go(func() {
+				r, err := c.call(t.Context(), map[string]any{"python_code": "import time\ntime.sleep(3)\n'slept'"})
+				if err != nil || r.sc.Status != "success" {
+					t.Errorf("%s: %v, status %q; text:\n%s", transport, err, r.sc.Status, r.text)
+				}
+			})
 		}
+		wg.Wait()
 	})
 
 	t.Run("BehindPrefixProxy", func(t *testing.T) {

@@ -328,7 +328,7 @@ func TestTasks20260728(t *testing.T) {
 	}
 	var task taskState
 	c.call("tools/call", map[string]any{"_meta": meta, "name": "run_python_code",
-		"arguments": map[string]any{"python_code": "import time\ntime.sleep(4)\n6 * 7"}}).ok(t, "slow call", &task)
+		"arguments": map[string]any{"python_code": "import time\ntime.sleep(2)\n6 * 7"}}).ok(t, "slow call", &task)
 	if task.ResultType != "task" || task.Status != "working" || task.TTLMs == nil {
 		t.Fatalf("a slow call: %+v, want a task (resultType task, working, ttlMs)", task)
 	}
@@ -465,7 +465,7 @@ func TestTasksHTTP20260728(t *testing.T) {
 	}
 	var task taskState
 	post(alice, "tools/call", map[string]any{"name": "run_python_code",
-		"arguments": map[string]any{"python_code": "import time\ntime.sleep(4)\n6 * 7"}}).ok(t, "slow call", &task)
+		"arguments": map[string]any{"python_code": "import time\ntime.sleep(2)\n6 * 7"}}).ok(t, "slow call", &task)
 	if task.ResultType != "task" || task.TaskID == "" {
 		t.Fatalf("a slow call over HTTP: %+v, want a task", task)
 	}
