@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"runtime/debug"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -212,7 +214,13 @@ func (k *Keeper) baseNow(ctx context.Context) ([]byte, string) {
 	return k.baseOf(snap.SHA256, snap.Path), snap.SHA256
 }
 
-// baseOf reads (once) the base snapshot of sha at path.
+// baseOf maps (once) the base snapshot of sha at path, read-only. Mapped,
+// its 30 MiB are the page cache's rather than the Go heap's, which pyrun's
+// collector lets grow to five times what it holds (cmd/pyrun/gc.go): read
+// into the heap, it made pyrun itself hold some 350 MiB once sessions had
+// checkpoints. A mapping of an older snapshot is never unmapped, as a
+// checkpoint being encoded may still read it: one per snapshot pyrun
+// makes, which it does once per runtime and package set.
 func (k *Keeper) baseOf(sha, path string) []byte {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -222,7 +230,7 @@ func (k *Keeper) baseOf(sha, path string) []byte {
 	if path == "" {
 		return nil
 	}
-	b, err := os.ReadFile(path)
+	b, err := mapFile(path)
 	if err != nil {
 		k.log.Warn("cannot read the base snapshot; checkpoints are kept whole", "error", err.Error())
 		return nil
@@ -251,6 +259,7 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 		return nil
 	}
 	began := time.Now()
+	defer releaseMemory()
 	img, err := cw.Checkpoint(ctx)
 	if err != nil {
 		return err
@@ -297,6 +306,34 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 	k.last = Sizes{Raw: raw, Stored: int64(len(first)), Took: time.Since(began)}
 	k.mu.Unlock()
 	return nil
+}
+
+// releaseMemory hands the memory of a checkpoint taken (the worker's whole
+// heap, tens of MiB, and its encodings) back to the system at once, rather
+// than keeping it for the heap to grow into: checkpoints come seconds apart
+// at most (after a session's calls), and pyrun's resident memory should
+// stay near what it holds (docs/security.md, What one client can hold).
+func releaseMemory() { debug.FreeOSMemory() }
+
+// mapFile maps the file at path read-only; nil for an empty file.
+func mapFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() == 0 {
+		return nil, nil
+	}
+	b, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map %s: %w", path, err)
+	}
+	return b, nil
 }
 
 // Restore implements sessions.Checkpointer: the latest record that passes
