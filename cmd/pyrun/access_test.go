@@ -140,6 +140,17 @@ func saveTokens(t *testing.T, path, body string) {
 	}
 }
 
+// twoClients writes a token file naming two clients, alice and bob, for the
+// tests about what one client's calls can reach of another's; it returns
+// its path and their tokens.
+func twoClients(t *testing.T) (path, alice, bob string) {
+	t.Helper()
+	alice, bob = "alice-Qm4Zt8Lw1Xc7Vb2N", "bob-Hs9Pk3Rd6Fy0Jt5Gw1"
+	path = filepath.Join(t.TempDir(), "tokens")
+	saveTokens(t, path, "alice:"+alice+"\nbob:"+bob+"\n")
+	return path, alice, bob
+}
+
 // callLines are the "call" log lines since mark, by client.
 func (s *httpServer) callLines(mark int) map[string][]logRecord {
 	out := map[string][]logRecord{}

@@ -144,12 +144,7 @@ func TestServeSessionsStateless(t *testing.T) {
 // client that started it; another client's id gets the error of an
 // unknown one, and --client-max-sessions bounds each client.
 func TestServeSessionsAccess(t *testing.T) {
-	const (
-		aliceToken = "alice-7Xv0rB9kGm1VtZcLwQ8s"
-		bobToken   = "bob-Vb9Zt1kQ0mWx7LcR4pNs2H"
-	)
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	saveTokens(t, tokens, "alice:"+aliceToken+"\nbob:"+bobToken+"\n")
+	tokens, aliceToken, bobToken := twoClients(t)
 	s := startServe(t, "--workers", "1", "--auth-token-file", tokens, "--client-max-sessions", "1", "--max-sessions", "3")
 	s.waitHealth(t, "a ready worker", func(h health) bool { return h.WorkersIdle == 1 })
 	alice, _ := s.mustDial(t, "mcp", aliceToken)

@@ -543,12 +543,7 @@ open("/output/notes.md", "w").write("# hi")
 // access control another client's read is refused like a read of an
 // unknown URI.
 func TestOutputFilesOverHTTP(t *testing.T) {
-	const (
-		aliceToken = "alice-Qm4Lx8Vt2Rz9Kc1Wb7Ns"
-		bobToken   = "bob-Hy6Tp3Jd0Gv5Fs8Ae2Lk"
-	)
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	saveTokens(t, tokens, "alice:"+aliceToken+"\nbob:"+bobToken+"\n")
+	tokens, aliceToken, bobToken := twoClients(t)
 	s := startServe(t, "--workers", "1", "--auth-token-file", tokens)
 	alice, _ := s.mustDial(t, "mcp", aliceToken)
 	bob, _ := s.mustDial(t, "mcp", bobToken)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -26,12 +25,7 @@ import (
 // and gone from her next one. The call log shows no worker of any
 // language ran calls of both clients.
 func TestClientsNeverShareWorkers(t *testing.T) {
-	const (
-		aliceToken = "alice-Qm4Zt8Lw1Xc7Vb2N"
-		bobToken   = "bob-Hs9Pk3Rd6Fy0Jt5Gw1"
-	)
-	tokens := filepath.Join(t.TempDir(), "tokens")
-	saveTokens(t, tokens, "alice:"+aliceToken+"\nbob:"+bobToken+"\n")
+	tokens, aliceToken, bobToken := twoClients(t)
 	// Two workers per language: a client's share is then one (half the
 	// pool), and bob's first call takes a fresh worker beside alice's
 	// instead of retiring hers (a client's first call is never kept waiting
