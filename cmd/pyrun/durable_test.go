@@ -235,8 +235,12 @@ func TestSharedSessionsRestoreEachFromItsOwnCheckpoint(t *testing.T) {
 	s := newServer(t, "--workers", "1", "--session-store", "dir:"+store, "--checkpoint-delay", "100ms")
 	a := s.inSession(t, "new", "x = 1\nopen('a.txt', 'w').write('A1')").sc.SessionID
 	b := s.inSession(t, "new", "y = 2\nopen('b.txt', 'w').write('B2')").sc.SessionID
+	// The files are written before pyrun logs each session's checkpoint:
+	// both lines must be in before the count below, or a line of these
+	// would pass for a's next checkpoint.
 	waitFor(t, "both sessions' first checkpoints", 60*time.Second, func() bool {
-		return len(checkpointFiles(t, store, a)) > 0 && len(checkpointFiles(t, store, b)) > 0
+		return len(checkpointFiles(t, store, a)) > 0 && len(checkpointFiles(t, store, b)) > 0 &&
+			s.log.count("python session checkpoint") >= 2
 	})
 	taken := s.log.count("python session checkpoint")
 	s.inSession(t, a, "x = 3\nopen('a.txt', 'w').write('A3')")
