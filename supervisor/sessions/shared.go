@@ -275,19 +275,9 @@ func (m *Manager) expireHostsLocked(now time.Time) time.Duration {
 // client's: it closes another client's empty host when the hosts are at
 // Limits.MaxHosts, or says why there is no room. m.mu is held.
 func (m *Manager) roomForHostLocked(client string) error {
-	if m.hostCountLocked()+m.hostsPending < m.limits.MaxHosts {
+	if m.hostRoomLocked(func(h *host) bool { return h.owner != client }) {
 		return nil
 	}
-	for _, list := range m.hosts {
-		for _, h := range list {
-			if h.open == 0 && h.owner != client {
-				m.dropHostLocked(h)
-				m.closeWorker(h.w)
-				return nil
-			}
-		}
-	}
-	m.counts.HostRefusals++
 	return m.errorf(ErrTooMany, ": %d session workers hold the sessions of other clients, the most pyrun allows (max_session_workers); try again once one has ended its sessions", m.hostCountLocked())
 }
 
@@ -296,20 +286,30 @@ func (m *Manager) roomForHostLocked(client string) error {
 // session cannot join it) when the hosts are at Limits.MaxHosts, or says
 // why there is none. m.mu is held.
 func (m *Manager) roomToRestoreLocked(s *session) error {
-	if m.hostCountLocked()+m.hostsPending < m.limits.MaxHosts {
+	if m.hostRoomLocked(func(*host) bool { return true }) {
 		return nil
+	}
+	return m.errorf(ErrNoRoom, " %q from its checkpoint: it needs a session worker of its own, and %d are running, the most pyrun allows (max_session_workers). The session and its checkpoint are kept: call it again once another session has ended", s.id, m.hostCountLocked())
+}
+
+// hostRoomLocked says whether one more host fits within Limits.MaxHosts,
+// closing an empty host that may go (mayClose) to make room; a refusal is
+// counted. m.mu is held.
+func (m *Manager) hostRoomLocked(mayClose func(*host) bool) bool {
+	if m.hostCountLocked()+m.hostsPending < m.limits.MaxHosts {
+		return true
 	}
 	for _, list := range m.hosts {
 		for _, h := range list {
-			if h.open == 0 {
+			if h.open == 0 && mayClose(h) {
 				m.dropHostLocked(h)
 				m.closeWorker(h.w)
-				return nil
+				return true
 			}
 		}
 	}
 	m.counts.HostRefusals++
-	return m.errorf(ErrNoRoom, " %q from its checkpoint: it needs a session worker of its own, and %d are running, the most pyrun allows (max_session_workers). The session and its checkpoint are kept: call it again once another session has ended", s.id, m.hostCountLocked())
+	return false
 }
 
 // hostCountLocked is the number of hosts open. A lost host is not: its
