@@ -238,7 +238,7 @@ func (tc taskCall) call(r *request, rev string, ttl, after time.Duration) (any, 
 		return res
 	}
 	ts := tc.s.tasks
-	t, err := ts.start(tc.client, ttl, run)
+	t, err := ts.start(tc.client, ttl, after > 0, run)
 	if err != nil {
 		if rev >= revision20260728 {
 			// The extension lets pyrun answer without a task: the call
@@ -257,7 +257,9 @@ func (tc taskCall) call(r *request, rev string, ttl, after time.Duration) (any, 
 			ts.forget(t)
 			return withResultType(res), nil
 		case <-time.After(after):
+			ts.settle(t)
 		case <-tc.ctx.Done():
+			ts.settle(t)
 			return nil, nil // the task goes on; its requester is gone
 		}
 	}
@@ -323,10 +325,13 @@ func (tc taskCall) task(r *request, rev string) (any, *jsonrpc.Error) {
 			return nil, nil
 		}
 		ts.mu.Lock()
-		res, status := t.result, t.status
+		res, status, dropped, message := t.result, t.status, t.dropped, t.message
 		ts.mu.Unlock()
 		if status == taskCancelled {
 			return nil, rpcError(jsonrpc.CodeInternalError, "task %s was cancelled", t.id)
+		}
+		if dropped {
+			return nil, rpcError(jsonrpc.CodeInternalError, "task %s ended, but %s", t.id, message)
 		}
 		m := withResultType(res)
 		delete(m, "resultType") // 2025-11-25 has none
@@ -426,9 +431,6 @@ func (ts *taskStore) forget(t *task) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if _, ok := ts.byID[t.id]; ok {
-		delete(ts.byID, t.id)
-		if ts.counts[t.client]--; ts.counts[t.client] <= 0 {
-			delete(ts.counts, t.client)
-		}
+		ts.removeLocked(t.id, t)
 	}
 }

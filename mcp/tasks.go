@@ -24,6 +24,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -46,18 +47,24 @@ type TaskOptions struct {
 	// runs before pyrun answers with a task instead of its result (0: a
 	// task at once).
 	After time.Duration
+	// ClientBytes bounds the bytes of results one client's ended tasks
+	// keep (their JSON) for TTL: past it, that client's oldest kept
+	// results are dropped, so that kept results, which wait outside every
+	// other per-client bound, cannot grow pyrun's heap without end.
+	ClientBytes int64
 }
 
 // Defaults of TaskOptions.
 const (
-	DefaultTaskTTL       = 15 * time.Minute
-	DefaultClientTasks   = 32
-	DefaultTaskAfter     = time.Second
-	taskPollInterval     = 250 * time.Millisecond
-	tasksExtension       = "io.modelcontextprotocol/tasks"
-	relatedTaskMeta      = "io.modelcontextprotocol/related-task"
-	protocolVersionMeta  = "io.modelcontextprotocol/protocolVersion"
-	clientCapabilityMeta = "io.modelcontextprotocol/clientCapabilities"
+	DefaultTaskTTL               = 15 * time.Minute
+	DefaultClientTasks           = 32
+	DefaultTaskAfter             = time.Second
+	DefaultClientTaskBytes int64 = 32 << 20
+	taskPollInterval             = 250 * time.Millisecond
+	tasksExtension               = "io.modelcontextprotocol/tasks"
+	relatedTaskMeta              = "io.modelcontextprotocol/related-task"
+	protocolVersionMeta          = "io.modelcontextprotocol/protocolVersion"
+	clientCapabilityMeta         = "io.modelcontextprotocol/clientCapabilities"
 )
 
 // Task statuses.
@@ -84,7 +91,10 @@ type task struct {
 	updated time.Time
 	ended   time.Time
 	ttl     time.Duration
-	result  *sdk.CallToolResult // the call's result, once it ended
+	result  *sdk.CallToolResult // the call's result, once it ended; nil once dropped
+	size    int64               // result's bytes, counted in the store's kept, once kept
+	dropped bool                // result dropped past ClientBytes
+	inline  bool                // a 2026-07-28 call still waiting to answer with the result itself: not kept yet
 }
 
 // taskStore holds the tasks of every client of one Server.
@@ -92,13 +102,15 @@ type taskStore struct {
 	mu      sync.Mutex
 	opts    TaskOptions
 	byID    map[string]*task
-	counts  map[string]int // tasks held, per client
+	counts  map[string]int   // tasks held, per client
+	kept    map[string]int64 // bytes of kept results, per client
 	created atomic.Uint64
 	refused atomic.Uint64
+	dropped atomic.Uint64
 }
 
 func newTaskStore(o TaskOptions) *taskStore {
-	return &taskStore{opts: o, byID: map[string]*task{}, counts: map[string]int{}}
+	return &taskStore{opts: o.withDefaults(), byID: map[string]*task{}, counts: map[string]int{}, kept: map[string]int64{}}
 }
 
 func (o TaskOptions) withDefaults() TaskOptions {
@@ -107,6 +119,9 @@ func (o TaskOptions) withDefaults() TaskOptions {
 	}
 	if o.ClientMax <= 0 {
 		o.ClientMax = DefaultClientTasks
+	}
+	if o.ClientBytes <= 0 {
+		o.ClientBytes = DefaultClientTaskBytes
 	}
 	return o
 }
@@ -121,17 +136,81 @@ func (ts *taskStore) setOptions(o TaskOptions) {
 func (ts *taskStore) sweepLocked(now time.Time) {
 	for id, t := range ts.byID {
 		if !t.ended.IsZero() && now.After(t.ended.Add(t.ttl)) {
-			delete(ts.byID, id)
-			if ts.counts[t.client]--; ts.counts[t.client] <= 0 {
-				delete(ts.counts, t.client)
-			}
+			ts.removeLocked(id, t)
 		}
 	}
 }
 
+// removeLocked forgets t, and the bytes its result held.
+func (ts *taskStore) removeLocked(id string, t *task) {
+	delete(ts.byID, id)
+	if ts.counts[t.client]--; ts.counts[t.client] <= 0 {
+		delete(ts.counts, t.client)
+	}
+	ts.unkeepLocked(t)
+}
+
+func (ts *taskStore) unkeepLocked(t *task) {
+	if t.size == 0 {
+		return
+	}
+	if ts.kept[t.client] -= t.size; ts.kept[t.client] <= 0 {
+		delete(ts.kept, t.client)
+	}
+	t.size = 0
+}
+
+// keepLocked counts ended t's result against its client's ClientBytes and
+// drops that client's oldest kept results (t's own last) while past it.
+func (ts *taskStore) keepLocked(t *task) {
+	if t.result == nil || t.size > 0 {
+		return
+	}
+	b, err := json.Marshal(t.result)
+	t.size = int64(len(b)) + 1 // never 0: counted
+	if err != nil {
+		t.size = 1
+	}
+	ts.kept[t.client] += t.size
+	for ts.kept[t.client] > ts.opts.ClientBytes {
+		oldest := t
+		for _, o := range ts.byID {
+			if o.client == t.client && o.size > 0 && o.ended.Before(oldest.ended) {
+				oldest = o
+			}
+		}
+		ts.dropLocked(oldest)
+		if oldest == t {
+			return
+		}
+	}
+}
+
+func (ts *taskStore) dropLocked(t *task) {
+	t.dropped, t.result = true, nil
+	t.status = taskFailed
+	t.message = fmt.Sprintf("its result (%s) was dropped: this client's kept task results passed client_task_bytes (%s); fetch results sooner, or raise --client-task-bytes",
+		byteCount(t.size), byteCount(ts.opts.ClientBytes))
+	ts.unkeepLocked(t)
+	ts.dropped.Add(1)
+}
+
+// byteCount writes n as the flags do: KiB or MiB when whole enough.
+func byteCount(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1fMiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1fKiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
 // start runs call as a task of client. requestedTTL (0: none asked for)
 // shortens how long its result is kept, never lengthens it.
-func (ts *taskStore) start(client string, requestedTTL time.Duration, call func(ctx context.Context) *sdk.CallToolResult) (*task, error) {
+// inline: the caller will wait to answer with the result itself (see
+// task.inline), and calls settle when it stops waiting.
+func (ts *taskStore) start(client string, requestedTTL time.Duration, inline bool, call func(ctx context.Context) *sdk.CallToolResult) (*task, error) {
 	now := time.Now()
 	ts.mu.Lock()
 	ts.sweepLocked(now)
@@ -148,7 +227,7 @@ func (ts *taskStore) start(client string, requestedTTL time.Duration, call func(
 	// ends with its call (bounded by the call's own timeout) or tasks/cancel.
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &task{id: newTaskID(), client: client, created: now, updated: now, cancel: cancel,
-		done: make(chan struct{}), status: taskWorking, ttl: ttl}
+		done: make(chan struct{}), status: taskWorking, ttl: ttl, inline: inline}
 	ts.byID[t.id] = t
 	ts.counts[client]++
 	ts.mu.Unlock()
@@ -169,8 +248,23 @@ func (ts *taskStore) start(client string, requestedTTL time.Duration, call func(
 			t.status = taskFailed
 			t.message = "the call's result is an error (isError); tasks/result has it"
 		}
+		if !t.inline {
+			ts.keepLocked(t)
+		}
 	}()
 	return t, nil
+}
+
+// settle is called by the caller of an inline start that answers with a
+// task after all (its wait ended before the call): from now on, t's
+// result is kept as any task's.
+func (ts *taskStore) settle(t *task) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	t.inline = false
+	if !t.ended.IsZero() {
+		ts.keepLocked(t)
+	}
 }
 
 // get is client's task id, or nil.
@@ -262,18 +356,28 @@ var (
 	tasksHeldDesc    = prometheus.NewDesc("pyrun_tasks", "MCP tasks held: running, or their results kept for task_ttl.", nil, nil)
 	tasksCreatedDesc = prometheus.NewDesc("pyrun_tasks_created_total", "MCP tasks created (task-augmented run tool calls).", nil, nil)
 	tasksRefusedDesc = prometheus.NewDesc("pyrun_tasks_refused_total", "Task-augmented calls refused because their client held client_max_tasks tasks.", nil, nil)
+	tasksBytesDesc   = prometheus.NewDesc("pyrun_task_result_bytes", "Bytes of ended tasks' results kept for task_ttl, all clients.", nil, nil)
+	tasksDropDesc    = prometheus.NewDesc("pyrun_task_results_dropped_total", "Kept task results dropped because their client's kept results passed client_task_bytes.", nil, nil)
 )
 
 func (c *taskCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- tasksHeldDesc
 	ch <- tasksCreatedDesc
 	ch <- tasksRefusedDesc
+	ch <- tasksBytesDesc
+	ch <- tasksDropDesc
 }
 
 func (c *taskCollector) Collect(ch chan<- prometheus.Metric) {
 	c.ts.mu.Lock()
 	held := len(c.ts.byID)
+	var kept int64
+	for _, n := range c.ts.kept {
+		kept += n
+	}
 	c.ts.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(tasksBytesDesc, prometheus.GaugeValue, float64(kept))
+	ch <- prometheus.MustNewConstMetric(tasksDropDesc, prometheus.CounterValue, float64(c.ts.dropped.Load()))
 	ch <- prometheus.MustNewConstMetric(tasksHeldDesc, prometheus.GaugeValue, float64(held))
 	ch <- prometheus.MustNewConstMetric(tasksCreatedDesc, prometheus.CounterValue, float64(c.ts.created.Load()))
 	ch <- prometheus.MustNewConstMetric(tasksRefusedDesc, prometheus.CounterValue, float64(c.ts.refused.Load()))

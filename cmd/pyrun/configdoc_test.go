@@ -81,7 +81,7 @@ var configGroups = []configGroup{
 	{"The local service", "[One service behind every stdio client](operations.md#one-service-behind-every-stdio-client)", []string{
 		"socket", "attach", "max-socket-conns",
 	}},
-	{"MCP tasks", "[MCP tasks](mcp.md#mcp-tasks)", []string{"task-ttl", "client-max-tasks", "task-after"}},
+	{"MCP tasks", "[MCP tasks](mcp.md#mcp-tasks)", []string{"task-ttl", "client-max-tasks", "client-task-bytes", "task-after"}},
 	{"Logs and the config file", "[The config file](#the-config-file)", []string{"config", "log-level", "log-format"}},
 }
 

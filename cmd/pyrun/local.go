@@ -32,12 +32,14 @@ func (o *options) localFlags(fs *flag.FlagSet) {
 	// MCP tasks (mcp/tasks.go), on stdio and the socket.
 	fs.DurationVar(&o.taskTTL, "task-ttl", mcp.DefaultTaskTTL, "how long an MCP task's result is kept after the task ends (a client may ask for less)")
 	fs.IntVar(&o.clientMaxTasks, "client-max-tasks", mcp.DefaultClientTasks, "MCP tasks one client may hold, running or kept; more task-augmented calls are refused (2025-11-25) or answered without a task (2026-07-28)")
+	o.clientTaskBytes = byteSize(mcp.DefaultClientTaskBytes)
+	fs.Var(&o.clientTaskBytes, "client-task-bytes", "bytes of ended MCP tasks' results one client's tasks keep for --task-ttl (their JSON); past it the client's oldest kept results are dropped (bytes or 32MiB)")
 	fs.DurationVar(&o.taskAfter, "task-after", mcp.DefaultTaskAfter, "MCP 2026-07-28: a call of a client that takes tasks is answered with a task when it has not ended after this long (0: at once)")
 }
 
 // taskOptions are the MCP tasks' bounds.
 func (o *options) taskOptions() mcp.TaskOptions {
-	return mcp.TaskOptions{TTL: o.taskTTL, ClientMax: o.clientMaxTasks, After: o.taskAfter}
+	return mcp.TaskOptions{TTL: o.taskTTL, ClientMax: o.clientMaxTasks, After: o.taskAfter, ClientBytes: int64(o.clientTaskBytes)}
 }
 
 func (o *options) checkLocal() error {
@@ -53,6 +55,8 @@ func (o *options) checkLocal() error {
 		return fmt.Errorf("task-ttl must be between 1s and 24h, not %s", o.taskTTL)
 	case o.clientMaxTasks < 1 || o.clientMaxTasks > 4096:
 		return fmt.Errorf("client-max-tasks must be between 1 and 4096, not %d", o.clientMaxTasks)
+	case o.clientTaskBytes < 64<<10:
+		return fmt.Errorf("client-task-bytes must be at least 64KiB, not %s", o.clientTaskBytes)
 	case o.taskAfter < 0 || o.taskAfter > time.Hour:
 		return fmt.Errorf("task-after must be between 0 and 1h, not %s", o.taskAfter)
 	}

@@ -134,12 +134,13 @@ type options struct {
 	pools       [lang.Count]poolFlags // by lang.Index
 	runLanguage string                // pyrun run --language
 	// The local socket (local.go).
-	socket         string
-	attach         string
-	maxSocketConns int
-	taskTTL        time.Duration
-	clientMaxTasks int
-	taskAfter      time.Duration
+	socket          string
+	attach          string
+	maxSocketConns  int
+	taskTTL         time.Duration
+	clientMaxTasks  int
+	clientTaskBytes byteSize
+	taskAfter       time.Duration
 }
 
 // flagSet declares every flag on o, with its default.

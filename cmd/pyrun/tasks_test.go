@@ -496,3 +496,42 @@ func TestTasksHTTP20260728(t *testing.T) {
 		t.Errorf("a task for a client that did not declare the extension: %+v", plain)
 	}
 }
+
+// Kept results are bounded per client in bytes: past --client-task-bytes
+// the oldest is dropped, and fetching it says so, naming the setting.
+func TestTaskResultsBoundInBytes(t *testing.T) {
+	c := startRaw(t, "--workers", "1", "--attach", "never", "--client-task-bytes", "200KiB")
+	var init map[string]any
+	c.call("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "t", "version": "1"}}).ok(t, "initialize", &init)
+	c.notify("notifications/initialized")
+	var ids []string
+	for i := range 2 {
+		var created struct {
+			Task taskState `json:"task"`
+		}
+		c.call("tools/call", map[string]any{"name": "run_python_code", "task": map[string]any{},
+			"arguments": map[string]any{"python_code": fmt.Sprintf("print('%d' * 40_000)", i)}}).ok(t, "a task", &created)
+		ids = append(ids, created.Task.TaskID)
+		// Each ends before the next starts: the first is the oldest kept.
+		var done map[string]any
+		c.call("tasks/get", map[string]any{"taskId": created.Task.TaskID}).ok(t, "tasks/get", &done)
+		for deadline := time.Now().Add(callTimeout); done["status"] == "working" && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+			c.call("tasks/get", map[string]any{"taskId": created.Task.TaskID}).ok(t, "tasks/get", &done)
+		}
+	}
+	a := c.call("tasks/result", map[string]any{"taskId": ids[0]})
+	if a.Error == nil || !strings.Contains(a.Error.Message, "client_task_bytes") {
+		t.Errorf("the oldest of two results of ~118 KiB (output in text and structuredContent) past a 200 KiB bound: %+v, want an error naming client_task_bytes", a)
+	}
+	var res struct {
+		Content []struct {
+			Text string `json:"text"`
+		} `json:"content"`
+	}
+	c.call("tasks/result", map[string]any{"taskId": ids[1]}).ok(t, "the newest result", &res)
+	if len(res.Content) == 0 || !strings.Contains(res.Content[0].Text, strings.Repeat("1", 40_000)) {
+		t.Errorf("the newest result lost its output: %.200v", res)
+	}
+}
