@@ -190,7 +190,7 @@ const interruptRepeat = 100 * time.Millisecond
 // interrupt asks the running call to stop: KeyboardInterrupt in Python.
 func (c *conn) interrupt() {
 	c.interrupts++
-	if err := c.proc.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+	if err := c.proc.cmd.Process.Signal(interruptSignal); err != nil {
 		c.proc.kill(retirement{RestartInterrupt, "it could not be interrupted"})
 	}
 }

@@ -16,9 +16,9 @@ import (
 	"runtime"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/gofrs/flock"
 	"github.com/hashicorp/go-hclog"
 
 	pyodidehost "github.com/pyrun/pyrun/pyodide-host"
@@ -267,28 +267,18 @@ func pruneRuntimes(root, keep string, log hclog.Logger) {
 	}
 }
 
-// lockFile takes an exclusive advisory lock, waiting for it as long as ctx allows.
+// lockFile takes an exclusive advisory lock, waiting for it as long as ctx
+// allows (flock(2) on Unix, LockFileEx on Windows: gofrs/flock).
 func lockFile(ctx context.Context, path string) (unlock func(), err error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("open runtime lock: %w", err)
+	l := flock.New(path)
+	ok, err := l.TryLockContext(ctx, 100*time.Millisecond)
+	switch {
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("wait for runtime lock: %w", ctx.Err())
+	case err != nil:
+		return nil, fmt.Errorf("lock runtime: %w", err)
+	case !ok:
+		return nil, errors.New("lock runtime: not taken")
 	}
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock runtime: %w", err)
-		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("wait for runtime lock: %w", ctx.Err())
-		}
-	}
+	return func() { _ = l.Close() }, nil
 }

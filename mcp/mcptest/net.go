@@ -22,7 +22,7 @@ func DialFrom(t testing.TB, from, addr string) net.Conn {
 		LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)},
 		Control: func(_, _ string, c syscall.RawConn) error {
 			return c.Control(func(fd uintptr) {
-				_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+				setReceiveBuffer(fd, 4096)
 			})
 		},
 	}

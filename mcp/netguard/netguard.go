@@ -15,7 +15,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -34,11 +33,11 @@ const DefaultTotal = 1024
 // (pipes, their own files) and the log keep descriptors when clients take
 // the rest, so a crashed worker can still be replaced.
 func TotalFor(reserve int) int {
-	var rl syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur > 1<<30 {
+	n, ok := openFilesLimit()
+	if !ok || n > 1<<30 {
 		return DefaultTotal
 	}
-	return max(16, min(DefaultTotal, int(rl.Cur)-reserve))
+	return max(16, min(DefaultTotal, int(n)-reserve))
 }
 
 // Stats count connections.

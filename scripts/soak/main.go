@@ -38,7 +38,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -396,7 +395,7 @@ func killWorkers(pyrun int, mean time.Duration, r *rand.Rand, stop <-chan struct
 		if len(kids) == 0 {
 			continue
 		}
-		if syscall.Kill(kids[r.IntN(len(kids))], syscall.SIGKILL) == nil {
+		if p, err := os.FindProcess(kids[r.IntN(len(kids))]); err == nil && p.Kill() == nil {
 			kills.Add(1)
 		}
 	}

@@ -10,8 +10,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"syscall"
 	"testing"
+
+	"github.com/gofrs/flock"
 
 	"github.com/pyrun/pyrun/internal/testtier"
 )
@@ -30,15 +31,11 @@ func Install(t testing.TB) string {
 	testtier.Needs(t, "MCP servers from npm")
 	d := dir()
 	mods := filepath.Join(d, "node_modules", "@modelcontextprotocol")
-	lock, err := os.OpenFile(filepath.Join(d, ".install.lock"), os.O_CREATE|os.O_RDWR, 0o644)
-	if err != nil {
+	lock := flock.New(filepath.Join(d, ".install.lock"))
+	if err := lock.Lock(); err != nil {
 		t.Fatalf("lock the MCP servers' folder: %v", err)
 	}
 	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("lock the MCP servers' folder: %v", err)
-	}
-	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
 	if _, err := os.Stat(filepath.Join(mods, "server-filesystem", "dist", "index.js")); err == nil {
 		return mods
 	}

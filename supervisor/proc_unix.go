@@ -1,6 +1,9 @@
+//go:build !windows
+
 package supervisor
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -17,3 +20,8 @@ func setProcAttr(cmd *exec.Cmd) {
 	cmd.SysProcAttr.Setpgid = true
 	setDeathSignal(cmd.SysProcAttr)
 }
+
+// interruptSignal is what asks a worker's running call to stop: the
+// worker's main thread turns SIGUSR2 into KeyboardInterrupt (Python) or
+// webR.interrupt() (R).
+var interruptSignal os.Signal = syscall.SIGUSR2
