@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"regexp"
 	"strings"
 	"testing"
@@ -67,5 +68,29 @@ func TestWarmupDeps(t *testing.T) {
 	stdout, _, code = pyrunCmd(t, "", "warmup", "--wheelhouse", demoWheelhouse(t), "--deps", "pyrun-demo==9")
 	if code == 0 || !strings.Contains(stdout, "packages   FAIL") || !strings.Contains(stdout, "pyrun-demo==9") {
 		t.Errorf("warmup with deps that cannot be had: exit %d\n%s", code, stdout)
+	}
+}
+
+// TestUnreachableIndexSaysSo: an import from a package index this machine
+// cannot reach ends in an error that names the index and the ways out.
+func TestUnreachableIndexSaysSo(t *testing.T) {
+	needBinary(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + ln.Addr().String() + "/"
+	ln.Close()
+	stdout, stderr, code := pyrunCmd(t, "import numpy\n", "run", "--package-index", down, "-")
+	if code != 1 || !strings.Contains(stdout, "<status>install-error</status>") {
+		t.Fatalf("exit %d, want 1 and install-error\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"import numpy: the package index " + down + " cannot be reached (connect to ", "--package-index directory", "--wheelhouse"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the error does not say %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "dial tcp") {
+		t.Errorf("the error quotes the dialer:\n%s", stdout)
 	}
 }
