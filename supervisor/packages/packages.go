@@ -24,7 +24,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -564,16 +563,9 @@ func (r *Resolver) get(ctx context.Context, url string, pypi bool) (io.ReadClose
 	if err != nil {
 		return nil, err
 	}
-	resp, err := r.client.Do(req)
+	resp, err := r.do(ctx, req, pypi)
 	if err != nil {
-		var ue *neturl.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // it would name the URL again
-		}
-		if ctx.Err() == nil && unreachable(err) {
-			return nil, r.unreachableAt(url, pypi, err)
-		}
-		return nil, fmt.Errorf("fetch %s: %w", url, err)
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()

@@ -339,3 +339,42 @@ func TestResolveFromPyPI(t *testing.T) {
 		t.Errorf("offline: %v", err)
 	}
 }
+
+// TestReach: pyrun warmup's check of the sources a Resolver downloads from.
+func TestReach(t *testing.T) {
+	idx := t.TempDir()
+	packagestest.Index(t, idx, nil, nil)
+	srv, hits := packagestest.Serve(t, idx)
+	pypi, _ := fakePyPI(t)
+	down := closedPort(t)
+
+	r := newResolver(t, packages.Options{Index: srv.URL, PyPI: pypi.URL + "/pypi/"})
+	answered, errs := r.Reach(t.Context())
+	if len(errs) != 0 || strings.Join(answered, "; ") != "the package index "+srv.URL+"/; PyPI "+pypi.URL+"/pypi/" {
+		t.Errorf("sources that answer: %q %v", answered, errs)
+	}
+
+	r = newResolver(t, packages.Options{Index: down, PyPI: down + "pypi/"})
+	answered, errs = r.Reach(t.Context())
+	if len(answered) != 0 || len(errs) != 2 || !errors.Is(errs[0], packages.ErrUnreachable) || !errors.Is(errs[1], packages.ErrUnreachable) ||
+		!strings.Contains(errs[0].Error(), "the package index "+down+" cannot be reached") || !strings.Contains(errs[1].Error(), "PyPI "+down+"pypi/ cannot be reached") {
+		t.Errorf("sources that do not answer: %q %v", answered, errs)
+	}
+
+	// An index that answers without its lock file is not unreachable.
+	r = newResolver(t, packages.Options{Index: srv.URL + "/elsewhere/"})
+	if _, errs = r.Reach(t.Context()); len(errs) != 1 || errors.Is(errs[0], packages.ErrUnreachable) || !strings.Contains(errs[0].Error(), "404") {
+		t.Errorf("an index without a lock file: %v", errs)
+	}
+
+	// Offline, and for a directory index, nothing is asked.
+	before := hits("/pyodide-lock.json")
+	r = newResolver(t, packages.Options{Index: srv.URL, PyPI: pypi.URL + "/pypi/", Offline: true})
+	if answered, errs = r.Reach(t.Context()); len(answered)+len(errs) != 0 || hits("/pyodide-lock.json") != before {
+		t.Errorf("offline: %q %v", answered, errs)
+	}
+	r = newResolver(t, packages.Options{Index: idx})
+	if answered, errs = r.Reach(t.Context()); len(answered)+len(errs) != 0 {
+		t.Errorf("a directory index: %q %v", answered, errs)
+	}
+}

@@ -1,9 +1,12 @@
 package packages
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	neturl "net/url"
 	"os"
 	"strings"
 )
@@ -77,4 +80,68 @@ func (r *Resolver) unreachableAt(url string, pypi bool, cause error) error {
 		where = r.index
 	}
 	return &unreachableError{pypi: pypi, where: where, cause: cause}
+}
+
+// do sends req; pypi: it is PyPI's, for errors. An error names the URL,
+// and is an unreachableError when the server did not answer.
+func (r *Resolver) do(ctx context.Context, req *http.Request, pypi bool) (*http.Response, error) {
+	resp, err := r.client.Do(req)
+	if err != nil {
+		var ue *neturl.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // it would name the URL again
+		}
+		if ctx.Err() == nil && unreachable(err) {
+			return nil, r.unreachableAt(req.URL.String(), pypi, err)
+		}
+		return nil, fmt.Errorf("fetch %s: %w", req.URL, err)
+	}
+	return resp, nil
+}
+
+// Reach asks the sources r downloads from whether they answer, as pyrun
+// warmup does: the package index when it is a URL (the default index's
+// files are on its CDN), for its lock file, and PyPI when it is asked, for
+// anything. It returns those that answered, and an error for each that did
+// not (ErrUnreachable when its server did not answer at all). Offline it
+// asks nothing: nothing is downloaded.
+func (r *Resolver) Reach(ctx context.Context) (answered []string, errs []error) {
+	if r.opt.Offline {
+		return nil, nil
+	}
+	if IsURL(r.index) {
+		if err := r.probe(ctx, r.index+"pyodide-lock.json", false); err != nil {
+			errs = append(errs, err)
+		} else {
+			answered = append(answered, "the package index "+r.index)
+		}
+	}
+	if r.pypiBase != "" {
+		if err := r.probe(ctx, r.pypiBase+"pip/json", true); err != nil {
+			errs = append(errs, err)
+		} else {
+			answered = append(answered, "PyPI "+r.pypiBase)
+		}
+	}
+	return answered, errs
+}
+
+// probe asks for the first byte of url. Any answer from PyPI will do (a
+// mirror may lack the project asked for); the index must have its lock
+// file.
+func (r *Resolver) probe(ctx context.Context, url string, pypi bool) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Range", "bytes=0-0")
+	resp, err := r.do(ctx, req, pypi)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if !pypi && resp.StatusCode/100 != 2 {
+		return fmt.Errorf("the package index %s answers %s for its pyodide-lock.json", r.index, resp.Status)
+	}
+	return nil
 }
