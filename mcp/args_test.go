@@ -2,7 +2,9 @@ package mcp
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -62,4 +64,46 @@ func normalize(a toolArgs) toolArgs {
 		a.GlobalVariables = b
 	}
 	return a
+}
+
+// TestArgErrorsArePlain: a refused argument is named with the rule it
+// breaks in a sentence, not in the schema validator's terms
+// ("exclusiveMinimum: -1/1 is less than or equal to 0.000000").
+func TestArgErrorsArePlain(t *testing.T) {
+	r := &languageTool{lang: Language{Name: "r", Title: "R", Tool: "run_r_code", CodeArg: "r_code"}}
+	var err error
+	if r.resolved, err = inputSchemaFor(r.lang).Resolve(nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tool *languageTool
+		raw  string
+		want string
+	}{
+		{pythonTool, `{"python_code":"1","timeout_seconds":-1}`, "timeout_seconds must be greater than 0, not -1"},
+		{pythonTool, `{"python_code":"1","timeout_seconds":0}`, "timeout_seconds must be greater than 0, not 0"},
+		{pythonTool, `{"python_code":"1","timeout_seconds":"2"}`, `timeout_seconds must be a number, not a string ("2")`},
+		{pythonTool, `{"python_code":"1","timeout_seconds":null}`, "timeout_seconds must be a number, not null"},
+		{pythonTool, `{"python_code":"1","timeout_seconds":1e999}`, "timeout_seconds holds the number 1e999, past the range of numbers pyrun reads"},
+		{pythonTool, `{}`, "python_code is missing: it holds the Python code to run"},
+		{pythonTool, `[]`, `the arguments must be an object of named arguments, such as {"python_code": "..."}, not an array`},
+		{pythonTool, `{"python_code":1}`, "python_code must be a string, not a number (1)"},
+		{pythonTool, `{"python_code":"1","global_variables":[1]}`, "global_variables must be an object, not an array"},
+		{pythonTool, `{"python_code":"1","session_id":""}`, "session_id must not be empty"},
+		{pythonTool, `{"python_code":"1","session_id":"` + strings.Repeat("s", maxSessionID+1) + `"}`, fmt.Sprintf("session_id must be at most %d characters long, not %d", maxSessionID, maxSessionID+1)},
+		{pythonTool, `{"python_code":"1","end_session":"yes"}`, `end_session must be true or false, not a string ("yes")`},
+		{pythonTool, `{"python_code":"1","files":[]}`, "files must be an object, not an array"},
+		{pythonTool, `{"python_code":"1","timeoutSeconds":3}`, `run_python_code has no argument "timeoutSeconds" (did you mean timeout_seconds?); it takes python_code, end_session, files, global_variables, session_id, timeout_seconds`},
+		{r, `{"r_code":"1","global_variables":{}}`, `run_r_code has no argument "global_variables"; it takes r_code, end_session, files, session_id, timeout_seconds`},
+		{r, `{"python_code":"1"}`, `run_r_code has no argument "python_code"`},
+		{r, `{"timeout_seconds":5}`, "r_code is missing: it holds the R code to run"},
+	} {
+		_, err := parseArgsFor(json.RawMessage(tc.raw), 1<<20, tc.tool)
+		if err == nil || !strings.HasPrefix(err.Error(), "invalid arguments: "+tc.want) {
+			t.Errorf("%s: %v\n want invalid arguments: %s", tc.raw, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "validating") {
+			t.Errorf("%s: %v: the validator's words", tc.raw, err)
+		}
+	}
 }

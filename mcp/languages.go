@@ -1,12 +1,14 @@
 package mcp
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pyrun/pyrun/supervisor"
@@ -228,4 +230,33 @@ func (s *Server) toolOf(req *sdk.CallToolRequest) *languageTool {
 		}
 	}
 	return pythonTool
+}
+
+// disabledTools answers a call of a disabled language's tool (Options.Disabled)
+// before the SDK, which would call it an unknown tool: the tool exists,
+// its language is off, and --languages turns it on. The answer is the
+// error an unknown tool gets (invalid params), since the tool is not
+// listed, with words that say what to do.
+func disabledTools(o Options) sdk.Middleware {
+	off := map[string]Language{}
+	for _, l := range o.Disabled {
+		off[l.Tool] = l
+	}
+	var on []string
+	for _, l := range o.languages() {
+		on = append(on, l.Name)
+	}
+	served := strings.Join(on, ",")
+	return func(next sdk.MethodHandler) sdk.MethodHandler {
+		return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+			if r, ok := req.(*sdk.CallToolRequest); ok && method == "tools/call" && r.Params != nil {
+				if l, isOff := off[r.Params.Name]; isOff {
+					return nil, rpcError(jsonrpc.CodeInvalidParams,
+						"tool %q runs %s code, and %s is not served here: this pyrun was started with --languages %s; start it with --languages %s,%s for the tool",
+						l.Tool, l.Title, l.Title, served, served, l.Name)
+				}
+			}
+			return next(ctx, method, req)
+		}
+	}
 }

@@ -219,3 +219,28 @@ func TestJavaScriptDescription(t *testing.T) {
 		}
 	}
 }
+
+// A disabled language's tool is not listed, and a call of it is told that
+// the tool exists and which --languages serves it; a tool pyrun has not
+// at all is still an unknown tool.
+func TestDisabledLanguageToolSaysSo(t *testing.T) {
+	rec := &jobRecorder{}
+	cs := connectServer(t, New(rec, Options{Version: "test", Disabled: []Language{testR, testJavaScript}}, hclog.NewNullLogger()))
+	if got := mcptest.ToolNames(t, cs); !slices.Equal(got, []string{"run_python_code"}) {
+		t.Fatalf("tools %v, want run_python_code alone", got)
+	}
+	_, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_r_code", Arguments: map[string]any{"r_code": "1"}})
+	want := `tool "run_r_code" runs R code, and R is not served here: this pyrun was started with --languages python; start it with --languages python,r for the tool`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("run_r_code on a server without R: %v\nwant %s", err, want)
+	}
+	_, err = cs.CallTool(t.Context(), &sdk.CallToolParams{Name: "run_cobol_code", Arguments: map[string]any{}})
+	if err == nil || !strings.Contains(err.Error(), `unknown tool "run_cobol_code"`) {
+		t.Errorf("a tool pyrun does not have: %v", err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.jobs) != 0 {
+		t.Errorf("jobs ran: %+v", rec.jobs)
+	}
+}

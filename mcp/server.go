@@ -61,6 +61,10 @@ type Options struct {
 	// Languages are the languages served, a tool each, in order; nil:
 	// Python alone. The pool runs each call by its Job.Language.
 	Languages []Language
+	// Disabled are the languages pyrun has that this server does not
+	// serve: a call of one of their tools is told that the tool exists and
+	// which --languages serves it, not "unknown tool". nil: none.
+	Disabled []Language
 	// Requests bound the request bytes pyrun holds.
 	Requests flow.RequestLimits
 	// CodeMode gives calls the tools of other MCP servers (mcp_tools in
@@ -131,7 +135,7 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 		s.sdk.AddTool(languageToolDef(l, opts), s.handle)
 	}
 	s.sdk.AddResourceTemplate(outputTemplate, s.readOutput)
-	s.sdk.AddReceivingMiddleware(s.levels.middleware)
+	s.sdk.AddReceivingMiddleware(s.levels.middleware, disabledTools(opts))
 	if opts.CodeMode != nil {
 		opts.CodeMode.OnChange(s.republish)
 	}

@@ -246,6 +246,9 @@ func parseArgsCheckedFor(raw json.RawMessage, lt *languageTool) (toolArgs, error
 		return args, argError(decodeError(shallow, err))
 	}
 	if err := lt.resolved.Validate(generic); err != nil {
+		if plain := explainArgs(generic, lt); plain != nil {
+			return args, plain
+		}
 		return args, argError(err)
 	}
 	if err := json.Unmarshal(raw, &args); err != nil {
@@ -298,6 +301,11 @@ func decodeError(raw json.RawMessage, err error) error {
 	for name, v := range fields {
 		var x any
 		if e := json.Unmarshal(v, &x); e != nil {
+			var ute *json.UnmarshalTypeError
+			if errors.As(e, &ute) && strings.HasPrefix(ute.Value, "number ") {
+				// The one way a valid JSON value fails to decode.
+				return fmt.Errorf("%s holds the %s, past the range of numbers pyrun reads", name, ute.Value)
+			}
 			return fmt.Errorf("%s: %w", name, e)
 		}
 	}

@@ -39,6 +39,9 @@ type Config struct {
 	ClientWorkerIdle time.Duration
 	// Network is what Python code may reach. "": NetworkPublic.
 	Network Network
+	// networkless: the engine's code gets no network, whatever Network
+	// says (set by forEngine; false: Network holds).
+	networkless bool
 	// Isolation is how much a call may see of earlier calls. "": IsolationCall.
 	Isolation Isolation
 	// InterruptGrace is how long an interrupted call has to end before its
@@ -254,6 +257,7 @@ func (c Config) forEngine(e Engine) Config {
 	if !f.Mounts {
 		c.Mounts = nil
 	}
+	c.networkless = !f.Network
 	return c.withDefaults()
 }
 

@@ -85,6 +85,7 @@ func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, lo
 func (w *worker) runCall(ctx context.Context, job Job, cfg Config, tr *transcript) Result {
 	w.calls++
 	res, end := w.run(ctx, job, cfg, w.pkgs, tr)
+	res.Error = explainDenied(res.Error, cfg)
 	if end.retire.given() {
 		w.retire = end.retire
 	}

@@ -113,6 +113,18 @@ func (o *options) mcpLanguages(rt *supervisor.Runtime) []mcp.Language {
 	return tools
 }
 
+// disabledLanguages are the tools of the languages --languages leaves
+// out, so that a call of one is told how to turn it on.
+func (o *options) disabledLanguages() []mcp.Language {
+	var off []mcp.Language
+	for _, l := range lang.All() {
+		if !slices.Contains(o.languages, l.ID) {
+			off = append(off, l.Tool(nil))
+		}
+	}
+	return off
+}
+
 // startPools provisions the runtime and starts a pool per language.
 // workers, when positive, sizes every pool (pyrun run needs one worker).
 func startPools(ctx context.Context, o *options, langs []lang.Language, workers int, progress io.Writer, log hclog.Logger) (*supervisor.Runtime, *supervisor.Pools, error) {

@@ -139,7 +139,8 @@ func slicesEqualConfig(a, b any) bool {
 }
 
 // TestLanguagesPythonOnly: with --languages python the server lists
-// run_python_code alone, and it runs as ever.
+// run_python_code alone, and it runs as ever; a call of another
+// language's tool is told how to turn it on.
 func TestLanguagesPythonOnly(t *testing.T) {
 	s := newLanguageServer(t, "python", "--workers", "1")
 	if got := mcptest.ToolNames(t, s.session); !slices.Equal(got, []string{"run_python_code"}) {
@@ -148,10 +149,13 @@ func TestLanguagesPythonOnly(t *testing.T) {
 	r := s.runIn(t, "run_python_code", "python_code", "print('hi')\n6 * 7")
 	wantStatus(t, r, "success")
 	wantValue(t, r, "42")
-	for _, tool := range []string{"run_r_code", "run_javascript_code"} {
+	for tool, want := range map[string]string{
+		"run_r_code":          `tool "run_r_code" runs R code, and R is not served here: this pyrun was started with --languages python; start it with --languages python,r for the tool`,
+		"run_javascript_code": "start it with --languages python,javascript for the tool",
+	} {
 		res, err := s.callToolRaw(t.Context(), tool, map[string]any{"r_code": "1"})
-		if err == nil && !res.IsError {
-			t.Errorf("%s answered with the language off: %+v", tool, res)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s with the language off: %v %+v; want an error saying %q", tool, err, res, want)
 		}
 	}
 }

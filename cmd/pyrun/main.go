@@ -170,6 +170,7 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		Outputs:         outputs.Config{TTL: o.outputTTL, MaxBytes: int64(o.outputStore), MaxFiles: o.outputStoreFiles, Dir: o.outputs},
 		Mounts:          mountPaths(cfg.Mounts),
 		Languages:       o.mcpLanguages(rt),
+		Disabled:        o.disabledLanguages(),
 		Requests:        o.requestLimits(),
 		Delivery: flow.DeliveryLimits{WriteTimeout: o.writeTimeout, SessionResults: o.sessionPendingResults,
 			SessionBytes: int64(o.sessionPendingBytes), ClientBytes: int64(o.clientPendingBytes)},

@@ -31,6 +31,7 @@ import (
 	"github.com/pyrun/pyrun/internal/logwatch"
 	"github.com/pyrun/pyrun/mcp/mcptest"
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/packages/packagestest"
 )
 
 // ---- a pyrun serve process ---------------------------------------------------
@@ -872,7 +873,11 @@ func TestServeConfigReload(t *testing.T) {
 
 func TestWarmup(t *testing.T) {
 	needBinary(t)
-	stdout, stderr, code := pyrunCmd(t, "", "warmup")
+	// The package index and PyPI on loopback: warmup asks whether they answer.
+	idx := t.TempDir()
+	packagestest.Index(t, idx, nil, nil)
+	srv, _ := packagestest.Serve(t, idx)
+	stdout, stderr, code := pyrunCmd(t, "", "warmup", "--package-index", srv.URL, "--pypi", srv.URL+"/pypi/")
 	if code != 0 {
 		t.Fatalf("warmup: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}

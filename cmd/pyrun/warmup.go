@@ -108,18 +108,19 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 			if err != nil {
 				return "", err
 			}
-			if len(cfg.Deps) == 0 {
-				return fmt.Sprintf("no deps to preload; calls load what they import from %s", pkgs.Index()), nil
+			detail := fmt.Sprintf("no deps to preload; calls load what they import from %s", pkgs.Index())
+			if len(cfg.Deps) > 0 {
+				files, err := pkgs.Resolve(ctx, packages.Request{Requires: cfg.Deps, By: "deps"})
+				if err != nil {
+					return "", fmt.Errorf("the deps cannot be had, so no worker could start: %w", err)
+				}
+				var names []string
+				for _, f := range files {
+					names = append(names, f.Name+" "+f.Version)
+				}
+				detail = fmt.Sprintf("cached %s in %s", strings.Join(names, ", "), rt.PackageDir)
 			}
-			files, err := pkgs.Resolve(ctx, packages.Request{Requires: cfg.Deps, By: "deps"})
-			if err != nil {
-				return "", fmt.Errorf("the deps cannot be had, so no worker could start: %w", err)
-			}
-			var names []string
-			for _, f := range files {
-				names = append(names, f.Name+" "+f.Version)
-			}
-			return fmt.Sprintf("cached %s in %s", strings.Join(names, ", "), rt.PackageDir), nil
+			return reachDetail(ctx, pkgs, cfg.Network, detail)
 		}},
 		{"worker", func(ctx context.Context) (string, error) {
 			cfg := o.poolConfig()
@@ -186,15 +187,54 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 	}
 
 	fmt.Fprintf(stdout, "pyrun %s warmup (runtime folder %s)\n", version, o.runtimeDir)
+	warned := false
 	for _, st := range steps {
 		began := time.Now()
 		detail, err := st.run(ctx)
+		var w warning
+		if errors.As(err, &w) {
+			fmt.Fprintf(stdout, "  %-10s WARN  %s [%s]\n", st.name, w, time.Since(began).Round(time.Millisecond))
+			warned = true
+			continue
+		}
 		if err != nil {
 			fmt.Fprintf(stdout, "  %-10s FAIL  %v\n", st.name, err)
 			return fmt.Errorf("warmup failed at %s: %w", st.name, err)
 		}
 		fmt.Fprintf(stdout, "  %-10s ok    %s [%s]\n", st.name, detail, time.Since(began).Round(time.Millisecond))
 	}
+	if warned {
+		fmt.Fprintln(stdout, "ready, with the warnings above: pyrun serve and pyrun stdio will start warm")
+		return nil
+	}
 	fmt.Fprintln(stdout, "ready: pyrun serve and pyrun stdio will start warm")
 	return nil
+}
+
+// warning is what a warmup step found that does not stop pyrun from
+// serving, but limits it: the step says WARN and warmup goes on.
+type warning string
+
+func (w warning) Error() string { return string(w) }
+
+// reachDetail adds to the packages step's detail whether the sources that
+// calls download from answer. One that does not is a warning, not a
+// failure: offline, calls still load what is cached, the wheelhouse and a
+// directory index.
+func reachDetail(ctx context.Context, pkgs *packages.Resolver, network supervisor.Network, detail string) (string, error) {
+	if network == supervisor.NetworkNone {
+		return detail + "; the network mode is none: nothing is downloaded, packages come from the cache, a --package-index directory and the --wheelhouse", nil
+	}
+	answered, errs := pkgs.Reach(ctx)
+	if len(answered) > 0 {
+		detail += "; " + strings.Join(answered, " and ") + " answered"
+	}
+	if len(errs) == 0 {
+		return detail, nil
+	}
+	var why []string
+	for _, err := range errs {
+		why = append(why, err.Error())
+	}
+	return "", warning(detail + "; calls that need a package not cached yet will fail: " + strings.Join(why, "; "))
 }

@@ -24,7 +24,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -209,7 +208,8 @@ func (r *Resolver) Resolve(ctx context.Context, req Request) ([]File, error) {
 		if err != nil {
 			return nil, err
 		}
-		wants = append(wants, want{rq, cmpOr(req.By, "the script")})
+		by := cmpOr(req.By, "the script")
+		wants = append(wants, want{req: rq, by: by, root: by})
 	}
 	for _, imp := range req.Imports {
 		name, ok := wheelImports[imp]
@@ -222,11 +222,12 @@ func (r *Resolver) Resolve(ctx context.Context, req Request) ([]File, error) {
 			}
 			continue // the code's own module, or a typo: Python will say
 		}
-		wants = append(wants, want{Requirement{Name: name}, "import " + imp})
+		wants = append(wants, want{req: Requirement{Name: name}, by: "import " + imp, root: "import " + imp})
 	}
 	s := &solver{
 		ctx: ctx, r: r, python: cmpOr(python, defaultPython),
-		dist: dist, distErr: distErr, wheels: wheels, loaded: req.Loaded, env: env, chosen: map[string]*candidate{},
+		dist: dist, distErr: distErr, wheels: wheels, loaded: req.Loaded, env: env,
+		chosen: map[string]*candidate{}, why: map[string]want{},
 	}
 	for _, w := range wants {
 		if err := s.add(w, 0); err != nil {
@@ -237,7 +238,7 @@ func (r *Resolver) Resolve(ctx context.Context, req Request) ([]File, error) {
 	for _, c := range s.order {
 		p, err := r.fetch(ctx, c)
 		if err != nil {
-			return nil, fmt.Errorf("%s %s: %w", c.display, c.version, err)
+			return nil, fmt.Errorf("%s %s%s: %w", c.display, c.version, s.why[c.name].neededFor(), err)
 		}
 		if c.lazy && c.imports == nil {
 			// PyPI does not say which modules a wheel holds: the wheel does.
@@ -250,10 +251,25 @@ func (r *Resolver) Resolve(ctx context.Context, req Request) ([]File, error) {
 	return files, nil
 }
 
-// want is a requirement and who asked for it, for errors.
+// want is a requirement and who asked for it, for errors: by is the
+// package that depends on it, or root; root is what the call asked for
+// ("import matplotlib", "the script").
 type want struct {
-	req Requirement
-	by  string
+	req      Requirement
+	by, root string
+}
+
+// neededFor says why a package is fetched, so that a failed download of a
+// dependency names what the call asked for: " (for import numpy)",
+// " (needed by matplotlib 3.8.4, for import matplotlib)".
+func (w want) neededFor() string {
+	switch {
+	case w.root == "":
+		return ""
+	case w.by == w.root:
+		return " (for " + w.root + ")"
+	}
+	return " (needed by " + w.by + ", for " + w.root + ")"
 }
 
 // solver picks one version of every package a request needs: the highest
@@ -268,7 +284,8 @@ type solver struct {
 	loaded  map[string]string
 	env     map[string]string
 	chosen  map[string]*candidate
-	order   []*candidate // dependencies first
+	why     map[string]want // why each chosen package is needed, by name
+	order   []*candidate    // dependencies first
 }
 
 func (s *solver) add(w want, depth int) error {
@@ -346,9 +363,9 @@ func (s *solver) add(w want, depth int) error {
 		c := *best
 		c.requires, best = reqs, &c
 	}
-	s.chosen[rq.Name] = best
+	s.chosen[rq.Name], s.why[rq.Name] = best, w
 	for _, dep := range best.requires {
-		if err := s.add(want{dep, best.display + " " + best.version}, depth+1); err != nil {
+		if err := s.add(want{req: dep, by: best.display + " " + best.version, root: w.root}, depth+1); err != nil {
 			return err
 		}
 	}
@@ -378,7 +395,10 @@ func (r *Resolver) distribution(ctx context.Context) (*distribution, error) {
 		r.dist, err = parseLock(b, r.index)
 	}
 	if err != nil {
-		r.distErr, r.distAt = fmt.Errorf("the package index %s cannot be read: %w", r.index, err), time.Now()
+		if !errors.Is(err, ErrUnreachable) { // which names the index already
+			err = fmt.Errorf("the package index %s cannot be read: %w", r.index, err)
+		}
+		r.distErr, r.distAt = err, time.Now()
 		return nil, r.distErr
 	}
 	return r.dist, nil
@@ -484,7 +504,7 @@ func (r *Resolver) store(ctx context.Context, c *candidate, dst string) error {
 		if r.opt.Offline {
 			return fmt.Errorf("it would be downloaded from %s, and the network mode is none: use a --package-index directory or a --wheelhouse", c.source)
 		}
-		resp, err := r.get(ctx, c.source)
+		resp, err := r.get(ctx, c.source, c.from == "PyPI")
 		if err != nil {
 			return err
 		}
@@ -536,19 +556,16 @@ func (r *Resolver) store(ctx context.Context, c *candidate, dst string) error {
 	return nil
 }
 
-// get opens a URL for reading; the caller closes the body.
-func (r *Resolver) get(ctx context.Context, url string) (io.ReadCloser, error) {
+// get opens a URL for reading; the caller closes the body. pypi: the URL
+// is PyPI's, for errors.
+func (r *Resolver) get(ctx context.Context, url string, pypi bool) (io.ReadCloser, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := r.client.Do(req)
+	resp, err := r.do(ctx, req, pypi)
 	if err != nil {
-		var ue *neturl.Error
-		if errors.As(err, &ue) {
-			err = ue.Err // it would name the URL again
-		}
-		return nil, fmt.Errorf("fetch %s: %w", url, err)
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
@@ -561,7 +578,7 @@ func (r *Resolver) download(ctx context.Context, url string, max int64) ([]byte,
 	if r.opt.Offline {
 		return nil, fmt.Errorf("the package index is a URL, and the network mode is none: use a --package-index directory or a --wheelhouse")
 	}
-	body, err := r.get(ctx, url)
+	body, err := r.get(ctx, url, r.pypiBase != "" && strings.HasPrefix(url, r.pypiBase))
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package packages_test
 
 import (
 	"errors"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -190,12 +191,80 @@ func TestFetchFailures(t *testing.T) {
 		}
 	}
 
-	srv.Close()
-	r = newResolver(t, packages.Options{Index: srv.URL})
+	// An index that answers badly is not an unreachable one.
+	r = newResolver(t, packages.Options{Index: srv.URL + "/nowhere/"})
 	_, err = r.Resolve(t.Context(), packages.Request{Requires: []string{"base"}})
-	if err == nil || !strings.Contains(err.Error(), "cannot be read") {
-		t.Errorf("an index that does not answer: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "cannot be read") || !strings.Contains(err.Error(), "404") || errors.Is(err, packages.ErrUnreachable) {
+		t.Errorf("an index without a lock file: %v", err)
 	}
+}
+
+// closedPort is a loopback URL nothing listens on.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr + "/"
+}
+
+// TestUnreachableSources: a package source that does not answer (this
+// machine offline) is named, with what the call asked for and the ways out,
+// not left as a dial error about a dependency the call never named.
+func TestUnreachableSources(t *testing.T) {
+	wantWords := func(t *testing.T, what string, err error, words ...string) {
+		t.Helper()
+		if err == nil || !errors.Is(err, packages.ErrUnreachable) {
+			t.Fatalf("%s: %v, want ErrUnreachable", what, err)
+		}
+		for _, w := range words {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %q does not say %q", what, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "dial tcp") {
+			t.Errorf("%s: %q quotes the dialer", what, err)
+		}
+	}
+	offIndex := []string{"--package-index directory", "--wheelhouse", "offline"}
+
+	// The lock file is at hand and its files are not, as with the default
+	// index (the runtime's lock file, the CDN's files) on a machine offline.
+	idx := t.TempDir()
+	built := packagestest.Demo(t, idx)
+	packagestest.Index(t, idx, built[1:], map[string][]string{"app": {"mid"}, "mid": {"base"}})
+	down := closedPort(t)
+	lockPath := filepath.Join(idx, "pyodide-lock.json")
+	b, err := os.ReadFile(lockPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range built[1:] {
+		name := filepath.Base(w.Path)
+		b = []byte(strings.ReplaceAll(string(b), `"`+name+`"`, `"`+down+name+`"`))
+	}
+	if err := os.WriteFile(lockPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := newResolver(t, packages.Options{Index: idx})
+	_, err = r.Resolve(t.Context(), packages.Request{Imports: []string{"app"}})
+	wantWords(t, "a dependency's file", err, append(offIndex, "base 0.5 (needed by mid 1.2, for import app)",
+		"the package index "+down, "connect to "+strings.TrimSuffix(strings.TrimPrefix(down, "http://"), "/")+": connection refused")...)
+	_, err = r.Resolve(t.Context(), packages.Request{Requires: []string{"base"}})
+	wantWords(t, "a requirement's file", err, append(offIndex, "base 0.5 (for the script)")...)
+
+	// The index itself does not answer.
+	r = newResolver(t, packages.Options{Index: down})
+	_, err = r.Resolve(t.Context(), packages.Request{Requires: []string{"base"}})
+	wantWords(t, "an index URL", err, append(offIndex, "base (needed by the script)", "the package index "+down+" cannot be reached")...)
+
+	// PyPI does not answer.
+	r = newResolver(t, packages.Options{PyPI: down + "pypi/"})
+	_, err = r.Resolve(t.Context(), packages.Request{Requires: []string{"lite"}})
+	wantWords(t, "PyPI", err, "lite (needed by the script)", "PyPI "+down+"pypi/ cannot be reached", "--wheelhouse", "--pypi")
 }
 
 func TestParseRequirement(t *testing.T) {
@@ -268,5 +337,44 @@ func TestResolveFromPyPI(t *testing.T) {
 	off := newResolver(t, packages.Options{PyPI: srv.URL + "/pypi/", Offline: true})
 	if _, err := off.Resolve(t.Context(), packages.Request{Requires: []string{"lite"}}); err == nil || !strings.Contains(err.Error(), "no such package in the package index or the wheelhouse") {
 		t.Errorf("offline: %v", err)
+	}
+}
+
+// TestReach: pyrun warmup's check of the sources a Resolver downloads from.
+func TestReach(t *testing.T) {
+	idx := t.TempDir()
+	packagestest.Index(t, idx, nil, nil)
+	srv, hits := packagestest.Serve(t, idx)
+	pypi, _ := fakePyPI(t)
+	down := closedPort(t)
+
+	r := newResolver(t, packages.Options{Index: srv.URL, PyPI: pypi.URL + "/pypi/"})
+	answered, errs := r.Reach(t.Context())
+	if len(errs) != 0 || strings.Join(answered, "; ") != "the package index "+srv.URL+"/; PyPI "+pypi.URL+"/pypi/" {
+		t.Errorf("sources that answer: %q %v", answered, errs)
+	}
+
+	r = newResolver(t, packages.Options{Index: down, PyPI: down + "pypi/"})
+	answered, errs = r.Reach(t.Context())
+	if len(answered) != 0 || len(errs) != 2 || !errors.Is(errs[0], packages.ErrUnreachable) || !errors.Is(errs[1], packages.ErrUnreachable) ||
+		!strings.Contains(errs[0].Error(), "the package index "+down+" cannot be reached") || !strings.Contains(errs[1].Error(), "PyPI "+down+"pypi/ cannot be reached") {
+		t.Errorf("sources that do not answer: %q %v", answered, errs)
+	}
+
+	// An index that answers without its lock file is not unreachable.
+	r = newResolver(t, packages.Options{Index: srv.URL + "/elsewhere/"})
+	if _, errs = r.Reach(t.Context()); len(errs) != 1 || errors.Is(errs[0], packages.ErrUnreachable) || !strings.Contains(errs[0].Error(), "404") {
+		t.Errorf("an index without a lock file: %v", errs)
+	}
+
+	// Offline, and for a directory index, nothing is asked.
+	before := hits("/pyodide-lock.json")
+	r = newResolver(t, packages.Options{Index: srv.URL, PyPI: pypi.URL + "/pypi/", Offline: true})
+	if answered, errs = r.Reach(t.Context()); len(answered)+len(errs) != 0 || hits("/pyodide-lock.json") != before {
+		t.Errorf("offline: %q %v", answered, errs)
+	}
+	r = newResolver(t, packages.Options{Index: idx})
+	if answered, errs = r.Reach(t.Context()); len(answered)+len(errs) != 0 {
+		t.Errorf("a directory index: %q %v", answered, errs)
 	}
 }

@@ -3,6 +3,7 @@ package packages
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"path"
@@ -69,6 +70,9 @@ func (r *Resolver) listPyPI(ctx context.Context, name, python string) ([]*candid
 		if strings.Contains(err.Error(), "404 Not Found") {
 			return nil, nil
 		}
+		if errors.Is(err, ErrUnreachable) { // which says PyPI already
+			return nil, err
+		}
 		return nil, fmt.Errorf("PyPI: %w", err)
 	}
 	var proj pypiProject
@@ -115,6 +119,9 @@ func installable(fileName string) bool {
 // project.
 func (r *Resolver) pypiRequires(ctx context.Context, c *candidate) ([]Requirement, error) {
 	b, err := r.download(ctx, r.pypiBase+url.PathEscape(c.name)+"/"+url.PathEscape(c.version)+"/json", 64<<20)
+	if errors.Is(err, ErrUnreachable) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("PyPI: %w", err)
 	}
