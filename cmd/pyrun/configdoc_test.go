@@ -194,6 +194,8 @@ func argName(f *flag.Flag, name string) string {
 		return "BYTES"
 	case *stringList:
 		return "a,b"
+	case *durationFlag:
+		return "DURATION"
 	}
 	switch name {
 	case "int":

@@ -212,6 +212,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.IntVar(&o.toolConcurrency, "tool-concurrency", 4, "code mode: tool calls of one run in progress at once")
 	fs.Var(&o.maxToolListing, "max-tool-listing", "code mode: size of the function list in the tool description; a longer one is summarised (bytes or 8KiB)")
 	fs.Var(&o.maxToolMessage, "max-tool-message", "code mode: largest message pyrun reads from an MCP server; a larger or broken one fails the tool call it answers, and the connection is kept (bytes or 16MiB)")
+	explainDurations(fs)
 	return fs
 }
 
@@ -276,7 +277,7 @@ func loadOptions(cmd string, args []string) (*options, []string, error) {
 	o := &options{}
 	fs := o.flagSet(cmd)
 	if err := fs.Parse(args); err != nil {
-		return nil, nil, err
+		return nil, nil, explainFlagError(err)
 	}
 	rest := fs.Args()
 	if o.configFile != "" {

@@ -1,0 +1,72 @@
+package main
+
+// The command line's errors (flags.go): each says what to type instead.
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runArgs runs pyrun in this process with args and no input, as a shell
+// would, returning its stderr and exit status. Only for command lines that
+// fail or print before anything starts.
+func runArgs(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(args, strings.NewReader(""), &stdout, &stderr)
+	return stdout.String() + stderr.String(), code
+}
+
+// A duration without a unit is refused with the unit it needs, for every
+// duration flag (declared in any file) and in the config file; one with a
+// unit is taken.
+func TestDurationNeedsAUnit(t *testing.T) {
+	for _, tc := range []struct{ args []string }{
+		{[]string{"run", "--timeout", "5"}},
+		{[]string{"stdio", "--session-idle=5"}}, // pysessions.go
+		{[]string{"serve", "--task-ttl", "5"}},  // local.go
+		{[]string{"warmup", "--queue-timeout", "5"}},
+	} {
+		out, code := runArgs(t, tc.args...)
+		name := strings.TrimPrefix(strings.SplitN(tc.args[1], "=", 2)[0], "--")
+		want := "--" + name + " 5: a duration needs a unit, e.g. 5s (or 500ms, 2m, 1h)"
+		if code != exitUsage || !strings.Contains(out, want) || strings.Contains(out, "parse error") {
+			t.Errorf("pyrun %s: exit %d, output %q; want %d and %q", strings.Join(tc.args, " "), code, out, exitUsage, want)
+		}
+	}
+	out, _ := runArgs(t, "stdio", "--timeout", "5 sec")
+	if !strings.Contains(out, `--timeout 5 sec: not a duration: use a number and a unit, e.g. 5s, 500ms, 2m or 1h`) {
+		t.Errorf("a duration that is no number: %q", out)
+	}
+	cfg := writeConfig(t, `{"timeout": 5}`)
+	if _, _, err := loadOptions("stdio", []string{"--config", cfg}); err == nil || !strings.Contains(err.Error(), `key "timeout": a duration needs a unit, e.g. 5s`) {
+		t.Errorf("config timeout 5: %v", err)
+	}
+	// Control: with a unit, and a plain 0, it is taken.
+	for _, v := range []string{"5s", "1.5s", "500ms"} {
+		o, _, err := loadOptions("stdio", []string{"--timeout", v})
+		if err != nil || o.timeout.String() != v {
+			t.Errorf("--timeout %s: %v, %v", v, o, err)
+		}
+	}
+	if o, _, err := loadOptions("stdio", []string{"--keep-alive", "0"}); err != nil || o.keepAlive != 0 {
+		t.Errorf("--keep-alive 0: %v", err)
+	}
+	// A number flag that is given no number says so too.
+	if out, _ := runArgs(t, "stdio", "--max-queue", "many"); !strings.Contains(out, `--max-queue many: "many" is not a number`) {
+		t.Errorf("--max-queue many: %q", out)
+	}
+}
+
+// writeConfig writes a config file of body and returns its path.
+func writeConfig(t *testing.T, body string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "pyrun.json")
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
