@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,9 +57,20 @@ func explainDurations(fs *flag.FlagSet) {
 // refused (flag.go, parseOne), which it does not wrap.
 var invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([^:]+): (.*)$`)
 
-// explainFlagError rewrites the flag package's error err as the command
-// line spelled it: `--timeout 5: a duration needs a unit, e.g. 5s (or 500ms, 2m, 1h)`.
-func explainFlagError(err error) error {
+// notDefined matches the flag package's error for a flag it does not know.
+var notDefined = regexp.MustCompile(`^flag provided but not defined: -(.+)$`)
+
+// explainFlagError rewrites the flag package's error err, met parsing
+// cmd's flags fs, as the command line spelled it, saying what to type:
+// `--timeout 5: a duration needs a unit, e.g. 5s (or 500ms, 2m, 1h)`,
+// `unknown flag --timout: did you mean --timeout?`.
+func explainFlagError(cmd string, fs *flag.FlagSet, err error) error {
+	if m := notDefined.FindStringSubmatch(err.Error()); m != nil {
+		if near := nearestFlag(cmd, fs, m[1]); near != "" {
+			return fmt.Errorf("unknown flag --%s: did you mean --%s?", m[1], near)
+		}
+		return fmt.Errorf("unknown flag --%s (pyrun %s --help lists its flags)", m[1], cmd)
+	}
 	m := invalidValue.FindStringSubmatch(err.Error())
 	if m == nil {
 		return err
@@ -68,4 +80,46 @@ func explainFlagError(err error) error {
 		why = fmt.Sprintf("%s is not a number (or out of range)", strconv.Quote(value))
 	}
 	return fmt.Errorf("--%s %s: %s", name, value, why)
+}
+
+// nearestFlag is the flag of fs nearest to name by edit distance, cmd's
+// own before the others at the same distance; "" when none is near
+// enough to be what was meant (more than a third of its letters differ).
+func nearestFlag(cmd string, fs *flag.FlagSet, name string) string {
+	own := commandFlags(cmd)
+	best, bestDist := "", 0
+	fs.VisitAll(func(f *flag.Flag) {
+		d := 2 * editDistance(name, f.Name)
+		if !slices.Contains(own, f.Name) {
+			d++ // another command's flag loses a tie
+		}
+		if best == "" || d < bestDist {
+			best, bestDist = f.Name, d
+		}
+	})
+	if best == "" || bestDist/2 > max(1, len(name)/3) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b: the fewest
+// letters inserted, removed or changed to make one the other.
+func editDistance(a, b string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			change := 1
+			if a[i-1] == b[j-1] {
+				change = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+change)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

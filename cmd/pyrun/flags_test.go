@@ -70,3 +70,27 @@ func writeConfig(t *testing.T, body string) string {
 	}
 	return path
 }
+
+// A mistyped flag is answered with the known flag nearest to it, the
+// command's own before another command's; one near none says where the
+// flags are listed.
+func TestDidYouMean(t *testing.T) {
+	for _, tc := range []struct{ args, want string }{
+		{"run --timout 1s", "unknown flag --timout: did you mean --timeout?"},
+		{"run -timout 1s", "unknown flag --timout: did you mean --timeout?"},
+		{"serve --listn 127.0.0.1:0", "unknown flag --listn: did you mean --listen?"},
+		{"stdio --worker 2", "unknown flag --worker: did you mean --workers?"},
+		{"run --langauge javascript", "unknown flag --langauge: did you mean --language?"},
+		{"stdio --sesion-store none", "unknown flag --sesion-store: did you mean --session-store?"},
+		// As near to --go-memory-limit, a service's: run's own flag wins;
+		// stdio has both, and takes the first.
+		{"run --g-memory-limit 1GiB", "unknown flag --g-memory-limit: did you mean --r-memory-limit?"},
+		{"stdio --g-memory-limit 1GiB", "unknown flag --g-memory-limit: did you mean --go-memory-limit?"},
+		{"serve --frobnicate", "unknown flag --frobnicate (pyrun serve --help lists its flags)"},
+	} {
+		out, code := runArgs(t, strings.Fields(tc.args)...)
+		if code != exitUsage || !strings.Contains(out, tc.want) {
+			t.Errorf("pyrun %s: exit %d, output %q; want %d and %q", tc.args, code, out, exitUsage, tc.want)
+		}
+	}
+}

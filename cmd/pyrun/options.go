@@ -277,7 +277,7 @@ func loadOptions(cmd string, args []string) (*options, []string, error) {
 	o := &options{}
 	fs := o.flagSet(cmd)
 	if err := fs.Parse(args); err != nil {
-		return nil, nil, explainFlagError(err)
+		return nil, nil, explainFlagError(cmd, fs, err)
 	}
 	rest := fs.Args()
 	if o.configFile != "" {
