@@ -53,6 +53,50 @@ func explainDurations(fs *flag.FlagSet) {
 	})
 }
 
+// parseInterleaved parses the flags in args wherever they stand among the
+// positional arguments, which it returns in order: `pyrun run file.py
+// --timeout 1s` means what `pyrun run --timeout 1s file.py` does. The flag
+// package alone stops at the first positional argument and would take the
+// flags after it for more files. After "--" every argument is positional.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if endedFlags(fs, args[:len(args)-len(rest)]) {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+// endedFlags says whether the arguments fs.Parse consumed end with the
+// "--" that ends the flags, rather than with a flag's value that is "--".
+func endedFlags(fs *flag.FlagSet, consumed []string) bool {
+	n := len(consumed)
+	if n == 0 || consumed[n-1] != "--" {
+		return false
+	}
+	if n == 1 {
+		return true
+	}
+	prev := consumed[n-2]
+	if !strings.HasPrefix(prev, "-") || strings.Contains(prev, "=") {
+		return true
+	}
+	f := fs.Lookup(strings.TrimLeft(prev, "-"))
+	if f == nil {
+		return true
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag() // a bool flag takes no value: "--" ended the flags
+}
+
 // invalidValue matches the flag package's error for a value its flag
 // refused (flag.go, parseOne), which it does not wrap.
 var invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([^:]+): (.*)$`)

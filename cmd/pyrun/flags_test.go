@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -92,5 +93,49 @@ func TestDidYouMean(t *testing.T) {
 		if code != exitUsage || !strings.Contains(out, tc.want) {
 			t.Errorf("pyrun %s: exit %d, output %q; want %d and %q", tc.args, code, out, exitUsage, tc.want)
 		}
+	}
+}
+
+// Flags after `pyrun run`'s file are flags, not more files; after "--"
+// everything is a file, even what looks like a flag.
+func TestFlagsAfterTheFile(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		pos     []string
+		timeout string
+	}{
+		{[]string{"file.py", "--timeout", "1s"}, []string{"file.py"}, "1s"},
+		{[]string{"--timeout", "1s", "file.py"}, []string{"file.py"}, "1s"},        // control: before it
+		{[]string{"file.py", "--timeout=2s", "-"}, []string{"file.py", "-"}, "2s"}, // two files: run refuses them
+		{[]string{"--", "--timeout", "1s"}, []string{"--timeout", "1s"}, "30s"},
+		{[]string{"file.py", "--", "--timeout"}, []string{"file.py", "--timeout"}, "30s"},
+		{[]string{"--stateless", "--", "x.py"}, []string{"x.py"}, "30s"},
+	} {
+		o, pos, err := loadOptions("run", tc.args)
+		if err != nil {
+			t.Errorf("%q: %v", tc.args, err)
+			continue
+		}
+		if !slices.Equal(pos, tc.pos) || o.timeout.String() != tc.timeout {
+			t.Errorf("%q: files %q, timeout %s; want %q and %s", tc.args, pos, o.timeout, tc.pos, tc.timeout)
+		}
+	}
+	// A mistyped flag after the file is a flag error too, not a file.
+	if out, _ := runArgs(t, "run", "file.py", "--timout", "1s"); !strings.Contains(out, "did you mean --timeout?") {
+		t.Errorf("a mistyped flag after the file: %q", out)
+	}
+}
+
+// `pyrun run FILE --timeout 1s` runs FILE under a 1s limit: a 3s sleep
+// times out (exit 124) instead of the flag being taken for a second file.
+func TestRunFlagsAfterTheFile(t *testing.T) {
+	needBinary(t)
+	file := filepath.Join(t.TempDir(), "slow.py")
+	if err := os.WriteFile(file, []byte("import time\ntime.sleep(3)\nprint('done')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := pyrunCmd(t, "", "run", file, "--timeout", "1s")
+	if code != 124 || strings.Contains(stdout, "done") {
+		t.Errorf("exit %d, want 124 (timeout)\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }

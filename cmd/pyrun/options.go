@@ -271,15 +271,15 @@ func (o *options) checkLimits() error {
 	return nil
 }
 
-// loadOptions parses args (flags, then positional arguments) and the config
+// loadOptions parses args (flags and positional arguments, in any order) and the config
 // file they name. It is pure: a reload calls it again with the same args.
 func loadOptions(cmd string, args []string) (*options, []string, error) {
 	o := &options{}
 	fs := o.flagSet(cmd)
-	if err := fs.Parse(args); err != nil {
+	rest, err := parseInterleaved(fs, args)
+	if err != nil {
 		return nil, nil, explainFlagError(cmd, fs, err)
 	}
-	rest := fs.Args()
 	if o.configFile != "" {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
