@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -150,6 +151,18 @@ func attachConn(o *options, log hclog.Logger) (*net.UnixConn, error) {
 		return nil, nil
 	}
 	c, err := localsock.Dial(path, attachTimeout)
+	if err == nil {
+		// The service's settings serve an attached client, not these.
+		if own := o.ownSettings(); len(own) > 0 {
+			flags := "--" + strings.Join(own, ", --")
+			if o.attach == "auto" {
+				c.Close()
+				log.Warn("not attaching to the pyrun service: "+flags+" set here would not apply there (an attached client gets the service's settings); serving with a pool of my own. Set them on the service, or give --attach required to use it as it is", "socket", path)
+				return nil, nil
+			}
+			log.Warn("attached to the pyrun service: "+flags+" set here do not apply (an attached client gets the service's settings); set them on the service", "socket", path)
+		}
+	}
 	if err != nil {
 		if o.attach == "required" {
 			return nil, fmt.Errorf("--attach required: no pyrun service answers at %s: %w (start one: systemctl --user start pyrun.socket, or pyrun serve --socket %s)", path, err, path)
@@ -162,6 +175,28 @@ func attachConn(o *options, log hclog.Logger) (*net.UnixConn, error) {
 		return nil, nil
 	}
 	return c, nil
+}
+
+// bridgeSettings are the stdio flags that still apply when attached: the
+// bridge's own, and where the runtime is (the service has its own, and it
+// changes no result).
+var bridgeSettings = []string{"attach", "socket", "config", "log-level", "log-format", "runtime-dir"}
+
+// ownSettings are the stdio flags o sets to other values than their
+// defaults (on the command line or in its config file), which a service
+// it attached to would not apply: its pool, limits, languages, sessions.
+func (o *options) ownSettings() []string {
+	var d options
+	d.flagSet("defaults") // binds d's fields to their defaults
+	d.runtimeDir = o.runtimeDir
+	mine, defaults := o.settings(), d.settings()
+	var own []string
+	for _, name := range commandFlags("stdio") {
+		if !slices.Contains(bridgeSettings, name) && mine[name] != defaults[name] {
+			own = append(own, name)
+		}
+	}
+	return own
 }
 
 // bridge copies stdin to the service and the service's answers to stdout,
