@@ -21,7 +21,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 var updateDocs = flag.Bool("update-docs", false, "rewrite the generated part of docs/configuration.md from the flag set")
@@ -119,42 +118,7 @@ func docDefault(f *flag.Flag) (string, error) {
 	if f.DefValue == "" {
 		return "none", nil
 	}
-	def := f.DefValue
-	if d, err := time.ParseDuration(def); err == nil {
-		// Go writes an hour 1h0m0s; the page, as a config file may, 1h.
-		def = d.String()
-		if strings.HasSuffix(def, "m0s") {
-			def = strings.TrimSuffix(def, "0s")
-		}
-		if strings.HasSuffix(def, "h0m") {
-			def = strings.TrimSuffix(def, "0m")
-		}
-	}
-	return "`" + def + "`", nil
-}
-
-// argName is the name of a flag's argument in the table: the one its help
-// gives in backquotes, else one for its type.
-func argName(f *flag.Flag, name string) string {
-	switch f.Value.(type) {
-	case *byteSize:
-		return "BYTES"
-	case *stringList:
-		return "a,b"
-	case *durationFlag:
-		return "DURATION"
-	}
-	switch name {
-	case "int":
-		return "N"
-	case "float":
-		return "SHARE"
-	case "duration":
-		return "DURATION"
-	case "string", "value":
-		return "VALUE"
-	}
-	return strings.ToUpper(name)
+	return "`" + tidyDefault(f.DefValue) + "`", nil
 }
 
 // cell makes s safe inside a table cell.
