@@ -167,3 +167,18 @@ func editDistance(a, b string) int {
 	}
 	return prev[len(b)]
 }
+
+// quietLogs sets the log level of `pyrun run` and `pyrun warmup` to warn
+// unless --log-level (or the config file's log_level) gives one: their
+// output is for a person at a terminal, where info lines on stderr would
+// be mixed into it.
+func quietLogs(cmd string, fs *flag.FlagSet, o *options) {
+	if cmd != "run" && cmd != "warmup" {
+		return
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "log-level" })
+	if !given {
+		o.logLevel = "warn"
+	}
+}

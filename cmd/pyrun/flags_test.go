@@ -139,3 +139,40 @@ func TestRunFlagsAfterTheFile(t *testing.T) {
 		t.Errorf("exit %d, want 124 (timeout)\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }
+
+// pyrun run and warmup log at warn unless told otherwise; the servers at
+// info.
+func TestRunAndWarmupLogWarnings(t *testing.T) {
+	cfg := writeConfig(t, `{"log_level": "debug"}`)
+	for _, tc := range []struct {
+		cmd  string
+		args []string
+		want string
+	}{
+		{"run", nil, "warn"},
+		{"warmup", nil, "warn"},
+		{"run", []string{"--log-level", "info"}, "info"},
+		{"warmup", []string{"--config", cfg}, "debug"},
+		{"stdio", nil, "info"},
+		{"serve", nil, "info"},
+	} {
+		o, _, err := loadOptions(tc.cmd, tc.args)
+		if err != nil || o.logLevel != tc.want {
+			t.Errorf("pyrun %s %q: log level %v (%v), want %s", tc.cmd, tc.args, o, err, tc.want)
+		}
+	}
+}
+
+// pyrun run's stderr carries no info lines by default: a person reads its
+// output at a terminal. --log-level info brings them back.
+func TestRunPrintsNoInfoLogs(t *testing.T) {
+	needBinary(t)
+	stdout, stderr, code := pyrunCmd(t, "print('hi')", "run", "-")
+	if code != 0 || !strings.Contains(stdout, "hi") || strings.Contains(stderr, "[INFO]") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s\nwant exit 0, hi, and no [INFO] line", code, stdout, stderr)
+	}
+	_, stderr, _ = pyrunCmd(t, "print('hi')", "run", "--log-level", "info", "-")
+	if !strings.Contains(stderr, "[INFO]") {
+		t.Errorf("--log-level info logged no info line:\n%s", stderr)
+	}
+}

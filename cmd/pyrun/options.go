@@ -178,7 +178,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.IntVar(&o.workerOpenFiles, "worker-open-files", oswall.DefaultOpenFiles, "files a worker process may hold open (RLIMIT_NOFILE, set by the OS sandbox); past it, opening one more fails in the call")
 	fs.Var(&o.workerFileSize, "worker-file-size", "largest file a worker may write, in a :rw mount (RLIMIT_FSIZE, set by the OS sandbox); a write past it fails in the call with 'File too large' (bytes or 1GiB)")
 	fs.StringVar(&o.runtimeDir, "runtime-dir", supervisor.DefaultRuntimeRoot(), "where pyrun installs Deno and Pyodide")
-	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error (run and warmup: warn, so that their output is not lost among the logs)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:3001", "serve: address to listen on (none: no HTTP, only --socket)")
 	fs.BoolVar(&o.stateless, "stateless", false, "serve: /mcp without sessions, for load balancers")
@@ -290,6 +290,7 @@ func loadOptions(cmd string, args []string) (*options, []string, error) {
 	if o.runtimeDir == "" {
 		o.runtimeDir = supervisor.DefaultRuntimeRoot()
 	}
+	quietLogs(cmd, fs, o)
 	if err := o.check(); err != nil {
 		return nil, nil, err
 	}
