@@ -21,7 +21,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 var updateDocs = flag.Bool("update-docs", false, "rewrite the generated part of docs/configuration.md from the flag set")
@@ -31,59 +30,6 @@ const (
 	configBegin = "<!-- BEGIN generated flags: `go generate ./cmd/pyrun` writes this part from the flag set (cmd/pyrun/configdoc_test.go); edit the flags' help there, not here -->"
 	configEnd   = "<!-- END generated flags -->"
 )
-
-// configGroup is one table of the page: the flags a reader looks for
-// together, and a link to the page that explains them.
-type configGroup struct {
-	title, see string
-	flags      []string
-}
-
-// configGroups places every flag in one table. A flag in none fails
-// TestConfigurationPage: add it where a reader would look for it.
-var configGroups = []configGroup{
-	{"Pool and calls", "[The tool](tool.md), [limits](security.md#limits-no-call-starves-the-others-or-takes-pyrun-down)", []string{
-		"workers", "timeout", "memory-limit", "max-output", "max-code", "max-input-files", "max-queue",
-		"queue-timeout", "isolation", "client-max-workers", "client-worker-idle", "live-buffer", "progress-interval",
-	}},
-	{"Packages", "[Packages](packages.md)", []string{"deps", "package-index", "wheelhouse", "pypi"}},
-	{"The sandbox and what a worker may hold", "[Security model](security.md)", []string{
-		"network", "os-sandbox", "worker-open-files", "worker-file-size", "max-worker-threads", "idle-cpu",
-		"idle-memory-slack", "warm-calls", "worker-log-per-call", "worker-log-rate", "runtime-dir",
-	}},
-	{"Sessions", "[Sessions](sessions.md)", []string{
-		"session-idle", "session-max-age", "max-sessions", "client-max-sessions", "session-spares", "session-worker",
-		"sessions-per-worker", "max-session-workers", "instance-id",
-		"session-store", "checkpoint-delay", "max-checkpoint", "session-lease", "session-move-wait",
-	}},
-	{"Rich results and files", "[Rich results](rich-results.md)", []string{
-		"max-displays", "max-display-bytes", "output-ttl", "output-store", "output-store-files", "output-dir",
-		"mount", "out",
-	}},
-	{"Languages", "[Languages](languages.md)", []string{
-		"languages", "r-workers", "js-workers", "r-memory-limit", "js-memory-limit", "language",
-	}},
-	{"Code mode", "[Code mode](code-mode.md)", []string{
-		"mcp-servers", "max-tool-calls", "tool-concurrency", "max-tool-listing", "max-tool-message",
-	}},
-	{"The HTTP service", "[Serving over HTTP](operations.md#serving-over-http)", []string{
-		"listen", "stateless", "session-timeout", "keep-alive", "drain-timeout",
-	}},
-	{"Access control", "[Access control](operations.md#access-control-sharing-pyrun)", []string{
-		"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
-		"insecure-no-auth", "client-max-calls", "client-max-queue", "metrics-max-clients",
-	}},
-	{"What one client can hold", "[What one client can hold](security.md#what-one-client-can-hold)", []string{
-		"write-timeout", "session-pending-results", "session-pending-bytes", "client-pending-bytes",
-		"max-request-bytes", "client-max-request-bytes", "go-memory-limit", "max-mcp-sessions",
-		"client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
-	}},
-	{"The local service", "[One service behind every stdio client](operations.md#one-service-behind-every-stdio-client)", []string{
-		"socket", "attach", "max-socket-conns",
-	}},
-	{"MCP tasks", "[MCP tasks](mcp.md#mcp-tasks)", []string{"task-ttl", "client-max-tasks", "client-task-bytes", "task-after"}},
-	{"Logs and the config file", "[The config file](#the-config-file)", []string{"config", "log-level", "log-format"}},
-}
 
 // derivedDefaults say in words the defaults the flag set cannot: those
 // worked out when pyrun starts (a flag's zero value stands for them) or
@@ -172,40 +118,7 @@ func docDefault(f *flag.Flag) (string, error) {
 	if f.DefValue == "" {
 		return "none", nil
 	}
-	def := f.DefValue
-	if d, err := time.ParseDuration(def); err == nil {
-		// Go writes an hour 1h0m0s; the page, as a config file may, 1h.
-		def = d.String()
-		if strings.HasSuffix(def, "m0s") {
-			def = strings.TrimSuffix(def, "0s")
-		}
-		if strings.HasSuffix(def, "h0m") {
-			def = strings.TrimSuffix(def, "0m")
-		}
-	}
-	return "`" + def + "`", nil
-}
-
-// argName is the name of a flag's argument in the table: the one its help
-// gives in backquotes, else one for its type.
-func argName(f *flag.Flag, name string) string {
-	switch f.Value.(type) {
-	case *byteSize:
-		return "BYTES"
-	case *stringList:
-		return "a,b"
-	}
-	switch name {
-	case "int":
-		return "N"
-	case "float":
-		return "SHARE"
-	case "duration":
-		return "DURATION"
-	case "string", "value":
-		return "VALUE"
-	}
-	return strings.ToUpper(name)
+	return "`" + tidyDefault(f.DefValue) + "`", nil
 }
 
 // cell makes s safe inside a table cell.

@@ -14,6 +14,10 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -26,7 +30,7 @@ import (
 
 // localFlags declares the local socket's flags on fs.
 func (o *options) localFlags(fs *flag.FlagSet) {
-	fs.StringVar(&o.socket, "socket", "", "serve: also serve MCP on this Unix socket `path` (owner-only; peers of other users are refused); stdio: the service's socket to attach to (default $XDG_RUNTIME_DIR/pyrun.sock)")
+	fs.StringVar(&o.socket, "socket", "", "serve: also serve MCP on this Unix socket `path` (owner-only; peers of other users are refused); stdio: the service's socket to attach to (default $XDG_RUNTIME_DIR/pyrun.sock, else /run/user/UID/pyrun.sock); default: that path, for serve too")
 	fs.StringVar(&o.attach, "attach", "auto", "stdio: auto (bridge to the service on --socket when it answers, else serve with a pool of its own), never, or required (fail when no service answers)")
 	fs.IntVar(&o.maxSocketConns, "max-socket-conns", 256, "serve: connections open at once on --socket, each an MCP session of the local client; more are refused")
 	// MCP tasks (mcp/tasks.go), on stdio and the socket.
@@ -66,10 +70,63 @@ func (o *options) checkLocal() error {
 // stdioSocket is the socket `pyrun stdio` attaches to: --socket, else the
 // user's runtime folder's pyrun.sock; empty when there is neither.
 func (o *options) stdioSocket() string {
-	if o.socket != "" {
+	if o.socket != "" && o.socket != socketDefault {
 		return o.socket
 	}
 	return localsock.DefaultPath()
+}
+
+// socketDefault is the --socket value that stands for the path `pyrun
+// stdio` looks at by default, so that `pyrun serve --socket default`
+// serves where stdio will look, with no variable to spell (or leave
+// unset).
+const socketDefault = "default"
+
+// serveSocket is the socket `pyrun serve` makes: --socket, or with
+// `default` the path stdio looks at; "" without one.
+func (o *options) serveSocket() (string, error) {
+	if o.socket != socketDefault {
+		return o.socket, nil
+	}
+	path := localsock.DefaultPath()
+	if path == "" {
+		return "", fmt.Errorf("--socket default: XDG_RUNTIME_DIR is unset and /run/user/%d does not exist, so pyrun stdio has no socket to look at by default: give --socket PATH to both", os.Getuid())
+	}
+	return path, nil
+}
+
+// socketDoubt says what looks wrong with a socket path the user gave, as
+// when a variable in it was empty (`--socket $XDG_RUNTIME_DIR/pyrun.sock`
+// without XDG_RUNTIME_DIR makes /pyrun.sock, where no stdio looks): ""
+// when nothing does. The path is used all the same; this is a warning.
+func socketDoubt(path string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return ""
+	}
+	var doubt string
+	top := string(filepath.Separator) + strings.SplitN(strings.TrimPrefix(abs, string(filepath.Separator)), string(filepath.Separator), 2)[0]
+	switch {
+	case strings.Contains(path, "$"):
+		doubt = "it holds a $, as a variable nothing expanded does (a config file's values are taken as they are)"
+	case filepath.Dir(abs) == string(filepath.Separator):
+		doubt = "it is in /, as when the variable before /" + filepath.Base(abs) + " was empty"
+	case top != abs && !exists(top):
+		doubt = "its top folder " + top + " does not exist, as when a variable before it was empty"
+	default:
+		return ""
+	}
+	if d := localsock.DefaultPath(); d == "" {
+		return doubt + "; pyrun stdio has no socket to look at by default here (XDG_RUNTIME_DIR is unset and /run/user/" + strconv.Itoa(os.Getuid()) + " does not exist): give it the same --socket"
+	} else if d != abs {
+		return doubt + "; pyrun stdio looks at " + d + " by default (--socket default serves there)"
+	}
+	return doubt
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
 // attachTimeout bounds the connect to the service's socket. A Unix socket
@@ -86,6 +143,11 @@ func attachConn(o *options, log hclog.Logger) (*net.UnixConn, error) {
 		return nil, nil
 	}
 	path := o.stdioSocket()
+	if o.socket != "" && o.socket != socketDefault {
+		if doubt := socketDoubt(path); doubt != "" {
+			log.Warn("the socket's path looks wrong: "+doubt, "socket", path)
+		}
+	}
 	if path == "" {
 		if o.attach == "required" {
 			return nil, errors.New("--attach required: no socket to attach to (give --socket PATH, or run in a login session, where XDG_RUNTIME_DIR is set)")
@@ -93,6 +155,18 @@ func attachConn(o *options, log hclog.Logger) (*net.UnixConn, error) {
 		return nil, nil
 	}
 	c, err := localsock.Dial(path, attachTimeout)
+	if err == nil {
+		// The service's settings serve an attached client, not these.
+		if own := o.ownSettings(); len(own) > 0 {
+			flags := "--" + strings.Join(own, ", --")
+			if o.attach == "auto" {
+				c.Close()
+				log.Warn("not attaching to the pyrun service: "+flags+" set here would not apply there (an attached client gets the service's settings); serving with a pool of my own. Set them on the service, or give --attach required to use it as it is", "socket", path)
+				return nil, nil
+			}
+			log.Warn("attached to the pyrun service: "+flags+" set here do not apply (an attached client gets the service's settings); set them on the service", "socket", path)
+		}
+	}
 	if err != nil {
 		if o.attach == "required" {
 			return nil, fmt.Errorf("--attach required: no pyrun service answers at %s: %w (start one: systemctl --user start pyrun.socket, or pyrun serve --socket %s)", path, err, path)
@@ -105,6 +179,28 @@ func attachConn(o *options, log hclog.Logger) (*net.UnixConn, error) {
 		return nil, nil
 	}
 	return c, nil
+}
+
+// bridgeSettings are the stdio flags that still apply when attached: the
+// bridge's own, and where the runtime is (the service has its own, and it
+// changes no result).
+var bridgeSettings = []string{"attach", "socket", "config", "log-level", "log-format", "runtime-dir"}
+
+// ownSettings are the stdio flags o sets to other values than their
+// defaults (on the command line or in its config file), which a service
+// it attached to would not apply: its pool, limits, languages, sessions.
+func (o *options) ownSettings() []string {
+	var d options
+	d.flagSet("defaults") // binds d's fields to their defaults
+	d.runtimeDir = o.runtimeDir
+	mine, defaults := o.settings(), d.settings()
+	var own []string
+	for _, name := range commandFlags("stdio") {
+		if !slices.Contains(bridgeSettings, name) && mine[name] != defaults[name] {
+			own = append(own, name)
+		}
+	}
+	return own
 }
 
 // bridge copies stdin to the service and the service's answers to stdout,
@@ -158,6 +254,10 @@ func bridge(ctx context.Context, c *net.UnixConn, path string, stdin io.Reader, 
 // Unix one is the socket), else --listen's and --socket's own. sock is nil
 // without a socket.
 func socketListeners(o *options, log hclog.Logger) (httpLn, sock net.Listener, err error) {
+	path, err := o.serveSocket()
+	if err != nil {
+		return nil, nil, err
+	}
 	inherited, err := localsock.Inherited()
 	if err != nil {
 		return nil, nil, err
@@ -168,8 +268,8 @@ func socketListeners(o *options, log hclog.Logger) (httpLn, sock net.Listener, e
 			if sock != nil {
 				return nil, nil, closeAll(inherited, fmt.Errorf("socket activation: more than one Unix socket (%s, %s)", sock.Addr(), a))
 			}
-			if o.socket != "" && a.Name != o.socket {
-				return nil, nil, closeAll(inherited, fmt.Errorf("socket activation passed the socket %s, but --socket is %s", a.Name, o.socket))
+			if path != "" && a.Name != path {
+				return nil, nil, closeAll(inherited, fmt.Errorf("socket activation passed the socket %s, but --socket is %s", a.Name, path))
 			}
 			sock = ln
 			if st, err := os.Stat(a.Name); err == nil && st.Mode().Perm()&0o077 != 0 {
@@ -194,8 +294,11 @@ func socketListeners(o *options, log hclog.Logger) (httpLn, sock net.Listener, e
 	if len(inherited) > 0 {
 		log.Info("socket activation", "sockets", len(inherited))
 	}
-	if sock == nil && o.socket != "" {
-		if sock, err = localsock.Listen(o.socket); err != nil {
+	if sock == nil && path != "" {
+		if doubt := socketDoubt(path); doubt != "" {
+			log.Warn("the socket's path looks wrong: "+doubt, "socket", path)
+		}
+		if sock, err = localsock.Listen(path); err != nil {
 			return nil, nil, closeAll(inherited, err)
 		}
 	}

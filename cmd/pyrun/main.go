@@ -27,18 +27,6 @@ import (
 // version is pyrun's version; release builds set it with -ldflags.
 var version = "0.1.0-dev"
 
-const usage = `pyrun runs Python for AI agents over the Model Context Protocol.
-
-Usage:
-  pyrun stdio [flags]          MCP server on stdin/stdout
-  pyrun serve [flags]          MCP server over HTTP: /mcp, /sse, /healthz, /metrics
-  pyrun warmup [flags]         install and check everything a worker needs
-  pyrun run [flags] [FILE|-]   run one snippet (--language, default python) and print the tool's result
-  pyrun version                versions of pyrun, Deno, Pyodide and Python, and of each language's engine
-
-Flags (also keys of the --config file, in snake_case):
-`
-
 // exit statuses of pyrun itself, besides a call's own (pyrun run).
 const (
 	exitOK    = 0
@@ -54,11 +42,16 @@ func main() {
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 2 && args[0] == "help" && commandHelp[args[1]].usage != "" {
+		printCommandUsage(stdout, args[1])
+		return exitOK
+	}
+	if len(args) == 0 {
 		printUsage(stderr)
-		if len(args) == 0 {
-			return exitUsage
-		}
+		return exitUsage
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		printUsage(stdout)
 		return exitOK
 	}
 	cmd, rest := args[0], args[1:]
@@ -71,7 +64,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	opts, pos, err := loadOptions(cmd, rest)
 	if errors.Is(err, flag.ErrHelp) {
-		printUsage(stderr)
+		printCommandUsage(stdout, cmd)
 		return exitOK
 	}
 	if err == nil && cmd != "run" && len(pos) > 0 {
@@ -106,14 +99,6 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	return exitOK
-}
-
-func printUsage(w io.Writer) {
-	fmt.Fprint(w, usage)
-	var o options
-	fs := o.flagSet("pyrun")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
 }
 
 func newLogger(o *options, w io.Writer) hclog.Logger {

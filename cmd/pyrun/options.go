@@ -179,7 +179,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.IntVar(&o.workerOpenFiles, "worker-open-files", oswall.DefaultOpenFiles, "files a worker process may hold open (RLIMIT_NOFILE, set by the OS sandbox); past it, opening one more fails in the call")
 	fs.Var(&o.workerFileSize, "worker-file-size", "largest file a worker may write, in a :rw mount (RLIMIT_FSIZE, set by the OS sandbox); a write past it fails in the call with 'File too large' (bytes or 1GiB)")
 	fs.StringVar(&o.runtimeDir, "runtime-dir", supervisor.DefaultRuntimeRoot(), "where pyrun installs Deno and Pyodide")
-	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error")
+	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error (run and warmup: warn, so that their output is not lost among the logs)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:3001", "serve: address to listen on (none: no HTTP, only --socket)")
 	fs.BoolVar(&o.stateless, "stateless", false, "serve: /mcp without sessions, for load balancers")
@@ -213,6 +213,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.IntVar(&o.toolConcurrency, "tool-concurrency", 4, "code mode: tool calls of one run in progress at once")
 	fs.Var(&o.maxToolListing, "max-tool-listing", "code mode: size of the function list in the tool description; a longer one is summarised (bytes or 8KiB)")
 	fs.Var(&o.maxToolMessage, "max-tool-message", "code mode: largest message pyrun reads from an MCP server; a larger or broken one fails the tool call it answers, and the connection is kept (bytes or 16MiB)")
+	explainDurations(fs)
 	return fs
 }
 
@@ -271,15 +272,15 @@ func (o *options) checkLimits() error {
 	return nil
 }
 
-// loadOptions parses args (flags, then positional arguments) and the config
+// loadOptions parses args (flags and positional arguments, in any order) and the config
 // file they name. It is pure: a reload calls it again with the same args.
 func loadOptions(cmd string, args []string) (*options, []string, error) {
 	o := &options{}
 	fs := o.flagSet(cmd)
-	if err := fs.Parse(args); err != nil {
-		return nil, nil, err
+	rest, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, nil, explainFlagError(cmd, fs, err)
 	}
-	rest := fs.Args()
 	if o.configFile != "" {
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -290,6 +291,7 @@ func loadOptions(cmd string, args []string) (*options, []string, error) {
 	if o.runtimeDir == "" {
 		o.runtimeDir = supervisor.DefaultRuntimeRoot()
 	}
+	quietLogs(cmd, fs, o)
 	if err := o.check(); err != nil {
 		return nil, nil, err
 	}

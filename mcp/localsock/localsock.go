@@ -73,6 +73,9 @@ func Listen(path string) (*net.UnixListener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("socket folder: %w", err)
 	}
+	if err := checkFolder(filepath.Dir(path)); err != nil {
+		return nil, err
+	}
 	if err := removeStale(path); err != nil {
 		return nil, err
 	}
@@ -89,6 +92,49 @@ func Listen(path string) (*net.UnixListener, error) {
 		return nil, fmt.Errorf("socket %s: %w", path, err)
 	}
 	return ln, nil
+}
+
+// ErrUnsafeFolder is Listen's error when another user could remove or
+// replace the socket file: its folder, or one above it, is writable by
+// others or owned by another user.
+var ErrUnsafeFolder = errors.New("another user could replace the socket there")
+
+// checkFolder refuses dir when another user may change what is in it or
+// above it, as ssh refuses a key file in such a folder: each folder from
+// dir up to / must be owned by this user or root, and not writable by its
+// group or others unless it has the sticky bit (as /tmp has: there, only
+// a file's owner may remove or rename it). Clients check the server's peer
+// (Dial), so a replaced socket would not get their code; but it would
+// take their service from them, quietly.
+func checkFolder(dir string) error {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return fmt.Errorf("socket folder %s: %w", dir, err)
+	}
+	for d := real; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			return fmt.Errorf("socket folder %s: %w", d, err)
+		}
+		if why := folderDoubt(st.Mode(), ownerOf(st), os.Getuid()); why != "" {
+			return fmt.Errorf("socket folder %s: %s: %w; pyrun will not serve there (use a folder of your own, e.g. --socket default)", d, why, ErrUnsafeFolder)
+		}
+		if d == filepath.Dir(d) {
+			return nil
+		}
+	}
+}
+
+// folderDoubt says why a folder of mode and owner is unsafe for a socket of
+// user me, or "".
+func folderDoubt(mode fs.FileMode, owner uint32, me int) string {
+	switch {
+	case owner != 0 && int(owner) != me:
+		return fmt.Sprintf("it belongs to uid %d, neither this user (uid %d) nor root", owner, me)
+	case mode.Perm()&0o022 != 0 && mode&fs.ModeSticky == 0:
+		return fmt.Sprintf("its group or other users may write to it (mode %s, no sticky bit)", mode)
+	}
+	return ""
 }
 
 // removeStale removes a socket file at path that no server answers on.
@@ -169,4 +215,12 @@ func Dial(path string, timeout time.Duration) (*net.UnixConn, error) {
 		return nil, fmt.Errorf("socket %s: its server runs as uid %d, not as this user (uid %d) or root: not using it", path, p.UID, os.Getuid())
 	}
 	return uc, nil
+}
+
+// ownerOf is the uid that owns the file st describes.
+func ownerOf(st fs.FileInfo) uint32 {
+	if s, ok := st.Sys().(*syscall.Stat_t); ok {
+		return s.Uid
+	}
+	return 0
 }

@@ -267,3 +267,81 @@ func TestDialRefusesOtherUsersServer(t *testing.T) {
 		t.Errorf("Dial to another user's server: %v, want a refusal naming its uid", err)
 	}
 }
+
+// Listen refuses a folder another user may write to, or one under such a
+// folder, or one another user owns, as ssh refuses a key file there; a
+// folder with the sticky bit (as /tmp) and the user's own are taken.
+func TestListenRefusesFoldersOthersMayWrite(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mode   os.FileMode // of the socket's folder's parent, then of the folder
+		inner  os.FileMode
+		refuse string
+	}{
+		{"world-writable folder", 0o755, 0o777, "its group or other users may write to it (mode drwxrwxrwx, no sticky bit)"},
+		{"group-writable folder", 0o755, 0o770, "its group or other users may write to it (mode drwxrwx---, no sticky bit)"},
+		{"world-writable parent", 0o777, 0o700, "its group or other users may write to it (mode drwxrwxrwx, no sticky bit)"},
+		{"sticky world-writable folder", 0o755, 0o777 | os.ModeSticky, ""},
+		{"own folder", 0o755, 0o700, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := filepath.Join(t.TempDir(), "p")
+			dir := filepath.Join(parent, "run")
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			// Chmod, not the umask, sets these bits (the sticky bit too).
+			if err := os.Chmod(dir, tc.inner); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(parent, tc.mode); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, "pyrun.sock")
+			ln, err := Listen(path)
+			if tc.refuse == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				ln.Close()
+				return
+			}
+			if err == nil {
+				ln.Close()
+				t.Fatalf("Listen took %s", path)
+			}
+			if !errors.Is(err, ErrUnsafeFolder) || !strings.Contains(err.Error(), tc.refuse) {
+				t.Errorf("error %q; want ErrUnsafeFolder saying %q", err, tc.refuse)
+			}
+			if _, serr := os.Lstat(path); !errors.Is(serr, os.ErrNotExist) {
+				t.Errorf("a socket file was made in the refused folder: %v", serr)
+			}
+		})
+	}
+	t.Run("another user's folder", func(t *testing.T) {
+		if os.Getuid() != 0 {
+			t.Fatal("giving a folder to another user needs root (CI runs as root)")
+		}
+		dir := filepath.Join(t.TempDir(), "theirs")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Listen(filepath.Join(dir, "pyrun.sock"))
+		if !errors.Is(err, ErrUnsafeFolder) || !strings.Contains(err.Error(), "it belongs to uid 65534, neither this user (uid 0) nor root") {
+			t.Errorf("error %v; want ErrUnsafeFolder naming the owner", err)
+		}
+	})
+	// The rule on owners, for every user (the case above needs root).
+	if d := folderDoubt(os.ModeDir|0o755, 1000, 1000); d != "" {
+		t.Errorf("the user's own folder: %q", d)
+	}
+	if d := folderDoubt(os.ModeDir|0o755, 0, 1000); d != "" {
+		t.Errorf("root's folder: %q", d)
+	}
+	if d := folderDoubt(os.ModeDir|0o755, 1001, 1000); !strings.Contains(d, "belongs to uid 1001") {
+		t.Errorf("another user's folder: %q", d)
+	}
+}

@@ -1,0 +1,184 @@
+package main
+
+// How pyrun reads its command line: the flag package's parser, with errors
+// that say what to do instead of "parse error".
+
+import (
+	"flag"
+	"fmt"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// durationFlag is a duration flag whose errors say what a duration looks
+// like: Go's own says only "parse error", and "--timeout 5" (seconds, the
+// user meant) deserves better. It wraps the flag package's value, so the
+// flag keeps its default and its String.
+type durationFlag struct{ flag.Value }
+
+func (d *durationFlag) Set(s string) error {
+	if _, err := time.ParseDuration(s); err != nil {
+		if _, nerr := strconv.ParseFloat(strings.TrimSpace(s), 64); nerr == nil {
+			return fmt.Errorf("a duration needs a unit, e.g. %ss (or 500ms, 2m, 1h)", strings.TrimSpace(s))
+		}
+		return fmt.Errorf("not a duration: use a number and a unit, e.g. 5s, 500ms, 2m or 1h")
+	}
+	return d.Value.Set(s)
+}
+
+// String is safe on the zero value: the flag package makes one to learn a
+// flag's zero default.
+func (d *durationFlag) String() string {
+	if d == nil || d.Value == nil {
+		return ""
+	}
+	return d.Value.String()
+}
+
+// Get is the duration, as for the flag package's own duration flags.
+func (d *durationFlag) Get() any { return d.Value.(flag.Getter).Get() }
+
+// explainDurations makes every duration flag of fs a durationFlag: one
+// place, whichever file declares the flag.
+func explainDurations(fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		if g, ok := f.Value.(flag.Getter); ok {
+			if _, ok := g.Get().(time.Duration); ok {
+				f.Value = &durationFlag{f.Value}
+			}
+		}
+	})
+}
+
+// parseInterleaved parses the flags in args wherever they stand among the
+// positional arguments, which it returns in order: `pyrun run file.py
+// --timeout 1s` means what `pyrun run --timeout 1s file.py` does. The flag
+// package alone stops at the first positional argument and would take the
+// flags after it for more files. After "--" every argument is positional.
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if endedFlags(fs, args[:len(args)-len(rest)]) {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+// endedFlags says whether the arguments fs.Parse consumed end with the
+// "--" that ends the flags, rather than with a flag's value that is "--".
+func endedFlags(fs *flag.FlagSet, consumed []string) bool {
+	n := len(consumed)
+	if n == 0 || consumed[n-1] != "--" {
+		return false
+	}
+	if n == 1 {
+		return true
+	}
+	prev := consumed[n-2]
+	if !strings.HasPrefix(prev, "-") || strings.Contains(prev, "=") {
+		return true
+	}
+	f := fs.Lookup(strings.TrimLeft(prev, "-"))
+	if f == nil {
+		return true
+	}
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag() // a bool flag takes no value: "--" ended the flags
+}
+
+// invalidValue matches the flag package's error for a value its flag
+// refused (flag.go, parseOne), which it does not wrap.
+var invalidValue = regexp.MustCompile(`^invalid value "(.*)" for flag -([^:]+): (.*)$`)
+
+// notDefined matches the flag package's error for a flag it does not know.
+var notDefined = regexp.MustCompile(`^flag provided but not defined: -(.+)$`)
+
+// explainFlagError rewrites the flag package's error err, met parsing
+// cmd's flags fs, as the command line spelled it, saying what to type:
+// `--timeout 5: a duration needs a unit, e.g. 5s (or 500ms, 2m, 1h)`,
+// `unknown flag --timout: did you mean --timeout?`.
+func explainFlagError(cmd string, fs *flag.FlagSet, err error) error {
+	if m := notDefined.FindStringSubmatch(err.Error()); m != nil {
+		if near := nearestFlag(cmd, fs, m[1]); near != "" {
+			return fmt.Errorf("unknown flag --%s: did you mean --%s?", m[1], near)
+		}
+		return fmt.Errorf("unknown flag --%s (pyrun %s --help lists its flags)", m[1], cmd)
+	}
+	m := invalidValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	value, name, why := m[1], m[2], m[3]
+	if why == "parse error" || why == "value out of range" {
+		why = fmt.Sprintf("%s is not a number (or out of range)", strconv.Quote(value))
+	}
+	return fmt.Errorf("--%s %s: %s", name, value, why)
+}
+
+// nearestFlag is the flag of fs nearest to name by edit distance, cmd's
+// own before the others at the same distance; "" when none is near
+// enough to be what was meant (more than a third of its letters differ).
+func nearestFlag(cmd string, fs *flag.FlagSet, name string) string {
+	own := commandFlags(cmd)
+	best, bestDist := "", 0
+	fs.VisitAll(func(f *flag.Flag) {
+		d := 2 * editDistance(name, f.Name)
+		if !slices.Contains(own, f.Name) {
+			d++ // another command's flag loses a tie
+		}
+		if best == "" || d < bestDist {
+			best, bestDist = f.Name, d
+		}
+	})
+	if best == "" || bestDist/2 > max(1, len(name)/3) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b: the fewest
+// letters inserted, removed or changed to make one the other.
+func editDistance(a, b string) int {
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			change := 1
+			if a[i-1] == b[j-1] {
+				change = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+change)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// quietLogs sets the log level of `pyrun run` and `pyrun warmup` to warn
+// unless --log-level (or the config file's log_level) gives one: their
+// output is for a person at a terminal, where info lines on stderr would
+// be mixed into it.
+func quietLogs(cmd string, fs *flag.FlagSet, o *options) {
+	if cmd != "run" && cmd != "warmup" {
+		return
+	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "log-level" })
+	if !given {
+		o.logLevel = "warn"
+	}
+}
