@@ -79,9 +79,9 @@ func Listen(path string) (*net.UnixListener, error) {
 	if err := removeStale(path); err != nil {
 		return nil, err
 	}
-	old := syscall.Umask(0o177)
+	restore := narrowUmask()
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	syscall.Umask(old)
+	restore()
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
@@ -181,7 +181,7 @@ func Inherited() ([]net.Listener, error) {
 	const first = 3 // SD_LISTEN_FDS_START
 	var lns []net.Listener
 	for fd := first; fd < first+n; fd++ {
-		syscall.CloseOnExec(fd)
+		closeOnExec(fd)
 		f := os.NewFile(uintptr(fd), "LISTEN_FD_"+strconv.Itoa(fd))
 		ln, err := net.FileListener(f) // a copy of the descriptor
 		f.Close()
@@ -215,12 +215,4 @@ func Dial(path string, timeout time.Duration) (*net.UnixConn, error) {
 		return nil, fmt.Errorf("socket %s: its server runs as uid %d, not as this user (uid %d) or root: not using it", path, p.UID, os.Getuid())
 	}
 	return uc, nil
-}
-
-// ownerOf is the uid that owns the file st describes.
-func ownerOf(st fs.FileInfo) uint32 {
-	if s, ok := st.Sys().(*syscall.Stat_t); ok {
-		return s.Uid
-	}
-	return 0
 }
