@@ -182,3 +182,18 @@ func quietLogs(cmd string, fs *flag.FlagSet, o *options) {
 		o.logLevel = "warn"
 	}
 }
+
+// nearestCommand is ": did you mean CMD?" for the command nearest to a
+// mistyped one, or "".
+func nearestCommand(typed string) string {
+	best, bestDist := "", 0
+	for _, c := range []string{"stdio", "serve", "warmup", "run", "version"} {
+		if d := editDistance(typed, c); best == "" || d < bestDist {
+			best, bestDist = c, d
+		}
+	}
+	if bestDist > max(1, len(typed)/3) {
+		return ""
+	}
+	return ": did you mean " + best + "?"
+}

@@ -88,6 +88,9 @@ func TestDidYouMean(t *testing.T) {
 		{"run --g-memory-limit 1GiB", "unknown flag --g-memory-limit: did you mean --r-memory-limit?"},
 		{"stdio --g-memory-limit 1GiB", "unknown flag --g-memory-limit: did you mean --go-memory-limit?"},
 		{"serve --frobnicate", "unknown flag --frobnicate (pyrun serve --help lists its flags)"},
+		{"srve --listen none", `unknown command "srve": did you mean serve?`},
+		{"versoin", `unknown command "versoin": did you mean version?`},
+		{"frobnicate", `unknown command "frobnicate"` + "\n"},
 	} {
 		out, code := runArgs(t, strings.Fields(tc.args)...)
 		if code != exitUsage || !strings.Contains(out, tc.want) {

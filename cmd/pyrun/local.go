@@ -192,7 +192,6 @@ var bridgeSettings = []string{"attach", "socket", "config", "log-level", "log-fo
 func (o *options) ownSettings() []string {
 	var d options
 	d.flagSet("defaults") // binds d's fields to their defaults
-	d.runtimeDir = o.runtimeDir
 	mine, defaults := o.settings(), d.settings()
 	var own []string
 	for _, name := range commandFlags("stdio") {

@@ -58,7 +58,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "stdio", "serve", "warmup", "run", "version":
 	default:
-		fmt.Fprintf(stderr, "pyrun: unknown command %q\n\n", cmd)
+		fmt.Fprintf(stderr, "pyrun: unknown command %q%s\n\n", cmd, nearestCommand(cmd))
 		printUsage(stderr)
 		return exitUsage
 	}
