@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -367,7 +366,7 @@ func replay(t *testing.T, rt *supervisor.Runtime, hostConfig string, reqs []step
 	signal := func() {
 		t.Helper()
 		sent++
-		if err := cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+		if err := cmd.Process.Signal(interruptSignal); err != nil {
 			fail("interrupt the worker: %v", err)
 		}
 	}

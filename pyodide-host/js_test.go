@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -139,7 +138,7 @@ func TestJavaScriptBusyLoopAnswer(t *testing.T) {
 			p.send(`{"type":"run","id":"c1","code":"console.log('go');\nwhile (true) {}","max_output":65536,"interrupts":0}`)
 			p.next("output", 30*time.Second)
 			sent := time.Now()
-			if err := p.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+			if err := p.cmd.Process.Signal(interruptSignal); err != nil {
 				t.Fatal(err)
 			}
 			res := p.next("result", 30*time.Second)

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -206,7 +205,7 @@ func (w *rWorker) request(code string, extra map[string]any) string {
 
 func (w *rWorker) signal() {
 	w.sent.Add(1)
-	if err := w.cmd.Process.Signal(syscall.SIGUSR2); err != nil {
+	if err := w.cmd.Process.Signal(interruptSignal); err != nil {
 		w.t.Errorf("signal the R worker: %v", err)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -256,7 +255,9 @@ func TestRestart(t *testing.T) {
 		_, err := call(t, c, ctx, "everything", "trigger-long-running-operation", map[string]any{"duration": 60, "steps": 1})
 		done <- err
 	}()
-	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+	if p, err := os.FindProcess(first); err != nil {
+		t.Fatal(err)
+	} else if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	err := mcptest.Receive(t, done, 30*time.Second, "the call the server died in did not end")

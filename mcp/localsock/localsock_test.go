@@ -1,3 +1,8 @@
+//go:build linux
+
+// The socket tests need Linux: peers are checked with SO_PEERCRED, and
+// the other-user cases start a helper as nobody with ambient capabilities.
+
 package localsock
 
 import (
