@@ -85,7 +85,7 @@ func TestArgErrorsArePlain(t *testing.T) {
 		{pythonTool, `{"python_code":"1","timeout_seconds":"2"}`, `timeout_seconds must be a number, not a string ("2")`},
 		{pythonTool, `{"python_code":"1","timeout_seconds":null}`, "timeout_seconds must be a number, not null"},
 		{pythonTool, `{"python_code":"1","timeout_seconds":1e999}`, "timeout_seconds holds the number 1e999, past the range of numbers pyrun reads"},
-		{pythonTool, `{}`, "python_code is missing: it holds the Python code to run"},
+		{pythonTool, `{}`, "python_code is missing (Python code to run)"},
 		{pythonTool, `[]`, `the arguments must be an object of named arguments, such as {"python_code": "..."}, not an array`},
 		{pythonTool, `{"python_code":1}`, "python_code must be a string, not a number (1)"},
 		{pythonTool, `{"python_code":"1","global_variables":[1]}`, "global_variables must be an object, not an array"},
@@ -96,7 +96,7 @@ func TestArgErrorsArePlain(t *testing.T) {
 		{pythonTool, `{"python_code":"1","timeoutSeconds":3}`, `run_python_code has no argument "timeoutSeconds" (did you mean timeout_seconds?); it takes python_code, end_session, files, global_variables, session_id, timeout_seconds`},
 		{r, `{"r_code":"1","global_variables":{}}`, `run_r_code has no argument "global_variables"; it takes r_code, end_session, files, session_id, timeout_seconds`},
 		{r, `{"python_code":"1"}`, `run_r_code has no argument "python_code"`},
-		{r, `{"timeout_seconds":5}`, "r_code is missing: it holds the R code to run"},
+		{r, `{"timeout_seconds":5}`, "r_code is missing (R code to run)"},
 	} {
 		_, err := parseArgsFor(json.RawMessage(tc.raw), 1<<20, tc.tool)
 		if err == nil || !strings.HasPrefix(err.Error(), "invalid arguments: "+tc.want) {

@@ -225,16 +225,22 @@ func reachDetail(ctx context.Context, pkgs *packages.Resolver, network superviso
 	if network == supervisor.NetworkNone {
 		return detail + "; the network mode is none: nothing is downloaded, packages come from the cache, a --package-index directory and the --wheelhouse", nil
 	}
-	answered, errs := pkgs.Reach(ctx)
+	var answered, failed []string
+	for _, src := range pkgs.Reach(ctx) {
+		switch {
+		case src.Err == nil:
+			answered = append(answered, src.What)
+		case src.PyPI:
+			failed = append(failed, "calls that need a package only PyPI has will fail: "+src.Err.Error())
+		default:
+			failed = append(failed, "calls that need a package of the index not cached yet will fail: "+src.Err.Error())
+		}
+	}
 	if len(answered) > 0 {
 		detail += "; " + strings.Join(answered, " and ") + " answered"
 	}
-	if len(errs) == 0 {
+	if len(failed) == 0 {
 		return detail, nil
 	}
-	var why []string
-	for _, err := range errs {
-		why = append(why, err.Error())
-	}
-	return "", warning(detail + "; calls that need a package not cached yet will fail: " + strings.Join(why, "; "))
+	return "", warning(detail + "; " + strings.Join(failed, "; "))
 }

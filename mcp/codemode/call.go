@@ -12,6 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/mcp/argtext"
 )
 
 // Caller makes the tool calls of one run; it is a supervisor.ToolCaller.
@@ -196,6 +198,9 @@ func checkArgs(t *tool, args json.RawMessage) error {
 		return nil
 	}
 	if err := t.resolved.Validate(v); err != nil {
+		if plain := argtext.Explain(v, t.resolved.Schema()); plain != nil {
+			return plain
+		}
 		msg := err.Error()
 		if len(msg) > 1000 {
 			msg = cut(msg, 1000) + "..."

@@ -387,7 +387,9 @@ func TestToolListChanged(t *testing.T) {
 	if sc, _ := json.Marshal(res["structuredContent"]); string(sc) != `{"y":42}` {
 		t.Errorf("structured content %s", sc)
 	}
-	if _, err := call(t, c, t.Context(), "remote", "double", map[string]any{"x": "many"}); err == nil || !strings.Contains(err.Error(), "invalid arguments") {
+	// Refused in plain words, not in the schema validator's.
+	if _, err := call(t, c, t.Context(), "remote", "double", map[string]any{"x": "many"}); err == nil ||
+		!strings.Contains(err.Error(), `invalid arguments for remote.double: x must be an integer, not a string ("many")`) {
 		t.Errorf("schema: %v", err)
 	}
 

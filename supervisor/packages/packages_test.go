@@ -347,34 +347,33 @@ func TestReach(t *testing.T) {
 	srv, hits := packagestest.Serve(t, idx)
 	pypi, _ := fakePyPI(t)
 	down := closedPort(t)
-
-	r := newResolver(t, packages.Options{Index: srv.URL, PyPI: pypi.URL + "/pypi/"})
-	answered, errs := r.Reach(t.Context())
-	if len(errs) != 0 || strings.Join(answered, "; ") != "the package index "+srv.URL+"/; PyPI "+pypi.URL+"/pypi/" {
-		t.Errorf("sources that answer: %q %v", answered, errs)
+	reach := func(opt packages.Options) []packages.Source {
+		t.Helper()
+		return newResolver(t, opt).Reach(t.Context())
 	}
 
-	r = newResolver(t, packages.Options{Index: down, PyPI: down + "pypi/"})
-	answered, errs = r.Reach(t.Context())
-	if len(answered) != 0 || len(errs) != 2 || !errors.Is(errs[0], packages.ErrUnreachable) || !errors.Is(errs[1], packages.ErrUnreachable) ||
-		!strings.Contains(errs[0].Error(), "the package index "+down+" cannot be reached") || !strings.Contains(errs[1].Error(), "PyPI "+down+"pypi/ cannot be reached") {
-		t.Errorf("sources that do not answer: %q %v", answered, errs)
+	got := reach(packages.Options{Index: srv.URL, PyPI: pypi.URL + "/pypi/"})
+	if len(got) != 2 || got[0] != (packages.Source{What: "the package index " + srv.URL + "/"}) || got[1] != (packages.Source{What: "PyPI " + pypi.URL + "/pypi/", PyPI: true}) {
+		t.Errorf("sources that answer: %+v", got)
+	}
+
+	got = reach(packages.Options{Index: down, PyPI: down + "pypi/"})
+	if len(got) != 2 || !errors.Is(got[0].Err, packages.ErrUnreachable) || !errors.Is(got[1].Err, packages.ErrUnreachable) || got[0].PyPI || !got[1].PyPI ||
+		!strings.Contains(got[0].Err.Error(), "the package index "+down+" cannot be reached") || !strings.Contains(got[1].Err.Error(), "PyPI "+down+"pypi/ cannot be reached") {
+		t.Errorf("sources that do not answer: %+v", got)
 	}
 
 	// An index that answers without its lock file is not unreachable.
-	r = newResolver(t, packages.Options{Index: srv.URL + "/elsewhere/"})
-	if _, errs = r.Reach(t.Context()); len(errs) != 1 || errors.Is(errs[0], packages.ErrUnreachable) || !strings.Contains(errs[0].Error(), "404") {
-		t.Errorf("an index without a lock file: %v", errs)
+	if got = reach(packages.Options{Index: srv.URL + "/elsewhere/"}); len(got) != 1 || got[0].Err == nil || errors.Is(got[0].Err, packages.ErrUnreachable) || !strings.Contains(got[0].Err.Error(), "404") {
+		t.Errorf("an index without a lock file: %+v", got)
 	}
 
 	// Offline, and for a directory index, nothing is asked.
 	before := hits("/pyodide-lock.json")
-	r = newResolver(t, packages.Options{Index: srv.URL, PyPI: pypi.URL + "/pypi/", Offline: true})
-	if answered, errs = r.Reach(t.Context()); len(answered)+len(errs) != 0 || hits("/pyodide-lock.json") != before {
-		t.Errorf("offline: %q %v", answered, errs)
+	if got = reach(packages.Options{Index: srv.URL, PyPI: pypi.URL + "/pypi/", Offline: true}); len(got) != 0 || hits("/pyodide-lock.json") != before {
+		t.Errorf("offline: %+v", got)
 	}
-	r = newResolver(t, packages.Options{Index: idx})
-	if answered, errs = r.Reach(t.Context()); len(answered)+len(errs) != 0 {
-		t.Errorf("a directory index: %q %v", answered, errs)
+	if got = reach(packages.Options{Index: idx}); len(got) != 0 {
+		t.Errorf("a directory index: %+v", got)
 	}
 }

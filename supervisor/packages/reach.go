@@ -99,31 +99,29 @@ func (r *Resolver) do(ctx context.Context, req *http.Request, pypi bool) (*http.
 	return resp, nil
 }
 
+// Source is a place a Resolver downloads from, as Reach found it.
+type Source struct {
+	What string // "the package index https://..." or "PyPI https://..."
+	PyPI bool   // PyPI (or its mirror), else the package index
+	Err  error  // nil: it answered; ErrUnreachable: its server did not answer at all
+}
+
 // Reach asks the sources r downloads from whether they answer, as pyrun
 // warmup does: the package index when it is a URL (the default index's
 // files are on its CDN), for its lock file, and PyPI when it is asked, for
-// anything. It returns those that answered, and an error for each that did
-// not (ErrUnreachable when its server did not answer at all). Offline it
-// asks nothing: nothing is downloaded.
-func (r *Resolver) Reach(ctx context.Context) (answered []string, errs []error) {
+// anything. Offline it asks nothing: nothing is downloaded.
+func (r *Resolver) Reach(ctx context.Context) []Source {
+	var out []Source
 	if r.opt.Offline {
-		return nil, nil
+		return nil
 	}
 	if IsURL(r.index) {
-		if err := r.probe(ctx, r.index+"pyodide-lock.json", false); err != nil {
-			errs = append(errs, err)
-		} else {
-			answered = append(answered, "the package index "+r.index)
-		}
+		out = append(out, Source{What: "the package index " + r.index, Err: r.probe(ctx, r.index+"pyodide-lock.json", false)})
 	}
 	if r.pypiBase != "" {
-		if err := r.probe(ctx, r.pypiBase+"pip/json", true); err != nil {
-			errs = append(errs, err)
-		} else {
-			answered = append(answered, "PyPI "+r.pypiBase)
-		}
+		out = append(out, Source{What: "PyPI " + r.pypiBase, PyPI: true, Err: r.probe(ctx, r.pypiBase+"pip/json", true)})
 	}
-	return answered, errs
+	return out
 }
 
 // probe asks for the first byte of url. Any answer from PyPI will do (a
