@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -84,10 +85,12 @@ func xorHeap(dst []byte, off int, base []byte) error {
 	return nil
 }
 
-var (
-	encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
-	decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(8<<30))
-)
+var encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
+
+// maxWindow bounds the zstd window a record may ask its decoder to keep
+// (memory beside the payload's own): pyrun writes 8 MiB windows (zstd's
+// default), or the payload's size when that is smaller.
+const maxWindow = 16 << 20
 
 // Encode makes a record of mem and files. base, when not nil, is the base
 // snapshot (baseSHA its SHA-256): the heap is kept as a difference from it.
@@ -166,21 +169,21 @@ func ReadMeta(rec []byte) (Meta, error) {
 
 // Decode checks a record and returns its memory snapshot and files. base
 // gives the base snapshot of a SHA-256 (nil when it is not to be had).
+// maxRaw bounds the payload (--max-checkpoint): a record that declares more,
+// or whose payload expands past what it declares, is refused, and no more
+// than the declared size is ever allocated for it.
 func Decode(rec []byte, maxRaw int64, base func(sha string) []byte) (Meta, []byte, []byte, error) {
 	m, err := ReadMeta(rec)
 	if err != nil {
 		return m, nil, nil, err
 	}
-	if m.Mem < 8 || m.FS < 0 || m.Mem+m.FS > maxRaw {
-		return m, nil, nil, fmt.Errorf("%w: sizes %d + %d", ErrCorrupt, m.Mem, m.FS)
+	if m.Mem < 8 || m.FS < 0 || m.Mem > maxRaw || m.FS > maxRaw-m.Mem {
+		return m, nil, nil, fmt.Errorf("%w: it declares %d + %d bytes, past the bound of %d (--max-checkpoint)", ErrCorrupt, m.Mem, m.FS, maxRaw)
 	}
 	start := len(magic) + 4 + int(binary.LittleEndian.Uint32(rec[len(magic):]))
-	payload, err := decoder.DecodeAll(rec[start:len(rec)-sha256.Size], make([]byte, 0, m.Mem+m.FS))
+	payload, err := decompress(rec[start:len(rec)-sha256.Size], m.Mem+m.FS)
 	if err != nil {
-		return m, nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if int64(len(payload)) != m.Mem+m.FS {
-		return m, nil, nil, fmt.Errorf("%w: %d bytes, not %d", ErrCorrupt, len(payload), m.Mem+m.FS)
+		return m, nil, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	mem, files := payload[:m.Mem:m.Mem], payload[m.Mem:]
 	if m.Base != "" {
@@ -193,4 +196,31 @@ func Decode(rec []byte, maxRaw int64, base func(sha string) []byte) (Meta, []byt
 		}
 	}
 	return m, mem, files, nil
+}
+
+// decompress decodes z, which must be exactly n bytes, into a buffer of n
+// bytes: it stops at the first byte past n, so a payload that expands to
+// gigabytes costs no more than n (and the decoder's window, maxWindow).
+func decompress(z []byte, n int64) ([]byte, error) {
+	d, err := zstd.NewReader(bytes.NewReader(z), zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxWindow(maxWindow))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	out := make([]byte, n)
+	switch got, err := io.ReadFull(d, out); {
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("its payload is %d bytes, not the %d it declares", got, n)
+	case err != nil:
+		return nil, err
+	}
+	var one [1]byte
+	switch _, err := io.ReadFull(d, one[:]); {
+	case err == nil:
+		return nil, fmt.Errorf("its payload expands past the %d bytes it declares", n)
+	case !errors.Is(err, io.EOF):
+		return nil, err
+	}
+	return out, nil
 }
