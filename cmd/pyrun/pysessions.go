@@ -191,7 +191,7 @@ func sessionKeeper(o *options, pool *supervisor.Pool, log hclog.Logger) sessions
 		cancel()
 		tmp = filepath.Join(os.TempDir(), fmt.Sprintf("pyrun-restore-%d", os.Getpid()))
 	} else {
-		store, err = checkpoint.OpenDir(where)
+		store, err = checkpoint.OpenDir(where, int64(o.maxCheckpoint))
 	}
 	if err == nil {
 		var k *checkpoint.Keeper

@@ -84,7 +84,7 @@ func checkpointSessions(rt *supervisor.Runtime, store string, delay time.Duratio
 	var keeper *checkpoint.Keeper
 	var cp sessions.Checkpointer
 	if store != "none" {
-		st, err := checkpoint.OpenDir(dir)
+		st, err := checkpoint.OpenDir(dir, 0)
 		if err == nil {
 			keeper, err = checkpoint.NewKeeper(st, pool, filepath.Join(dir, ".restore"), 0, log)
 		}

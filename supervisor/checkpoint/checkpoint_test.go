@@ -139,7 +139,7 @@ func keepTwoCalls(t *testing.T, ctx context.Context, store Store) (*Keeper, Leas
 // leaves only a temporary file, which is never read.
 func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	dir := t.TempDir()
-	store, err := OpenDir(dir)
+	store, err := OpenDir(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

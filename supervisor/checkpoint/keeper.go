@@ -428,6 +428,11 @@ func (k *Keeper) List(ctx context.Context) ([]sessions.Saved, error) {
 	var out []sessions.Saved
 	for _, key := range keys {
 		latest, prev, err := k.store.Get(ctx, key)
+		if errors.Is(err, ErrCorrupt) {
+			// One bad entry (a file that is not a record) leaves the others.
+			k.log.Warn("a checkpoint of a python session cannot be used", "python_session", key, "error", err.Error())
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}

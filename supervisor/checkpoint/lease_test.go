@@ -15,7 +15,7 @@ import (
 // key changes hands, a move asked for seen by the holder on its renewal,
 // and a stale holder's writes refused (fencing).
 func TestLeaseDir(t *testing.T) {
-	store, err := OpenDir(t.TempDir())
+	store, err := OpenDir(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func leaseContract(t *testing.T, store Store) {
 // by its holder only if nobody held it meanwhile: otherwise the holder's
 // state is stale, and the session is reported lost to it.
 func TestLeaseRetakenOnlyIfNobodyHadIt(t *testing.T) {
-	store, err := OpenDir(t.TempDir())
+	store, err := OpenDir(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/pyrun/pyrun/supervisor"
 )
 
 // Store holds checkpoint records by key (a session id): the latest and the
@@ -58,15 +62,87 @@ func checkKey(key string) error {
 // Dir is a Store in a folder of the local file system (--session-store
 // dir:PATH): KEY.ckpt and KEY.prev.ckpt, written to a temporary file,
 // synced and renamed into place, and KEY.lease (lease.go). Processes that
-// share the folder (on one machine) take turns through flock.
-type Dir struct{ path string }
+// share the folder (on one machine) take turns through flock. It reads
+// regular files only, each within a bound (readRegular).
+type Dir struct {
+	path      string
+	maxRecord int64 // the largest record file read (MaxRecord)
+}
 
-// OpenDir opens (and makes, private to pyrun's user) a folder store.
-func OpenDir(path string) (*Dir, error) {
+// OpenDir opens (and makes, private to pyrun's user) a folder store. maxRaw
+// bounds a checkpoint's raw bytes (--max-checkpoint; 0: the default): a
+// record file larger than such a checkpoint's record can be is not read.
+func OpenDir(path string, maxRaw int64) (*Dir, error) {
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("session store %s: %w", path, err)
 	}
-	return &Dir{path: path}, nil
+	return &Dir{path: path, maxRecord: MaxRecord(maxRaw)}, nil
+}
+
+// MaxRecord is the most bytes a record of a checkpoint of maxRaw raw bytes
+// takes (0: supervisor.DefaultMaxCheckpoint): zstd adds 3 bytes to each
+// 128 KiB it cannot compress, and the header is a few hundred bytes.
+func MaxRecord(maxRaw int64) int64 {
+	if maxRaw <= 0 {
+		maxRaw = supervisor.DefaultMaxCheckpoint
+	}
+	return maxRaw + maxRaw/1024 + 1<<20
+}
+
+// maxSmallFile bounds the files of a dir: store other than records (a
+// lease's JSON).
+const maxSmallFile = 64 << 10
+
+// kindOf names the type of a file that is not a regular one.
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a folder"
+	}
+	return "of type " + m.Type().String()
+}
+
+// readRegular reads the file at path, if it is a regular file of at most
+// max bytes; nil, nil when there is none. Anything else in the folder (a
+// named pipe, whose open or read would wait for a writer for good; a
+// device; a symbolic link; a file past the bound) is refused with an error
+// that wraps ErrCorrupt, without reading it: O_NONBLOCK makes the open of
+// a pipe return at once, O_NOFOLLOW refuses a link, and the type and size
+// are those of the file opened (fstat), not of a name that may change.
+func readRegular(path string, max int64) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil
+	case errors.Is(err, syscall.ELOOP):
+		return nil, fmt.Errorf("%w: %s is a symbolic link, not a file", ErrCorrupt, path)
+	case err != nil:
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !st.Mode().IsRegular():
+		return nil, fmt.Errorf("%w: %s is %s, not a regular file", ErrCorrupt, path, kindOf(st.Mode()))
+	case st.Size() > max:
+		return nil, fmt.Errorf("%w: %s is %d bytes, past the %d such a file can be", ErrCorrupt, path, st.Size(), max)
+	}
+	// Files are replaced by rename, never written in place: the file open
+	// keeps the size it had.
+	b := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return b, nil
 }
 
 const (
@@ -127,13 +203,7 @@ func (d *Dir) Get(ctx context.Context, key string) (latest, previous []byte, err
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
-	read := func(name string) ([]byte, error) {
-		b, err := os.ReadFile(filepath.Join(d.path, name))
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		return b, err
-	}
+	read := func(name string) ([]byte, error) { return readRegular(filepath.Join(d.path, name), d.maxRecord) }
 	if latest, err = read(key + latestExt); err != nil {
 		return nil, nil, fmt.Errorf("read checkpoint: %w", err)
 	}

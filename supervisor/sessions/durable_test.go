@@ -41,7 +41,7 @@ func durableOn(t *testing.T, pool *supervisor.Pool, dir string, delay time.Durat
 // durableWith is durableOn with limits.
 func durableWith(t *testing.T, pool *supervisor.Pool, dir string, delay time.Duration, limits sessions.Limits) (*sessions.Manager, *takes) {
 	t.Helper()
-	store, err := checkpoint.OpenDir(dir)
+	store, err := checkpoint.OpenDir(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
