@@ -2,12 +2,23 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
+
+// storeKeyFile is a --session-store-key-file for the test.
+func storeKeyFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "store-key")
+	if err := os.WriteFile(path, []byte(strings.Repeat("0123456789abcdef", 4)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
 
 // A named pipe in the dir: store where a session's record would be is
 // refused, not waited on: pyrun starts (its start lists the store's
@@ -30,6 +41,9 @@ func TestStoreWithANamedPipeStarts(t *testing.T) {
 	if r := s.inSession(t, "new", "6 * 7"); r.sc.Status != "success" || valueOf(r) != "42" {
 		t.Fatalf("a new session: %s %s\n%s", r.sc.Status, valueOf(r), r.text)
 	}
+	if st, err := os.Stat(filepath.Join(store, ".key")); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("the store's own key: %v %v, want a file only pyrun's user reads", st, err)
+	}
 	began := time.Now()
 	r, err := s.call(t.Context(), map[string]any{"python_code": "1", "session_id": id})
 	if err == nil {
@@ -37,5 +51,21 @@ func TestStoreWithANamedPipeStarts(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "is a named pipe, not a regular file") || time.Since(began) > 30*time.Second {
 		t.Errorf("a call for the pipe's session id: %v after %s, want an error at once saying it is a named pipe", err, time.Since(began))
+	}
+}
+
+// A redis:// store needs a key file, the same in every instance that
+// shares it: without one pyrun refuses to start, and says what to give.
+// A dir: store does without (it makes its own).
+func TestRedisStoreNeedsAKeyFile(t *testing.T) {
+	_, _, err := loadOptions("serve", []string{"--session-store", "redis://127.0.0.1:6379/0"})
+	if err == nil || !strings.Contains(err.Error(), "needs --session-store-key-file") || !strings.Contains(err.Error(), "openssl rand -hex 32") {
+		t.Errorf("a redis store without a key file: %v", err)
+	}
+	if _, _, err := loadOptions("serve", []string{"--session-store", "redis://127.0.0.1:6379/0", "--session-store-key-file", "/run/secrets/key"}); err != nil {
+		t.Errorf("with a key file: %v", err)
+	}
+	if _, _, err := loadOptions("serve", []string{"--session-store", "dir:" + t.TempDir()}); err != nil {
+		t.Errorf("a dir: store without a key file: %v", err)
 	}
 }

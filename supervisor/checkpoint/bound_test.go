@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -27,7 +26,7 @@ func zeroFrame(n int64) []byte {
 }
 
 // rawRecord is a record of meta's header, as it is, and payload (zstd),
-// checksummed: what someone who can write to the store can make.
+// authenticated with testKey: what a store's own key makes of anything.
 func rawRecord(t *testing.T, meta Meta, payload []byte) []byte {
 	t.Helper()
 	hdr, err := json.Marshal(meta)
@@ -37,8 +36,7 @@ func rawRecord(t *testing.T, meta Meta, payload []byte) []byte {
 	out := append([]byte{}, magic...)
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(hdr)))
 	out = append(append(out, hdr...), payload...)
-	sum := sha256.Sum256(out)
-	return append(out, sum[:]...)
+	return append(out, sumOf(testKey, out)...)
 }
 
 // A record whose small payload expands far past the size it declares (128
@@ -49,7 +47,7 @@ func TestDecodeRefusesAPayloadThatExpandsPastItsSize(t *testing.T) {
 	const declared = 1 << 20
 	meta := Meta{Session: "box.1", Mem: declared}
 	// Control: the same framing, of the size declared, decodes.
-	if _, mem, _, err := Decode(rawRecord(t, meta, zeroFrame(declared)), 256<<20, nil); err != nil || len(mem) != declared {
+	if _, mem, _, err := Decode(rawRecord(t, meta, zeroFrame(declared)), 256<<20, nil, testKey); err != nil || len(mem) != declared {
 		t.Fatalf("a payload of its declared size: %d bytes, %v", len(mem), err)
 	}
 	bomb := rawRecord(t, meta, zeroFrame(4<<30))
@@ -57,7 +55,7 @@ func TestDecodeRefusesAPayloadThatExpandsPastItsSize(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	began := time.Now()
-	_, _, _, err := Decode(bomb, 256<<20, nil)
+	_, _, _, err := Decode(bomb, 256<<20, nil, testKey)
 	took := time.Since(began)
 	runtime.ReadMemStats(&after)
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "expands past the 1048576 bytes it declares") {
@@ -71,13 +69,13 @@ func TestDecodeRefusesAPayloadThatExpandsPastItsSize(t *testing.T) {
 		t.Errorf("refusing it took %s", took)
 	}
 	// Shorter than it declares: refused too.
-	if _, _, _, err := Decode(rawRecord(t, meta, zeroFrame(declared/2)), 256<<20, nil); !errors.Is(err, ErrCorrupt) ||
+	if _, _, _, err := Decode(rawRecord(t, meta, zeroFrame(declared/2)), 256<<20, nil, testKey); !errors.Is(err, ErrCorrupt) ||
 		!strings.Contains(err.Error(), "not the 1048576 it declares") {
 		t.Errorf("a payload shorter than declared: %v", err)
 	}
 	// Declaring past the bound: refused before anything is decoded.
 	meta.Mem = 512 << 20
-	if _, _, _, err := Decode(rawRecord(t, meta, zeroFrame(4<<30)), 256<<20, nil); !errors.Is(err, ErrCorrupt) ||
+	if _, _, _, err := Decode(rawRecord(t, meta, zeroFrame(4<<30)), 256<<20, nil, testKey); !errors.Is(err, ErrCorrupt) ||
 		!strings.Contains(err.Error(), "past the bound") {
 		t.Errorf("a record declaring 512 MiB with a bound of 256: %v", err)
 	}

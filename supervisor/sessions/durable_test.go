@@ -45,7 +45,11 @@ func durableWith(t *testing.T, pool *supervisor.Pool, dir string, delay time.Dur
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := checkpoint.NewKeeper(store, pool, filepath.Join(dir, ".restore"), 0, testLogger(t))
+	key, err := checkpoint.DirKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := checkpoint.NewKeeper(store, key, pool, filepath.Join(dir, ".restore"), 0, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
