@@ -176,7 +176,7 @@ func TestStopDuringACheckpointKeepsTheSession(t *testing.T) {
 // continues the session in a second; records counts a session's records.
 func restartContinues(t *testing.T, store string, records func(id string) int) {
 	needBinary(t)
-	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", store, "--instance-id", "box-7",
+	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", store, "--session-store-key-file", storeKeyFile(t), "--instance-id", "box-7",
 		"--checkpoint-delay", "1h"} // only the shutdown's checkpoint
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()

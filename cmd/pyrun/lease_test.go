@@ -25,10 +25,11 @@ func valueOf(r result) string { return strings.Join(strings.Fields(string(r.sc.R
 // state.
 func TestSessionMovesBetweenInstances(t *testing.T) {
 	url, _ := redisrun.Start(t)
+	keyFile := storeKeyFile(t)
 	args := func(name string) []string {
 		// No checkpoint after calls: only a hand-over or the shutdown
 		// writes one, so a stale state would show.
-		return []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--instance-id", name,
+		return []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--session-store-key-file", keyFile, "--instance-id", name,
 			"--checkpoint-delay", "1h", "--session-lease", "2s", "--session-spares", "0", "--session-move-wait", "8s"}
 	}
 	a := newServer(t, args("box-a")...)
@@ -93,11 +94,12 @@ func TestSessionMovesBetweenInstances(t *testing.T) {
 // would have.
 func TestSessionOfAGoneInstanceExpires(t *testing.T) {
 	url, port := redisrun.Start(t)
+	keyFile := storeKeyFile(t)
 	exists := func(id string) bool {
 		out, _ := exec.Command("redis-cli", "-p", fmt.Sprint(port), "exists", "pyrun:ckpt:"+id).Output()
 		return strings.TrimSpace(string(out)) == "1"
 	}
-	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--checkpoint-delay", "1h", "--session-idle", "3s"}
+	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--session-store-key-file", keyFile, "--checkpoint-delay", "1h", "--session-idle", "3s"}
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	gone, err := startServer(ctx, append(args, "--instance-id", "box-gone")...)
@@ -121,7 +123,8 @@ func TestSessionOfAGoneInstanceExpires(t *testing.T) {
 // from their last checkpoint.
 func TestSessionOfADeadInstanceContinues(t *testing.T) {
 	url, _ := redisrun.Start(t)
-	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--checkpoint-delay", "100ms", "--session-lease", "2s"}
+	keyFile := storeKeyFile(t)
+	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--session-store-key-file", keyFile, "--checkpoint-delay", "100ms", "--session-lease", "2s"}
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	dead, err := startServer(ctx, append(args, "--instance-id", "box-dead")...)
@@ -150,7 +153,8 @@ func TestSessionOfADeadInstanceContinues(t *testing.T) {
 // instance.
 func TestSharedWorkerSessionMoves(t *testing.T) {
 	url, _ := redisrun.Start(t)
-	args := []string{"--workers", "1", "--session-store", url, "--checkpoint-delay", "1h", "--session-lease", "2s"}
+	keyFile := storeKeyFile(t)
+	args := []string{"--workers", "1", "--session-store", url, "--session-store-key-file", keyFile, "--checkpoint-delay", "1h", "--session-lease", "2s"}
 	a := newServer(t, append(args, "--instance-id", "box-a")...)
 	b := newServer(t, append(args, "--instance-id", "box-b")...)
 	id := a.inSession(t, "new", "x = 1").sc.SessionID

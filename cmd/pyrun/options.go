@@ -109,6 +109,7 @@ type options struct {
 	writeTimeout          time.Duration
 	sessionPendingResults int
 	sessionStore          string
+	sessionStoreKeyFile   string // "": a dir: store's own key; required with redis
 	checkpointDelay       time.Duration
 	sessionLease          time.Duration
 	sessionMoveWait       time.Duration

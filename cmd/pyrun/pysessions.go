@@ -34,6 +34,7 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.sessionSpares, "session-spares", sessions.DefaultSpares, "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
 	o.maxCheckpoint = supervisor.DefaultMaxCheckpoint
 	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
+	fs.StringVar(&o.sessionStoreKeyFile, "session-store-key-file", "", "a file of at least 32 bytes (openssl rand -hex 32 > FILE) whose key authenticates the checkpoints in --session-store, so that whoever can write to the store cannot make one pyrun restores; required with redis:// (every instance sharing the store has the same); a dir: store without one makes its own, .key in its folder")
 	fs.DurationVar(&o.checkpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken once it has had no call for this long after a result, off its calls' path")
 	fs.Var(&o.maxCheckpoint, "max-checkpoint", "largest checkpoint of a Python session's worker (its memory and files, before compression; on a shared session worker, all its sessions together); a larger one is not taken, and the log says so (bytes or 256MiB)")
 	fs.DurationVar(&o.sessionLease, "session-lease", checkpoint.DefaultLeaseTTL, "with a --session-store that several pyrun instances share: how long an instance's hold on a Python session lasts unless renewed (it renews it while it serves the session), so how long a session of an instance that died waits before another instance can take it over")
@@ -60,8 +61,14 @@ func (o *options) checkSessions() error {
 	if o.sessionWorker != sessionShared && o.sessionWorker != sessionOwn {
 		return fmt.Errorf("session-worker must be %q or %q, not %q", sessionShared, sessionOwn, o.sessionWorker)
 	}
-	if _, err := parseSessionStore(o.sessionStore); err != nil {
+	where, err := parseSessionStore(o.sessionStore)
+	if err != nil {
 		return err
+	}
+	if strings.HasPrefix(where, "redis") && o.sessionStoreKeyFile == "" {
+		// A key made here would be this instance's alone, and one kept in
+		// the store would authenticate nothing.
+		return fmt.Errorf("session-store %s needs --session-store-key-file: a file of at least 32 bytes (openssl rand -hex 32 > FILE), the same for every instance that shares the store, whose key authenticates its checkpoints (or --session-store none)", where)
 	}
 	switch {
 	case o.checkpointDelay <= 0:
@@ -183,19 +190,27 @@ func sessionKeeper(o *options, pool *supervisor.Pool, log hclog.Logger) sessions
 		return nil
 	}
 	var store checkpoint.Store
+	var key []byte
 	var err error
 	tmp := filepath.Join(where, ".restore")
 	if strings.HasPrefix(where, "redis") {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		store, err = checkpoint.OpenRedis(ctx, where)
+		store, err = checkpoint.OpenRedis(ctx, where, int64(o.maxCheckpoint))
 		cancel()
 		tmp = filepath.Join(os.TempDir(), fmt.Sprintf("pyrun-restore-%d", os.Getpid()))
 	} else {
-		store, err = checkpoint.OpenDir(where)
+		store, err = checkpoint.OpenDir(where, int64(o.maxCheckpoint))
+	}
+	if err == nil {
+		if o.sessionStoreKeyFile != "" {
+			key, err = checkpoint.ReadKeyFile(o.sessionStoreKeyFile)
+		} else {
+			key, err = checkpoint.DirKey(where) // redis has a key file (check)
+		}
 	}
 	if err == nil {
 		var k *checkpoint.Keeper
-		k, err = checkpoint.NewKeeper(store, pool, tmp, int64(o.maxCheckpoint), log)
+		k, err = checkpoint.NewKeeper(store, key, pool, tmp, int64(o.maxCheckpoint), log)
 		if err == nil {
 			k.SetLeases(checkpoint.Holder(o.instance()), o.sessionLease)
 			return k

@@ -310,6 +310,7 @@ var restartOnly = []string{
 	"insecure-no-auth", "instance-id", "mount", "languages", "os-sandbox", "socket", "max-socket-conns",
 	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
 	"output-dir", "session-worker", "sessions-per-worker", "session-lease", "session-move-wait",
+	"session-store-key-file",
 }
 
 // reload re-reads the command line and the config file (a flag still wins

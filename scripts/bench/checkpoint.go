@@ -84,9 +84,13 @@ func checkpointSessions(rt *supervisor.Runtime, store string, delay time.Duratio
 	var keeper *checkpoint.Keeper
 	var cp sessions.Checkpointer
 	if store != "none" {
-		st, err := checkpoint.OpenDir(dir)
+		st, err := checkpoint.OpenDir(dir, 0)
+		var key []byte
 		if err == nil {
-			keeper, err = checkpoint.NewKeeper(st, pool, filepath.Join(dir, ".restore"), 0, log)
+			key, err = checkpoint.DirKey(dir)
+		}
+		if err == nil {
+			keeper, err = checkpoint.NewKeeper(st, key, pool, filepath.Join(dir, ".restore"), 0, log)
 		}
 		if err != nil {
 			pool.Close(context.Background())

@@ -14,6 +14,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
+// testKey authenticates the tests' records.
+var testKey = bytes.Repeat([]byte("k"), MinKeyLen)
+
 // fakeMem is a memory snapshot's shape: a header whose second u32 is where
 // the heap starts, then the heap.
 func fakeMem(heap []byte) []byte {
@@ -35,7 +38,7 @@ func TestFormatRoundTripAgainstABase(t *testing.T) {
 	base, mem := offBase(100000, 5000, "the session's own bytes")
 	want := bytes.Clone(mem)
 	files := []byte("PYRUNFS1 files")
-	rec, err := Encode(Meta{Session: "box.1", AfterCall: 3}, mem, files, base, "sha-of-base")
+	rec, err := Encode(Meta{Session: "box.1", AfterCall: 3}, mem, files, base, "sha-of-base", testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,12 +50,12 @@ func TestFormatRoundTripAgainstABase(t *testing.T) {
 			return base
 		}
 		return nil
-	})
+	}, testKey)
 	if err != nil || m.AfterCall != 3 || !bytes.Equal(gotMem, want) || !bytes.Equal(gotFiles, files) {
 		t.Fatalf("decoded %+v, mem equal %v, files %q, %v", m, bytes.Equal(gotMem, want), gotFiles, err)
 	}
 	// Without its base the record gives a clear error, never a wrong heap.
-	if _, _, _, err := Decode(rec, 1<<30, func(string) []byte { return nil }); err == nil || !strings.Contains(err.Error(), "base snapshot") {
+	if _, _, _, err := Decode(rec, 1<<30, func(string) []byte { return nil }, testKey); err == nil || !strings.Contains(err.Error(), "base snapshot") {
 		t.Errorf("decode without the base: %v", err)
 	}
 }
@@ -64,11 +67,11 @@ func TestReheaderKeepsTheStateForAnotherSession(t *testing.T) {
 	base, mem := offBase(1000, 50, "two sessions' bytes")
 	want := bytes.Clone(mem)
 	files := []byte("PYRUNFS1 files")
-	rec, err := Encode(Meta{Session: "box.a", AfterCall: 2, Namespace: "s1"}, mem, files, base, "sha")
+	rec, err := Encode(Meta{Session: "box.a", AfterCall: 2, Namespace: "s1"}, mem, files, base, "sha", testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := Reheader(rec, Meta{Session: "box.b", AfterCall: 5, Namespace: "s2"})
+	other, err := Reheader(rec, Meta{Session: "box.b", AfterCall: 5, Namespace: "s2"}, testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,34 +81,34 @@ func TestReheaderKeepsTheStateForAnotherSession(t *testing.T) {
 		id, ns    string
 		afterCall int
 	}{{rec, "box.a", "s1", 2}, {other, "box.b", "s2", 5}} {
-		m, gotMem, gotFiles, err := Decode(tc.rec, 1<<30, bases)
+		m, gotMem, gotFiles, err := Decode(tc.rec, 1<<30, bases, testKey)
 		if err != nil || m.Session != tc.id || m.Namespace != tc.ns || m.AfterCall != tc.afterCall ||
 			!bytes.Equal(gotMem, want) || !bytes.Equal(gotFiles, files) {
 			t.Errorf("record of %s: %+v, mem equal %v, files %q, %v", tc.id, m, bytes.Equal(gotMem, want), gotFiles, err)
 		}
 	}
 	other[len(other)/2] ^= 1
-	if _, err := Reheader(other, Meta{Session: "box.c"}); !errors.Is(err, ErrCorrupt) {
+	if _, err := Reheader(other, Meta{Session: "box.c"}, testKey); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("reheader of a damaged record: %v, want ErrCorrupt", err)
 	}
 }
 
 func TestFormatRefusesDamage(t *testing.T) {
-	rec, err := Encode(Meta{Session: "box.1"}, fakeMem([]byte("heap")), []byte("files"), nil, "")
+	rec, err := Encode(Meta{Session: "box.1"}, fakeMem([]byte("heap")), []byte("files"), nil, "", testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range rec {
 		bad := bytes.Clone(rec)
 		bad[i] ^= 0x40
-		if _, _, _, err := Decode(bad, 1<<30, nil); !errors.Is(err, ErrCorrupt) {
+		if _, _, _, err := Decode(bad, 1<<30, nil, testKey); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("a record with byte %d changed: %v, want ErrCorrupt", i, err)
 		}
 	}
-	if _, _, _, err := Decode(rec[:len(rec)-1], 1<<30, nil); !errors.Is(err, ErrCorrupt) {
+	if _, _, _, err := Decode(rec[:len(rec)-1], 1<<30, nil, testKey); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("a cut record: %v", err)
 	}
-	if _, _, _, err := Decode(rec, 8, nil); !errors.Is(err, ErrCorrupt) {
+	if _, _, _, err := Decode(rec, 8, nil, testKey); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("a record past the bound: %v", err)
 	}
 }
@@ -115,17 +118,17 @@ func TestFormatRefusesDamage(t *testing.T) {
 // Keeper and the lease the checkpoints were put under.
 func keepTwoCalls(t *testing.T, ctx context.Context, store Store) (*Keeper, Lease) {
 	t.Helper()
-	k := &Keeper{store: store, max: 1 << 30, log: hclog.NewNullLogger()}
+	k := &Keeper{store: store, key: testKey, max: 1 << 30, log: hclog.NewNullLogger()}
 	fence, err := store.Acquire(ctx, "box.1", "test", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for call := 1; call <= 2; call++ {
-		rec, err := Encode(Meta{Session: "box.1", AfterCall: call}, fakeMem([]byte("heap")), nil, nil, "")
+		rec, err := Encode(Meta{Session: "box.1", Seq: uint64(call), AfterCall: call}, fakeMem([]byte("heap")), nil, nil, "", testKey)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := store.Put(ctx, "box.1", rec, fence); err != nil {
+		if err := store.Put(ctx, "box.1", rec, uint64(call), fence); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -139,7 +142,7 @@ func keepTwoCalls(t *testing.T, ctx context.Context, store Store) (*Keeper, Leas
 // leaves only a temporary file, which is never read.
 func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	dir := t.TempDir()
-	store, err := OpenDir(dir)
+	store, err := OpenDir(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +173,7 @@ func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	if l, p, err := store.Get(ctx, "box.1"); l != nil || p != nil || err != nil {
 		t.Errorf("after delete: %d %d %v", len(l), len(p), err)
 	}
-	if err := store.Put(ctx, "../escape", []byte("x"), fence); err == nil {
+	if err := store.Put(ctx, "../escape", []byte("x"), 1, fence); err == nil {
 		t.Error("a key with a path in it was taken")
 	}
 }

@@ -1,16 +1,18 @@
 // Package checkpoint keeps sessions' checkpoints (docs/sessions.md, Durable
 // sessions): their format (compressed, deduplicated against the base memory
-// snapshot, checksummed), the stores that hold them (a folder; Redis), and
+// snapshot, authenticated: auth.go), the stores that hold them (a folder; Redis), and
 // the Keeper that takes and restores them for package sessions.
 package checkpoint
 
 import (
 	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
@@ -18,22 +20,31 @@ import (
 
 // A checkpoint record:
 //
-//	"PYRUNCK1" | u32 header length | JSON header | zstd(payload) | SHA-256 of all before
+//	"PYRUNCK2" | u32 header length | JSON header | zstd(payload) | HMAC-SHA256 of all before
+//
+// under the store's key (auth.go). PYRUNCK1 records, checksummed with a
+// plain SHA-256, are refused: anyone could make one.
 //
 // The payload is the memory snapshot's own header, then its heap XORed
 // with the base snapshot's heap at the same offsets (addresses are stable,
 // so a session's heap differs from the base in few bytes: docs/sessions.md),
 // then the files' blob.
 
-var magic = []byte("PYRUNCK1")
+var (
+	magic    = []byte("PYRUNCK2")
+	oldMagic = []byte("PYRUNCK1")
+)
 
 // ErrCorrupt wraps the error of a record that fails its checks.
 var ErrCorrupt = errors.New("the checkpoint is damaged")
 
 // Meta describes a checkpoint.
 type Meta struct {
-	Session   string    `json:"session"`
-	Owner     string    `json:"owner"`
+	Session string `json:"session"`
+	Owner   string `json:"owner"`
+	// Seq numbers the session's records, from 1: each one past the newest
+	// the store had (auth.go).
+	Seq       uint64    `json:"seq"`
 	AfterCall int       `json:"after_call"` // the session's calls it covers
 	Taken     time.Time `json:"taken"`
 	Started   time.Time `json:"started"`   // when the session started
@@ -84,15 +95,17 @@ func xorHeap(dst []byte, off int, base []byte) error {
 	return nil
 }
 
-var (
-	encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
-	decoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxMemory(8<<30))
-)
+var encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
 
-// Encode makes a record of mem and files. base, when not nil, is the base
-// snapshot (baseSHA its SHA-256): the heap is kept as a difference from it.
-// mem is changed in place.
-func Encode(meta Meta, mem, files, base []byte, baseSHA string) ([]byte, error) {
+// maxWindow bounds the zstd window a record may ask its decoder to keep
+// (memory beside the payload's own): pyrun writes 8 MiB windows (zstd's
+// default), or the payload's size when that is smaller.
+const maxWindow = 16 << 20
+
+// Encode makes a record of mem and files, authenticated with key. base,
+// when not nil, is the base snapshot (baseSHA its SHA-256): the heap is
+// kept as a difference from it. mem is changed in place.
+func Encode(meta Meta, mem, files, base []byte, baseSHA string, key []byte) ([]byte, error) {
 	off, err := heapOffset(mem)
 	if err != nil {
 		return nil, err
@@ -115,16 +128,15 @@ func Encode(meta Meta, mem, files, base []byte, baseSHA string) ([]byte, error) 
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(hdr)))
 	out = append(out, hdr...)
 	out = encoder.EncodeAll(payload, out)
-	sum := sha256.Sum256(out)
-	return append(out, sum[:]...), nil
+	return append(out, sumOf(key, out)...), nil
 }
 
 // Reheader is rec, a record Encode made, with meta's header instead (its
 // sizes and base kept): the same state kept as another session's record,
 // without compressing it again (a shared session worker's checkpoint,
 // docs/sessions.md).
-func Reheader(rec []byte, meta Meta) ([]byte, error) {
-	old, err := ReadMeta(rec)
+func Reheader(rec []byte, meta Meta, key []byte) ([]byte, error) {
+	old, err := ReadMeta(rec, key)
 	if err != nil {
 		return nil, err
 	}
@@ -139,19 +151,22 @@ func Reheader(rec []byte, meta Meta) ([]byte, error) {
 	out = append(out, magic...)
 	out = binary.LittleEndian.AppendUint32(out, uint32(len(hdr)))
 	out = append(append(out, hdr...), payload...)
-	sum := sha256.Sum256(out)
-	return append(out, sum[:]...), nil
+	return append(out, sumOf(key, out)...), nil
 }
 
-// ReadMeta checks a record's checksum and returns its header.
-func ReadMeta(rec []byte) (Meta, error) {
+// ReadMeta checks a record's authentication under key and returns its
+// header.
+func ReadMeta(rec []byte, key []byte) (Meta, error) {
 	var m Meta
+	if len(rec) >= len(oldMagic) && bytes.Equal(rec[:len(oldMagic)], oldMagic) {
+		return m, fmt.Errorf("%w: it was written by an older pyrun, without authentication", ErrCorrupt)
+	}
 	if len(rec) < len(magic)+4+sha256.Size || !bytes.Equal(rec[:len(magic)], magic) {
 		return m, fmt.Errorf("%w: not a pyrun checkpoint", ErrCorrupt)
 	}
 	body := rec[:len(rec)-sha256.Size]
-	if sum := sha256.Sum256(body); !bytes.Equal(sum[:], rec[len(body):]) {
-		return m, fmt.Errorf("%w: its checksum does not match", ErrCorrupt)
+	if !hmac.Equal(sumOf(key, body), rec[len(body):]) {
+		return m, fmt.Errorf("%w: its authentication does not match (damaged, or not written with this store's key)", ErrCorrupt)
 	}
 	n := int(binary.LittleEndian.Uint32(rec[len(magic):]))
 	start := len(magic) + 4
@@ -164,23 +179,23 @@ func ReadMeta(rec []byte) (Meta, error) {
 	return m, nil
 }
 
-// Decode checks a record and returns its memory snapshot and files. base
+// Decode checks a record's authentication under key and returns its memory snapshot and files. base
 // gives the base snapshot of a SHA-256 (nil when it is not to be had).
-func Decode(rec []byte, maxRaw int64, base func(sha string) []byte) (Meta, []byte, []byte, error) {
-	m, err := ReadMeta(rec)
+// maxRaw bounds the payload (--max-checkpoint): a record that declares more,
+// or whose payload expands past what it declares, is refused, and no more
+// than the declared size is ever allocated for it.
+func Decode(rec []byte, maxRaw int64, base func(sha string) []byte, key []byte) (Meta, []byte, []byte, error) {
+	m, err := ReadMeta(rec, key)
 	if err != nil {
 		return m, nil, nil, err
 	}
-	if m.Mem < 8 || m.FS < 0 || m.Mem+m.FS > maxRaw {
-		return m, nil, nil, fmt.Errorf("%w: sizes %d + %d", ErrCorrupt, m.Mem, m.FS)
+	if m.Mem < 8 || m.FS < 0 || m.Mem > maxRaw || m.FS > maxRaw-m.Mem {
+		return m, nil, nil, fmt.Errorf("%w: it declares %d + %d bytes, past the bound of %d (--max-checkpoint)", ErrCorrupt, m.Mem, m.FS, maxRaw)
 	}
 	start := len(magic) + 4 + int(binary.LittleEndian.Uint32(rec[len(magic):]))
-	payload, err := decoder.DecodeAll(rec[start:len(rec)-sha256.Size], make([]byte, 0, m.Mem+m.FS))
+	payload, err := decompress(rec[start:len(rec)-sha256.Size], m.Mem+m.FS)
 	if err != nil {
-		return m, nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	if int64(len(payload)) != m.Mem+m.FS {
-		return m, nil, nil, fmt.Errorf("%w: %d bytes, not %d", ErrCorrupt, len(payload), m.Mem+m.FS)
+		return m, nil, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	mem, files := payload[:m.Mem:m.Mem], payload[m.Mem:]
 	if m.Base != "" {
@@ -193,4 +208,31 @@ func Decode(rec []byte, maxRaw int64, base func(sha string) []byte) (Meta, []byt
 		}
 	}
 	return m, mem, files, nil
+}
+
+// decompress decodes z, which must be exactly n bytes, into a buffer of n
+// bytes: it stops at the first byte past n, so a payload that expands to
+// gigabytes costs no more than n (and the decoder's window, maxWindow).
+func decompress(z []byte, n int64) ([]byte, error) {
+	d, err := zstd.NewReader(bytes.NewReader(z), zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
+		zstd.WithDecoderMaxWindow(maxWindow))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	out := make([]byte, n)
+	switch got, err := io.ReadFull(d, out); {
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("its payload is %d bytes, not the %d it declares", got, n)
+	case err != nil:
+		return nil, err
+	}
+	var one [1]byte
+	switch _, err := io.ReadFull(d, one[:]); {
+	case err == nil:
+		return nil, fmt.Errorf("its payload expands past the %d bytes it declares", n)
+	case !errors.Is(err, io.EOF):
+		return nil, err
+	}
+	return out, nil
 }

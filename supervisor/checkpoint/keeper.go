@@ -25,6 +25,7 @@ import (
 // pool's sessions.
 type Keeper struct {
 	store Store
+	key   []byte // authenticates the records (auth.go)
 	pool  *supervisor.Pool
 	tmp   string // where a restore's file is written for its worker
 	max   int64
@@ -51,9 +52,13 @@ type Sizes struct {
 	Took        time.Duration
 }
 
-// NewKeeper keeps the checkpoints of pool's sessions in store. tmp is a
+// NewKeeper keeps the checkpoints of pool's sessions in store, authenticated
+// with key (at least MinKeyLen bytes: ReadKeyFile, DirKey). tmp is a
 // private folder for restores' files; max bounds a checkpoint's raw bytes.
-func NewKeeper(store Store, pool *supervisor.Pool, tmp string, max int64, log hclog.Logger) (*Keeper, error) {
+func NewKeeper(store Store, key []byte, pool *supervisor.Pool, tmp string, max int64, log hclog.Logger) (*Keeper, error) {
+	if len(key) < MinKeyLen {
+		return nil, fmt.Errorf("session store key: %d bytes, want at least %d", len(key), MinKeyLen)
+	}
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("checkpoint folder: %w", err)
 	}
@@ -63,7 +68,7 @@ func NewKeeper(store Store, pool *supervisor.Pool, tmp string, max int64, log hc
 	if max <= 0 {
 		max = supervisor.DefaultMaxCheckpoint
 	}
-	return &Keeper{store: store, pool: pool, tmp: tmp, max: max, log: log, holder: Holder("pyrun"),
+	return &Keeper{store: store, key: key, pool: pool, tmp: tmp, max: max, log: log, holder: Holder("pyrun"),
 		ttl: DefaultLeaseTTL, leases: map[string]Lease{}}, nil
 }
 
@@ -188,7 +193,7 @@ func (k *Keeper) Describe(ctx context.Context, id string) (sessions.Saved, error
 		if rec == nil {
 			continue
 		}
-		if m, err := ReadMeta(rec); err == nil && m.Session == id {
+		if m, err := ReadMeta(rec, k.key); err == nil && m.Session == id {
 			return savedOf(m), nil
 		}
 	}
@@ -268,11 +273,15 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 	took := time.Since(began)
 	base, sha := k.baseNow(ctx)
 	taken := time.Now().UTC()
+	seqs, err := k.nextSeqs(ctx, saved)
+	if err != nil {
+		return err
+	}
 	metaOf := func(s sessions.Saved) Meta {
-		return Meta{Session: s.ID, Owner: s.Owner, AfterCall: s.AfterCall, Taken: taken,
+		return Meta{Session: s.ID, Owner: s.Owner, Seq: seqs[s.ID], AfterCall: s.AfterCall, Taken: taken,
 			Started: s.Started, LastUsed: s.LastUsed, Clock: img.Clock, Namespace: cmp.Or(s.Namespace, img.Namespace)}
 	}
-	first, err := Encode(metaOf(saved[0]), img.Mem, img.Files, base, sha)
+	first, err := Encode(metaOf(saved[0]), img.Mem, img.Files, base, sha, k.key)
 	if err != nil {
 		return fmt.Errorf("encode checkpoint: %w", err)
 	}
@@ -281,7 +290,7 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 	for i, s := range saved {
 		rec := first
 		if i > 0 {
-			if rec, err = Reheader(first, metaOf(s)); err != nil {
+			if rec, err = Reheader(first, metaOf(s), k.key); err != nil {
 				errs = append(errs, fmt.Errorf("encode checkpoint of %s: %w", s.ID, err))
 				continue
 			}
@@ -292,7 +301,7 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 			errs = append(errs, fmt.Errorf("keep checkpoint of session %s: %w", s.ID, ErrLeaseLost))
 			continue
 		}
-		if err := k.store.Put(ctx, s.ID, rec, l); err != nil {
+		if err := k.store.Put(ctx, s.ID, rec, seqs[s.ID], l); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -364,8 +373,12 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 	if latest == nil && prev == nil {
 		return Meta{}, nil, fmt.Errorf("session %s has no checkpoint", id)
 	}
+	latestSeq, prevSeq, err := k.store.Seqs(ctx, id)
+	if err != nil {
+		return Meta{}, nil, err
+	}
 	var errs []error
-	for _, rec := range [][]byte{latest, prev} {
+	for i, rec := range [][]byte{latest, prev} {
 		if rec == nil {
 			continue
 		}
@@ -374,9 +387,12 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 				return b
 			}
 			return nil
-		})
+		}, k.key)
 		if err == nil && m.Session != id {
 			err = fmt.Errorf("%w: it is session %s's", ErrCorrupt, m.Session)
+		}
+		if err == nil {
+			err = checkSeq(m, []uint64{latestSeq, prevSeq}[i])
 		}
 		if err != nil {
 			k.log.Warn("a checkpoint of a python session cannot be used", "python_session", id, "error", err.Error())
@@ -428,6 +444,11 @@ func (k *Keeper) List(ctx context.Context) ([]sessions.Saved, error) {
 	var out []sessions.Saved
 	for _, key := range keys {
 		latest, prev, err := k.store.Get(ctx, key)
+		if errors.Is(err, ErrCorrupt) {
+			// One bad entry (a file that is not a record) leaves the others.
+			k.log.Warn("a checkpoint of a python session cannot be used", "python_session", key, "error", err.Error())
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -435,7 +456,7 @@ func (k *Keeper) List(ctx context.Context) ([]sessions.Saved, error) {
 			if rec == nil {
 				continue
 			}
-			if m, err := ReadMeta(rec); err == nil && m.Session == key {
+			if m, err := ReadMeta(rec, k.key); err == nil && m.Session == key {
 				out = append(out, savedOf(m))
 				break
 			}

@@ -59,11 +59,15 @@ const leaseExt = ".lease"
 // lockLeases runs f holding the folder's lease lock (flock on .leases.lock),
 // which other processes with the same folder take too.
 func (d *Dir) lockLeases(f func() error) error {
-	lf, err := os.OpenFile(filepath.Join(d.path, ".leases.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	// Not through a link, nor blocked by a named pipe put in its place.
+	lf, err := os.OpenFile(filepath.Join(d.path, ".leases.lock"), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
 	if err != nil {
 		return fmt.Errorf("session lease: %w", err)
 	}
 	defer lf.Close()
+	if st, err := lf.Stat(); err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("session lease: %s is not a regular file", lf.Name())
+	}
 	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
 		return fmt.Errorf("session lease: %w", err)
 	}
@@ -72,10 +76,11 @@ func (d *Dir) lockLeases(f func() error) error {
 }
 
 // readLease reads key's lease record; the zero record when there is none
-// or it cannot be read (a crash mid-write): nobody holds it then.
+// or it cannot be read (a crash mid-write; not a regular file): nobody
+// holds it then.
 func (d *Dir) readLease(key string) leaseRecord {
 	var r leaseRecord
-	b, err := os.ReadFile(filepath.Join(d.path, key+leaseExt))
+	b, err := readRegular(filepath.Join(d.path, key+leaseExt), maxSmallFile)
 	if err == nil {
 		_ = json.Unmarshal(b, &r)
 	}

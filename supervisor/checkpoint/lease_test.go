@@ -15,7 +15,7 @@ import (
 // key changes hands, a move asked for seen by the holder on its renewal,
 // and a stale holder's writes refused (fencing).
 func TestLeaseDir(t *testing.T) {
-	store, err := OpenDir(t.TempDir())
+	store, err := OpenDir(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func TestLeaseDir(t *testing.T) {
 
 // The same in Redis: Debian's redis-server on loopback.
 func TestLeaseRedis(t *testing.T) {
-	store, err := OpenRedis(context.Background(), startRedis(t))
+	store, err := OpenRedis(context.Background(), startRedis(t), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func leaseContract(t *testing.T, store Store) {
 	if !errors.As(err, &held) || held.Holder != "a" || !errors.Is(err, sessions.ErrHeld) {
 		t.Fatalf("b took a held lease: %v", err)
 	}
-	if err := store.Put(ctx, key, []byte("a's state"), a); err != nil {
+	if err := store.Put(ctx, key, []byte("a's state"), 1, a); err != nil {
 		t.Fatal(err)
 	}
 	if move, err := store.Renew(ctx, key, a, ttl); err != nil || move {
@@ -71,12 +71,12 @@ func leaseContract(t *testing.T, store Store) {
 	if move, err := store.Renew(ctx, key, b, ttl); err != nil || move {
 		t.Fatalf("b's lease carries a's move: %v %v", move, err)
 	}
-	if err := store.Put(ctx, key, []byte("b's state"), b); err != nil {
+	if err := store.Put(ctx, key, []byte("b's state"), 2, b); err != nil {
 		t.Fatal(err)
 	}
 	// a is stale: its writes, renewals and releases are refused, and b's
 	// state stays.
-	if err := store.Put(ctx, key, []byte("a's stale state"), a); !errors.Is(err, ErrLeaseLost) {
+	if err := store.Put(ctx, key, []byte("a's stale state"), 3, a); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("a stale holder's checkpoint: %v, want ErrLeaseLost", err)
 	}
 	if _, err := store.Renew(ctx, key, a, ttl); !errors.Is(err, ErrLeaseLost) {
@@ -98,7 +98,7 @@ func leaseContract(t *testing.T, store Store) {
 	if err != nil || c.Gen <= b.Gen {
 		t.Fatalf("c after b's lease expired: %+v %v", c, err)
 	}
-	if err := store.Put(ctx, key, []byte("b's late state"), b); !errors.Is(err, ErrLeaseLost) {
+	if err := store.Put(ctx, key, []byte("b's late state"), 3, b); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("an expired holder's checkpoint: %v", err)
 	}
 	// Delete takes the lease with the records; a later lease starts anew.
@@ -117,7 +117,7 @@ func leaseContract(t *testing.T, store Store) {
 // by its holder only if nobody held it meanwhile: otherwise the holder's
 // state is stale, and the session is reported lost to it.
 func TestLeaseRetakenOnlyIfNobodyHadIt(t *testing.T) {
-	store, err := OpenDir(t.TempDir())
+	store, err := OpenDir(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,8 +2,8 @@ package checkpoint
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -11,22 +11,28 @@ import (
 )
 
 // Redis is a Store in Redis or Valkey (--session-store redis://HOST:PORT/DB):
-// keys pyrun:ckpt:KEY and pyrun:ckpt-prev:KEY, and the lease (lease.go)
-// pyrun:lease:KEY. Put checks the lease, moves the latest to the previous
+// keys pyrun:ckpt:KEY and pyrun:ckpt-prev:KEY, their sequence numbers
+// pyrun:ckpt-seq:KEY, and the lease (lease.go) pyrun:lease:KEY. Put checks the lease, moves the latest to the previous
 // and sets the new one in one Lua script, so a reader never sees half of
 // it and a stale holder never writes.
-type Redis struct{ c *redis.Client }
+type Redis struct {
+	c         *redis.Client
+	maxRecord int64 // the largest record read (MaxRecord)
+}
 
 const (
 	redisLatest = "pyrun:ckpt:"
 	redisPrev   = "pyrun:ckpt-prev:"
+	redisSeq    = "pyrun:ckpt-seq:"  // a hash: latest, previous
 	redisLease  = "pyrun:lease:"     // a hash: holder, gen, move; expires with the lease
 	redisGen    = "pyrun:lease-gen:" // the key's last lease generation
 )
 
 // OpenRedis connects to the Redis of url (redis://[user:pass@]host:port/db)
-// and checks that it answers.
-func OpenRedis(ctx context.Context, url string) (*Redis, error) {
+// and checks that it answers. maxRaw bounds a checkpoint's raw bytes
+// (--max-checkpoint; 0: the default): a value larger than such a
+// checkpoint's record can be is not read.
+func OpenRedis(ctx context.Context, url string, maxRaw int64) (*Redis, error) {
 	opt, err := redis.ParseURL(url)
 	if err != nil {
 		return nil, fmt.Errorf("session store %s: %w", url, err)
@@ -36,7 +42,7 @@ func OpenRedis(ctx context.Context, url string) (*Redis, error) {
 		c.Close()
 		return nil, fmt.Errorf("session store %s: %w", opt.Addr, err)
 	}
-	return &Redis{c: c}, nil
+	return &Redis{c: c, maxRecord: MaxRecord(maxRaw)}, nil
 }
 
 // The scripts run atomically in Redis: a lease's check and the write it
@@ -73,64 +79,119 @@ if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] or redis.call('HGET', KEYS[1
 end
 redis.call('DEL', KEYS[1])
 return 1`)
-	// KEYS: lease, latest, previous. ARGV: holder, gen, record. COPY
-	// leaves the previous as it was when there is no latest yet.
+	// KEYS: records. ARGV: the most bytes one is read. For each key, two
+	// entries: 0, "" (none); 1, the record; 2, its length (past the
+	// bound); 3, its type (not a string).
+	getScript = redis.NewScript(`
+local out = {}
+for _, k in ipairs(KEYS) do
+  local t = redis.call('TYPE', k).ok
+  if t == 'none' then
+    table.insert(out, 0) table.insert(out, '')
+  elseif t ~= 'string' then
+    table.insert(out, 3) table.insert(out, t)
+  else
+    local n = redis.call('STRLEN', k)
+    if n > tonumber(ARGV[1]) then
+      table.insert(out, 2) table.insert(out, tostring(n))
+    else
+      table.insert(out, 1) table.insert(out, redis.call('GET', k))
+    end
+  end
+end
+return out`)
+	// KEYS: lease, latest, previous, sequence numbers. ARGV: holder, gen,
+	// record, its sequence number. COPY leaves the previous as it was when
+	// there is no latest yet. -1: the number is not past the latest's.
 	putScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] or redis.call('HGET', KEYS[1], 'gen') ~= ARGV[2] then
   return 0
 end
+local had = tonumber(redis.call('HGET', KEYS[4], 'latest') or '0')
+if tonumber(ARGV[4]) <= had then
+  return -1
+end
 redis.call('COPY', KEYS[2], KEYS[3], 'REPLACE')
 redis.call('SET', KEYS[2], ARGV[3])
+redis.call('HSET', KEYS[4], 'latest', ARGV[4], 'previous', had)
 return 1`)
-	// KEYS: lease, latest, previous, generation counter. ARGV: holder, gen.
+	// KEYS: lease, latest, previous, generation counter, sequence numbers.
+	// ARGV: holder, gen.
 	deleteScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] or redis.call('HGET', KEYS[1], 'gen') ~= ARGV[2] then
   return 0
 end
-redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 return 1`)
 )
 
-func (r *Redis) Put(ctx context.Context, key string, data []byte, fence Lease) error {
+func (r *Redis) Put(ctx context.Context, key string, data []byte, seq uint64, fence Lease) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	n, err := putScript.Run(ctx, r.c, []string{redisLease + key, redisLatest + key, redisPrev + key},
-		fence.Holder, fence.Gen, data).Int()
-	if err != nil {
+	n, err := putScript.Run(ctx, r.c, []string{redisLease + key, redisLatest + key, redisPrev + key, redisSeq + key},
+		fence.Holder, fence.Gen, data, seq).Int()
+	switch {
+	case err != nil:
 		return fmt.Errorf("write checkpoint: %w", err)
-	}
-	if n != 1 {
+	case n < 0:
+		return fmt.Errorf("write checkpoint: %w: record %d", ErrReplay, seq)
+	case n != 1:
 		return fmt.Errorf("write checkpoint: %w", ErrLeaseLost)
 	}
 	return nil
+}
+
+func (r *Redis) Seqs(ctx context.Context, key string) (latest, previous uint64, err error) {
+	if err := checkKey(key); err != nil {
+		return 0, 0, err
+	}
+	v, err := r.c.HMGet(ctx, redisSeq+key, "latest", "previous").Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("read checkpoint: %w", err)
+	}
+	num := func(x any) uint64 {
+		s, _ := x.(string)
+		n, _ := strconv.ParseUint(s, 10, 64)
+		return n
+	}
+	return num(v[0]), num(v[1]), nil
 }
 
 func (r *Redis) Get(ctx context.Context, key string) (latest, previous []byte, err error) {
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
-	get := func(k string) ([]byte, error) {
-		b, err := r.c.Get(ctx, k).Bytes()
-		if errors.Is(err, redis.Nil) {
-			return nil, nil
+	// In one step, and only values within the bound: a record is never
+	// read past what a checkpoint's can be.
+	v, err := getScript.Run(ctx, r.c, []string{redisLatest + key, redisPrev + key}, r.maxRecord).Slice()
+	if err != nil {
+		return nil, nil, fmt.Errorf("read checkpoint: %w", err)
+	}
+	if len(v) != 4 {
+		return nil, nil, fmt.Errorf("read checkpoint: unexpected answer of %d entries", len(v))
+	}
+	var recs [2][]byte
+	for i := range recs {
+		tag, _ := v[2*i].(int64)
+		val, _ := v[2*i+1].(string)
+		switch tag {
+		case 1:
+			recs[i] = []byte(val)
+		case 2:
+			return nil, nil, fmt.Errorf("read checkpoint: %w: %s is %s bytes, past the %d a record can be", ErrCorrupt, key, val, r.maxRecord)
+		case 3:
+			return nil, nil, fmt.Errorf("read checkpoint: %w: %s is a Redis %s, not a string", ErrCorrupt, key, val)
 		}
-		return b, err
 	}
-	if latest, err = get(redisLatest + key); err != nil {
-		return nil, nil, fmt.Errorf("read checkpoint: %w", err)
-	}
-	if previous, err = get(redisPrev + key); err != nil {
-		return nil, nil, fmt.Errorf("read checkpoint: %w", err)
-	}
-	return latest, previous, nil
+	return recs[0], recs[1], nil
 }
 
 func (r *Redis) Delete(ctx context.Context, key string, fence Lease) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
-	n, err := deleteScript.Run(ctx, r.c, []string{redisLease + key, redisLatest + key, redisPrev + key, redisGen + key},
+	n, err := deleteScript.Run(ctx, r.c, []string{redisLease + key, redisLatest + key, redisPrev + key, redisGen + key, redisSeq + key},
 		fence.Holder, fence.Gen).Int()
 	if err != nil {
 		return fmt.Errorf("delete checkpoint: %w", err)

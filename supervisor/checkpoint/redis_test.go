@@ -2,6 +2,8 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/pyrun/pyrun/internal/redisrun"
@@ -17,7 +19,7 @@ func startRedis(t *testing.T) string {
 // store does: a damaged latest gives the previous.
 func TestRedisKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	ctx := context.Background()
-	store, err := OpenRedis(ctx, startRedis(t))
+	store, err := OpenRedis(ctx, startRedis(t), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +44,34 @@ func TestRedisKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	if l, p, err := store.Get(ctx, "box.1"); l != nil || p != nil || err != nil {
 		t.Errorf("after delete: %d %d %v", len(l), len(p), err)
 	}
-	if _, err := OpenRedis(ctx, "redis://127.0.0.1:1/0"); err == nil {
+	if _, err := OpenRedis(ctx, "redis://127.0.0.1:1/0", 0); err == nil {
 		t.Error("a store that does not answer opened")
+	}
+}
+
+// The Redis store reads records within their bound, as the folder store
+// does: a value larger than any record, or not a string, is refused
+// unread, and the store's other sessions are listed.
+func TestRedisReadsRecordsWithinTheirBound(t *testing.T) {
+	ctx := context.Background()
+	store, err := OpenRedis(ctx, startRedis(t), 32<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	k, _ := keepTwoCalls(t, ctx, store) // box.1, intact
+	if err := store.c.Set(ctx, redisLatest+"box.2", strings.Repeat("x", int(MaxRecord(32<<20))+1), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.c.HSet(ctx, redisLatest+"box.3", "a", "b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]string{"box.2": "past the", "box.3": "not a string"} {
+		if _, _, err := k.Load(ctx, id); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
+			t.Errorf("load %s: %v, want ErrCorrupt saying %q", id, err, want)
+		}
+	}
+	if saved, err := k.List(ctx); err != nil || len(saved) != 1 || saved[0].ID != "box.1" {
+		t.Errorf("list: %+v %v, want box.1 alone", saved, err)
 	}
 }

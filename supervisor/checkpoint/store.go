@@ -2,14 +2,19 @@ package checkpoint
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/pyrun/pyrun/supervisor"
 )
 
 // Store holds checkpoint records by key (a session id): the latest and the
@@ -20,10 +25,14 @@ type Store interface {
 	// previous. A failure or crash leaves the records as they were, or
 	// with data as the latest: never a partial record. fence must be the
 	// key's lease in force (lease.go), or Put fails with ErrLeaseLost and
-	// writes nothing.
-	Put(ctx context.Context, key string, data []byte, fence Lease) error
+	// writes nothing. seq is data's sequence number (auth.go): it must be
+	// past the latest's the store has seen, or Put fails with ErrReplay.
+	Put(ctx context.Context, key string, data []byte, seq uint64, fence Lease) error
 	// Get returns key's latest and previous records; a missing one is nil.
 	Get(ctx context.Context, key string) (latest, previous []byte, err error)
+	// Seqs returns the sequence numbers Put gave key's latest and previous
+	// records (0: none; a store that lost them says 0).
+	Seqs(ctx context.Context, key string) (latest, previous uint64, err error)
 	// Delete removes key's records and its lease, if fence is the lease in
 	// force (else ErrLeaseLost).
 	Delete(ctx context.Context, key string, fence Lease) error
@@ -57,24 +66,152 @@ func checkKey(key string) error {
 
 // Dir is a Store in a folder of the local file system (--session-store
 // dir:PATH): KEY.ckpt and KEY.prev.ckpt, written to a temporary file,
-// synced and renamed into place, and KEY.lease (lease.go). Processes that
-// share the folder (on one machine) take turns through flock.
-type Dir struct{ path string }
+// synced and renamed into place, KEY.seq (their sequence numbers), and
+// KEY.lease (lease.go). Processes that
+// share the folder (on one machine) take turns through flock. It reads
+// regular files only, each within a bound (readRegular).
+type Dir struct {
+	path      string
+	maxRecord int64 // the largest record file read (MaxRecord)
+}
 
-// OpenDir opens (and makes, private to pyrun's user) a folder store.
-func OpenDir(path string) (*Dir, error) {
+// OpenDir opens (and makes, private to pyrun's user) a folder store. maxRaw
+// bounds a checkpoint's raw bytes (--max-checkpoint; 0: the default): a
+// record file larger than such a checkpoint's record can be is not read.
+func OpenDir(path string, maxRaw int64) (*Dir, error) {
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("session store %s: %w", path, err)
 	}
-	return &Dir{path: path}, nil
+	return &Dir{path: path, maxRecord: MaxRecord(maxRaw)}, nil
+}
+
+// MaxRecord is the most bytes a record of a checkpoint of maxRaw raw bytes
+// takes (0: supervisor.DefaultMaxCheckpoint): zstd adds 3 bytes to each
+// 128 KiB it cannot compress, and the header is a few hundred bytes.
+func MaxRecord(maxRaw int64) int64 {
+	if maxRaw <= 0 {
+		maxRaw = supervisor.DefaultMaxCheckpoint
+	}
+	return maxRaw + maxRaw/1024 + 1<<20
+}
+
+// maxSmallFile bounds the files of a dir: store other than records (a
+// lease's JSON).
+const maxSmallFile = 64 << 10
+
+// kindOf names the type of a file that is not a regular one.
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m.IsDir():
+		return "a folder"
+	}
+	return "of type " + m.Type().String()
+}
+
+// readRegular reads the file at path, if it is a regular file of at most
+// max bytes; nil, nil when there is none. Anything else in the folder (a
+// named pipe, whose open or read would wait for a writer for good; a
+// device; a symbolic link; a file past the bound) is refused with an error
+// that wraps ErrCorrupt, without reading it: O_NONBLOCK makes the open of
+// a pipe return at once, O_NOFOLLOW refuses a link, and the type and size
+// are those of the file opened (fstat), not of a name that may change.
+func readRegular(path string, max int64) ([]byte, error) {
+	return readBounded(path, max, syscall.O_NOFOLLOW)
+}
+
+// readBounded is readRegular with the open's flags beside O_RDONLY and
+// O_NONBLOCK (without O_NOFOLLOW: a link to a regular file is followed).
+func readBounded(path string, max int64, flags int) ([]byte, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC|flags, 0)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil
+	case errors.Is(err, syscall.ELOOP):
+		return nil, fmt.Errorf("%w: %s is a symbolic link, not a file", ErrCorrupt, path)
+	case err != nil:
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	st, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, err
+	case !st.Mode().IsRegular():
+		return nil, fmt.Errorf("%w: %s is %s, not a regular file", ErrCorrupt, path, kindOf(st.Mode()))
+	case st.Size() > max:
+		return nil, fmt.Errorf("%w: %s is %d bytes, past the %d such a file can be", ErrCorrupt, path, st.Size(), max)
+	}
+	// Files are replaced by rename, never written in place: the file open
+	// keeps the size it had.
+	b := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return b, nil
 }
 
 const (
 	latestExt = ".ckpt"
 	prevExt   = ".prev.ckpt"
+	seqExt    = ".seq"
 )
 
-func (d *Dir) Put(ctx context.Context, key string, data []byte, fence Lease) error {
+// seqRecord is a dir: store's KEY.seq file.
+type seqRecord struct {
+	Latest   uint64 `json:"latest"`
+	Previous uint64 `json:"previous"`
+}
+
+// readSeqs reads key's sequence numbers; zero when there are none or they
+// cannot be read.
+func (d *Dir) readSeqs(key string) seqRecord {
+	var r seqRecord
+	if b, err := readRegular(filepath.Join(d.path, key+seqExt), maxSmallFile); err == nil && b != nil {
+		_ = json.Unmarshal(b, &r)
+	}
+	return r
+}
+
+// writeSeqs replaces key's sequence numbers (under the lease lock).
+func (d *Dir) writeSeqs(key string, r seqRecord) error {
+	b, _ := json.Marshal(r)
+	tmp := filepath.Join(d.path, ".tmp-seq-"+key)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, filepath.Join(d.path, key+seqExt))
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+func (d *Dir) Seqs(_ context.Context, key string) (latest, previous uint64, err error) {
+	if err := checkKey(key); err != nil {
+		return 0, 0, err
+	}
+	r := d.readSeqs(key)
+	return r.Latest, r.Previous, nil
+}
+
+func (d *Dir) Put(ctx context.Context, key string, data []byte, seq uint64, fence Lease) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
@@ -101,6 +238,11 @@ func (d *Dir) Put(ctx context.Context, key string, data []byte, fence Lease) err
 			os.Remove(tmp)
 			return fmt.Errorf("write checkpoint: %w", ErrLeaseLost)
 		}
+		seqs := d.readSeqs(key)
+		if seq <= seqs.Latest {
+			os.Remove(tmp)
+			return fmt.Errorf("write checkpoint: %w: record %d, the store has %d", ErrReplay, seq, seqs.Latest)
+		}
 		latest := filepath.Join(d.path, key+latestExt)
 		if err := os.Rename(latest, filepath.Join(d.path, key+prevExt)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			os.Remove(tmp)
@@ -108,6 +250,11 @@ func (d *Dir) Put(ctx context.Context, key string, data []byte, fence Lease) err
 		}
 		if err := os.Rename(tmp, latest); err != nil {
 			os.Remove(tmp)
+			return fmt.Errorf("write checkpoint: %w", err)
+		}
+		// After the records: a crash between leaves a latest newer than
+		// the numbers say, which a read keeps (checkSeq).
+		if err := d.writeSeqs(key, seqRecord{Latest: seq, Previous: seqs.Latest}); err != nil {
 			return fmt.Errorf("write checkpoint: %w", err)
 		}
 		return syncDir(d.path)
@@ -127,13 +274,7 @@ func (d *Dir) Get(ctx context.Context, key string) (latest, previous []byte, err
 	if err := checkKey(key); err != nil {
 		return nil, nil, err
 	}
-	read := func(name string) ([]byte, error) {
-		b, err := os.ReadFile(filepath.Join(d.path, name))
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		return b, err
-	}
+	read := func(name string) ([]byte, error) { return readRegular(filepath.Join(d.path, name), d.maxRecord) }
 	if latest, err = read(key + latestExt); err != nil {
 		return nil, nil, fmt.Errorf("read checkpoint: %w", err)
 	}
@@ -152,7 +293,7 @@ func (d *Dir) Delete(ctx context.Context, key string, fence Lease) error {
 			return fmt.Errorf("delete checkpoint: %w", ErrLeaseLost)
 		}
 		var errs []error
-		for _, ext := range []string{latestExt, prevExt, leaseExt} {
+		for _, ext := range []string{latestExt, prevExt, seqExt, leaseExt} {
 			if err := os.Remove(filepath.Join(d.path, key+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				errs = append(errs, err)
 			}

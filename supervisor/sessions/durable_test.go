@@ -41,11 +41,15 @@ func durableOn(t *testing.T, pool *supervisor.Pool, dir string, delay time.Durat
 // durableWith is durableOn with limits.
 func durableWith(t *testing.T, pool *supervisor.Pool, dir string, delay time.Duration, limits sessions.Limits) (*sessions.Manager, *takes) {
 	t.Helper()
-	store, err := checkpoint.OpenDir(dir)
+	store, err := checkpoint.OpenDir(dir, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := checkpoint.NewKeeper(store, pool, filepath.Join(dir, ".restore"), 0, testLogger(t))
+	key, err := checkpoint.DirKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := checkpoint.NewKeeper(store, key, pool, filepath.Join(dir, ".restore"), 0, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
