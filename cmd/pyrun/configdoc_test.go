@@ -82,6 +82,7 @@ var configGroups = []configGroup{
 		"socket", "attach", "max-socket-conns",
 	}},
 	{"MCP tasks", "[MCP tasks](mcp.md#mcp-tasks)", []string{"task-ttl", "client-max-tasks", "client-task-bytes", "task-after"}},
+	{"Tracing", "[Tracing](operations.md#tracing)", []string{"otlp-endpoint"}},
 	{"Logs and the config file", "[The config file](#the-config-file)", []string{"config", "log-level", "log-format"}},
 }
 
