@@ -6,6 +6,7 @@ package main
 // receiver that decodes what it gets as a collector would.
 
 import (
+	"bytes"
 	"compress/gzip"
 	"context"
 	"encoding/hex"
@@ -234,5 +235,71 @@ func TestOTLPEndpointOption(t *testing.T) {
 	stop()
 	if _, sdk := otel.GetTracerProvider().(*sdktrace.TracerProvider); sdk {
 		t.Error("a tracer provider of the SDK is set without --otlp-endpoint")
+	}
+}
+
+// With --otlp-endpoint, a code-mode tool call is a span of its own, a
+// child of the call's, and the MCP server it reaches gets that span in
+// its _meta.traceparent, so that its spans join the client's trace.
+func TestTraceCodeMode(t *testing.T) {
+	needBinary(t)
+	recv := newOTLPReceiver(t)
+	var (
+		mu    sync.Mutex
+		metas []map[string]any
+	)
+	upstream := sdk.NewServer(&sdk.Implementation{Name: "recorder", Version: "1"}, nil)
+	type args struct {
+		X int `json:"x"`
+	}
+	sdk.AddTool(upstream, &sdk.Tool{Name: "echo", Description: "Answers x."}, func(_ context.Context, req *sdk.CallToolRequest, a args) (*sdk.CallToolResult, map[string]int, error) {
+		mu.Lock()
+		metas = append(metas, req.Params.Meta)
+		mu.Unlock()
+		return nil, map[string]int{"x": a.X}, nil
+	})
+	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return upstream }, nil))
+	t.Cleanup(hs.Close) // after pyrun: its event stream holds the server open
+	config := codeModeConfig(t, map[string]any{"rec": map[string]any{"url": hs.URL, "allow": []string{"echo"}}}, nil)
+
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	s, err := startServer(ctx, "--config", config, "--workers", "1", "--otlp-endpoint", recv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.session.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code", Meta: sdk.Meta{"traceparent": clientParent},
+		Arguments: map[string]any{"python_code": "import mcp_tools\n(await mcp_tools.rec.echo(x=7))"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := checkResult(res); err != nil || r.isError {
+		t.Fatalf("the code-mode call: %v %s", err, r.text)
+	}
+	if err := s.session.Close(); err != nil {
+		t.Fatalf("pyrun stdio did not exit cleanly: %v\n%s", err, s.log.tail())
+	}
+
+	byName := map[string]*tracepb.Span{}
+	recv.mu.Lock()
+	for _, sp := range recv.spans {
+		byName[sp.Name] = sp
+	}
+	recv.mu.Unlock()
+	call, tool := byName["tools/call run_python_code"], byName["tools/call echo"]
+	if call == nil || tool == nil {
+		t.Fatalf("exported spans %v, want the call's and the tool call's\n%s", byName, s.log.tail())
+	}
+	if hex.EncodeToString(tool.TraceId) != clientTrace || !bytes.Equal(tool.ParentSpanId, call.SpanId) || tool.Kind != tracepb.Span_SPAN_KIND_CLIENT {
+		t.Errorf("the tool call's span: trace %x parent %x kind %s, want %s, the call's span %x, client", tool.TraceId, tool.ParentSpanId, tool.Kind, clientTrace, call.SpanId)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(metas) != 1 {
+		t.Fatalf("the MCP server got %d calls, want 1", len(metas))
+	}
+	want := "00-" + clientTrace + "-" + hex.EncodeToString(tool.SpanId) + "-01"
+	if metas[0]["traceparent"] != want {
+		t.Errorf("the MCP server's _meta %v, want traceparent %s (the tool call's span)", metas[0], want)
 	}
 }
