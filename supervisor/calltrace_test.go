@@ -14,8 +14,8 @@ import (
 )
 
 // A traced call's log line names its trace and span (Job.TraceID, SpanID),
-// so that a log search finds the call a trace shows; an untraced call's
-// line has neither field.
+// so that a log search finds the call a trace shows, on the pool's workers
+// and on a session's own; an untraced call's line has neither field.
 func TestCallLineCarriesTrace(t *testing.T) {
 	var out bytes.Buffer // hclog serialises writes; read after Close
 	log := hclog.New(&hclog.LoggerOptions{Output: &out, Level: hclog.Info, JSONFormat: true})
@@ -27,6 +27,15 @@ func TestCallLineCarriesTrace(t *testing.T) {
 	if _, err := p.Run(t.Context(), supervisor.Job{ID: "plain", Code: "1"}, nil); err != nil {
 		t.Fatal(err)
 	}
+	// A session's call, on a worker of its own, logs its line there.
+	d, err := p.StartDedicated(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Run(t.Context(), supervisor.Job{ID: "session", Code: "1", TraceID: traceID, SpanID: spanID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := p.Close(ctx); err != nil { // writes the queued call lines
@@ -39,8 +48,10 @@ func TestCallLineCarriesTrace(t *testing.T) {
 			lines[rec["id"].(string)] = rec
 		}
 	}
-	if got := lines["traced"]; got["trace_id"] != traceID || got["span_id"] != spanID {
-		t.Errorf("the traced call's line: %v, want trace_id %s and span_id %s", got, traceID, spanID)
+	for _, id := range []string{"traced", "session"} {
+		if got := lines[id]; got["trace_id"] != traceID || got["span_id"] != spanID {
+			t.Errorf("the %s call's line: %v, want trace_id %s and span_id %s", id, got, traceID, spanID)
+		}
 	}
 	got, ok := lines["plain"]
 	if !ok {
