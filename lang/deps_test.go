@@ -28,8 +28,9 @@ func under(pkg string, prefixes ...string) bool {
 // The layers' import rules, held as tailscale's deptest holds its packages
 // to theirs. This package is where a language's two parts meet; below it:
 //   - the supervisor knows processes and limits and nothing of MCP:
-//     neither it nor any package under it depends on the MCP SDK, the
-//     front end, this package or the binary;
+//     neither it nor any package under it depends on the MCP SDK,
+//     OpenTelemetry (a call's trace reaches it as plain strings,
+//     Job.TraceID), the front end, this package or the binary;
 //   - the front end knows nothing of processes: package mcp starts none
 //     (os/exec is code mode's, for the MCP servers it connects to) and
 //     uses of the supervisor the public API of pools and sessions and the
@@ -37,7 +38,7 @@ func under(pkg string, prefixes ...string) bool {
 //     package of it depends on this package or the binary.
 func TestImportRules(t *testing.T) {
 	for _, dep := range goList(t, "-deps", "../supervisor/...") {
-		if under(dep, "github.com/modelcontextprotocol/go-sdk", module+"mcp", module+"lang", module+"cmd") {
+		if under(dep, "github.com/modelcontextprotocol/go-sdk", "go.opentelemetry.io", module+"mcp", module+"lang", module+"cmd") {
 			t.Errorf("the supervisor depends on %s", dep)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
 	"github.com/pyrun/pyrun/mcp/codemode"
@@ -96,6 +97,7 @@ type Server struct {
 	mu        sync.Mutex
 	opts      Options           // guarded by mu; replaced, never changed, by SetOptions
 	sessions  SessionRunner     // guarded by mu; nil: no sessions
+	tracer    trace.Tracer      // guarded by mu; nil: no spans (trace.go)
 	published map[string]string // the tool descriptions clients were given, by tool; guarded by mu
 }
 

@@ -338,30 +338,39 @@ func argError(err error) error {
 // result with isError; so is bad input. Only a call the pool could not take
 // (busy, over its client's limits, shutting down) is a tool error with a
 // message and no result.
-// runCall runs one call of a language's tool (handle puts limits around it).
+// runCall runs one call of a language's tool (handle puts limits around
+// it), in the call's span (trace.go).
 func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 	lt := s.toolOf(req)
+	ctx, span := s.startSpan(ctx, req, lt.lang.Tool)
+	job := supervisor.Job{
+		ID:      strconv.FormatUint(callSeq.Add(1), 10),
+		Client:  clientOf(ctx, req),
+		Session: s.sessionName(req.Session),
+		// The pool runs it in its language (supervisor.Pools).
+		Language: lt.lang.Name,
+	}
+	job.TraceID, job.SpanID = traceIDs(span)
+	out, res, err := s.runJob(ctx, req, lt, job)
+	endSpan(ctx, span, job, out, res)
+	return out, err
+}
+
+// runJob runs job, a call of lt's tool with req's arguments; res is the
+// pool's result, zero when the call did not run.
+func (s *Server) runJob(ctx context.Context, req *sdk.CallToolRequest, lt *languageTool, job supervisor.Job) (_ *sdk.CallToolResult, res supervisor.Result, err error) {
 	args, err := parseArgsFor(req.Params.Arguments, s.options().MaxCode, lt)
 	if err != nil {
-		return toolError(err), nil
+		return toolError(err), res, nil
 	}
 	files, err := decodeFiles(ctx, args.Files, s.options().MaxCode, s.options().MaxInputFiles)
 	if err != nil {
 		if errors.Is(err, errTooManyInputFiles) {
 			s.front.counters.Refused.WithLabelValues("max_input_files").Inc()
 		}
-		return toolError(err), nil
+		return toolError(err), res, nil
 	}
-	job := supervisor.Job{
-		ID:      strconv.FormatUint(callSeq.Add(1), 10),
-		Code:    args.PythonCode,
-		Globals: args.GlobalVariables,
-		Client:  clientOf(ctx, req),
-		Session: s.sessionName(req.Session),
-		Files:   files,
-		// The pool runs it in its language (supervisor.Pools).
-		Language: lt.lang.Name,
-	}
+	job.Code, job.Globals, job.Files = args.PythonCode, args.GlobalVariables, files
 	if cm := s.options().CodeMode; cm != nil && lt.lang.CodeMode {
 		if caller, catalog := cm.ForRun(ctx, job.ID); caller != nil {
 			job.Tools, job.Catalog = caller, catalog
@@ -376,11 +385,10 @@ func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Ca
 		defer lv.close() // before the SDK sends the result: every notification comes first
 		ev = lv
 	}
-	var res supervisor.Result
 	if args.SessionID != nil {
 		res, err = s.runInSession(ctx, lt.lang, args, job, ev)
 		if err != nil && res.Status == "" {
-			return toolError(sessionError(err)), nil
+			return toolError(sessionError(err)), res, nil
 		}
 	} else {
 		res, err = s.pool.Run(ctx, job, ev)
@@ -389,7 +397,7 @@ func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Ca
 		s.log.Info("call cancelled", "id", job.ID, "why", cancelCause(ctx), "started", res.Status != "")
 	}
 	if err != nil && res.Status == "" {
-		return toolError(err), nil
+		return toolError(err), res, nil
 	}
 	sc := structured(res)
 	rich, displays, outFiles := s.richContent(res, job.Client)
@@ -399,7 +407,7 @@ func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Ca
 		Content:           append([]sdk.Content{&sdk.TextContent{Text: FormatXML(res)}}, rich...),
 		StructuredContent: sc,
 		IsError:           res.Status != supervisor.StatusSuccess,
-	}, nil
+	}, res, nil
 }
 
 func toolError(err error) *sdk.CallToolResult {

@@ -23,6 +23,13 @@ type Job struct {
 	// Session the MCP session it came in, for logs.
 	Client  string
 	Session string
+	// TraceID and SpanID name the call's span in a distributed trace, as
+	// W3C Trace Context writes them (32 and 16 lowercase hex digits), for
+	// its log line ("call"): the front end reads them from the request
+	// (an MCP call's _meta.traceparent). "": the call is not traced, and
+	// its line has neither.
+	TraceID string
+	SpanID  string
 	// PythonSession is the id of the Python session the call runs in, for
 	// logs; empty for a stateless call.
 	PythonSession string
@@ -49,4 +56,13 @@ type Job struct {
 	// supervisor passes on unread; empty: none.
 	Tools   ToolCaller
 	Catalog json.RawMessage
+}
+
+// LogTrace is args with the call's trace_id and span_id appended when it
+// is traced, for its log line.
+func (j Job) LogTrace(args ...any) []any {
+	if j.TraceID == "" {
+		return args
+	}
+	return append(args, "trace_id", j.TraceID, "span_id", j.SpanID)
 }

@@ -74,6 +74,7 @@ var configGroups = []configGroup{
 		"socket", "attach", "max-socket-conns",
 	}},
 	{"MCP tasks", "[MCP tasks](mcp.md#mcp-tasks)", forServices, []string{"task-ttl", "client-max-tasks", "client-task-bytes", "task-after"}},
+	{"Tracing", "[Tracing](operations.md#tracing)", forServices, []string{"otlp-endpoint"}},
 	{"Logs and the config file", "[The config file](#the-config-file)", forAll, []string{"config", "log-level", "log-format"}},
 }
 

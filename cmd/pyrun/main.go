@@ -176,6 +176,12 @@ func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stdout, stderr i
 	}
 	defer removeOutputs()
 	applyMemoryLimit(o, log)
+	tracer, stopTracing, err := startTracing(o, log)
+	if err != nil {
+		return err
+	}
+	// Stopped last: every span has ended by then.
+	defer stopTracing()
 	hub := startHub(o, log) // connects while the pool starts
 	defer hub.Close()
 	rt, pools, err := startPools(ctx, o, o.enabledLanguages(), 0, stderr, log)
@@ -187,6 +193,7 @@ func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stdout, stderr i
 	mopts := mcpOptions(o, rt)
 	mopts.CodeMode = hub
 	srv := mcp.New(pools, mopts, log)
+	srv.UseTracer(tracer)
 	sess := startLanguageSessions(o, pools, log)
 	defer closeLanguageSessions(sess, pools, log) // before closePools: sessions end first
 	srv.UseSessions(sess)

@@ -58,8 +58,9 @@ type options struct {
 	workerOpenFiles int
 	workerFileSize  byteSize
 
-	logLevel  string
-	logFormat string
+	logLevel     string
+	logFormat    string
+	otlpEndpoint string // tracing.go
 
 	listen         string
 	stateless      bool
@@ -182,6 +183,7 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&o.runtimeDir, "runtime-dir", supervisor.DefaultRuntimeRoot(), "where pyrun installs Deno and Pyodide")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error (run and warmup: warn, so that their output is not lost among the logs)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "`URL` of an OpenTelemetry collector (OTLP over HTTP) to export a span of each call to; one without a path gets /v1/traces (default: no spans are made)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:3001", "serve: address to listen on (none: no HTTP, only --socket)")
 	fs.BoolVar(&o.stateless, "stateless", false, "serve: /mcp without sessions, for load balancers")
 	fs.DurationVar(&o.sessionTimeout, "session-timeout", time.Hour, "serve: close a /mcp session after this long without a request")
@@ -479,6 +481,9 @@ func (o *options) check() error {
 		return err
 	}
 	if err := o.checkLocal(); err != nil {
+		return err
+	}
+	if _, err := o.otlpURL(); err != nil {
 		return err
 	}
 	if hclogLevel(o.logLevel) == 0 {

@@ -89,6 +89,12 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		return err
 	}
 
+	tracer, stopTracing, err := startTracing(o, log)
+	if err != nil {
+		return err
+	}
+	// Stopped last: every span has ended by then.
+	defer stopTracing()
 	hub := startHub(o, log) // connects while the pool starts
 	defer hub.Close()
 	rt, pools, err := startPools(ctx, o, o.enabledLanguages(), 0, stderr, log)
@@ -115,6 +121,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	mopts := mcpOptions(o, rt)
 	mopts.CodeMode = s.hub
 	s.srv = mcp.New(metrics.Instrument(runner), mopts, log)
+	s.srv.UseTracer(tracer)
 	s.srv.UseSessions(metrics.InstrumentSessions(sessionRunner))
 	if py := s.py.Manager(supervisor.Python.Name()); py != nil {
 		metrics.CountPythonSessions(py.Stats)
@@ -311,6 +318,7 @@ var restartOnly = []string{
 	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
 	"output-dir", "session-worker", "sessions-per-worker", "session-lease", "session-move-wait",
 	"session-store-key-file",
+	"otlp-endpoint",
 }
 
 // reload re-reads the command line and the config file (a flag still wins

@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/pyrun/pyrun/mcp/argtext"
 )
@@ -24,10 +25,12 @@ type Caller struct {
 	opts  Options
 	calls atomic.Int64
 	slots chan struct{} // one per call in progress
+	// span is the run's span (trace.go): the parent of its tool calls'.
+	span trace.Span
 }
 
-func newCaller(h *Hub, run string, opts Options) *Caller {
-	return &Caller{hub: h, run: run, opts: opts, slots: make(chan struct{}, opts.Concurrency)}
+func newCaller(h *Hub, run string, opts Options, span trace.Span) *Caller {
+	return &Caller{hub: h, run: run, opts: opts, slots: make(chan struct{}, opts.Concurrency), span: span}
 }
 
 // Statuses of a tool call, in its log line and metrics.
@@ -54,8 +57,10 @@ var Statuses = []string{StatusOK, StatusToolError, StatusInvalid, StatusNotAllow
 // error is what the code raises as mcp_tools.ToolError.
 func (c *Caller) Call(ctx context.Context, server, toolName string, args json.RawMessage) (json.RawMessage, error) {
 	began := time.Now()
+	ctx, span := c.startSpan(ctx, server, toolName)
 	res, status, label, err := c.call(ctx, server, toolName, args)
 	d := time.Since(began)
+	endSpan(span, status, err)
 	log := c.hub.log
 	// The names are the code's: clipped, so that a log line stays a line.
 	logServer, logTool := clipName(server), clipName(toolName)
@@ -143,7 +148,7 @@ func (c *Caller) callOn(ctx context.Context, u *upstream, server, toolName strin
 		return nil, StatusInvalid, fmt.Errorf("invalid arguments for %s.%s: %w", server, toolName, err)
 	}
 	c.hub.log.Debug("tool call started", "run", c.run, "server", server, "tool", toolName)
-	res, err := cs.CallTool(callCtx, &sdk.CallToolParams{Name: toolName, Arguments: args})
+	res, err := cs.CallTool(callCtx, &sdk.CallToolParams{Name: toolName, Arguments: args, Meta: traceMeta(ctx)})
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options are the limits on the tool calls of one run. The zero value of
@@ -269,7 +270,9 @@ func (h *Hub) countRefused(server, reason string) {
 
 // ForRun returns the caller for one run's tool calls and the catalog its
 // code sees, after waiting (bounded by Options.Settle) for servers that are
-// still connecting. Both are nil when no server is configured.
+// still connecting. Both are nil when no server is configured. The span
+// in ctx, if any, is the run's: its tool calls carry it to the servers
+// (trace.go).
 func (h *Hub) ForRun(ctx context.Context, run string) (*Caller, json.RawMessage) {
 	servers := h.sorted()
 	if len(servers) == 0 {
@@ -277,7 +280,7 @@ func (h *Hub) ForRun(ctx context.Context, run string) (*Caller, json.RawMessage)
 	}
 	opts := h.options()
 	h.Settle(ctx, opts.Settle)
-	return newCaller(h, run, opts), h.Catalog()
+	return newCaller(h, run, opts, trace.SpanFromContext(ctx)), h.Catalog()
 }
 
 // Settle waits until no server is connecting (each is connected or down),

@@ -415,8 +415,8 @@ func (m *Manager) Run(ctx context.Context, c Call, ev supervisor.Events) (superv
 		if ctx.Err() != nil {
 			status = "cancelled"
 		}
-		m.log.Info("call", "id", c.Job.ID, "status", status, "worker", "", "session", c.Job.Session,
-			"python_session", c.Session, "client", c.Job.Client, "error", err.Error())
+		m.log.Info("call", c.Job.LogTrace("id", c.Job.ID, "status", status, "worker", "", "session", c.Job.Session,
+			"python_session", c.Session, "client", c.Job.Client, "error", err.Error())...)
 		return supervisor.Result{}, err
 	}
 	return m.runIn(ctx, s, c, ev)
