@@ -20,6 +20,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/pyrun/pyrun/mcp/apps"
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/flow"
 	"github.com/pyrun/pyrun/mcp/outputs"
@@ -122,8 +123,10 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 				// stays empty, as every file belongs to one client.
 				Resources: &sdk.ResourceCapabilities{},
 				// The 2026-07-28 tasks extension (tasks.go), in
-				// server/discover; clients of older revisions ignore it.
-				Extensions: map[string]any{tasksExtension: map[string]any{}},
+				// server/discover; clients of older revisions ignore it. And
+				// MCP Apps (package apps), whose view only a client that
+				// declares it is shown.
+				Extensions: map[string]any{tasksExtension: map[string]any{}, apps.ExtensionID: map[string]any{}},
 			},
 		})
 	for _, l := range opts.languages() {
@@ -131,7 +134,10 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 		s.sdk.AddTool(languageToolDef(l, opts), s.handle)
 	}
 	s.sdk.AddResourceTemplate(outputTemplate, s.readOutput)
-	s.sdk.AddReceivingMiddleware(s.levels.middleware)
+	// The MCP App view of the run tools' results, for clients of the
+	// extension (package apps).
+	s.sdk.AddResource(apps.Resource(), apps.Read)
+	s.sdk.AddReceivingMiddleware(s.levels.middleware, apps.Middleware(func(name string) bool { return s.tools[name] != nil }))
 	if opts.CodeMode != nil {
 		opts.CodeMode.OnChange(s.republish)
 	}

@@ -1,0 +1,37 @@
+// Builds what pyrun embeds from the pinned packages of this folder
+// (scripts/vendor-apps runs it after npm ci):
+//
+//	node build.mjs             ../result.html: page.html with app.js and the
+//	                           ext-apps App it imports inlined, one file
+//	node build.mjs host FILE   FILE: host.js, the ext-apps AppBridge and the
+//	                           MCP client, for the browser test's host page
+import { build } from "esbuild";
+import { readFile, writeFile } from "node:fs/promises";
+
+const here = new URL(".", import.meta.url);
+
+async function bundle(entry, format) {
+  const out = await build({
+    entryPoints: [new URL(entry, here).pathname],
+    bundle: true,
+    format,
+    minify: true,
+    legalComments: "eof",
+    target: "es2022",
+    platform: "browser",
+    write: false,
+    logLevel: "warning",
+  });
+  return out.outputFiles[0].text;
+}
+
+if (process.argv[2] === "host") {
+  await writeFile(process.argv[3], await bundle("host.js", "esm"));
+} else {
+  const js = await bundle("app.js", "iife");
+  const page = await readFile(new URL("page.html", here), "utf8");
+  // A "</script" inside the code would end the inline script early.
+  const inline = "<script>" + js.replaceAll("</script", "<\\/script") + "</script>";
+  if (!page.includes("<!-- app -->")) throw new Error("page.html has no <!-- app --> mark");
+  await writeFile(new URL("../result.html", here), page.replace("<!-- app -->", () => inline));
+}

@@ -1,0 +1,193 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/mcp/apps"
+	"github.com/pyrun/pyrun/mcp/mcptest"
+	"github.com/pyrun/pyrun/supervisor"
+)
+
+// appsTransports are the ways a client reaches pyrun whose declared
+// capabilities travel differently: at initialize (a 2025-11-25 session, in
+// memory as over stdio) or in every request's _meta (2026-07-28 over
+// Streamable HTTP, the stateless handler).
+var appsTransports = []struct {
+	name, revision string
+	http           bool
+}{
+	{"2025-11-25 session", "2025-11-25", false},
+	{"2026-07-28 over HTTP", revision20260728, true},
+}
+
+// appsClient connects a client of revision to s, declaring the MCP Apps
+// extension when ext.
+func appsClient(t *testing.T, s *Server, revision string, overHTTP, ext bool) *sdk.ClientSession {
+	t.Helper()
+	caps := &sdk.ClientCapabilities{}
+	if ext {
+		caps.AddExtension(apps.ExtensionID, map[string]any{"mimeTypes": []string{apps.MIMEType}})
+	}
+	c := sdk.NewClient(&sdk.Implementation{Name: "apps-test", Version: "1"}, &sdk.ClientOptions{Capabilities: caps})
+	var transport sdk.Transport
+	if overHTTP {
+		transport = &sdk.StreamableClientTransport{Endpoint: startHTTP(t, s).URL + "/mcp", MaxRetries: -1}
+	} else {
+		serverT, clientT := sdk.NewInMemoryTransports()
+		ss, err := s.sdk.Connect(t.Context(), serverT, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = ss.Close() })
+		transport = clientT
+	}
+	cs, err := c.Connect(t.Context(), transport, &sdk.ClientSessionOptions{ProtocolVersion: revision})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	if got := cs.InitializeResult().ProtocolVersion; got != revision {
+		t.Fatalf("speaking %s, want %s", got, revision)
+	}
+	return cs
+}
+
+// appsResult is a run with a display and a file.
+func appsResult(t *testing.T) mcptest.Func {
+	return func(_ context.Context, job supervisor.Job, _ supervisor.Events) (supervisor.Result, error) {
+		return supervisor.Result{ID: job.ID, Status: supervisor.StatusSuccess, Stdout: "hi\n", Value: "2",
+			Displays: []supervisor.Display{{MIMEType: "text/html", Data: []byte("<table><tr><td>1</td></tr></table>")}},
+			Files:    []supervisor.OutputFile{mcptest.OutputFile(t, "a.csv", "text/csv", []byte("n\n1\n"))},
+		}, nil
+	}
+}
+
+// listJSON is the JSON of tools/list's tools and resources/list's
+// resources, as cs is given them.
+func listJSON(t *testing.T, cs *sdk.ClientSession) (tools []map[string]any, resources string) {
+	t.Helper()
+	tl, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(tl.Tools)
+	if err := json.Unmarshal(b, &tools); err != nil {
+		t.Fatal(err)
+	}
+	rl, err := cs.ListResources(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, _ := json.Marshal(rl.Resources)
+	return tools, string(rb)
+}
+
+// A client that declares MCP Apps finds the view named in the run tools'
+// _meta (the official key and the legacy flat one), listed in
+// resources/list, and readable; a client that does not gets exactly the
+// tool list it got before (the same tools, no _meta) and an empty
+// resources/list; both get the same call result. On both ways
+// capabilities travel.
+func TestAppsOnlyForClientsOfTheExtension(t *testing.T) {
+	for _, tr := range appsTransports {
+		t.Run(tr.name, func(t *testing.T) {
+			s := New(appsResult(t), Options{Version: "test"}, testLogger(t))
+			plain := appsClient(t, s, tr.revision, tr.http, false)
+			ui := appsClient(t, s, tr.revision, tr.http, true)
+
+			plainTools, plainRes := listJSON(t, plain)
+			uiTools, uiRes := listJSON(t, ui)
+			if plainRes != "[]" {
+				t.Errorf("resources/list of a client without the extension: %s, want []", plainRes)
+			}
+			if !strings.Contains(uiRes, apps.ResultURI) || !strings.Contains(uiRes, apps.MIMEType) {
+				t.Errorf("resources/list of a client of the extension: %s, want %s (%s)", uiRes, apps.ResultURI, apps.MIMEType)
+			}
+			// What the tool list was before pyrun had an app: the tools as
+			// they are defined, with no _meta.
+			var want []map[string]any
+			for _, l := range s.options().languages() {
+				b, _ := json.Marshal(languageToolDef(l, s.options()))
+				var m map[string]any
+				_ = json.Unmarshal(b, &m)
+				want = append(want, m)
+			}
+			if !reflect.DeepEqual(plainTools, want) {
+				t.Errorf("tools/list without the extension changed:\n%v\nwant\n%v", plainTools, want)
+			}
+			if len(uiTools) != len(want) {
+				t.Fatalf("tools/list of a client of the extension: %d tools, want %d", len(uiTools), len(want))
+			}
+			for i, tool := range uiTools {
+				meta, _ := tool["_meta"].(map[string]any)
+				view, _ := meta["ui"].(map[string]any)
+				if view["resourceUri"] != apps.ResultURI || meta["ui/resourceUri"] != apps.ResultURI {
+					t.Errorf("tool %v: _meta %v, want ui.resourceUri and ui/resourceUri %s", tool["name"], meta, apps.ResultURI)
+				}
+				delete(tool, "_meta")
+				if !reflect.DeepEqual(tool, want[i]) {
+					t.Errorf("tool %v differs beyond its _meta:\n%v\nwant\n%v", tool["name"], tool, want[i])
+				}
+			}
+
+			rr, err := ui.ReadResource(t.Context(), &sdk.ReadResourceParams{URI: apps.ResultURI})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rr.Contents) != 1 || rr.Contents[0].MIMEType != apps.MIMEType || rr.Contents[0].Text != apps.HTML() {
+				t.Errorf("resources/read %s: %d contents, want the page as %s", apps.ResultURI, len(rr.Contents), apps.MIMEType)
+			}
+
+			call := func(cs *sdk.ClientSession) string {
+				r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: ToolName, Arguments: map[string]any{"python_code": "1+1"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := json.Marshal(r)
+				return tokenURI.ReplaceAllString(string(b), "pyrun://$1/TOKEN/")
+			}
+			if a, b := call(plain), call(ui); a != b {
+				t.Errorf("results differ:\nwithout the extension %s\nwith it %s", a, b)
+			}
+		})
+	}
+}
+
+// A declaration whose mimeTypes leave out MCP Apps' HTML is not taken as
+// the extension; one without mimeTypes is.
+func TestAppsDeclaration(t *testing.T) {
+	for _, c := range []struct {
+		settings map[string]any
+		want     bool
+	}{
+		{map[string]any{"mimeTypes": []string{apps.MIMEType}}, true},
+		{map[string]any{}, true},
+		{map[string]any{"mimeTypes": []string{"text/html"}}, false},
+	} {
+		s := New(appsResult(t), Options{Version: "test"}, testLogger(t))
+		caps := &sdk.ClientCapabilities{}
+		caps.AddExtension(apps.ExtensionID, c.settings)
+		serverT, clientT := sdk.NewInMemoryTransports()
+		ss, err := s.sdk.Connect(t.Context(), serverT, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := sdk.NewClient(&sdk.Implementation{Name: "t", Version: "1"}, &sdk.ClientOptions{Capabilities: caps}).Connect(t.Context(), clientT, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools, _ := listJSON(t, cs)
+		_, got := tools[0]["_meta"]
+		if got != c.want {
+			t.Errorf("declared %v: view named %v, want %v", c.settings, got, c.want)
+		}
+		_ = cs.Close()
+		_ = ss.Close()
+	}
+}
