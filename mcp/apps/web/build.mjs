@@ -3,6 +3,7 @@
 //
 //	node build.mjs             ../result.html: page.html with app.js and the
 //	                           ext-apps App it imports inlined, one file
+//	node build.mjs page FILE   the same page, written to FILE
 //	node build.mjs host FILE   FILE: host.js, the ext-apps AppBridge and the
 //	                           MCP client, for the browser test's host page
 import { build } from "esbuild";
@@ -33,5 +34,6 @@ if (process.argv[2] === "host") {
   // A "</script" inside the code would end the inline script early.
   const inline = "<script>" + js.replaceAll("</script", "<\\/script") + "</script>";
   if (!page.includes("<!-- app -->")) throw new Error("page.html has no <!-- app --> mark");
-  await writeFile(new URL("../result.html", here), page.replace("<!-- app -->", () => inline));
+  const to = process.argv[2] === "page" ? process.argv[3] : new URL("../result.html", here);
+  await writeFile(to, page.replace("<!-- app -->", () => inline));
 }

@@ -1,0 +1,80 @@
+// Drives the browser test (mcp/apps browser_test.go): Debian's chromium,
+// headless, opens the test host page at the URL argv[2] (which runs the
+// code argv[3] through pyrun and shows pyrun's view of the result), looks
+// at what the view drew, downloads its file, sorts its table, presses its
+// first cell's "Run again", saves a screenshot to argv[4], and prints what
+// it saw as one JSON object.
+import { chromium } from "playwright-core";
+
+const [url, code, shot] = process.argv.slice(2);
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  headless: true,
+  args: [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+  ],
+  timeout: 60_000,
+});
+const report = { console: [] };
+try {
+  // Tall enough for both cells: frames of other processes are painted
+  // only within the viewport.
+  const page = await browser.newPage({ viewport: { width: 1000, height: 2600 } });
+  page.setDefaultTimeout(60_000);
+  page.on("console", (m) => {
+    if (m.type() === "error" || m.type() === "warning") report.console.push(m.type() + ": " + m.text());
+  });
+  await page.goto(url + "?code=" + encodeURIComponent(code));
+  await page.waitForFunction(() => ["sent", "failed"].includes(window.hostState?.step));
+  report.host = await page.evaluate(() => window.hostState);
+  if (report.host.step === "sent") {
+    const app = page.frameLocator("#app");
+    const first = app.locator('section.cell[data-n="1"]');
+    await first.locator(".status.ok, .status.error").waitFor();
+    report.first = await first.evaluate((cell) => ({
+      status: cell.querySelector(".status").textContent,
+      code: cell.querySelector("pre.code").textContent,
+      stdout: cell.querySelector("pre.stdout")?.textContent ?? null,
+      session: cell.dataset.session ?? null,
+      images: [...cell.querySelectorAll("img.display")].map((i) => ({
+        src: i.src.slice(0, 22),
+        width: i.naturalWidth,
+        height: i.naturalHeight,
+      })),
+      tableHead: [...cell.querySelectorAll(".table thead th")].map((th) => th.textContent),
+      tableColumn: [...cell.querySelectorAll(".table tbody tr")].map((tr) => tr.cells[1]?.textContent),
+      frames: cell.querySelectorAll("iframe.html").length,
+      files: [...cell.querySelectorAll("a.file")].map((a) => ({ name: a.textContent, uri: a.dataset.uri })),
+    }));
+    // The HTML display's script ran, inside its own sandboxed frame.
+    report.chart = await first.frameLocator("iframe.html").locator("#c").textContent();
+    // Sort the table by its second column (a click on the header).
+    await first.locator(".table thead th").nth(1).click();
+    report.sorted = await first.evaluate((cell) =>
+      [...cell.querySelectorAll(".table tbody tr")].map((tr) => tr.cells[1]?.textContent),
+    );
+    // Download the file: the host reads it from pyrun.
+    await first.locator("a.file").first().click();
+    await page.waitForFunction(() => window.hostState.downloads.length > 0);
+    report.downloads = await page.evaluate(() => window.hostState.downloads);
+    // Run the cell again: tools/call from the view, through the host.
+    await first.locator("button.rerun").click();
+    const second = app.locator('section.cell[data-n="2"]');
+    await second.locator(".status.ok, .status.error").waitFor();
+    report.second = await second.evaluate((cell) => ({
+      status: cell.querySelector(".status").textContent,
+      stdout: cell.querySelector("pre.stdout")?.textContent ?? null,
+      session: cell.dataset.session ?? null,
+      images: cell.querySelectorAll("img.display").length,
+    }));
+    await page.screenshot({ path: shot, fullPage: true });
+  }
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(report));
