@@ -12,6 +12,7 @@ import (
 	"github.com/pyrun/pyrun/mcp/apps"
 	"github.com/pyrun/pyrun/mcp/mcptest"
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
 // appsTransports are the ways a client reaches pyrun whose declared
@@ -189,5 +190,75 @@ func TestAppsDeclaration(t *testing.T) {
 		}
 		_ = cs.Close()
 		_ = ss.Close()
+	}
+}
+
+// fakeSessions runs session calls as a stand-in: "new" becomes "s-1".
+type fakeSessions struct{}
+
+func (fakeSessions) Run(_ context.Context, c sessions.Call, _ supervisor.Events) (supervisor.Result, error) {
+	id := c.Session
+	if id == "new" {
+		id = "s-1"
+	}
+	return supervisor.Result{ID: c.Job.ID, Status: supervisor.StatusSuccess, SessionID: id}, nil
+}
+
+// The result of a session's call carries, for a client of MCP Apps only,
+// the session's earlier cells in _meta (apps.CellsMetaKey) for the view,
+// in order and numbered; a call that ends the session drops them; a
+// client without the extension gets no _meta and leaves nothing kept.
+func TestAppsSessionCells(t *testing.T) {
+	s := New(appsResult(t), Options{Version: "test"}, testLogger(t))
+	s.UseSessions(fakeSessions{})
+	ui := appsClient(t, s, "2025-11-25", false, true)
+	plain := appsClient(t, s, "2025-11-25", false, false)
+	type cellsMeta struct {
+		SessionID string      `json:"session_id"`
+		N         int         `json:"n"`
+		Earlier   []apps.Cell `json:"earlier"`
+	}
+	call := func(cs *sdk.ClientSession, code, session string, end bool) (map[string]any, cellsMeta) {
+		t.Helper()
+		args := map[string]any{"python_code": code}
+		if session != "" {
+			args["session_id"] = session
+		}
+		if end {
+			args["end_session"] = true
+		}
+		r, err := cs.CallTool(t.Context(), &sdk.CallToolParams{Name: ToolName, Arguments: args})
+		if err != nil || r.IsError {
+			t.Fatalf("call %q: %v %v", code, err, r)
+		}
+		var m cellsMeta
+		if v, ok := r.Meta[apps.CellsMetaKey]; ok {
+			b, _ := json.Marshal(v)
+			_ = json.Unmarshal(b, &m)
+		}
+		return r.Meta, m
+	}
+	if meta, _ := call(plain, "p = 1", "new", false); meta != nil {
+		t.Errorf("a client without the extension got _meta %v", meta)
+	}
+	if s.cells.Bytes() != 0 {
+		t.Errorf("%d bytes kept for a client without the extension", s.cells.Bytes())
+	}
+	_, m := call(ui, "a = 1", "new", false)
+	if m.SessionID != "s-1" || m.N != 1 || len(m.Earlier) != 0 {
+		t.Errorf("first call: %+v, want session s-1, cell 1, none earlier", m)
+	}
+	call(ui, "b = 2", "s-1", false)
+	_, m = call(ui, "a + b", "s-1", false)
+	if m.N != 3 || len(m.Earlier) != 2 || m.Earlier[0].Code != "a = 1" || m.Earlier[1].Code != "b = 2" ||
+		m.Earlier[1].N != 2 || m.Earlier[0].Tool != ToolName || m.Earlier[0].Status != "success" {
+		t.Errorf("third call: %+v, want cells 1 and 2 before it, as run", m)
+	}
+	call(ui, "", "s-1", true)
+	if s.cells.Bytes() != 0 {
+		t.Errorf("%d bytes still kept after the session ended", s.cells.Bytes())
+	}
+	if meta, _ := call(ui, "1", "", false); meta != nil {
+		t.Errorf("a stateless call got _meta %v", meta)
 	}
 }

@@ -70,6 +70,10 @@ type Options struct {
 	CodeMode *codemode.Hub
 	// Tasks bound MCP tasks (tasks.go).
 	Tasks TaskOptions
+	// AppCellBytes bounds the code of sessions' calls kept for the MCP App
+	// view (package apps, appcells.go); 0: apps.DefaultCellBytes, less:
+	// none kept.
+	AppCellBytes int64
 }
 
 // Server is pyrun's MCP server. Its methods are safe for concurrent use.
@@ -85,7 +89,8 @@ type Server struct {
 	outputs *outputs.Store
 	reading *semaphore.Weighted
 	front   frontState
-	tasks   *taskStore // MCP tasks of stdio and the socket (tasks.go)
+	tasks   *taskStore  // MCP tasks of stdio and the socket (tasks.go)
+	cells   *apps.Cells // sessions' calls, for the MCP App view (appcells.go)
 
 	// tools are the languages' tools, by tool name; fixed at New.
 	tools map[string]*languageTool
@@ -102,7 +107,7 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 	s := &Server{pool: pool, opts: opts, log: log, outputs: outputs.New(opts.Outputs),
 		reading: semaphore.NewWeighted(maxReading),
 		tools:   newLanguageTools(opts.languages()), published: map[string]string{},
-		tasks: newTaskStore(opts.Tasks.withDefaults())}
+		tasks: newTaskStore(opts.Tasks.withDefaults()), cells: apps.NewCells(opts.AppCellBytes)}
 	s.front.init()
 	s.front.out.SetLimits(opts.Delivery)
 	s.front.bytes.SetLimits(opts.Requests)

@@ -386,12 +386,14 @@ func (s *Server) runCall(ctx context.Context, req *sdk.CallToolRequest) (*sdk.Ca
 	sc := structured(res)
 	rich, displays, outFiles := s.richContent(res, job.Client)
 	sc.Displays, sc.Files = displays, outFiles
-	return &sdk.CallToolResult{
+	out := &sdk.CallToolResult{
 		// The text block first and complete: some clients drop the rest.
 		Content:           append([]sdk.Content{&sdk.TextContent{Text: FormatXML(res)}}, rich...),
 		StructuredContent: sc,
 		IsError:           res.Status != supervisor.StatusSuccess,
-	}, nil
+	}
+	s.noteCell(req, lt, args, res, out) // appcells.go
+	return out, nil
 }
 
 func toolError(err error) *sdk.CallToolResult {

@@ -58,7 +58,7 @@ var configGroups = []configGroup{
 	}},
 	{"Rich results and files", "[Rich results](rich-results.md)", []string{
 		"max-displays", "max-display-bytes", "output-ttl", "output-store", "output-store-files", "output-dir",
-		"mount", "out",
+		"mount", "out", "app-cell-bytes",
 	}},
 	{"Languages", "[Languages](languages.md)", []string{
 		"languages", "r-workers", "js-workers", "r-memory-limit", "js-memory-limit", "language",

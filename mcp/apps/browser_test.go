@@ -63,6 +63,10 @@ with open("/output/data.csv", "w") as f:
     f.write("n,name\n3,c\n10,a\n2,b\n")
 `
 
+// browserSetup is the session's first call, which the view lists before
+// the call it shows.
+const browserSetup = "prep = 'ready'"
+
 // browserReport is what web/browser.mjs saw.
 type browserReport struct {
 	Console []string `json:"console"`
@@ -73,7 +77,11 @@ type browserReport struct {
 		SessionID   string   `json:"sessionId"`
 		Errors      []string `json:"errors"`
 	} `json:"host"`
+	Past []struct {
+		Label, Status, Code string
+	} `json:"past"`
 	First struct {
+		Label   string `json:"label"`
 		Status  string `json:"status"`
 		Code    string `json:"code"`
 		Stdout  string `json:"stdout"`
@@ -99,17 +107,22 @@ type browserReport struct {
 		Session string `json:"session"`
 		Images  int    `json:"images"`
 	} `json:"second"`
+	Third *struct {
+		Label, Status, Code string
+	} `json:"third"`
 }
 
 // TestBrowser shows a run in Debian's chromium, headless, as a host does:
 // a test page with the official host side of ext-apps (AppBridge) connects
 // to pyrun serve declaring the extension, finds the view in the run tool's
-// _meta, reads it, runs code in a new session and hands the view the
-// call's input and result. The view draws the PNG, the table (sortable:
+// _meta, reads it, runs two calls in a new session and hands the view the
+// second call's input and result. The view lists the session's first call
+// before it; it draws the PNG, the table (sortable:
 // a click on a header sorts it, by number), the HTML display in a
 // sandboxed frame and the file, whose link has the host read it from
 // pyrun; its "Run again" reaches pyrun as a tools/call in the same
-// session, whose result becomes the second cell. The page is also checked
+// session, whose result becomes the next cell, and so does the earlier
+// cell's. The page is also checked
 // to be what scripts/vendor-apps builds from web/.
 func TestBrowser(t *testing.T) {
 	testtier.Needs(t, "chromium, node and the npm packages of mcp/apps/web, the pyrun binary")
@@ -175,7 +188,7 @@ func TestBrowser(t *testing.T) {
 
 	shot := filepath.Join(tmp, "screenshot.png")
 	var rep browserReport
-	out := node(t, web, "browser.mjs", host.URL+"/host.html", browserCode, shot)
+	out := node(t, web, "browser.mjs", host.URL+"/host.html", browserSetup, browserCode, shot)
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("browser.mjs printed %q: %v", out, err)
 	}
@@ -185,7 +198,13 @@ func TestBrowser(t *testing.T) {
 	if rep.Host.ResourceURI != apps.ResultURI || rep.Host.MIMEType != apps.MIMEType {
 		t.Errorf("the host found the view %q (%q), want %s (%s)", rep.Host.ResourceURI, rep.Host.MIMEType, apps.ResultURI, apps.MIMEType)
 	}
+	if len(rep.Past) != 1 || rep.Past[0].Label != "[1]" || rep.Past[0].Code != browserSetup || rep.Past[0].Status != "success" {
+		t.Errorf("earlier cells: %+v, want the session's first call, [1] %q", rep.Past, browserSetup)
+	}
 	f := rep.First
+	if f.Label != "[2]" {
+		t.Errorf("the call's cell is %s, want [2], the session's second", f.Label)
+	}
 	if f.Status != "success" || f.Code != browserCode || f.Stdout != "run 1\n" || f.Session == "" || f.Session != rep.Host.SessionID {
 		t.Errorf("first cell: status %q, stdout %q, session %q (the call's %q), code shown %v", f.Status, f.Stdout, f.Session, rep.Host.SessionID, f.Code == browserCode)
 	}
@@ -210,18 +229,23 @@ func TestBrowser(t *testing.T) {
 	if s := rep.Second; s == nil || s.Status != "success" || s.Stdout != "run 2\n" || s.Session != f.Session || s.Images != 1 {
 		t.Errorf("second cell (Run again): %+v, want run 2 in session %s, with its PNG", s, f.Session)
 	}
+	if c := rep.Third; c == nil || c.Status != "success" || c.Code != browserSetup || c.Label != "[4]" {
+		t.Errorf("the earlier cell run again: %+v, want %q run as the session's fourth call", c, browserSetup)
+	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(calls) != 2 {
-		t.Fatalf("%d tools/call reached pyrun, want 2 (the host's, the view's)", len(calls))
+	if len(calls) != 4 {
+		t.Fatalf("%d tools/call reached pyrun, want 4 (the host's two, the view's two)", len(calls))
 	}
 	var again struct {
 		Name      string
 		Arguments map[string]any
 	}
-	if err := json.Unmarshal(calls[1], &again); err != nil || again.Name != "run_python_code" ||
-		again.Arguments["python_code"] != browserCode || again.Arguments["session_id"] != f.Session {
-		t.Errorf("the view's tools/call: %s, want run_python_code with the code in session %s", calls[1], f.Session)
+	for i, code := range map[int]string{2: browserCode, 3: browserSetup} {
+		if err := json.Unmarshal(calls[i], &again); err != nil || again.Name != "run_python_code" ||
+			again.Arguments["python_code"] != code || again.Arguments["session_id"] != f.Session {
+			t.Errorf("the view's tools/call: %s, want run_python_code with %q in session %s", calls[i], code, f.Session)
+		}
 	}
 	if n, err := pixels(shot, color.RGBA{200, 30, 30, 255}); err != nil || n < 2*12*8 {
 		t.Errorf("the screenshot shows %d pixels of the PNG's colour, want both cells' 12x8 (%v)", n, err)

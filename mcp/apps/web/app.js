@@ -5,7 +5,9 @@
 // /output/ files to download. A cell's "Run again" button calls the tool
 // through the host (tools/call), in the cell's session when it has one, and
 // the new result becomes the next cell, so a session's cells stay in the
-// order they ran.
+// order they ran. The result of a session's call carries the session's
+// earlier cells (their code and status) in _meta["pyrun/cells"]: they come
+// first, each with its own "Run again".
 //
 // Everything the call returned is untrusted: text goes in with textContent,
 // images only as data: URIs of raster types or SVG (in <img>, where SVG
@@ -27,6 +29,7 @@ let count = 0;
 
 app.ontoolinput = (params) => {
   pending = newCell(params.arguments ?? {});
+  pending.fromHost = true;
 };
 
 app.ontoolresult = (result) => {
@@ -65,20 +68,19 @@ function newCell(args) {
   const out = div("out");
   el.append(head, code, out);
   cells.append(el);
-  const cell = { el, status, rerun, out, args, codeArg, session: args.session_id };
-  rerun.addEventListener("click", () => runAgain(cell));
+  const cell = { el, label, status, rerun, out, args, codeArg, session: args.session_id };
+  rerun.addEventListener("click", () => runAgain(toolName ?? "run_" + cell.codeArg, cell.codeArg, cell.args[cell.codeArg], cell.session));
   return cell;
 }
 
-// runAgain calls the tool again with cell's code, in its session, through
-// the host; the result is a new cell at the end.
-async function runAgain(cell) {
-  const args = { [cell.codeArg]: cell.args[cell.codeArg] ?? "" };
-  if (cell.session && cell.session !== "new") args.session_id = cell.session;
+// runAgain calls tool again with code, in session when there is one,
+// through the host; the result is a new cell at the end.
+async function runAgain(tool, codeArg, code, session) {
+  const args = { [codeArg]: code ?? "" };
+  if (session && session !== "new") args.session_id = session;
   const next = newCell(args);
   try {
-    const name = toolName ?? "run_" + cell.codeArg;
-    fill(next, await app.callServerTool({ name, arguments: args }));
+    fill(next, await app.callServerTool({ name: tool, arguments: args }));
   } catch (err) {
     next.status.textContent = "error";
     next.status.className = "status error";
@@ -86,10 +88,33 @@ async function runAgain(cell) {
   }
 }
 
+// pastCell is an earlier cell of session, as its call's result listed it:
+// its code and status, and its own "Run again".
+function pastCell(c, session) {
+  const el = document.createElement("section");
+  el.className = "cell past";
+  const head = div("head");
+  const ok = c.status === "success";
+  const rerun = document.createElement("button");
+  rerun.className = "rerun";
+  rerun.type = "button";
+  rerun.textContent = "Run again";
+  const codeArg = String(c.tool ?? "run_python_code").replace(/^run_/, "");
+  rerun.addEventListener("click", () => runAgain(c.tool, codeArg, c.code, session));
+  head.append(span("label", "[" + c.n + "]"), span("status " + (ok ? "ok" : "error"), c.status ?? ""), rerun);
+  el.append(head, pre("code", c.code ?? ""));
+  return el;
+}
+
 // fill draws a call's result into cell.
 function fill(cell, result) {
   const sc = result.structuredContent ?? {};
   const ok = !result.isError;
+  const past = result._meta?.["pyrun/cells"];
+  if (typeof past?.n === "number") cell.label.textContent = "[" + past.n + "]";
+  if (cell.fromHost && Array.isArray(past?.earlier)) {
+    for (const c of past.earlier) cells.insertBefore(pastCell(c, past.session_id), cell.el);
+  }
   cell.status.textContent = sc.status ?? (ok ? "success" : "error");
   cell.status.className = "status " + (ok ? "ok" : "error");
   if (sc.session_id) {

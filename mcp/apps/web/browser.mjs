@@ -1,12 +1,13 @@
 // Drives the browser test (mcp/apps browser_test.go): Debian's chromium,
 // headless, opens the test host page at the URL argv[2] (which runs the
-// code argv[3] through pyrun and shows pyrun's view of the result), looks
-// at what the view drew, downloads its file, sorts its table, presses its
-// first cell's "Run again", saves a screenshot to argv[4], and prints what
-// it saw as one JSON object.
+// code argv[3] and then argv[4] in a new session through pyrun, and shows
+// pyrun's view of the second result), looks at what the view drew,
+// downloads its file, sorts its table, presses "Run again" on the call's
+// cell and on the earlier cell, saves a screenshot to argv[5], and prints
+// what it saw as one JSON object.
 import { chromium } from "playwright-core";
 
-const [url, code, shot] = process.argv.slice(2);
+const [url, setup, code, shot] = process.argv.slice(2);
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
   headless: true,
@@ -29,14 +30,22 @@ try {
   page.on("console", (m) => {
     if (m.type() === "error" || m.type() === "warning") report.console.push(m.type() + ": " + m.text());
   });
-  await page.goto(url + "?code=" + encodeURIComponent(code));
+  await page.goto(url + "?setup=" + encodeURIComponent(setup) + "&code=" + encodeURIComponent(code));
   await page.waitForFunction(() => ["sent", "failed"].includes(window.hostState?.step));
   report.host = await page.evaluate(() => window.hostState);
   if (report.host.step === "sent") {
     const app = page.frameLocator("#app");
     const first = app.locator('section.cell[data-n="1"]');
     await first.locator(".status.ok, .status.error").waitFor();
+    report.past = await app.locator("section.cell.past").evaluateAll((els) =>
+      els.map((el) => ({
+        label: el.querySelector(".label").textContent,
+        status: el.querySelector(".status").textContent,
+        code: el.querySelector("pre.code").textContent,
+      })),
+    );
     report.first = await first.evaluate((cell) => ({
+      label: cell.querySelector(".label").textContent,
       status: cell.querySelector(".status").textContent,
       code: cell.querySelector("pre.code").textContent,
       stdout: cell.querySelector("pre.stdout")?.textContent ?? null,
@@ -71,6 +80,15 @@ try {
       stdout: cell.querySelector("pre.stdout")?.textContent ?? null,
       session: cell.dataset.session ?? null,
       images: cell.querySelectorAll("img.display").length,
+    }));
+    // Run the earlier cell again: its code, in the session, at the end.
+    await app.locator("section.cell.past button.rerun").first().click();
+    const third = app.locator('section.cell[data-n="3"]');
+    await third.locator(".status.ok, .status.error").waitFor();
+    report.third = await third.evaluate((cell) => ({
+      status: cell.querySelector(".status").textContent,
+      code: cell.querySelector("pre.code").textContent,
+      label: cell.querySelector(".label").textContent,
     }));
     await page.screenshot({ path: shot, fullPage: true });
   }

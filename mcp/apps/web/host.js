@@ -3,7 +3,7 @@
 // @modelcontextprotocol/ext-apps. It connects an MCP client, declaring the
 // extension, to the page's own origin's /mcp (the test proxies it to
 // pyrun), finds the view named in the run tool's _meta, reads it, calls the
-// tool, and shows the view in a sandboxed frame with an AppBridge that
+// tool twice in a new session, and shows, for the second call, the view in a sandboxed frame with an AppBridge that
 // hands it the call's input and result and forwards what the view asks of
 // the server (tools/call, resources/read). window.hostState tells the test
 // how far it got.
@@ -37,7 +37,12 @@ async function main() {
   const read = await client.readResource({ uri });
   const page = read.contents[0];
   state.mimeType = page.mimeType;
-  const args = { python_code: params.get("code"), session_id: "new" };
+  // A first call starts the session; the view is shown for the second.
+  const setup = await client.callTool({
+    name: tool.name,
+    arguments: { python_code: params.get("setup"), session_id: "new" },
+  });
+  const args = { python_code: params.get("code"), session_id: setup.structuredContent.session_id };
   const result = await client.callTool({ name: tool.name, arguments: args });
   state.sessionId = result.structuredContent?.session_id;
   state.step = "called";
