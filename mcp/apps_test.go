@@ -1,8 +1,10 @@
 package mcp
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -260,5 +262,51 @@ func TestAppsSessionCells(t *testing.T) {
 	}
 	if meta, _ := call(ui, "1", "", false); meta != nil {
 		t.Errorf("a stateless call got _meta %v", meta)
+	}
+}
+
+// Over stdio, where pyrun's line filter rewrites 2025-11-25's tools/list
+// for tasks, a client of MCP Apps still finds the view on the run tools,
+// beside execution.taskSupport; a client without it finds no _meta.
+func TestAppsOverStdio(t *testing.T) {
+	for _, ext := range []bool{false, true} {
+		s := New(appsResult(t), Options{Version: "test"}, testLogger(t))
+		inR, inW := io.Pipe()
+		outR, outW := io.Pipe()
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = s.runIO(ctx, inR, outW)
+			_ = outW.Close()
+		}()
+		p := &stdioPeer{in: inW, out: bufio.NewReaderSize(outR, 1<<20)}
+		caps := `{}`
+		if ext {
+			caps = `{"extensions":{"io.modelcontextprotocol/ui":{"mimeTypes":["text/html;profile=mcp-app"]}}}`
+		}
+		p.send(t, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":`+caps+`,"clientInfo":{"name":"t","version":"1"}}}`)
+		p.recv(t)
+		p.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		p.send(t, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`)
+		m := p.recv(t)
+		res, _ := m["result"].(map[string]any)
+		tools, _ := res["tools"].([]any)
+		if len(tools) != 1 {
+			t.Fatalf("tools/list: %v", m)
+		}
+		tool := tools[0].(map[string]any)
+		meta, hasMeta := tool["_meta"].(map[string]any)
+		view, _ := meta["ui"].(map[string]any)
+		if hasMeta != ext || ext && view["resourceUri"] != apps.ResultURI {
+			t.Errorf("declared %v: _meta %v, want the view only when declared", ext, tool["_meta"])
+		}
+		if tool["execution"] == nil {
+			t.Errorf("declared %v: no execution.taskSupport: %v", ext, tool)
+		}
+		cancel()
+		_ = inW.Close()
+		_, _ = io.Copy(io.Discard, outR)
+		<-done
 	}
 }
