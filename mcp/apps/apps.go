@@ -28,6 +28,7 @@ import (
 	_ "embed"
 	"encoding/json"
 	"maps"
+	"reflect"
 	"slices"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -142,7 +143,9 @@ func withView(r *sdk.ListToolsResult, isRunTool func(string) bool) *sdk.ListTool
 // 2026-07-28 request in its own _meta, an older session at initialize. A
 // declaration that lists mimeTypes must list MIMEType.
 func Negotiated(req sdk.Request) bool {
-	if p := req.GetParams(); p != nil {
+	// A request may hold a nil pointer as its params, whose GetMeta
+	// would panic.
+	if p := req.GetParams(); p != nil && !reflect.ValueOf(p).IsNil() {
 		if v, ok := p.GetMeta()[sdk.MetaKeyClientCapabilities]; ok {
 			return declares(v)
 		}

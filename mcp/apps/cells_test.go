@@ -3,6 +3,8 @@ package apps
 import (
 	"strings"
 	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func codes(cells []Cell) string {
@@ -83,5 +85,13 @@ func TestCellsEnd(t *testing.T) {
 	}
 	if c.Bytes() != (Cell{Code: "k"}).bytes() {
 		t.Errorf("%d bytes kept, want the one cell's", c.Bytes())
+	}
+}
+
+// A request without params (a nil pointer) is a client without the
+// extension, not a panic.
+func TestNegotiatedNilParams(t *testing.T) {
+	if Negotiated(&sdk.ListToolsRequest{}) {
+		t.Error("a request with no session and no params negotiated the extension")
 	}
 }
