@@ -17,10 +17,12 @@ import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/cli
 
 const state = (window.hostState = { step: "start", downloads: [], errors: [] });
 
-// The CSP a host puts on a view that declares no domains: nothing from the
-// network, inline script and style, data: images.
+// The CSP the spec has a host put on a view that declares no domains
+// (McpUiResourceCsp): no network, no nested frames (frame-src 'none': a
+// srcdoc frame, which loads nothing, is still allowed), inline script and
+// style, data: images.
 const CSP =
-  "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; frame-src 'self' data: blob:";
+  "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; frame-src 'none'; connect-src 'none'; base-uri 'self'";
 
 async function main() {
   const params = new URLSearchParams(location.search);
