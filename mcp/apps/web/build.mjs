@@ -26,10 +26,19 @@ async function bundle(entry, format) {
   return out.outputFiles[0].text;
 }
 
+// licence is the ext-apps package's licence, for the page that carries
+// its code (and that of the dependencies its app-with-deps build bundles).
+async function licence() {
+  const dir = new URL("node_modules/@modelcontextprotocol/ext-apps/", here);
+  const { version } = JSON.parse(await readFile(new URL("package.json", dir), "utf8"));
+  const text = (await readFile(new URL("LICENSE", dir), "utf8")).replaceAll("*/", "* /");
+  return `/*! @modelcontextprotocol/ext-apps ${version}, with the dependencies it bundles:\n\n${text.trim()}\n*/\n`;
+}
+
 if (process.argv[2] === "host") {
   await writeFile(process.argv[3], await bundle("host.js", "esm"));
 } else {
-  const js = await bundle("app.js", "iife");
+  const js = (await licence()) + await bundle("app.js", "iife");
   const page = await readFile(new URL("page.html", here), "utf8");
   // A "</script" inside the code would end the inline script early.
   const inline = "<script>" + js.replaceAll("</script", "<\\/script") + "</script>";
