@@ -81,12 +81,13 @@ type browserReport struct {
 		Label, Status, Code string
 	} `json:"past"`
 	First struct {
-		Label   string `json:"label"`
-		Status  string `json:"status"`
-		Code    string `json:"code"`
-		Stdout  string `json:"stdout"`
-		Session string `json:"session"`
-		Images  []struct {
+		Label       string `json:"label"`
+		Status      string `json:"status"`
+		StatusColor string `json:"statusColor"`
+		Code        string `json:"code"`
+		Stdout      string `json:"stdout"`
+		Session     string `json:"session"`
+		Images      []struct {
 			Src           string `json:"src"`
 			Width, Height int
 		} `json:"images"`
@@ -204,6 +205,9 @@ func TestBrowser(t *testing.T) {
 	f := rep.First
 	if f.Label != "[2]" {
 		t.Errorf("the call's cell is %s, want [2], the session's second", f.Label)
+	}
+	if f.StatusColor != "rgb(0, 0, 255)" {
+		t.Errorf("the status is in %s, want the host's --color-text-success, rgb(0, 0, 255)", f.StatusColor)
 	}
 	if f.Status != "success" || f.Code != browserCode || f.Stdout != "run 1\n" || f.Session == "" || f.Session != rep.Host.SessionID {
 		t.Errorf("first cell: status %q, stdout %q, session %q (the call's %q), code shown %v", f.Status, f.Stdout, f.Session, rep.Host.SessionID, f.Code == browserCode)

@@ -15,7 +15,12 @@
 // without allow-same-origin, which gives it an opaque origin of its own:
 // it can reach neither this page nor the host.
 
-import { App } from "@modelcontextprotocol/ext-apps/app-with-deps";
+import {
+  App,
+  applyDocumentTheme,
+  applyHostFonts,
+  applyHostStyleVariables,
+} from "@modelcontextprotocol/ext-apps/app-with-deps";
 
 // A run tool is run_<language>_code, its code in <language>_code.
 const CODE_ARG = /^[a-z]+_code$/;
@@ -306,7 +311,11 @@ function pre(cls, text) {
 function applyContext(ctx) {
   if (!ctx) return;
   if (ctx.toolInfo?.tool?.name) toolName = ctx.toolInfo.tool.name;
-  if (ctx.theme) document.documentElement.dataset.theme = ctx.theme;
+  // The host's look: its theme, colours and fonts (page.html falls back
+  // on its own for what a host leaves out).
+  if (ctx.theme) applyDocumentTheme(ctx.theme);
+  if (ctx.styles?.variables) applyHostStyleVariables(ctx.styles.variables);
+  if (ctx.styles?.css?.fonts) applyHostFonts(ctx.styles.css.fonts);
 }
 
 app.connect().then(() => {

@@ -47,6 +47,7 @@ try {
     report.first = await first.evaluate((cell) => ({
       label: cell.querySelector(".label").textContent,
       status: cell.querySelector(".status").textContent,
+      statusColor: getComputedStyle(cell.querySelector(".status")).color,
       code: cell.querySelector("pre.code").textContent,
       stdout: cell.querySelector("pre.stdout")?.textContent ?? null,
       session: cell.dataset.session ?? null,

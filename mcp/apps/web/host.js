@@ -58,7 +58,14 @@ async function main() {
     client,
     { name: "pyrun-apps-test-host", version: "1.0.0" },
     { openLinks: {}, serverTools: {}, serverResources: {}, logging: {}, downloadFile: {} },
-    { hostContext: { toolInfo: { tool }, theme: "light", displayMode: "inline" } },
+    {
+      hostContext: {
+        toolInfo: { tool },
+        theme: "light",
+        displayMode: "inline",
+        styles: { variables: { "--color-text-success": "rgb(0, 0, 255)" } },
+      },
+    },
   );
   bridge.oninitialized = async () => {
     state.step = "initialized";
