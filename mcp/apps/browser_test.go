@@ -96,9 +96,11 @@ type browserReport struct {
 		Frames      int      `json:"frames"`
 		Files       []struct{ Name, URI string }
 	} `json:"first"`
-	Chart     string   `json:"chart"`
-	Sorted    []string `json:"sorted"`
-	Downloads []struct {
+	Chart            string   `json:"chart"`
+	Shown            string   `json:"shown"`
+	DownloadsWithout int      `json:"downloadsWithout"`
+	Sorted           []string `json:"sorted"`
+	Downloads        []struct {
 		URI, Name string
 		Text      *string
 	} `json:"downloads"`
@@ -123,7 +125,8 @@ type browserReport struct {
 // sandboxed frame and the file, whose link has the host read it from
 // pyrun; its "Run again" reaches pyrun as a tools/call in the same
 // session, whose result becomes the next cell, and so does the earlier
-// cell's. The page is also checked
+// cell's. Under a host that cannot download, the file's link shows the
+// file in the view, read through the host. The page is also checked
 // to be what scripts/vendor-apps builds from web/.
 func TestBrowser(t *testing.T) {
 	testtier.Needs(t, "chromium, node and the npm packages of mcp/apps/web, the pyrun binary")
@@ -238,8 +241,11 @@ func TestBrowser(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(calls) != 4 {
-		t.Fatalf("%d tools/call reached pyrun, want 4 (the host's two, the view's two)", len(calls))
+	if rep.Shown != "n,name\n3,c\n10,a\n2,b\n" || rep.DownloadsWithout != 0 {
+		t.Errorf("with a host that cannot download, the view showed %q (%d downloads); want data.csv's text, read through the host", rep.Shown, rep.DownloadsWithout)
+	}
+	if len(calls) != 6 {
+		t.Fatalf("%d tools/call reached pyrun, want 6 (the host's two, the view's two, the second page's two)", len(calls))
 	}
 	var again struct {
 		Name      string

@@ -238,8 +238,11 @@ function frame(html) {
   return f;
 }
 
-// files lists the call's /output/ files; a click asks the host to download
-// one (ui/download-file), which reads it from pyrun with resources/read.
+// files lists the call's /output/ files. A click asks the host to
+// download one (ui/download-file; the host reads it from pyrun with
+// resources/read); a host that cannot download has the view read it
+// (resources/read through the host) and show it under its link: text as
+// text, a raster image as an image.
 function files(links) {
   const ul = document.createElement("ul");
   ul.className = "files";
@@ -253,11 +256,27 @@ function files(links) {
     a.addEventListener("click", async (ev) => {
       ev.preventDefault();
       try {
-        await app.downloadFile({
-          contents: [{ type: "resource_link", uri: l.uri, name: l.name ?? l.uri, mimeType: l.mimeType }],
-        });
+        if (app.getHostCapabilities()?.downloadFile) {
+          await app.downloadFile({
+            contents: [{ type: "resource_link", uri: l.uri, name: l.name ?? l.uri, mimeType: l.mimeType }],
+          });
+          return;
+        }
+        const r = await app.readServerResource({ uri: l.uri });
+        const c = r.contents?.[0];
+        li.querySelector(".file-view")?.remove();
+        let view;
+        if (typeof c?.text === "string") {
+          view = pre("file-view", c.text);
+        } else if (c?.blob && RASTER.has(c.mimeType)) {
+          view = image(c.mimeType, c.blob);
+          view.classList.add("file-view");
+        } else {
+          view = span("file-view note", "binary: " + sizeText(l.size));
+        }
+        li.append(view);
       } catch (err) {
-        a.title = "download failed: " + String(err?.message ?? err);
+        a.title = "could not get the file: " + String(err?.message ?? err);
       }
     });
     li.append(a, span("size", sizeText(l.size) + (l.mimeType ? ", " + l.mimeType : "")));

@@ -3,8 +3,9 @@
 // code argv[3] and then argv[4] in a new session through pyrun, and shows
 // pyrun's view of the second result), looks at what the view drew,
 // downloads its file, sorts its table, presses "Run again" on the call's
-// cell and on the earlier cell, saves a screenshot to argv[5], and prints
-// what it saw as one JSON object.
+// cell and on the earlier cell, saves a screenshot to argv[5]; then opens
+// the page again as a host without ui/download-file and has the view show
+// the file; and prints what it saw as one JSON object.
 import { chromium } from "playwright-core";
 
 const [url, setup, code, shot] = process.argv.slice(2);
@@ -92,6 +93,17 @@ try {
       label: cell.querySelector(".label").textContent,
     }));
     await page.screenshot({ path: shot, fullPage: true });
+
+    // A host that cannot download: the view reads the file through it
+    // and shows it under its link.
+    const page2 = await browser.newPage();
+    page2.setDefaultTimeout(60_000);
+    await page2.goto(url + "?nodownload=1&setup=" + encodeURIComponent(setup) + "&code=" + encodeURIComponent(code));
+    await page2.waitForFunction(() => ["sent", "failed"].includes(window.hostState?.step));
+    const cell = page2.frameLocator("#app").locator('section.cell[data-n="1"]');
+    await cell.locator("a.file").first().click();
+    report.shown = await cell.locator(".file-view").first().textContent();
+    report.downloadsWithout = await page2.evaluate(() => window.hostState.downloads.length);
   }
 } finally {
   await browser.close();

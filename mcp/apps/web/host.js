@@ -57,7 +57,14 @@ async function main() {
   const bridge = new AppBridge(
     client,
     { name: "pyrun-apps-test-host", version: "1.0.0" },
-    { openLinks: {}, serverTools: {}, serverResources: {}, logging: {}, downloadFile: {} },
+    // ?nodownload: a host without ui/download-file.
+    {
+      openLinks: {},
+      serverTools: {},
+      serverResources: {},
+      logging: {},
+      ...(params.has("nodownload") ? {} : { downloadFile: {} }),
+    },
     {
       hostContext: {
         toolInfo: { tool },
@@ -78,7 +85,7 @@ async function main() {
     if (height) frame.style.height = Math.ceil(height) + 20 + "px";
   };
   // A download: the host fetches the linked resource from the server.
-  bridge.ondownloadfile = async ({ contents }) => {
+  if (!params.has("nodownload")) bridge.ondownloadfile = async ({ contents }) => {
     for (const c of contents) {
       const r = await client.readResource({ uri: c.uri });
       state.downloads.push({ uri: c.uri, name: c.name, text: r.contents[0].text ?? null });
