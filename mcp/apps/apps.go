@@ -8,11 +8,15 @@
 // Only a client that declared the extension sees any of it: Middleware adds
 // `_meta.ui.resourceUri` to the run tools in its tools/list and the resource
 // to its resources/list; every other client gets both lists as they were.
-// Results are the same for every client: the view draws the result the host
-// hands it.
+// The view draws the result the host hands it, so results stay what they
+// are, but for one addition: the result of a session's call gives such a
+// client the session's earlier cells in _meta (CellsMetaKey), which Cells
+// keeps, bounded in bytes.
 //
 //	srv.AddResource(apps.Resource(), apps.Read)
 //	srv.AddReceivingMiddleware(apps.Middleware(isRunTool))
+//	cells := apps.NewCells(apps.DefaultCellBytes)
+//	earlier, n := cells.Add(sessionID, apps.Cell{Tool: ..., Code: ..., Status: ...})
 //
 // The page is one file, result.html, built by scripts/vendor-apps from
 // web/: app.js with the App class of the official
