@@ -1,5 +1,7 @@
 package mcp
 
+import "github.com/pyrun/pyrun/mcp/apps"
+
 func (o Options) withDefaults() Options {
 	if o.MaxCode <= 0 {
 		o.MaxCode = 1 << 20
@@ -9,6 +11,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxDisplayBytes <= 0 {
 		o.MaxDisplayBytes = 4 << 20
+	}
+	if o.AppCellBytes == 0 {
+		o.AppCellBytes = apps.DefaultCellBytes
 	}
 	return o
 }
@@ -29,6 +34,7 @@ func (s *Server) SetOptions(opts Options) {
 	s.front.out.SetLimits(opts.Delivery)
 	s.front.bytes.SetLimits(opts.Requests)
 	s.tasks.setOptions(opts.Tasks)
+	s.cells.SetMax(opts.AppCellBytes)
 	s.mu.Lock()
 	old := s.opts
 	s.opts = opts

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/pyrun/pyrun/mcp/apps"
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/flow"
 	"github.com/pyrun/pyrun/mcp/outputs"
@@ -74,6 +75,10 @@ type Options struct {
 	CodeMode *codemode.Hub
 	// Tasks bound MCP tasks (tasks.go).
 	Tasks TaskOptions
+	// AppCellBytes bounds the code of sessions' calls kept for the MCP App
+	// view (package apps, appcells.go); 0: apps.DefaultCellBytes, less:
+	// none kept.
+	AppCellBytes int64
 }
 
 // Server is pyrun's MCP server. Its methods are safe for concurrent use.
@@ -89,7 +94,8 @@ type Server struct {
 	outputs *outputs.Store
 	reading *semaphore.Weighted
 	front   frontState
-	tasks   *taskStore // MCP tasks of stdio and the socket (tasks.go)
+	tasks   *taskStore  // MCP tasks of stdio and the socket (tasks.go)
+	cells   *apps.Cells // sessions' calls, for the MCP App view (appcells.go)
 
 	// tools are the languages' tools, by tool name; fixed at New.
 	tools map[string]*languageTool
@@ -107,7 +113,7 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 	s := &Server{pool: pool, opts: opts, log: log, outputs: outputs.New(opts.Outputs),
 		reading: semaphore.NewWeighted(maxReading),
 		tools:   newLanguageTools(opts.languages()), published: map[string]string{},
-		tasks: newTaskStore(opts.Tasks.withDefaults())}
+		tasks: newTaskStore(opts.Tasks.withDefaults()), cells: apps.NewCells(opts.AppCellBytes)}
 	s.front.init()
 	s.front.out.SetLimits(opts.Delivery)
 	s.front.bytes.SetLimits(opts.Requests)
@@ -128,8 +134,10 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 				// stays empty, as every file belongs to one client.
 				Resources: &sdk.ResourceCapabilities{},
 				// The 2026-07-28 tasks extension (tasks.go), in
-				// server/discover; clients of older revisions ignore it.
-				Extensions: map[string]any{tasksExtension: map[string]any{}},
+				// server/discover; clients of older revisions ignore it. And
+				// MCP Apps (package apps), whose view only a client that
+				// declares it is shown.
+				Extensions: map[string]any{tasksExtension: map[string]any{}, apps.ExtensionID: map[string]any{}},
 			},
 		})
 	for _, l := range opts.languages() {
@@ -137,7 +145,10 @@ func New(pool Runner, opts Options, log hclog.Logger) *Server {
 		s.sdk.AddTool(languageToolDef(l, opts), s.handle)
 	}
 	s.sdk.AddResourceTemplate(outputTemplate, s.readOutput)
-	s.sdk.AddReceivingMiddleware(s.levels.middleware, disabledTools(opts))
+	// The MCP App view of the run tools' results, for clients of the
+	// extension (package apps).
+	s.sdk.AddResource(apps.Resource(), apps.Read)
+	s.sdk.AddReceivingMiddleware(s.levels.middleware, disabledTools(opts), apps.Middleware(func(name string) bool { return s.tools[name] != nil }))
 	if opts.CodeMode != nil {
 		opts.CodeMode.OnChange(s.republish)
 	}

@@ -402,12 +402,14 @@ func (s *Server) runJob(ctx context.Context, req *sdk.CallToolRequest, lt *langu
 	sc := structured(res)
 	rich, displays, outFiles := s.richContent(res, job.Client)
 	sc.Displays, sc.Files = displays, outFiles
-	return &sdk.CallToolResult{
+	out := &sdk.CallToolResult{
 		// The text block first and complete: some clients drop the rest.
 		Content:           append([]sdk.Content{&sdk.TextContent{Text: FormatXML(res)}}, rich...),
 		StructuredContent: sc,
 		IsError:           res.Status != supervisor.StatusSuccess,
-	}, res, nil
+	}
+	s.noteCell(req, lt, args, res, out) // appcells.go
+	return out, res, nil
 }
 
 func toolError(err error) *sdk.CallToolResult {

@@ -50,7 +50,7 @@ var configGroups = []configGroup{
 	}},
 	{"Rich results and files", "[Rich results](rich-results.md)", forCalls, []string{
 		"max-displays", "max-display-bytes", "output-ttl", "output-store", "output-store-files", "output-dir",
-		"mount", "out",
+		"mount", "out", "app-cell-bytes",
 	}},
 	{"Languages", "[Languages](languages.md)", forSetup, []string{
 		"languages", "r-workers", "js-workers", "r-memory-limit", "js-memory-limit", "language",

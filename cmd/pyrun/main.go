@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -160,6 +161,8 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		Delivery: flow.DeliveryLimits{WriteTimeout: o.writeTimeout, SessionResults: o.sessionPendingResults,
 			SessionBytes: int64(o.sessionPendingBytes), ClientBytes: int64(o.clientPendingBytes)},
 		Tasks: o.taskOptions(),
+		// 0 keeps none, which mcp.Options spells -1.
+		AppCellBytes: cmp.Or(int64(o.appCellBytes), -1),
 	}
 }
 

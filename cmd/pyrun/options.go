@@ -15,6 +15,7 @@ import (
 
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/mcp/apps"
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/flow"
 	"github.com/pyrun/pyrun/mcp/httpfront"
@@ -99,6 +100,7 @@ type options struct {
 	outputStore      byteSize
 	outputStoreFiles int
 	outputDir        string
+	appCellBytes     byteSize // sessions' code kept for the MCP App view; 0: none
 	// outputs is the folder pyrun made in outputDir for this run (serve,
 	// stdio): the output store's files and those on their way to it.
 	// Not a flag; "" until made.
@@ -199,13 +201,14 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.IntVar(&o.clientMaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker, its session calls included (default: the pool size)")
 	fs.IntVar(&o.clientMaxQueue, "client-max-queue", 16, "serve, with access control: more calls of one client that may wait for those places; more are refused")
 	o.sessionFlags(fs)
-	o.maxDisplayBytes, o.outputStore = 4<<20, 64<<20
+	o.maxDisplayBytes, o.outputStore, o.appCellBytes = 4<<20, 64<<20, apps.DefaultCellBytes
 	fs.IntVar(&o.maxDisplays, "max-displays", 16, "displays (display(), rich last values, figures) one call returns; more are dropped with a note")
 	fs.Var(&o.maxDisplayBytes, "max-display-bytes", "bytes of displays one call returns (bytes or 4MiB)")
 	fs.DurationVar(&o.outputTTL, "output-ttl", 15*time.Minute, "how long a call's /output/ files stay readable with resources/read")
 	fs.Var(&o.outputStore, "output-store", "bytes of /output/ files pyrun holds for resources/read, and returns from one call; the oldest are dropped first (bytes or 64MiB)")
 	fs.IntVar(&o.outputStoreFiles, "output-store-files", 256, "/output/ files pyrun holds, and returns from one call; the oldest are dropped first")
 	fs.StringVar(&o.outputDir, "output-dir", "", "`directory` in which pyrun keeps calls' /output/ files on disk (a folder of its own, made at start and removed at exit; default: the system's temporary directory)")
+	fs.Var(&o.appCellBytes, "app-cell-bytes", "bytes of sessions' code pyrun keeps, all sessions together, so that the MCP App view of a session's call lists the session's earlier cells; the oldest are dropped first; 0: none (bytes or 4MiB)")
 	fs.Var(&o.mounts, "mount", "host folder every call sees: `HOST_DIR:SANDBOX_DIR` read-only, or HOST_DIR:SANDBOX_DIR:rw writable; repeat or separate with commas")
 	fs.StringVar(&o.out, "out", "", "run: `directory` to save the call's displays (display-N.png, ...) and /output/ files in")
 	o.flagLimits(fs)
@@ -443,6 +446,7 @@ func (o *options) check() error {
 		outside("max-display-bytes", o.maxDisplayBytes, 1<<10, 64<<20),
 		outside("output-store", o.outputStore, 1<<10, 1<<30),
 		outside("output-store-files", o.outputStoreFiles, 1, 65536),
+		outside("app-cell-bytes", o.appCellBytes, 0, 1<<30),
 		outside("max-tool-calls", o.maxToolCalls, 1, 10000),
 		outside("tool-concurrency", o.toolConcurrency, 1, 64),
 		outside("max-tool-listing", o.maxToolListing, 1<<10, 1<<20),
