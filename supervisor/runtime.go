@@ -109,7 +109,9 @@ func Provision(ctx context.Context, root string, progress io.Writer, log hclog.L
 	if err != nil {
 		return nil, ErrNoNPM
 	}
-	log.Info("installing the worker runtime (Deno and Pyodide from npm); this happens once", "dir", dir)
+	// Clients wait for this without a word from pyrun (an MCP client's
+	// initialize is answered once the pools exist): say what they wait for.
+	log.Info("installing the worker runtime (Deno and Pyodide from npm, about 10 s); this happens once, and pyrun starts serving when it is done", "dir", dir)
 	tmp := dir + ".partial"
 	if err := os.RemoveAll(tmp); err != nil {
 		return nil, fmt.Errorf("clear partial runtime: %w", err)

@@ -219,7 +219,7 @@ func buildSnapshot(ctx context.Context, rt *Runtime, cfg Config, log hclog.Logge
 	if err := workerCmd(cmd, rt, Python, cfg, launch{makeSnapshot: true}); err != nil {
 		return nil, fmt.Errorf("make snapshot: %w", err)
 	}
-	log.Info("making a memory snapshot for fast worker starts; this happens once per pyrun version", "path", snapPath)
+	log.Info("making a memory snapshot for fast worker starts (3-10 s); this happens once per pyrun version, and the first calls wait for it", "path", snapPath)
 	tmp, err := os.CreateTemp(rt.SnapshotDir, key+".tmp-*")
 	if err != nil {
 		return nil, fmt.Errorf("make snapshot: %w", err)
