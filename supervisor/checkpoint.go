@@ -101,8 +101,8 @@ func (d *Dedicated) Checkpoint(ctx context.Context, take func(*Image) error) err
 			d.loseLocked("it exited while it took a checkpoint")
 			return fmt.Errorf("%w: it exited while it took a checkpoint", ErrWorkerLost)
 		case ev.Type != "checkpoint" || ev.ID != id:
-			ev.blob.done() // nil unless a checkpoint's
 			d.w.kill(retireProtocol)
+			_ = ev.blob.done() // another checkpoint's bytes: they end with the worker
 			d.loseLocked("it broke the protocol")
 			return fmt.Errorf("%w: %q while it took a checkpoint", ErrWorkerLost, ev.Type)
 		case ev.Error != "":
