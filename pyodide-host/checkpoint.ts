@@ -31,11 +31,21 @@ export function installHost(names: string[], impl: HostFunctions): void {
   (globalThis as any).pyrunHost = host;
 }
 
-/** What makeCheckpoint gives: the memory snapshot, the files' blob, and the clock then. */
+/**
+ * What makeCheckpoint gives: the memory snapshot and the files' blob, each
+ * as the parts that make it up in order (views of the heap and of the
+ * files' contents, not copies), and the clock then. The views are good
+ * until Python runs again: sendCheckpoint writes them out at once.
+ */
 export interface Checkpoint {
-  mem: Uint8Array;
-  fs: Uint8Array;
+  mem: Uint8Array[];
+  fs: Uint8Array[];
   clock: number;
+}
+
+/** The bytes in parts. */
+export function partsLength(parts: Uint8Array[]): number {
+  return parts.reduce((n, p) => n + p.length, 0);
 }
 
 /** A JS value that did not survive a restore: every use throws a clear error. */
@@ -125,13 +135,41 @@ export function makeCheckpoint(py: PyodideInterface, roots: string[], skip: stri
     }
     return v;
   };
-  let mem: Uint8Array;
+  let mem: Uint8Array[];
   try {
-    mem = (py as any).makeMemorySnapshot({ serializer: serializer(M) });
+    mem = snapshotParts(py, serializer(M));
   } finally {
     M.__hiwire_get = orig;
   }
   return { mem, fs: packFiles(py.FS, roots, skip), clock: performance.now() };
+}
+
+/**
+ * Pyodide's memory snapshot of py as its two parts: the header (the
+ * JavaScript state, some KiB) and the heap itself, a view of the module's
+ * memory. makeMemorySnapshot copies the heap into one new array with the
+ * header, which doubled the worker's memory while it took a checkpoint: a
+ * session within its memory limit was killed by its own checkpoint (issue
+ * 36). Its header alone is what it makes of an empty heap: it copies
+ * Module.HEAP8 (after the header, the heap's offset in it) and reads
+ * nothing else of it, and the JavaScript code that runs meanwhile (the
+ * serializer) reads the heap through its own views, never Module.HEAP8.
+ */
+export function snapshotParts(py: PyodideInterface, ser: (obj: any) => unknown): Uint8Array[] {
+  const M = (py as any)._module;
+  const heap8 = M.HEAP8;
+  let header: Uint8Array;
+  M.HEAP8 = new Int8Array(0);
+  try {
+    header = (py as any).makeMemorySnapshot({ serializer: ser });
+  } finally {
+    // Unless the memory grew meanwhile (it then has new views).
+    if (M.HEAP8.length === 0) M.HEAP8 = heap8;
+  }
+  if (header.length !== new Uint32Array(header.buffer, header.byteOffset, 2)[1]) {
+    throw new Error("Pyodide's memory snapshot header is not what pyrun expects");
+  }
+  return [header, new Uint8Array(M.HEAP8.buffer, M.HEAP8.byteOffset, M.HEAP8.length)];
 }
 
 /**
@@ -190,10 +228,10 @@ interface Stream {
 }
 const MAGIC = new TextEncoder().encode("PYRUNFS1");
 
-function packFiles(FS: any, roots: string[], skip: string[]): Uint8Array {
+/** The files' blob of roots, as its header and the files' contents (views, not copies). */
+function packFiles(FS: any, roots: string[], skip: string[]): Uint8Array[] {
   const entries: Entry[] = [];
   const datas: Uint8Array[] = [];
-  let total = 0;
   const walk = (path: string) => {
     if (skip.includes(path)) return; // a mount: the host's, not the session's
     let st;
@@ -219,7 +257,6 @@ function packFiles(FS: any, roots: string[], skip: string[]): Uint8Array {
         : FS.readFile(path);
       e.n = data.length;
       datas.push(data);
-      total += data.length;
     }
     entries.push(e);
     if (e.t === "d") {
@@ -244,16 +281,11 @@ function packFiles(FS: any, roots: string[], skip: string[]): Uint8Array {
   const header = new TextEncoder().encode(
     JSON.stringify({ entries, cwd: FS.cwd(), roots, streams }),
   );
-  const out = new Uint8Array(MAGIC.length + 4 + header.length + total);
-  out.set(MAGIC, 0);
-  new DataView(out.buffer).setUint32(MAGIC.length, header.length, true);
-  out.set(header, MAGIC.length + 4);
-  let off = MAGIC.length + 4 + header.length;
-  for (const d of datas) {
-    out.set(d, off);
-    off += d.length;
-  }
-  return out;
+  const head = new Uint8Array(MAGIC.length + 4 + header.length);
+  head.set(MAGIC, 0);
+  new DataView(head.buffer).setUint32(MAGIC.length, header.length, true);
+  head.set(header, MAGIC.length + 4);
+  return [head, ...datas];
 }
 
 /**
@@ -335,14 +367,20 @@ function rmTree(FS: any, root: string, keep = false): void {
   }
 }
 
-/** Writes a checkpoint to stdout: a JSON line with the sizes, then the bytes (docs/protocol.md). */
+/**
+ * Writes a checkpoint to stdout: a JSON line with the sizes, then the bytes
+ * (docs/protocol.md), each part as it is, a MiB at a time: the supervisor
+ * reads them as they come, and nothing here copies the heap.
+ */
 export function sendCheckpoint(id: string, c: Checkpoint): void {
+  const mem = partsLength(c.mem), fs = partsLength(c.fs);
   const line = new TextEncoder().encode(
-    JSON.stringify({ type: "checkpoint", id, mem: c.mem.length, fs: c.fs.length, clock: c.clock }) +
-      "\n",
+    JSON.stringify({ type: "checkpoint", id, mem, fs, clock: c.clock }) + "\n",
   );
-  for (const b of [line, c.mem, c.fs]) {
+  for (const part of [line, ...c.mem, ...c.fs]) {
+    // A file's contents may be an Int8Array, which writeSync refuses.
+    const b = new Uint8Array(part.buffer, part.byteOffset, part.byteLength);
     let off = 0;
-    while (off < b.length) off += Deno.stdout.writeSync(b.subarray(off));
+    while (off < b.length) off += Deno.stdout.writeSync(b.subarray(off, off + (1 << 20)));
   }
 }

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,8 +25,14 @@ var ErrNotDurable = errors.New("the session cannot be checkpointed")
 // Image is a checkpoint as the worker made it: Pyodide's memory snapshot,
 // the blob of its files, and its clock (performance.now, ms) then.
 type Image struct {
-	Mem, Files []byte
-	Clock      float64
+	// Mem and FS are its sizes: R gives Mem bytes of memory snapshot,
+	// then FS bytes of files.
+	Mem, FS int64
+	// R reads its bytes. Of an Image Checkpoint gives, it reads them from
+	// the worker's stdout as they come, and only until the function given
+	// the Image returns.
+	R     io.Reader
+	Clock float64
 	// Namespace, for a checkpoint of a shared session worker taken for one
 	// of its sessions, is that session's namespace: a worker started from
 	// it keeps that namespace only (docs/sessions.md, Durable sessions).
@@ -45,51 +52,35 @@ type restoreSpec struct {
 	Keep string `json:"keep,omitempty"`
 }
 
-// readBlob reads the bytes that follow a checkpoint line into ev.Blob, or
-// drains them and sets ev.Error when they pass max. An error is the
-// worker's stdout ending or breaking.
-func (er *eventReader) readBlob(ev *event, max int64) error {
-	n := ev.Mem + ev.FS
-	if ev.Error != "" || n == 0 {
-		return nil
-	}
-	if n > max {
-		if _, err := io.CopyN(io.Discard, er.r, n); err != nil {
-			return fmt.Errorf("%w: checkpoint ended early: %v", errGarbage, err)
-		}
-		ev.Mem, ev.FS = 0, 0
-		ev.Error = fmt.Sprintf("%v: it has %d bytes, more than --max-checkpoint allows (%d)", ErrNotDurable, n, max)
-		return nil
-	}
-	ev.Blob = make([]byte, n)
-	if _, err := io.ReadFull(er.r, ev.Blob); err != nil {
-		return fmt.Errorf("%w: checkpoint ended early: %v", errGarbage, err)
-	}
-	return nil
-}
+// checkpointTimeout bounds how long the worker takes to make a checkpoint
+// and, in all, how long the reads of its bytes wait for it: the time the
+// one who reads them (the encoding, the store) takes is not the worker's.
+var checkpointTimeout = 60 * time.Second
 
-// checkpointTimeout bounds the taking of a checkpoint by the worker.
-const checkpointTimeout = 60 * time.Second
-
-// Checkpoint asks the worker, between calls, for a checkpoint of its state.
-// It waits for a running call. An error wrapping ErrNotDurable means the
-// worker's state cannot be checkpointed as it is; one wrapping
-// ErrWorkerLost, that the worker is gone.
-func (d *Dedicated) Checkpoint(ctx context.Context) (*Image, error) {
+// Checkpoint asks the worker, between calls, for a checkpoint of its state
+// and calls take with it, while the worker is held: take reads the bytes
+// from the worker's stdout as the worker writes them, so that neither
+// holds a copy of the whole state (a checkpoint of a session near its
+// memory limit used to double the worker's memory, and pyrun's several
+// times over: issue 36). What take leaves unread is drained. It waits for a
+// running call. An error wrapping ErrNotDurable means the worker's state
+// cannot be checkpointed as it is; one wrapping ErrWorkerLost, that the
+// worker is gone; else take's error, and the worker goes on.
+func (d *Dedicated) Checkpoint(ctx context.Context, take func(*Image) error) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.lost != "" {
-		return nil, fmt.Errorf("%w: %s", ErrWorkerLost, d.lost)
+		return fmt.Errorf("%w: %s", ErrWorkerLost, d.lost)
 	}
 	if d.w.unsettled != "" {
 		if err := d.w.settle(d.pool.Config().Timeout); err != nil {
 			d.loseLocked(err.Error())
-			return nil, fmt.Errorf("%w: %v", ErrWorkerLost, err)
+			return fmt.Errorf("%w: %v", ErrWorkerLost, err)
 		}
 	}
 	if why := d.w.stale(); why.given() {
 		d.loseLocked(why.why)
-		return nil, fmt.Errorf("%w: %s", ErrWorkerLost, why.why)
+		return fmt.Errorf("%w: %s", ErrWorkerLost, why.why)
 	}
 	// The CPU a checkpoint takes is not the idle code's (--idle-cpu).
 	d.pool.setDedicatedIdle(d.w, time.Time{})
@@ -99,7 +90,7 @@ func (d *Dedicated) Checkpoint(ctx context.Context) (*Image, error) {
 	if err := d.w.send(request{Type: "checkpoint", ID: id}, answerWriteLimit); err != nil {
 		d.w.kill(retirement{RestartProtocol, "it did not accept a request"})
 		d.loseLocked("it did not accept a checkpoint request")
-		return nil, fmt.Errorf("%w: %v", ErrWorkerLost, err)
+		return fmt.Errorf("%w: %v", ErrWorkerLost, err)
 	}
 	timer := time.NewTimer(checkpointTimeout)
 	defer timer.Stop()
@@ -108,26 +99,55 @@ func (d *Dedicated) Checkpoint(ctx context.Context) (*Image, error) {
 		switch {
 		case !ok:
 			d.loseLocked("it exited while it took a checkpoint")
-			return nil, fmt.Errorf("%w: it exited while it took a checkpoint", ErrWorkerLost)
+			return fmt.Errorf("%w: it exited while it took a checkpoint", ErrWorkerLost)
 		case ev.Type != "checkpoint" || ev.ID != id:
 			d.w.kill(retireProtocol)
+			_ = ev.blob.done() // another checkpoint's bytes: they end with the worker
 			d.loseLocked("it broke the protocol")
-			return nil, fmt.Errorf("%w: %q while it took a checkpoint", ErrWorkerLost, ev.Type)
+			return fmt.Errorf("%w: %q while it took a checkpoint", ErrWorkerLost, ev.Type)
 		case ev.Error != "":
-			return nil, fmt.Errorf("%w: %s", ErrNotDurable, ev.Error)
+			return fmt.Errorf("%w: %s", ErrNotDurable, ev.Error)
 		}
-		return &Image{Mem: ev.Blob[:ev.Mem], Files: ev.Blob[ev.Mem:], Clock: ev.Clock}, nil
+		return d.takeLocked(ctx, ev, take)
 	case <-timer.C:
 		d.w.kill(retirement{RestartProtocol, "it took no checkpoint in time"})
 		d.loseLocked("it took no checkpoint in time")
-		return nil, fmt.Errorf("%w: no checkpoint within %s", ErrWorkerLost, checkpointTimeout)
+		return fmt.Errorf("%w: no checkpoint within %s", ErrWorkerLost, checkpointTimeout)
 	case <-ctx.Done():
 		// Its answer would come when no one reads it: the worker is of no
 		// more use (stale would find the event).
 		d.w.kill(retirement{restartStopped, "its checkpoint was called off"})
 		d.loseLocked("its checkpoint was called off")
-		return nil, fmt.Errorf("take a checkpoint: %w", ctx.Err())
+		return fmt.Errorf("take a checkpoint: %w", ctx.Err())
 	}
+}
+
+// takeLocked gives the checkpoint ev announced to take, and waits until
+// readEvents is past its bytes. d.mu is held.
+func (d *Dedicated) takeLocked(ctx context.Context, ev event, take func(*Image) error) error {
+	img := &Image{Mem: ev.Mem, FS: ev.FS, Clock: ev.Clock, R: &ctxReader{ctx: ctx, r: ev.blob}}
+	if ev.blob == nil {
+		img.R = bytes.NewReader(nil)
+	}
+	err := take(img)
+	if broken := ev.blob.done(); broken != nil {
+		d.loseLocked("it broke off its checkpoint: " + broken.Error())
+		return fmt.Errorf("%w: it broke off its checkpoint: %v", ErrWorkerLost, broken)
+	}
+	return err
+}
+
+// ctxReader is r until ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, fmt.Errorf("take a checkpoint: %w", err)
+	}
+	return c.r.Read(p)
 }
 
 // BaseSnapshot is the memory snapshot the pool's workers start from now, or
@@ -149,9 +169,9 @@ func (p *Pool) StartRestored(ctx context.Context, img *Image, dir string, exited
 		return nil, fmt.Errorf("restore a session: %w", err)
 	}
 	defer os.Remove(f.Name())
-	_, err = f.Write(img.Mem)
-	if err == nil {
-		_, err = f.Write(img.Files)
+	n, err := io.Copy(f, img.R)
+	if err == nil && n != img.Mem+img.FS {
+		err = fmt.Errorf("the checkpoint has %d bytes, not %d", n, img.Mem+img.FS)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -159,7 +179,6 @@ func (p *Pool) StartRestored(ctx context.Context, img *Image, dir string, exited
 	if err != nil {
 		return nil, fmt.Errorf("restore a session: %w", err)
 	}
-	spec := &restoreSpec{Path: f.Name(), Mem: int64(len(img.Mem)), FS: int64(len(img.Files)), Clock: img.Clock,
-		Keep: img.Namespace}
+	spec := &restoreSpec{Path: f.Name(), Mem: img.Mem, FS: img.FS, Clock: img.Clock, Keep: img.Namespace}
 	return p.startDedicated(ctx, exited, spec)
 }

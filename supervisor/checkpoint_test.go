@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -30,12 +35,9 @@ func TestCheckpointRestoresASessionsState(t *testing.T) {
 	if err != nil || res.Status != supervisor.StatusSuccess {
 		t.Fatalf("first call: %v %+v", err, res)
 	}
-	img, err := d.Checkpoint(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(img.Mem) < 30<<20 || len(img.Files) == 0 {
-		t.Fatalf("checkpoint of %d + %d bytes", len(img.Mem), len(img.Files))
+	img := checkpointOf(t, d)
+	if img.Mem < 30<<20 || img.FS == 0 {
+		t.Fatalf("checkpoint of %d + %d bytes", img.Mem, img.FS)
 	}
 	// The worker goes on after its checkpoint.
 	if res, err = d.Run(t.Context(), supervisor.Job{ID: "c2", Code: "b.v += 1\nb.v"}, nil); err != nil || res.Value != "42" {
@@ -64,7 +66,7 @@ func TestCheckpointRestoresASessionsState(t *testing.T) {
 		t.Errorf("a JS object after the restore: %v %+v", err, res)
 	}
 	// A restored worker takes checkpoints of its own.
-	if _, err := r.Checkpoint(t.Context()); err != nil {
+	if err := r.Checkpoint(t.Context(), func(*supervisor.Image) error { return nil }); err != nil {
 		t.Errorf("checkpoint of a restored worker: %v", err)
 	}
 }
@@ -82,7 +84,10 @@ func TestCheckpointRefusesNativeCode(t *testing.T) {
 	if err != nil || res.Status != supervisor.StatusSuccess {
 		t.Fatalf("call: %v %+v", err, res)
 	}
-	_, err = d.Checkpoint(t.Context())
+	err = d.Checkpoint(t.Context(), func(*supervisor.Image) error {
+		t.Error("a refused checkpoint was given")
+		return nil
+	})
 	if !errors.Is(err, supervisor.ErrNotDurable) || !strings.Contains(err.Error(), "native code") {
 		t.Fatalf("checkpoint after ctypes: %v, want ErrNotDurable naming native code", err)
 	}
@@ -98,4 +103,72 @@ func compactJSON(t *testing.T, s string) string {
 		t.Fatalf("%q: %v", s, err)
 	}
 	return strings.ReplaceAll(b.String(), ",", ", ")
+}
+
+// statusBytes is a field of /proc/PID/status in bytes (VmRSS, VmHWM).
+func statusBytes(t *testing.T, pid int, field string) int64 {
+	t.Helper()
+	kib, err := strconv.ParseInt(strings.TrimSuffix(procStatus(t, pid)[field], " kB"), 10, 64)
+	if err != nil {
+		t.Fatalf("%s of /proc/%d/status: %v", field, pid, err)
+	}
+	return kib << 10
+}
+
+// A checkpoint costs the worker no copy of its heap: before, Pyodide's
+// memory snapshot copied it whole, and a session within its memory limit
+// was killed by its own checkpoint, its state lost (issue 36).
+func TestCheckpointDoesNotCopyTheWorkersHeap(t *testing.T) {
+	const state = 96 << 20
+	p := realPool(t, supervisor.Config{Workers: 1, Checkpoints: true, MemoryLimit: 256 << 20})
+	d, err := p.StartDedicated(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	setup := fmt.Sprintf("import os\nx = bytearray(%d)\nfor i in range(0, len(x), 1 << 20): x[i:i + (1 << 20)] = os.urandom(1 << 20)\nlen(x)", state)
+	if res, err := d.Run(t.Context(), supervisor.Job{ID: "c1", Code: setup}, nil); err != nil || res.Status != supervisor.StatusSuccess {
+		t.Fatalf("setup: %v %+v", err, res)
+	}
+	pid := d.PID()
+	// VmHWM from here on: the worker's peak during its checkpoint.
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/clear_refs", pid), []byte("5"), 0); err != nil {
+		t.Fatal(err)
+	}
+	before := statusBytes(t, pid, "VmRSS")
+	if img := checkpointOf(t, d); img.Mem < state || img.FS == 0 {
+		t.Fatalf("checkpoint of %d + %d bytes", img.Mem, img.FS)
+	}
+	grew := statusBytes(t, pid, "VmHWM") - before
+	t.Logf("worker RSS %d MiB before its checkpoint, peak %d MiB more during it", before>>20, grew>>20)
+	if grew > 32<<20 {
+		t.Errorf("the worker's peak memory grew by %d MiB during its checkpoint of a %d MiB state, want at most 32 MiB", grew>>20, state>>20)
+	}
+	// Its health checks see it within its limits, and it goes on.
+	time.Sleep(3 * supervisor.HealthInterval)
+	if why := d.Lost(); why != "" {
+		t.Fatalf("the worker was lost after its checkpoint: %s", why)
+	}
+	if res, err := d.Run(t.Context(), supervisor.Job{ID: "c2", Code: "len(x)"}, nil); err != nil || res.Value != fmt.Sprint(state) {
+		t.Fatalf("call after the checkpoint: %v %+v", err, res)
+	}
+}
+
+// checkpointOf takes a checkpoint of d and returns it, read whole.
+func checkpointOf(t *testing.T, d *supervisor.Dedicated) *supervisor.Image {
+	t.Helper()
+	var img supervisor.Image
+	err := d.Checkpoint(t.Context(), func(from *supervisor.Image) error {
+		b, err := io.ReadAll(from.R)
+		if err == nil && int64(len(b)) != from.Mem+from.FS {
+			err = fmt.Errorf("%d bytes, not %d + %d", len(b), from.Mem, from.FS)
+		}
+		img = *from
+		img.R = bytes.NewReader(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &img
 }

@@ -108,14 +108,16 @@ func (c *conn) readEvents(p *process, r io.ReadCloser) {
 			return
 		}
 		if ev.Type == "checkpoint" {
-			// Its bytes follow the line; they are read whole here, or
-			// drained when over the bound (checkpoint.go).
-			if err := er.readBlob(&ev, c.maxCheckpoint); err != nil {
+			// Its bytes follow the line: the call that asked for it reads
+			// them from the pipe as they come, and nothing else is read
+			// until it is done with them (checkpoint.go).
+			if err := c.passBlob(p, r, er, ev); err != nil {
 				c.readErr = err
 				p.kill(retireProtocol)
 				_, _ = io.Copy(io.Discard, r)
 				return
 			}
+			continue
 		}
 		if ev.Type == "display" || ev.Type == "file" {
 			select {

@@ -142,3 +142,10 @@ func WaitUntil(t testing.TB, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// SetCheckpointTimeout sets checkpointTimeout for t. Not for parallel tests.
+func SetCheckpointTimeout(t testing.TB, d time.Duration) {
+	old := checkpointTimeout
+	checkpointTimeout = d
+	t.Cleanup(func() { checkpointTimeout = old })
+}

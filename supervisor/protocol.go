@@ -110,11 +110,11 @@ type event struct {
 
 	// checkpoint (checkpoint.go): the sizes of the memory snapshot and the
 	// files' blob whose bytes follow the line, the worker's clock then, and
-	// the bytes as read (not JSON: the reader fills it).
+	// the reader of those bytes on the pipe (not JSON: readEvents sets it).
 	Mem   int64   `json:"mem"`
 	FS    int64   `json:"fs"`
 	Clock float64 `json:"clock"`
-	Blob  []byte  `json:"-"`
+	blob  *blob
 }
 
 // errGarbage marks a worker that broke the protocol; it is retired.

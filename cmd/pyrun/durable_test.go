@@ -310,3 +310,33 @@ func TestSharedSessionPastMaxCheckpointIsNotDurable(t *testing.T) {
 		t.Fatalf("a, whose record was kept before the worker grew: %s %s %+v\n%s", r.sc.Status, r.sc.ReturnValue, r.sc.Checkpoint, r.text)
 	}
 }
+
+// A session with a large state, within every limit, keeps its worker and
+// its state through its checkpoint: the checkpoint used to copy the
+// worker's whole heap, the memory watch killed the worker for it, and the
+// session was lost (issue 36).
+func TestLargeSessionSurvivesItsCheckpoint(t *testing.T) {
+	store := t.TempDir()
+	s := newServer(t, "--workers", "1", "--session-worker", "own", "--memory-limit", "256MiB",
+		"--session-store", "dir:"+store, "--checkpoint-delay", "100ms")
+	const state = 96 << 20
+	setup := fmt.Sprintf("import os\nx = bytearray(%d)\nfor i in range(0, len(x), 1 << 20): x[i:i + (1 << 20)] = os.urandom(1 << 20)\nlen(x)", state)
+	id := s.inSession(t, "new", setup).sc.SessionID
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	if err := s.log.waitFor(ctx, "the session's checkpoint, or its failure", func(c map[string]int) bool {
+		return c["python session checkpoint"]+c["python session checkpoint failed"] >= 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.log.count("python session checkpoint failed"); n > 0 {
+		t.Errorf("the checkpoint failed (%d)", n)
+	}
+	if len(checkpointFiles(t, store, id)) == 0 {
+		t.Error("the session has no checkpoint")
+	}
+	r := s.inSession(t, id, "len(x)")
+	if r.sc.Status != "success" || string(r.sc.ReturnValue) != fmt.Sprint(state) || r.sc.Checkpoint != nil {
+		t.Fatalf("the call after the checkpoint: %s %s %+v\n%s", r.sc.Status, r.sc.ReturnValue, r.sc.Checkpoint, r.text)
+	}
+}

@@ -1,18 +1,20 @@
-// Command memattack runs the memory attacks of issue 26 (Hardening III,
-// items 2 and 3) against a fresh `pyrun serve` each, and reports pyrun's
-// peak resident memory (VmHWM of the pyrun process) and what became of
-// every call:
+// Command memattack runs the memory attacks of issues 26 (Hardening III,
+// items 2 and 3) and 36 (item 3) against a fresh `pyrun serve` each, and
+// reports pyrun's peak resident memory (VmHWM of the pyrun process) and
+// what became of every call:
 //
 //   - outputs: six concurrent calls, each writing a 60 MiB file under
 //     /output/;
 //   - arguments: 120 concurrent calls, each with 3 MiB of arguments
 //     (1 MiB of python_code, of global_variables and of files);
 //   - session: one session busy with a long call, and 120 calls with 3 MiB
-//     of arguments each sent to that session at once.
+//     of arguments each sent to that session at once;
+//   - checkpoint: three sessions on workers of their own, each holding
+//     150 MiB of random bytes, checkpointed at once (issue 36, item 3).
 //
 // Run it from anywhere inside the module (traffic stays on 127.0.0.1):
 //
-//	go run ./scripts/memattack                    # all three, pyrun built from this module
+//	go run ./scripts/memattack                    # all four, pyrun built from this module
 //	go run ./scripts/memattack -attack outputs -pyrun /tmp/pyrun-old
 //
 // pyrun runs with a bearer token (one client, so the per-client limits
@@ -57,6 +59,8 @@ type Config struct {
 	Outputs     int           // concurrent calls of the outputs attack
 	OutputMiB   int           // size of each /output/ file
 	ArgMiB      int           // MiB of each of python_code, global_variables and files
+	Sessions    int           // sessions of the checkpoint attack
+	StateMiB    int           // MiB each of them holds
 	CallTimeout time.Duration // how long a client waits before the call counts as lost
 	Extra       []string      // more pyrun flags
 	Log         io.Writer
@@ -77,13 +81,15 @@ type Report struct {
 func main() {
 	var c Config
 	flag.StringVar(&c.Pyrun, "pyrun", "", "pyrun binary (default: build ./cmd/pyrun into a temporary folder)")
-	attack := flag.String("attack", "outputs,arguments,session", "attacks to run, comma-separated: outputs, arguments, session")
+	attack := flag.String("attack", "outputs,arguments,session,checkpoint", "attacks to run, comma-separated: outputs, arguments, session, checkpoint")
 	flag.IntVar(&c.Workers, "workers", 2, "pyrun's --workers")
 	flag.BoolVar(&c.Auth, "auth", true, "serve with a bearer token (one client)")
 	flag.IntVar(&c.Calls, "calls", 120, "calls of the arguments and session attacks")
 	flag.IntVar(&c.Outputs, "outputs", 6, "concurrent calls of the outputs attack")
 	flag.IntVar(&c.OutputMiB, "output-mib", 60, "MiB of each /output/ file")
 	flag.IntVar(&c.ArgMiB, "arg-mib", 1, "MiB of each of python_code, global_variables and files")
+	flag.IntVar(&c.Sessions, "sessions", 3, "sessions of the checkpoint attack")
+	flag.IntVar(&c.StateMiB, "state-mib", 150, "MiB of random bytes each session of the checkpoint attack holds")
 	flag.DurationVar(&c.CallTimeout, "call-timeout", 3*time.Minute, "how long a client waits for an answer")
 	maxRSS := flag.Float64("max-rss", 512, "exit 1 when pyrun's peak RSS passes this many MiB")
 	asJSON := flag.Bool("json", false, "print the reports as JSON")
@@ -157,6 +163,8 @@ func Run(ctx context.Context, c Config) (Report, error) {
 		err = attackArguments(ctx, c, srv, &rep, false)
 	case "session":
 		err = attackArguments(ctx, c, srv, &rep, true)
+	case "checkpoint":
+		err = attackCheckpoint(ctx, c, srv, dir, &rep)
 	default:
 		err = fmt.Errorf("unknown attack %q", c.Attack)
 	}
@@ -177,6 +185,9 @@ func startServe(ctx context.Context, c Config, dir string) (*pyrunserve.Server, 
 			return nil, err
 		}
 		args = append(args, "--auth-token-file", tokens)
+	}
+	if c.Attack == "checkpoint" {
+		args = append(args, checkpointFlags(c, dir)...)
 	}
 	return pyrunserve.Start(ctx, c.Pyrun, c.Workers, append(args, c.Extra...)...)
 }

@@ -13,8 +13,9 @@ import (
 // TestMemoryAttacks runs the three attacks against pyrun built from this
 // module, with a bearer token (one client): six calls each returning a
 // 60 MiB /output/ file, 120 calls with 3 MiB of arguments each, and 120
-// such calls sent to one busy session. pyrun's peak RSS stays under
-// 512 MiB in each (it reached 1.2, 4.1 and 4.0 GB), and every call is
+// such calls sent to one busy session, and three sessions of 150 MiB of
+// random bytes checkpointed at once. pyrun's peak RSS stays under 512 MiB
+// in each (it reached 1.2, 4.1, 4.0 and 1.3 GB), and every call is
 // answered: a result, or a refusal that says which limit it met.
 func TestMemoryAttacks(t *testing.T) {
 	testtier.Runtime(t)
@@ -22,9 +23,9 @@ func TestMemoryAttacks(t *testing.T) {
 	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/pyrun/pyrun/cmd/pyrun").CombinedOutput(); err != nil {
 		t.Fatalf("build pyrun: %v\n%s", err, out)
 	}
-	for _, attack := range []string{"outputs", "arguments", "session"} {
+	for _, attack := range []string{"outputs", "arguments", "session", "checkpoint"} {
 		t.Run(attack, func(t *testing.T) {
-			rep, err := Run(t.Context(), Config{Pyrun: bin, Attack: attack, Auth: true, Calls: 120, Outputs: 6, OutputMiB: 60, ArgMiB: 1, Log: testlog.Writer(t)})
+			rep, err := Run(t.Context(), Config{Pyrun: bin, Attack: attack, Auth: true, Calls: 120, Outputs: 6, OutputMiB: 60, ArgMiB: 1, Sessions: 3, StateMiB: 150, Log: testlog.Writer(t)})
 			if err != nil {
 				t.Fatal(err)
 			}

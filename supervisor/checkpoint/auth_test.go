@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -100,8 +101,12 @@ func TestRecordsAreAuthenticated(t *testing.T) {
 	if err := store.Put(ctx, "box.b", reheaded(t, rec, bob, testKey), 2, fence); err != nil {
 		t.Fatal(err)
 	}
-	if m, img, err := k.Load(ctx, "box.b"); err != nil || m.Owner != "bob" || !bytes.Contains(img.Mem, []byte("alice's secret")) {
-		t.Errorf("re-headed with the key: %+v %v", m, err)
+	m, img, err := k.Load(ctx, "box.b")
+	if err != nil || m.Owner != "bob" {
+		t.Fatalf("re-headed with the key: %+v %v", m, err)
+	}
+	if state, err := io.ReadAll(img.R); err != nil || !bytes.Contains(state, []byte("alice's secret")) {
+		t.Errorf("re-headed with the key: the state lost alice's secret (%v)", err)
 	}
 }
 

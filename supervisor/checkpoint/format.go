@@ -95,63 +95,31 @@ func xorHeap(dst []byte, off int, base []byte) error {
 	return nil
 }
 
-var encoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1))
-
 // maxWindow bounds the zstd window a record may ask its decoder to keep
-// (memory beside the payload's own): pyrun writes 8 MiB windows (zstd's
-// default), or the payload's size when that is smaller.
+// (memory beside the payload's own): pyrun writes 2 MiB windows
+// (stream.go's encoderWindow; 8 MiB before), or the payload's size when
+// that is smaller.
 const maxWindow = 16 << 20
 
-// Encode makes a record of mem and files, authenticated with key. base,
-// when not nil, is the base snapshot (baseSHA its SHA-256): the heap is
-// kept as a difference from it. mem is changed in place.
+// Encode makes a record of mem and files, authenticated with key
+// (EncodeTo, in memory). base, when not nil, is the base snapshot (baseSHA
+// its SHA-256): the heap is kept as a difference from it.
 func Encode(meta Meta, mem, files, base []byte, baseSHA string, key []byte) ([]byte, error) {
-	off, err := heapOffset(mem)
-	if err != nil {
+	var out bytes.Buffer
+	src := io.MultiReader(bytes.NewReader(mem), bytes.NewReader(files))
+	if _, err := EncodeTo(&out, meta, int64(len(mem)), int64(len(files)), src, base, baseSHA, key); err != nil {
 		return nil, err
 	}
-	meta.Mem, meta.FS, meta.HeapOff, meta.Base = int64(len(mem)), int64(len(files)), int64(off), ""
-	if base != nil {
-		if err := xorHeap(mem, off, base); err != nil {
-			return nil, err
-		}
-		meta.Base = baseSHA
-	}
-	hdr, err := json.Marshal(meta)
-	if err != nil {
-		return nil, err
-	}
-	payload := make([]byte, 0, len(mem)+len(files))
-	payload = append(append(payload, mem...), files...)
-	out := make([]byte, 0, len(hdr)+len(payload)/4+64)
-	out = append(out, magic...)
-	out = binary.LittleEndian.AppendUint32(out, uint32(len(hdr)))
-	out = append(out, hdr...)
-	out = encoder.EncodeAll(payload, out)
-	return append(out, sumOf(key, out)...), nil
+	return out.Bytes(), nil
 }
 
-// Reheader is rec, a record Encode made, with meta's header instead (its
-// sizes and base kept): the same state kept as another session's record,
-// without compressing it again (a shared session worker's checkpoint,
-// docs/sessions.md).
+// Reheader is rec with meta's header instead (ReheaderTo, in memory).
 func Reheader(rec []byte, meta Meta, key []byte) ([]byte, error) {
-	old, err := ReadMeta(rec, key)
-	if err != nil {
+	var out bytes.Buffer
+	if err := ReheaderTo(&out, rec, meta, key); err != nil {
 		return nil, err
 	}
-	meta.Mem, meta.FS, meta.HeapOff, meta.Base = old.Mem, old.FS, old.HeapOff, old.Base
-	hdr, err := json.Marshal(meta)
-	if err != nil {
-		return nil, err
-	}
-	n := int(binary.LittleEndian.Uint32(rec[len(magic):]))
-	payload := rec[len(magic)+4+n : len(rec)-sha256.Size]
-	out := make([]byte, 0, len(magic)+4+len(hdr)+len(payload)+sha256.Size)
-	out = append(out, magic...)
-	out = binary.LittleEndian.AppendUint32(out, uint32(len(hdr)))
-	out = append(append(out, hdr...), payload...)
-	return append(out, sumOf(key, out)...), nil
+	return out.Bytes(), nil
 }
 
 // ReadMeta checks a record's authentication under key and returns its

@@ -1,15 +1,16 @@
 package checkpoint
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
-	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -249,12 +250,15 @@ func (k *Keeper) baseOf(sha, path string) []byte {
 // worker, whose checkpoint is the whole worker's marked with the namespace
 // (sessions.nsWorker).
 type checkpointer interface {
-	Checkpoint(ctx context.Context) (*supervisor.Image, error)
+	Checkpoint(ctx context.Context, take func(*supervisor.Image) error) error
 }
 
 // Take implements sessions.Checkpointer: one checkpoint of w, kept as the
 // record of each session of saved (a shared session worker's sessions
-// share it, each marked with its own namespace), compressed once.
+// share it, each marked with its own namespace), compressed once. The
+// state goes from the worker's pipe to a record file a chunk at a time
+// (EncodeTo), and the file is mapped for the store to write: pyrun's heap
+// holds no copy of it, however large (issue 36).
 func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.Saved) error {
 	cw, ok := w.(checkpointer)
 	if !ok {
@@ -264,44 +268,51 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 		return nil
 	}
 	began := time.Now()
-	defer releaseMemory()
-	img, err := cw.Checkpoint(ctx)
-	if err != nil {
-		return err
-	}
-	raw := int64(len(img.Mem) + len(img.Files))
-	took := time.Since(began)
 	base, sha := k.baseNow(ctx)
-	taken := time.Now().UTC()
 	seqs, err := k.nextSeqs(ctx, saved)
 	if err != nil {
 		return err
 	}
-	metaOf := func(s sessions.Saved) Meta {
-		return Meta{Session: s.ID, Owner: s.Owner, Seq: seqs[s.ID], AfterCall: s.AfterCall, Taken: taken,
-			Started: s.Started, LastUsed: s.LastUsed, Clock: img.Clock, Namespace: cmp.Or(s.Namespace, img.Namespace)}
-	}
-	first, err := Encode(metaOf(saved[0]), img.Mem, img.Files, base, sha, k.key)
+	var metaOf func(s sessions.Saved) Meta
+	var raw, stored int64
+	var took, encoded time.Duration
+	first, err := k.recordFile(func(f *os.File) error {
+		return cw.Checkpoint(ctx, func(img *supervisor.Image) error {
+			took = time.Since(began)
+			taken := time.Now().UTC()
+			metaOf = func(s sessions.Saved) Meta {
+				return Meta{Session: s.ID, Owner: s.Owner, Seq: seqs[s.ID], AfterCall: s.AfterCall, Taken: taken,
+					Started: s.Started, LastUsed: s.LastUsed, Clock: img.Clock, Namespace: cmp.Or(s.Namespace, img.Namespace)}
+			}
+			raw = img.Mem + img.FS
+			n, err := EncodeTo(f, metaOf(saved[0]), img.Mem, img.FS, img.R, base, sha, k.key)
+			if err != nil {
+				return fmt.Errorf("encode checkpoint: %w", err)
+			}
+			stored, encoded = n, time.Since(began)
+			return nil
+		})
+	})
 	if err != nil {
-		return fmt.Errorf("encode checkpoint: %w", err)
+		return err
 	}
-	encoded := time.Since(began)
+	defer first.close()
 	var errs []error
 	for i, s := range saved {
 		rec := first
 		if i > 0 {
-			if rec, err = Reheader(first, metaOf(s), k.key); err != nil {
+			// The same state under this session's header, streamed from
+			// the first record.
+			if rec, err = k.recordFile(func(f *os.File) error { return ReheaderTo(f, first.b, metaOf(s), k.key) }); err != nil {
 				errs = append(errs, fmt.Errorf("encode checkpoint of %s: %w", s.ID, err))
 				continue
 			}
 		}
-		// Only with the session's lease in force (lease.go).
-		l, ok := k.lease(s.ID)
-		if !ok {
-			errs = append(errs, fmt.Errorf("keep checkpoint of session %s: %w", s.ID, ErrLeaseLost))
-			continue
+		err := k.put(ctx, s.ID, rec.b, seqs[s.ID])
+		if i > 0 {
+			rec.close()
 		}
-		if err := k.store.Put(ctx, s.ID, rec, seqs[s.ID], l); err != nil {
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -309,20 +320,60 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 		return err
 	}
 	k.log.Debug("checkpoint kept", "python_session", saved[0].ID, "sessions", len(saved), "raw", raw,
-		"stored", len(first), "worker", took.Round(time.Millisecond), "encode", (encoded - took).Round(time.Millisecond),
+		"stored", stored, "worker", took.Round(time.Millisecond), "encode", (encoded - took).Round(time.Millisecond),
 		"store", (time.Since(began) - encoded).Round(time.Millisecond))
 	k.mu.Lock()
-	k.last = Sizes{Raw: raw, Stored: int64(len(first)), Took: time.Since(began)}
+	k.last = Sizes{Raw: raw, Stored: stored, Took: time.Since(began)}
 	k.mu.Unlock()
 	return nil
 }
 
-// releaseMemory hands the memory of a checkpoint taken (the worker's whole
-// heap, tens of MiB, and its encodings) back to the system at once, rather
-// than keeping it for the heap to grow into: checkpoints come seconds apart
-// at most (after a session's calls), and pyrun's resident memory should
-// stay near what it holds (docs/security.md, What one client can hold).
-func releaseMemory() { debug.FreeOSMemory() }
+// put keeps rec as session id's latest record, only with the session's
+// lease in force (lease.go).
+func (k *Keeper) put(ctx context.Context, id string, rec []byte, seq uint64) error {
+	l, ok := k.lease(id)
+	if !ok {
+		return fmt.Errorf("keep checkpoint of session %s: %w", id, ErrLeaseLost)
+	}
+	return k.store.Put(ctx, id, rec, seq, l)
+}
+
+// mapped is a record in a file of its own, mapped read-only.
+type mapped struct {
+	b    []byte
+	path string
+}
+
+func (m *mapped) close() {
+	if m.b != nil {
+		_ = syscall.Munmap(m.b)
+	}
+	_ = os.Remove(m.path)
+}
+
+// recordFile is the record write writes to a new file in the Keeper's
+// private folder, mapped: a record is as large as the state at worst, and
+// mapped it is the page cache's, not pyrun's heap's, whose collector lets
+// it grow to five times what it holds (cmd/pyrun/gc.go).
+func (k *Keeper) recordFile(write func(*os.File) error) (*mapped, error) {
+	f, err := os.CreateTemp(k.tmp, "record-*")
+	if err != nil {
+		return nil, fmt.Errorf("encode checkpoint: %w", err)
+	}
+	m := &mapped{path: f.Name()}
+	err = write(f)
+	if cerr := f.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("encode checkpoint: %w", cerr)
+	}
+	if err == nil {
+		m.b, err = mapFile(m.path)
+	}
+	if err != nil {
+		m.close()
+		return nil, err
+	}
+	return m, nil
+}
 
 // mapFile maps the file at path read-only; nil for an empty file.
 func mapFile(path string) ([]byte, error) {
@@ -399,7 +450,8 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 			errs = append(errs, err)
 			continue
 		}
-		return m, &supervisor.Image{Mem: mem, Files: files, Clock: m.Clock, Namespace: m.Namespace}, nil
+		return m, &supervisor.Image{Mem: int64(len(mem)), FS: int64(len(files)), Clock: m.Clock, Namespace: m.Namespace,
+			R: io.MultiReader(bytes.NewReader(mem), bytes.NewReader(files))}, nil
 	}
 	return Meta{}, nil, fmt.Errorf("no intact checkpoint of session %s: %w", id, errors.Join(errs...))
 }
@@ -421,17 +473,30 @@ func (k *Keeper) Delete(ctx context.Context, id string) error {
 }
 
 // Fork implements sessions.Checkpointer: a new worker from a checkpoint of
-// w taken now, which is not stored.
+// w taken now, which is not stored. The checkpoint goes through a file in
+// the Keeper's private folder, as a record does.
 func (k *Keeper) Fork(ctx context.Context, w sessions.Worker, exited func()) (sessions.Worker, error) {
 	cw, ok := w.(checkpointer)
 	if !ok {
 		return nil, fmt.Errorf("%w: its worker takes no checkpoints", supervisor.ErrNotDurable)
 	}
-	img, err := cw.Checkpoint(ctx)
+	var img supervisor.Image
+	spool, err := k.recordFile(func(f *os.File) error {
+		return cw.Checkpoint(ctx, func(from *supervisor.Image) error {
+			img = *from
+			n, err := io.Copy(f, from.R)
+			if err == nil && n != from.Mem+from.FS {
+				err = fmt.Errorf("the checkpoint has %d bytes, not %d", n, from.Mem+from.FS)
+			}
+			return err
+		})
+	})
 	if err != nil {
 		return nil, err
 	}
-	return k.pool.StartRestored(ctx, img, k.tmp, exited)
+	defer spool.close()
+	img.R = bytes.NewReader(spool.b)
+	return k.pool.StartRestored(ctx, &img, k.tmp, exited)
 }
 
 // List implements sessions.Checkpointer: each session's latest intact

@@ -19,14 +19,19 @@ import (
 // each was kept for.
 type takes struct {
 	*checkpoint.Keeper
-	mu  sync.Mutex
-	got []int
+	mu   sync.Mutex
+	got  []int
+	kill int // the take (1 the first) whose worker is killed as it starts; 0: none
 }
 
 func (k *takes) Take(ctx context.Context, w sessions.Worker, saved []sessions.Saved) error {
 	k.mu.Lock()
 	k.got = append(k.got, len(saved))
+	kill := len(k.got) == k.kill
 	k.mu.Unlock()
+	if kill {
+		w.Kill("killed by the test as its checkpoint starts")
+	}
 	return k.Keeper.Take(ctx, w, saved)
 }
 
@@ -198,5 +203,27 @@ func TestRestoresStayWithinMaxSessionWorkers(t *testing.T) {
 	}
 	if st := m.Stats(); st.Hosts != 2 {
 		t.Errorf("%d session workers at the end, want 2", st.Hosts)
+	}
+}
+
+// A checkpoint that fails with its worker lost (here killed as it is
+// taken) keeps the session's older record: the next call goes on from it,
+// and says so (issue 36, item 6).
+func TestCheckpointThatLosesItsWorkerKeepsTheOlderRecord(t *testing.T) {
+	m, rec := durableOn(t, checkpointingPool(t), t.TempDir(), 50*time.Millisecond)
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	rec.mu.Lock()
+	rec.kill = 2
+	rec.mu.Unlock()
+	id := callAs(t, m, "anonymous", sessions.NewSession, "x = 1").SessionID
+	waitStats(t, m, time.Minute, "the first checkpoint", func(st sessions.Stats) bool { return st.Checkpoints >= 1 })
+	callAs(t, m, "anonymous", id, "x = 2")
+	waitStats(t, m, time.Minute, "the failed checkpoint", func(st sessions.Stats) bool { return st.CheckpointFailures >= 1 })
+	res := callAs(t, m, "anonymous", id, "x")
+	if res.Value != "1" || res.Checkpoint == nil || res.Checkpoint.AfterCall != 1 {
+		t.Fatalf("the call after the failed checkpoint: %s %+v, want 1 from the checkpoint after call 1", res.Value, res.Checkpoint)
+	}
+	if res = callAs(t, m, "anonymous", id, "x + 1"); res.Value != "2" || res.Checkpoint != nil {
+		t.Fatalf("the call after: %s %+v", res.Value, res.Checkpoint)
 	}
 }

@@ -131,7 +131,7 @@ func (n *nsWorker) Close() {
 // hostCheckpointer is a host's worker that takes checkpoints
 // (*supervisor.Dedicated).
 type hostCheckpointer interface {
-	Checkpoint(ctx context.Context) (*supervisor.Image, error)
+	Checkpoint(ctx context.Context, take func(*supervisor.Image) error) error
 }
 
 // Checkpoint takes a checkpoint of the whole host, in this session's turn
@@ -139,17 +139,15 @@ type hostCheckpointer interface {
 // session's: a worker started from it keeps this namespace only
 // (docs/sessions.md, Durable sessions). It is the session's checkpoint;
 // the other namespaces in it are never restored from it.
-func (n *nsWorker) Checkpoint(ctx context.Context) (*supervisor.Image, error) {
+func (n *nsWorker) Checkpoint(ctx context.Context, take func(*supervisor.Image) error) error {
 	c, ok := n.h.w.(hostCheckpointer)
 	if !ok {
-		return nil, fmt.Errorf("%w: its session worker takes no checkpoints", supervisor.ErrNotDurable)
+		return fmt.Errorf("%w: its session worker takes no checkpoints", supervisor.ErrNotDurable)
 	}
-	img, err := c.Checkpoint(ctx)
-	if err != nil {
-		return nil, err
-	}
-	img.Namespace = n.ns
-	return img, nil
+	return c.Checkpoint(ctx, func(img *supervisor.Image) error {
+		img.Namespace = n.ns
+		return take(img)
+	})
 }
 
 // Kill stops the host at once: all its sessions are lost.

@@ -1,0 +1,123 @@
+package checkpoint_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/metrics"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/internal/testlog"
+	"github.com/pyrun/pyrun/internal/testtier"
+	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/checkpoint"
+	"github.com/pyrun/pyrun/supervisor/sessions"
+)
+
+var (
+	runtimeOnce sync.Once
+	workerRT    *supervisor.Runtime
+	runtimeErr  error
+)
+
+// realPool is a pool of real workers that take checkpoints.
+func realPool(t *testing.T, cfg supervisor.Config) *supervisor.Pool {
+	t.Helper()
+	testtier.Runtime(t)
+	runtimeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		workerRT, runtimeErr = supervisor.Provision(ctx, supervisor.DefaultRuntimeRoot(), os.Stderr, hclog.NewNullLogger())
+	})
+	if runtimeErr != nil {
+		t.Fatalf("provision runtime: %v", runtimeErr)
+	}
+	cfg.Checkpoints = true
+	p, err := supervisor.NewPool(workerRT, cfg, testlog.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	return p
+}
+
+// allocated is how many bytes the Go heap has allocated so far.
+func allocated() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// A checkpoint is encoded as it comes from the worker, in bounded chunks:
+// pyrun allocates no copy of the session's state for it. Before, it read
+// the whole state, copied it to compress it and held the compressed record
+// too (a 150 MiB session: pyrun 372 -> 1016 MiB, past its Go memory limit;
+// issue 36).
+func TestCheckpointIsEncodedInBoundedMemory(t *testing.T) {
+	const state = 96 << 20
+	p := realPool(t, supervisor.Config{Workers: 1, MemoryLimit: 512 << 20})
+	d, err := p.StartDedicated(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	// Random bytes: the record is as large as the state.
+	setup := fmt.Sprintf("import os\nx = bytearray(%d)\nfor i in range(0, len(x), 1 << 20): x[i:i + (1 << 20)] = os.urandom(1 << 20)\nlen(x)", state)
+	if res, err := d.Run(t.Context(), supervisor.Job{ID: "c1", Code: setup}, nil); err != nil || res.Status != supervisor.StatusSuccess {
+		t.Fatalf("setup: %v %+v", err, res)
+	}
+	dir := t.TempDir()
+	store, err := checkpoint.OpenDir(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := checkpoint.NewKeeper(store, []byte(strings.Repeat("k", checkpoint.MinKeyLen)), p, filepath.Join(dir, ".restore"), 0, testlog.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "box.1"
+	if err := k.Hold(t.Context(), id); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.BaseSnapshot(t.Context()) // mapped once, before the count
+	runtime.GC()
+	before := allocated()
+	if err := k.Take(t.Context(), d, []sessions.Saved{{ID: id, AfterCall: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	grew := allocated() - before
+	last := k.Last()
+	t.Logf("checkpoint of %d MiB raw, %d MiB stored: %d MiB allocated", last.Raw>>20, last.Stored>>20, grew>>20)
+	if last.Raw < state || last.Stored < state {
+		t.Fatalf("checkpoint of %d raw, %d stored bytes, want at least %d each", last.Raw, last.Stored, state)
+	}
+	if bound := uint64(16 << 20); grew > bound {
+		t.Errorf("a checkpoint of a %d MiB state allocated %d MiB of Go heap, want at most %d MiB", state>>20, grew>>20, bound>>20)
+	}
+	// The record is the session's state.
+	_, img, err := k.Load(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.StartRestored(t.Context(), img, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	check := "import hashlib\nhashlib.sha256(x).hexdigest()"
+	want, err := d.Run(t.Context(), supervisor.Job{ID: "c2", Code: check}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := r.Run(t.Context(), supervisor.Job{ID: "r1", Code: check}, nil)
+	if err != nil || got.Status != supervisor.StatusSuccess || got.Value != want.Value {
+		t.Fatalf("restored: %v %+v, want %s", err, got, want.Value)
+	}
+}
