@@ -52,6 +52,11 @@ async function start(cfg: RConfig): Promise<void> {
     // Never webR's default, the repository on the network: nothing is
     // fetched, and webr::install is refused in pyrun.R.
     repoUrl: "file:///nonexistent/",
+    // Emscripten makes LANG from navigator.language, which in a process
+    // with no LANG (the supervisor passes none) is "en-US-u-va-posix":
+    // "en_US-u-va-posix.UTF-8", which Fontconfig warns of on stderr at a
+    // call's first text in a plot. The same locale, spelt as one.
+    REnv: { LANG: "en_US.UTF-8" },
   });
   let timer: ReturnType<typeof setTimeout> | undefined;
   await Promise.race([
