@@ -30,3 +30,35 @@ func TestRPlotsSayNothingOfFontconfig(t *testing.T) {
 		t.Errorf("%d displays, want the plot's one", n)
 	}
 }
+
+// A plot the code writes to a file under /output/ comes back once, as
+// that file, not also as a display of the same page: the MCP result had
+// two images of one plot. Drawn again, unchanged, in a call that keeps
+// /output/ (a session's), it comes back again. A plot to a file elsewhere
+// is a display.
+func TestRPlotToOutputIsOneFile(t *testing.T) {
+	w := startR(t, rConfig)
+	rich := func(evs []rEvent) string {
+		var got []string
+		for _, ev := range evs {
+			if ev.Type == "display" || ev.Type == "file" {
+				got = append(got, ev.Type+" "+ev.Path+" "+ev.MIMEType)
+			}
+		}
+		return strings.Join(got, "; ")
+	}
+	evs := w.run("setwd('/output'); svg('a.svg'); plot(1); invisible(dev.off())\n"+
+		"png('/tmp/elsewhere.png'); plot(2); invisible(dev.off()); plot(3)", nil)
+	wantSuccess(t, evs, "plots to /output/ and elsewhere")
+	if got, want := rich(evs), "display  image/png; display  image/png; file a.svg image/svg+xml"; got != want {
+		t.Errorf("plots: %q, want %q", got, want)
+	}
+	code := "png('/output/plot.png'); plot(1:10); invisible(dev.off())"
+	for i, extra := range []map[string]any{nil, {"keep_output": true}, {"keep_output": true}} {
+		evs := w.run(code, extra)
+		wantSuccess(t, evs, "plot to /output/")
+		if got := rich(evs); got != "file plot.png image/png" {
+			t.Errorf("call %d: %q, want one file event for plot.png", i+1, got)
+		}
+	}
+}
