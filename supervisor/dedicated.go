@@ -174,7 +174,7 @@ func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error)
 	d.pool.counts.Calls[status]++
 	d.pool.mu.Unlock()
 	d.pool.log.Info("call", job.LogTrace("id", job.ID, "status", status, "duration", res.Duration.Round(time.Microsecond),
-		"worker", d.w.name, "session", job.Session, "python_session", job.PythonSession, "client", job.Client)...)
+		"worker", d.w.name, "session", job.Session, "session_id", job.PythonSession, "client", job.Client)...)
 	if ctx.Err() != nil {
 		return res, fmt.Errorf("call %s: %w", job.ID, ctx.Err())
 	}

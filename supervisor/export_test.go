@@ -104,6 +104,16 @@ func ProcessCPU(t testing.TB, pid int) time.Duration {
 	return used
 }
 
+// EngineCPU is the CPU time process pid's V8 threads have used so far
+// (engineCPU): what the idle CPU checks take off ProcessCPU.
+func EngineCPU(t testing.TB, pid int) time.Duration {
+	used, err := engineCPU(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return used
+}
+
 // PID is the dedicated worker's process id.
 func (d *Dedicated) PID() int { return d.w.cmd.Process.Pid }
 

@@ -165,7 +165,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 		}
 		if isDedicated {
 			if statErr == nil && !st.idleSince.IsZero() {
-				if share, ok := burnt(w, used, st.idleSince, cpu, cfg.IdleCPU, p.startupDone(w)); ok {
+				if share, ok := burnt(w, codeCPU(w, used), st.idleSince, cpu, cfg.IdleCPU, p.startupDone(w)); ok {
 					burning[w] = retirement{RestartRecycle, fmt.Sprintf("%s (%.0f%% of a CPU over %s; --idle-cpu allows %.0f%%): a task or timer it left running",
 						LostIdleCPU, 100*share, sessionIdleWindow, 100*cfg.IdleCPU)}
 				}
@@ -187,7 +187,7 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 			spinning[w] = retireMemory
 			continue
 		}
-		if statErr == nil && spun(w, used, since, cpu, cfg.IdleCPU, p.startupDone(w)) {
+		if statErr == nil && spun(w, codeCPU(w, used), since, cpu, cfg.IdleCPU, p.startupDone(w)) {
 			spinning[w] = killSpin
 			if s := cpu[w]; s.hot < spinChecks {
 				spinning[w] = killIdleCPU
@@ -232,6 +232,19 @@ func (p *Pool) checkHealth(cpu map[*worker]cpuSample) {
 		}
 		p.retireLocked(w, retireReason(w))
 	}
+}
+
+// codeCPU is the CPU time of w's threads that run code, of used, its
+// process's: V8's own threads' (engineCPU) is taken off, so that neither an
+// engine's start-up work nor V8 compiling what a call ran is judged as code
+// the call left running. Unmeasured, it is all of used. V8's threads are
+// read after used was, so they may have gone on a tick past it.
+func codeCPU(w *worker, used time.Duration) time.Duration {
+	own, err := engineCPU(w.cmd.Process.Pid)
+	if err != nil {
+		return used
+	}
+	return max(0, used-own)
 }
 
 // spun records the CPU time used by a worker idle since since and reports

@@ -204,7 +204,6 @@ func (p *Pool) startLocked() {
 		if rss, err := w.residentBytes(); err == nil {
 			w.freshRSS.Store(rss) // what a call may not leave it worse than
 		}
-		w.readyAt = time.Now()
 		from := "plain"
 		if w.ready.Snapshot {
 			from = "snapshot"

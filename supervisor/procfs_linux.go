@@ -110,6 +110,45 @@ func procStat(pid int) (used time.Duration, threads int, err error) {
 	return time.Duration(n[0]+n[1]) * 10 * time.Millisecond, int(n[2]), nil
 }
 
+// engineCPU is the CPU time, user and system, that process pid's V8
+// threads have used: V8's platform workers ("V8 DefaultWorker"), which
+// compile (webR's R.wasm tiers up for some 14 s of a CPU after a worker is
+// ready, and again for code a call made hot) and collect garbage for the
+// threads that run code, and never run code themselves. The idle CPU checks
+// take it off the process's: it is the engine's work, not code a call left
+// running. Threads V8 starts live as long as the process, so what they used
+// never leaves the sum while the process's own total keeps it.
+func engineCPU(pid int) (time.Duration, error) {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var ticks int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + t.Name() + "/stat")
+		if err != nil {
+			continue // the thread ended
+		}
+		open, end := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+		if open < 0 || end < open || !bytes.HasPrefix(b[open+1:end], []byte("V8 ")) {
+			continue
+		}
+		f := bytes.Fields(b[end+1:])
+		if len(f) < 13 {
+			return 0, fmt.Errorf("unexpected %s%s/stat", dir, t.Name())
+		}
+		for _, s := range f[11:13] {
+			n, err := strconv.ParseInt(string(s), 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("unexpected %s%s/stat: %w", dir, t.Name(), err)
+			}
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
 // unreadBytes is how many bytes written to a pipe its reader has not taken
 // yet; f may be the pipe's write end.
 func unreadBytes(f *os.File) (int, error) {

@@ -24,3 +24,6 @@ func unreadBytes(f *os.File) (int, error) { return 0, errors.ErrUnsupported }
 
 // procStat is not measured on this system: no idle CPU or thread watch.
 func procStat(pid int) (time.Duration, int, error) { return 0, 0, errors.ErrUnsupported }
+
+// engineCPU is not measured on this system (nor is procStat).
+func engineCPU(pid int) (time.Duration, error) { return 0, errors.ErrUnsupported }

@@ -60,6 +60,27 @@ func TestWarmingWorkerIsNotKilledAsSpinning(t *testing.T) {
 	within(t, "noticing the spin after a call", time.Since(start), 3*supervisor.HealthInterval, 5*time.Second)
 }
 
+// TestWarmingSessionWorkerIsNotKilled: a session's worker started ahead
+// (a spare) runs its warming calls while it waits for its session, which
+// are pyrun's own code and not judged, as for the pool's. Before, a
+// dedicated worker had no ready time, so its warming was judged at once
+// and the spare was killed for idle CPU 10 s after its start.
+func TestWarmingSessionWorkerIsNotKilled(t *testing.T) {
+	p := fakePool(t, "warming", supervisor.Config{Workers: 1})
+	d, err := p.StartDedicated(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	time.Sleep(supervisor.SessionIdleWindow + 3*time.Second)
+	if why := d.Lost(); why != "" {
+		t.Fatalf("the warming session worker was lost: %s", why)
+	}
+	if res, err := d.Run(t.Context(), supervisor.Job{ID: "1", Code: "1"}, nil); err != nil || res.Status != supervisor.StatusSuccess {
+		t.Fatalf("its first call: %v %+v", err, res)
+	}
+}
+
 // TestCallsDuringWarmingAreServed: a first call that comes while a fresh
 // worker runs its warming calls, at a moment of any kind (before warming
 // starts, mid-call, between two), gets its own output and nothing of

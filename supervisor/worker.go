@@ -78,6 +78,9 @@ func startWorker(ctx context.Context, name string, cmd *exec.Cmd, cfg Config, lo
 		p.kill(retirement{RestartCrash, "start failed"})
 		return nil, err
 	}
+	// Here, for the pool's workers and the dedicated ones alike: the idle
+	// CPU checks leave an engine's start-up work alone for a time after it.
+	w.readyAt = time.Now()
 	return w, nil
 }
 

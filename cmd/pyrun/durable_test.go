@@ -158,7 +158,7 @@ func TestStopDuringACheckpointKeepsTheSession(t *testing.T) {
 	id := first.inSession(t, "new", "x = 41").sc.SessionID
 	first.inSession(t, id, "x += 1")
 	if err := first.log.waitFor(ctx, "a checkpoint after the second call", func(c map[string]int) bool {
-		return c["python session checkpoint starts"] > 0
+		return c["session checkpoint starts"] > 0
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestSessionWithNativeCodeIsNotDurable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	if err := s.log.waitFor(ctx, "the refused checkpoint", func(c map[string]int) bool {
-		return c["python session is not durable"] >= 1
+		return c["session is not durable"] >= 1
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -240,12 +240,12 @@ func TestSharedSessionsRestoreEachFromItsOwnCheckpoint(t *testing.T) {
 	// would pass for a's next checkpoint.
 	waitFor(t, "both sessions' first checkpoints", 60*time.Second, func() bool {
 		return len(checkpointFiles(t, store, a)) > 0 && len(checkpointFiles(t, store, b)) > 0 &&
-			s.log.count("python session checkpoint") >= 2
+			s.log.count("session checkpoint") >= 2
 	})
-	taken := s.log.count("python session checkpoint")
+	taken := s.log.count("session checkpoint")
 	s.inSession(t, a, "x = 3\nopen('a.txt', 'w').write('A3')")
 	waitFor(t, "a's checkpoint after its second call", 60*time.Second, func() bool {
-		return s.log.count("python session checkpoint") > taken
+		return s.log.count("session checkpoint") > taken
 	})
 
 	// A fork of a holds a's namespace only.
@@ -297,7 +297,7 @@ func TestSharedSessionPastMaxCheckpointIsNotDurable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	if err := s.log.waitFor(ctx, "b's refused checkpoint", func(c map[string]int) bool {
-		return c["python session is not durable"] >= 1
+		return c["session is not durable"] >= 1
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -325,11 +325,11 @@ func TestLargeSessionSurvivesItsCheckpoint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	if err := s.log.waitFor(ctx, "the session's checkpoint, or its failure", func(c map[string]int) bool {
-		return c["python session checkpoint"]+c["python session checkpoint failed"] >= 1
+		return c["session checkpoint"]+c["session checkpoint failed"] >= 1
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if n := s.log.count("python session checkpoint failed"); n > 0 {
+	if n := s.log.count("session checkpoint failed"); n > 0 {
 		t.Errorf("the checkpoint failed (%d)", n)
 	}
 	if len(checkpointFiles(t, store, id)) == 0 {

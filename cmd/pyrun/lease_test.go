@@ -46,9 +46,9 @@ func TestSessionMovesBetweenInstances(t *testing.T) {
 	}
 	t.Logf("a call on the instance that serves the session: %s; on the other, with the hand-over and restore: %s",
 		local.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
-	if a.log.count("python session handed over to another instance") != 1 || b.log.count("python session moved here") != 1 {
+	if a.log.count("session handed over to another instance") != 1 || b.log.count("session moved here") != 1 {
 		t.Errorf("A handed over %d times, B took over %d times; want 1 each",
-			a.log.count("python session handed over to another instance"), b.log.count("python session moved here"))
+			a.log.count("session handed over to another instance"), b.log.count("session moved here"))
 	}
 	r = a.inSession(t, id, "x += 100\n[x, open('notes.txt').read()]")
 	if r.sc.Status != "success" || valueOf(r) != `[112,"ab"]` {
@@ -133,7 +133,7 @@ func TestSessionOfADeadInstanceContinues(t *testing.T) {
 	}
 	id := dead.inSession(t, "new", "x = 5").sc.SessionID
 	if err := dead.log.waitFor(ctx, "the session's checkpoint", func(c map[string]int) bool {
-		return c["python session checkpoint"] > 0
+		return c["session checkpoint"] > 0
 	}); err != nil {
 		t.Fatal(err)
 	}

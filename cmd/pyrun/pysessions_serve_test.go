@@ -83,7 +83,7 @@ func TestServeSessions(t *testing.T) {
 	// The session id in the call log line.
 	found := false
 	for _, rec := range s.log.since(0) {
-		if rec.msg() == "call" && rec.str("python_session") == id && rec.str("status") == "success" {
+		if rec.msg() == "call" && rec.str("session_id") == id && rec.str("status") == "success" {
 			found = true
 		}
 	}
@@ -114,7 +114,7 @@ func TestServeSessions(t *testing.T) {
 	ended, stopped := -1, -1
 	for i, rec := range s.log.since(mark) {
 		switch {
-		case rec.msg() == "python session ended" && rec.str("python_session") == id:
+		case rec.msg() == "session ended" && rec.str("session_id") == id:
 			ended = i
 			if rec.str("reason") != "shutdown" {
 				t.Errorf("the session ended for %q, want shutdown", rec.str("reason"))

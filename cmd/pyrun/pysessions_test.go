@@ -155,7 +155,7 @@ func TestSessionOrder(t *testing.T) {
 			if i == 0 {
 				return c["first call running"] >= 1
 			}
-			return c["python session call waits its turn"] >= i
+			return c["session call waits its turn"] >= i
 		})
 		cancel()
 		if err != nil {
@@ -231,7 +231,7 @@ func TestSessionErrors(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	if err := s.log.waitFor(ctx, "the session to expire", func(c map[string]int) bool {
-		return c["python session ended"] >= 1
+		return c["session ended"] >= 1
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestSessionMaxAge(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	if err := s.log.waitFor(ctx, "the session to reach its maximum age", func(c map[string]int) bool {
-		return c["python session ended"] >= 1
+		return c["session ended"] >= 1
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func TestSessionWorkerKilledWhileIdle(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	if err := s.log.waitFor(ctx, "the session to end", func(c map[string]int) bool {
-		return c["python session ended"] >= 1
+		return c["session ended"] >= 1
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +394,7 @@ task = asyncio.ensure_future(tick())
 	ctx, cancel := context.WithTimeout(t.Context(), 2*callTimeout)
 	defer cancel()
 	if err := s.log.waitFor(ctx, "the burning sessions to end", func(c map[string]int) bool {
-		return c["python session ended"] >= 2
+		return c["session ended"] >= 2
 	}); err != nil {
 		t.Fatal(err)
 	}

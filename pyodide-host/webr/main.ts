@@ -52,6 +52,11 @@ async function start(cfg: RConfig): Promise<void> {
     // Never webR's default, the repository on the network: nothing is
     // fetched, and webr::install is refused in pyrun.R.
     repoUrl: "file:///nonexistent/",
+    // Emscripten makes LANG from navigator.language, which in a process
+    // with no LANG (the supervisor passes none) is "en-US-u-va-posix":
+    // "en_US-u-va-posix.UTF-8", which Fontconfig warns of on stderr at a
+    // call's first text in a plot. The same locale, spelt as one.
+    REnv: { LANG: "en_US.UTF-8" },
   });
   let timer: ReturnType<typeof setTimeout> | undefined;
   await Promise.race([
@@ -329,18 +334,29 @@ class RWorker {
 
   /**
    * Sends the plots of after()'s list as displays, then the files under
-   * /output/ that are new or changed since before(), in path order.
+   * /output/ that are new or changed since before(), in path order. A page
+   * a device wrote to a file under /output/ is that file: it goes once, as
+   * the file (even unchanged since before(): it was drawn again), not also
+   * as a display, which showed one plot as two images.
    */
   private async sendRich(rich: RichCap, before: Map<string, string>, list: string[]) {
     const n = Number(list[0] ?? 0);
+    const after = [...stamps(list.slice(1 + 2 * n))];
+    const listed = new Set(after.map(([path]) => path));
+    const drawn = new Set<string>();
     for (let i = 1; i < 1 + 2 * n; i += 2) {
-      const data = await this.readFile(list[i + 1]);
+      const page = list[i + 1];
+      const file = page.startsWith("/output/") ? page.slice("/output/".length) : "";
+      if (listed.has(file)) {
+        drawn.add(file);
+        continue;
+      }
+      const data = await this.readFile(page);
       if (data) rich.send("display", list[i], data);
     }
-    const after = [...stamps(list.slice(1 + 2 * n))];
     after.sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0);
     for (const [path, stamp] of after) {
-      if (before.get(path) === stamp) continue;
+      if (before.get(path) === stamp && !drawn.has(path)) continue;
       const data = await this.readFile(`/output/${path}`);
       if (data) rich.send("file", mimeType(path), data, path);
     }

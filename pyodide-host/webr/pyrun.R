@@ -291,6 +291,9 @@ local({
       } else {
         p$pattern[file.exists(p$pattern)]
       }
+      # Normalised, so that main.ts knows a page under /output/ however
+      # the code named it ("/output/./p.png", "p.png" there).
+      files <- normalizePath(files, winslash = "/", mustWork = FALSE)
       for (f in unique(files)) {
         if (file.mtime(f) >= call_start - 1) out[[length(out) + 1L]] <- list(path = f, mime = p$mime)
       }

@@ -142,7 +142,7 @@ func (k *Keeper) Renew(ctx context.Context) (moves, lost []string) {
 		case err != nil:
 			// The store does not answer: the lease lasts its time to
 			// live, and the next renewal tries again.
-			k.log.Warn("cannot renew a python session's lease", "python_session", id, "error", err.Error())
+			k.log.Warn("cannot renew a session's lease", "session_id", id, "error", err.Error())
 		case move:
 			moves = append(moves, id)
 		}
@@ -167,7 +167,7 @@ func (k *Keeper) retake(ctx context.Context, id string, l Lease) bool {
 		return false // released meanwhile
 	}
 	k.leases[id] = nl
-	k.log.Info("a python session's lease expired unrenewed, and was taken again", "python_session", id)
+	k.log.Info("a session's lease expired unrenewed, and was taken again", "session_id", id)
 	return true
 }
 
@@ -319,7 +319,7 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	k.log.Debug("checkpoint kept", "python_session", saved[0].ID, "sessions", len(saved), "raw", raw,
+	k.log.Debug("checkpoint kept", "session_id", saved[0].ID, "sessions", len(saved), "raw", raw,
 		"stored", stored, "worker", took.Round(time.Millisecond), "encode", (encoded - took).Round(time.Millisecond),
 		"store", (time.Since(began) - encoded).Round(time.Millisecond))
 	k.mu.Lock()
@@ -446,7 +446,7 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 			err = checkSeq(m, []uint64{latestSeq, prevSeq}[i])
 		}
 		if err != nil {
-			k.log.Warn("a checkpoint of a python session cannot be used", "python_session", id, "error", err.Error())
+			k.log.Warn("a checkpoint of a session cannot be used", "session_id", id, "error", err.Error())
 			errs = append(errs, err)
 			continue
 		}
@@ -511,7 +511,7 @@ func (k *Keeper) List(ctx context.Context) ([]sessions.Saved, error) {
 		latest, prev, err := k.store.Get(ctx, key)
 		if errors.Is(err, ErrCorrupt) {
 			// One bad entry (a file that is not a record) leaves the others.
-			k.log.Warn("a checkpoint of a python session cannot be used", "python_session", key, "error", err.Error())
+			k.log.Warn("a checkpoint of a session cannot be used", "session_id", key, "error", err.Error())
 			continue
 		}
 		if err != nil {

@@ -126,7 +126,7 @@ func (m *Manager) checkpoint(ctx context.Context, s *session) {
 	m.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(ctx, checkpointLimit)
-	m.log.Debug("python session checkpoint starts", "python_session", s.id, "after_call", info[0].AfterCall)
+	m.log.Debug("session checkpoint starts", "session_id", s.id, "after_call", info[0].AfterCall)
 	began := time.Now()
 	err := m.opts.Checkpoints.Take(ctx, w, info)
 	cancel()
@@ -141,16 +141,16 @@ func (m *Manager) checkpoint(ctx context.Context, s *session) {
 		case err == nil:
 			g.ckptCalls = info[i].AfterCall
 			m.counts.Checkpoints++
-			m.log.Debug("python session checkpoint", "python_session", g.id, "after_call", info[i].AfterCall,
+			m.log.Debug("session checkpoint", "session_id", g.id, "after_call", info[i].AfterCall,
 				"took", time.Since(began).Round(time.Millisecond))
 		case errors.Is(err, supervisor.ErrNotDurable):
 			// Said once; the session goes on as it would without checkpoints.
 			g.notDurable = err.Error()
 			m.counts.CheckpointFailures++
-			m.log.Info("python session is not durable", "python_session", g.id, "why", err.Error())
+			m.log.Info("session is not durable", "session_id", g.id, "why", err.Error())
 		default:
 			m.counts.CheckpointFailures++
-			m.log.Warn("python session checkpoint failed", "python_session", g.id, "error", err.Error())
+			m.log.Warn("session checkpoint failed", "session_id", g.id, "error", err.Error())
 		}
 	}
 	m.kick()
@@ -191,7 +191,7 @@ func (m *Manager) deleteInBackground(id string) {
 // the caller has no one to tell.
 func (m *Manager) deleteSaved(ctx context.Context, id string) {
 	if err := m.opts.Checkpoints.Delete(ctx, id); err != nil {
-		m.log.Warn("could not delete a python session's checkpoints", "python_session", id, "error", err.Error())
+		m.log.Warn("could not delete a session's checkpoints", "session_id", id, "error", err.Error())
 	}
 }
 
@@ -233,7 +233,7 @@ func (m *Manager) restore(ctx context.Context, s *session) (Saved, error) {
 		m.closeWorker(old)
 	}
 	m.mu.Unlock()
-	m.log.Info("python session restored from its checkpoint", "python_session", s.id, "after_call", saved.AfterCall)
+	m.log.Info("session restored from its checkpoint", "session_id", s.id, "after_call", saved.AfterCall)
 	return saved, nil
 }
 
@@ -316,7 +316,7 @@ func (m *Manager) adoptSaved() {
 		m.dormant[sv.ID] = sv
 	}
 	if len(m.dormant) > 0 {
-		m.log.Info("python sessions of a previous run can continue", "sessions", len(m.dormant))
+		m.log.Info("sessions of a previous run can continue", "sessions", len(m.dormant))
 	}
 }
 
@@ -351,7 +351,7 @@ func (m *Manager) wakeLocked(id, client string) *session {
 	s := &session{id: id, owner: sv.Owner, started: sv.Started, lastUsed: sv.LastUsed, calls: sv.AfterCall,
 		ckptCalls: sv.AfterCall}
 	m.open[id] = s
-	m.log.Info("python session continues from a previous run", "python_session", id, "after_call", sv.AfterCall)
+	m.log.Info("session continues from a previous run", "session_id", id, "after_call", sv.AfterCall)
 	return s
 }
 

@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
@@ -95,5 +98,36 @@ func TestErrorsNameTheLanguage(t *testing.T) {
 	}
 	if got := sessions.ErrLost.Error(); got != "the session was lost" {
 		t.Errorf("ErrLost says %q", got)
+	}
+}
+
+// A Manager's log lines say "session", never "python session", whatever
+// its language: an R session's start and end were logged as a Python
+// session's.
+func TestLogLinesDoNotCallEverySessionPython(t *testing.T) {
+	var buf syncbuf.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Name: "r.sessions", Output: &buf, Level: hclog.Trace})
+	m := sessions.New(sessions.Options{
+		Instance: "test-1", Language: "R", Limits: sessions.Limits{Max: 2, Spares: -1}, Log: log,
+		Start: func(context.Context, func()) (sessions.Worker, error) { return stubWorker{}, nil },
+	})
+	res, err := m.Run(t.Context(), sessions.Call{Session: sessions.NewSession, Job: supervisor.Job{ID: "1", Code: "1", Client: "anonymous"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Run(t.Context(), sessions.Call{Session: res.SessionID, End: true, Job: supervisor.Job{ID: "2", Client: "anonymous"}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"session started: session_id=" + res.SessionID, "session ended: session_id=" + res.SessionID} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(strings.ToLower(out), "python") {
+		t.Errorf("an R session's log names Python:\n%s", out)
 	}
 }

@@ -71,7 +71,7 @@ func (m *Manager) holdNew(ctx context.Context, s *session) {
 		return
 	}
 	if err := l.Hold(ctx, s.id); err != nil {
-		m.log.Warn("cannot take a new python session's lease; it is not durable until its checkpoint", "python_session", s.id, "error", err.Error())
+		m.log.Warn("cannot take a new session's lease; it is not durable until its checkpoint", "session_id", s.id, "error", err.Error())
 	}
 }
 
@@ -178,7 +178,7 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 				return m.errorf(ErrUnknown, ": session %q: %v", s.id, aerr)
 			}
 			asked = true
-			m.log.Info("python session is served by another instance; asked it to hand the session over", "python_session", s.id, "holder", err.Error())
+			m.log.Info("session is served by another instance; asked it to hand the session over", "session_id", s.id, "holder", err.Error())
 		}
 		if time.Now().After(deadline) {
 			m.mu.Lock()
@@ -195,14 +195,14 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 	saved, err := l.Describe(ctx, s.id)
 	release := func() {
 		if rerr := l.Release(context.WithoutCancel(ctx), s.id); rerr != nil {
-			m.log.Warn("could not release a python session's lease", "python_session", s.id, "error", rerr.Error())
+			m.log.Warn("could not release a session's lease", "session_id", s.id, "error", rerr.Error())
 		}
 	}
 	if errors.Is(err, ErrNoCheckpoint) {
 		// No session of that id: its lease goes with it, so that ids
 		// tried in vain leave nothing in the store.
 		if derr := m.opts.Checkpoints.Delete(context.WithoutCancel(ctx), s.id); derr != nil {
-			m.log.Debug("could not drop the lease of an unknown session", "python_session", s.id, "error", derr.Error())
+			m.log.Debug("could not drop the lease of an unknown session", "session_id", s.id, "error", derr.Error())
 		}
 	} else if err != nil {
 		release()
@@ -220,7 +220,7 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 	}
 	if !m.owns(saved.Owner, client) {
 		release()
-		m.log.Warn("refused a call to another client's session", "python_session", s.id, "client", client, "owner", saved.Owner)
+		m.log.Warn("refused a call to another client's session", "session_id", s.id, "client", client, "owner", saved.Owner)
 		return m.errorf(ErrUnknown, ": no %s session %q is open here", m.lang, clip(s.id, 80))
 	}
 	m.mu.Lock()
@@ -240,7 +240,7 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 	s.calls, s.ckptCalls = saved.AfterCall, saved.AfterCall
 	s.adopting = false
 	m.counts.MovesIn++
-	m.log.Info("python session moved here", "python_session", s.id, "after_call", saved.AfterCall, "client", client)
+	m.log.Info("session moved here", "session_id", s.id, "after_call", saved.AfterCall, "client", client)
 	return nil
 }
 
@@ -263,7 +263,7 @@ func (m *Manager) renewLeases(l Leaser, stop <-chan struct{}) {
 		m.mu.Lock()
 		for _, id := range lost {
 			if s := m.open[id]; s != nil && !s.adopting {
-				m.log.Warn("python session's lease was lost; another instance may serve it now", "python_session", id)
+				m.log.Warn("session's lease was lost; another instance may serve it now", "session_id", id)
 				s.leaseLost = true
 				if !s.held {
 					m.movedAwayLocked(s)
@@ -324,7 +324,7 @@ func (m *Manager) handOver(s *session) {
 	s.busy--
 	if err != nil {
 		m.counts.CheckpointFailures++
-		m.log.Warn("python session could not be handed over: its checkpoint failed", "python_session", s.id, "error", err.Error())
+		m.log.Warn("session could not be handed over: its checkpoint failed", "session_id", s.id, "error", err.Error())
 		if errors.Is(err, supervisor.ErrNotDurable) {
 			s.notDurable = err.Error()
 		}
@@ -336,7 +336,7 @@ func (m *Manager) handOver(s *session) {
 		m.counts.Checkpoints++
 	}
 	m.counts.MovesOut++
-	m.log.Info("python session handed over to another instance", "python_session", s.id, "after_call", s.calls)
+	m.log.Info("session handed over to another instance", "session_id", s.id, "after_call", s.calls)
 	m.movedAwayLocked(s)
 	m.passLocked(s) // calls waiting here take it over again (enter)
 }
@@ -367,7 +367,7 @@ func (m *Manager) releaseLocked(id string) {
 	}
 	m.inBackground(func(ctx context.Context) {
 		if err := l.Release(ctx, id); err != nil {
-			m.log.Debug("python session's lease was not released", "python_session", id, "error", err.Error())
+			m.log.Debug("session's lease was not released", "session_id", id, "error", err.Error())
 		}
 	})
 }

@@ -416,7 +416,7 @@ func (m *Manager) Run(ctx context.Context, c Call, ev supervisor.Events) (superv
 			status = "cancelled"
 		}
 		m.log.Info("call", c.Job.LogTrace("id", c.Job.ID, "status", status, "worker", "", "session", c.Job.Session,
-			"python_session", c.Session, "client", c.Job.Client, "error", err.Error())...)
+			"session_id", c.Session, "client", c.Job.Client, "error", err.Error())...)
 		return supervisor.Result{}, err
 	}
 	return m.runIn(ctx, s, c, ev)
@@ -513,7 +513,7 @@ func (m *Manager) start(ctx context.Context, client string, with func(context.Co
 	s := &session{id: m.mint(), owner: client, w: w, started: now, lastUsed: now, busy: 1, held: true}
 	m.open[s.id] = s
 	m.counts.Starts++
-	m.log.Info("python session started", "python_session", s.id, "client", client,
+	m.log.Info("session started", "session_id", s.id, "client", client,
 		"startup", now.Sub(began).Round(time.Millisecond), "open", len(m.open), "spare", spare != nil)
 	m.refillLocked()
 	m.kick()
@@ -559,7 +559,7 @@ func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*se
 	if s == nil || !m.owns(s.owner, client) {
 		err := m.goneErrLocked(id, client)
 		if s != nil {
-			m.log.Warn("refused a call to another client's session", "python_session", id,
+			m.log.Warn("refused a call to another client's session", "session_id", id,
 				"client", client, "owner", s.owner)
 		}
 		m.mu.Unlock()
@@ -578,7 +578,7 @@ func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*se
 	}
 	turn := make(chan struct{})
 	s.line = append(s.line, turn)
-	m.log.Debug("python session call waits its turn", "python_session", id, "id", job.ID, "position", len(s.line))
+	m.log.Debug("session call waits its turn", "session_id", id, "id", job.ID, "position", len(s.line))
 	m.mu.Unlock()
 
 	select {
@@ -831,7 +831,7 @@ func (m *Manager) endLocked(s *session, reason string, why error) {
 	} else {
 		m.releaseLocked(s.id)
 	}
-	m.log.Info("python session ended", "python_session", s.id, "reason", reason, "client", s.owner,
+	m.log.Info("session ended", "session_id", s.id, "reason", reason, "client", s.owner,
 		"calls", s.calls, "age", time.Since(s.started).Round(time.Millisecond), "open", len(m.open))
 	m.closeWorker(s.w)
 }
