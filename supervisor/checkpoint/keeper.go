@@ -10,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -184,13 +185,22 @@ func (k *Keeper) Describe(ctx context.Context, id string) (sessions.Saved, error
 	if err != nil {
 		return sessions.Saved{}, err
 	}
-	for _, rec := range [][]byte{latest, prev} {
+	var bad []string // why each record there is refused
+	for i, rec := range [][]byte{latest, prev} {
 		if rec == nil {
 			continue
 		}
-		if m, err := ReadMeta(rec); err == nil && m.Session == id {
+		m, err := ReadMeta(rec)
+		if err == nil && m.Session == id {
 			return savedOf(m), nil
 		}
+		if err == nil {
+			err = fmt.Errorf("%w: it is session %s's", ErrCorrupt, m.Session)
+		}
+		bad = append(bad, []string{"latest", "previous"}[i]+" record: "+strings.TrimPrefix(err.Error(), ErrCorrupt.Error()+": "))
+	}
+	if len(bad) > 0 {
+		return sessions.Saved{}, fmt.Errorf("%w (%s)", sessions.ErrDamaged, strings.Join(bad, "; "))
 	}
 	return sessions.Saved{}, fmt.Errorf("session %s: %w", id, sessions.ErrNoCheckpoint)
 }

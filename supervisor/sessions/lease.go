@@ -35,7 +35,8 @@ type Leaser interface {
 	// Release gives id's lease up.
 	Release(ctx context.Context, id string) error
 	// Describe says what session id's latest checkpoint holds; an error
-	// wrapping ErrNoCheckpoint when it has none.
+	// wrapping ErrNoCheckpoint when it has none, ErrDamaged when none of
+	// its records passes its checks.
 	Describe(ctx context.Context, id string) (Saved, error)
 	// RenewEvery is how often Renew must run for the leases to last.
 	RenewEvery() time.Duration
@@ -47,6 +48,9 @@ var (
 	ErrHeld = condition("another pyrun instance serves the %ssession")
 	// ErrNoCheckpoint: the store has no checkpoint of the session.
 	ErrNoCheckpoint = errors.New("the session has no checkpoint")
+	// ErrDamaged: the store has records of the session, and none of them
+	// passes its checks.
+	ErrDamaged = errors.New("the session's checkpoint is damaged")
 )
 
 // DefaultMoveWait is how long a call waits at most for another instance to
@@ -206,6 +210,14 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 		}
 	} else if err != nil {
 		release()
+	}
+	if errors.Is(err, ErrDamaged) {
+		// Its records stay in the store, for whoever looks into why (a
+		// record that fails its checks may be one a wrong key, or a disk,
+		// spoilt); the session cannot go on from them.
+		m.log.Warn("python session's checkpoint is damaged; its state is lost", "python_session", s.id,
+			"client", client, "error", err.Error())
+		return m.errorf(ErrLost, ": session %q could not be restored from the session store: %v, so its state is lost", s.id, err)
 	}
 	if err != nil {
 		if inst, _, _ := strings.Cut(s.id, "."); errors.Is(err, ErrNoCheckpoint) && inst != m.opts.Instance {
