@@ -3,8 +3,6 @@ package checkpoint
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -69,13 +67,10 @@ func NewKeeper(store Store, pool *supervisor.Pool, tmp string, max int64, log hc
 }
 
 // Holder is a name for this process in leases: the instance's name, the
-// process id and random hex, so that a pyrun started again with the same
-// instance id is not taken for the one before it.
-func Holder(instance string) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s/%d/%s", instance, os.Getpid(), hex.EncodeToString(b[:]))
-}
+// host, the process id and random hex, so that a pyrun started again with
+// the same instance id is not taken for the one before it, and takes the
+// leases of the one before it at once once it is gone (lease.go).
+func Holder(instance string) string { return thisProcess(instance).String() }
 
 // SetLeases names this process in leases (Holder) and sets how long they
 // last unless renewed. Call it before the Keeper is used.
@@ -97,6 +92,9 @@ func (k *Keeper) lease(id string) (Lease, bool) {
 // Hold implements sessions.Leaser.
 func (k *Keeper) Hold(ctx context.Context, id string) error {
 	l, err := k.store.Acquire(ctx, id, k.holder, k.ttl)
+	if err != nil {
+		l, err = k.fromGoneSelf(ctx, id, err)
+	}
 	if err != nil {
 		return err
 	}
