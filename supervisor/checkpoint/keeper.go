@@ -90,10 +90,11 @@ func (k *Keeper) lease(id string) (Lease, bool) {
 }
 
 // Hold implements sessions.Leaser.
-func (k *Keeper) Hold(ctx context.Context, id string) error {
-	l, err := k.store.Acquire(ctx, id, k.holder, k.ttl)
+func (k *Keeper) Hold(ctx context.Context, id, owner string) error {
+	name := k.holderFor(id, owner)
+	l, err := k.store.Acquire(ctx, id, name, k.ttl)
 	if err != nil {
-		l, err = k.fromGoneSelf(ctx, id, err)
+		l, err = k.fromGoneSelf(ctx, id, name, err)
 	}
 	if err != nil {
 		return err
@@ -146,7 +147,7 @@ func (k *Keeper) Renew(ctx context.Context) (moves, lost []string) {
 // retake takes id's lease again after l expired, if no other holder had it
 // since: the next generation is then this one's. Else it is not kept.
 func (k *Keeper) retake(ctx context.Context, id string, l Lease) bool {
-	nl, err := k.store.Acquire(ctx, id, k.holder, k.ttl)
+	nl, err := k.store.Acquire(ctx, id, l.Holder, k.ttl)
 	if err != nil {
 		return false
 	}
@@ -401,7 +402,7 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 func (k *Keeper) Delete(ctx context.Context, id string) error {
 	l, ok := k.lease(id)
 	if !ok {
-		if err := k.Hold(ctx, id); err != nil {
+		if err := k.Hold(ctx, id, ""); err != nil {
 			return err
 		}
 		l, _ = k.lease(id)

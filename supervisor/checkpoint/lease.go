@@ -47,8 +47,20 @@ type HeldError struct {
 }
 
 func (e *HeldError) Error() string {
-	return fmt.Sprintf("session %s is served by pyrun %s (its lease ends in %s unless renewed)", e.Key, e.Holder,
+	who, _ := cutOwnerMark(e.Holder)
+	return fmt.Sprintf("session %s is served by pyrun %s (its lease ends in %s unless renewed)", e.Key, who,
 		time.Until(e.Expires).Round(time.Millisecond))
+}
+
+// ServesFor says whether the holder serves the session for client, as the
+// owner mark in its name says (Keeper.Hold); known is false for a name
+// without one.
+func (e *HeldError) ServesFor(client string) (yes, known bool) {
+	_, mark := cutOwnerMark(e.Holder)
+	if mark == "" {
+		return false, false
+	}
+	return mark == ownerMark(client), true
 }
 
 func (e *HeldError) Unwrap() error { return sessions.ErrHeld }
@@ -229,9 +241,10 @@ func thisPlace() string {
 	return strings.NewReplacer("/", "_", ":", "_").Replace(host) + ":" + hex.EncodeToString(sum[:4])
 }
 
-// parseHolder reads a name thisProcess made; false for any other (an
-// older pyrun's, or a test's).
+// parseHolder reads a name thisProcess made, with or without an owner
+// mark; false for any other (an older pyrun's, or a test's).
 func parseHolder(s string) (holderName, bool) {
+	s, _ = cutOwnerMark(s)
 	parts := strings.Split(s, "/")
 	if len(parts) != 4 {
 		return holderName{}, false
@@ -334,18 +347,60 @@ func (r *Redis) Seize(ctx context.Context, key, holder, dead string, ttl time.Du
 // fromGoneSelf takes id's lease, which Acquire found held (err), when its
 // holder is a process of this instance on this host that is gone; else it
 // returns err.
-func (k *Keeper) fromGoneSelf(ctx context.Context, id string, err error) (Lease, error) {
+func (k *Keeper) fromGoneSelf(ctx context.Context, id, name string, err error) (Lease, error) {
 	var held *HeldError
 	s, ok := k.store.(seizer)
 	self, parsed := parseHolder(k.holder)
 	if !errors.As(err, &held) || !ok || !parsed || !goneSelf(held.Holder, self) {
 		return Lease{}, err
 	}
-	l, serr := s.Seize(ctx, id, k.holder, held.Holder, k.ttl)
+	l, serr := s.Seize(ctx, id, name, held.Holder, k.ttl)
 	if serr != nil {
 		return Lease{}, serr
 	}
 	k.log.Info("took a python session's lease from this instance's previous process, which is gone", "python_session", id,
 		"holder", held.Holder)
 	return l, nil
+}
+
+// A session's lease is taken for its owner when the session starts
+// (sessions.Leaser's Hold): the holder's name then ends with a mark of the
+// owner, so that a call for the session on another instance, before the
+// session has a record that says whose it is, can refuse another client's
+// call without asking for a hand-over (which would move the session off
+// its live worker).
+
+// ownerMarkPrefix starts the last part of a holder's name that marks the
+// owner its lease was taken for.
+const ownerMarkPrefix = "o-"
+
+// ownerMark is the mark of owner in a holder's name: a hash, for a
+// client's name is no business of the store's.
+func ownerMark(owner string) string {
+	sum := sha256.Sum256([]byte("pyrun session owner\x00" + owner))
+	return ownerMarkPrefix + hex.EncodeToString(sum[:8])
+}
+
+// cutOwnerMark splits a holder's name into the process's name and its
+// owner mark ("" when it has none).
+func cutOwnerMark(holder string) (name, mark string) {
+	i := strings.LastIndexByte(holder, '/')
+	if i < 0 || !strings.HasPrefix(holder[i+1:], ownerMarkPrefix) {
+		return holder, ""
+	}
+	return holder[:i], holder[i+1:]
+}
+
+// holderFor is the name to take id's lease with: that of the lease held
+// already, which is renewed; else this process's, with owner's mark
+// unless owner is "" (unknown, as to a call that takes a session over
+// before it has read its record).
+func (k *Keeper) holderFor(id, owner string) string {
+	if l, ok := k.lease(id); ok {
+		return l.Holder
+	}
+	if owner == "" {
+		return k.holder
+	}
+	return k.holder + "/" + ownerMark(owner)
 }

@@ -128,7 +128,7 @@ func TestLeaseRetakenOnlyIfNobodyHadIt(t *testing.T) {
 	k := &Keeper{store: store, log: hclog.NewNullLogger(), leases: map[string]Lease{}}
 	k.SetLeases("a", time.Second)
 	ctx := context.Background()
-	if err := k.Hold(ctx, key); err != nil {
+	if err := k.Hold(ctx, key, ""); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1100 * time.Millisecond)
@@ -195,6 +195,7 @@ func goneSelfContract(t *testing.T, store Store) {
 		taken        bool
 	}{
 		{"this instance's process that is gone", named(deadPid), true},
+		{"this instance's process that is gone, for an owner", named(deadPid) + "/" + ownerMark("alice"), true},
 		{"this instance's process whose id another process has now", named(func(h *holderName) { h.pid, h.start = os.Getppid(), "1" }), true},
 		{"another live process of this instance", named(func(h *holderName) { h.pid, h.start = os.Getppid(), parent }), false},
 		{"another Keeper of this process", named(func(h *holderName) {}), false},
@@ -209,7 +210,7 @@ func goneSelfContract(t *testing.T, store Store) {
 		}
 		k := &Keeper{store: store, log: hclog.NewNullLogger(), leases: map[string]Lease{}}
 		k.SetLeases(self.String(), time.Minute)
-		err = k.Hold(ctx, key)
+		err = k.Hold(ctx, key, "")
 		switch {
 		case tc.taken && err != nil:
 			t.Errorf("%s: %v, want the lease taken at once", tc.what, err)
