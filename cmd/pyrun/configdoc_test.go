@@ -53,7 +53,7 @@ var configGroups = []configGroup{
 	}},
 	{"Sessions", "[Sessions](sessions.md)", []string{
 		"session-idle", "session-max-age", "max-sessions", "client-max-sessions", "session-spares", "session-worker",
-		"sessions-per-worker", "max-session-workers", "instance-id",
+		"sessions-per-worker", "max-session-workers", "client-max-session-workers", "instance-id",
 		"session-store", "checkpoint-delay", "max-checkpoint", "session-lease", "session-move-wait",
 	}},
 	{"Rich results and files", "[Rich results](rich-results.md)", []string{
@@ -107,6 +107,8 @@ var derivedDefaults = map[string]string{
 	"auth-audience":            "the resource URLs",
 	"auth-jwks-url":            "from the issuer's metadata",
 	"output-dir":               "the system's temporary directory",
+
+	"client-max-session-workers": "half of max-session-workers, rounded up",
 }
 
 // machineDefaults are the flags whose default the flag set works out from
