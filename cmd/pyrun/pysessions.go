@@ -28,7 +28,7 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.sessionMaxAge, "session-max-age", sessions.DefaultMaxAge, "a Python session ends this long after it started")
 	fs.IntVar(&o.maxSessions, "max-sessions", defaultMaxSessions, "sessions open at once, per language")
 	fs.IntVar(&o.clientMaxSessions, "client-max-sessions", defaultClientMaxSessions, "serve, with access control: sessions one client may have open, per language")
-	fs.StringVar(&o.sessionWorker, "session-worker", sessionShared, "where sessions live: \"shared\" (namespaces on session workers of their client's, --sessions-per-worker each) or \"own\" (a worker per session)")
+	fs.StringVar(&o.sessionWorker, "session-worker", sessionShared, "where sessions live: \"shared\" (namespaces on session workers of their client's, --sessions-per-worker each, which share the worker's interpreter) or \"own\" (a worker per session: for users behind one client's credentials who must not see each other's sessions)")
 	fs.IntVar(&o.sessionsPerWorker, "sessions-per-worker", sessions.DefaultPerHost, "with --session-worker shared: sessions one session worker holds at most")
 	fs.IntVar(&o.maxSessionWorkers, "max-session-workers", sessions.DefaultMaxHosts, "worker processes for sessions at once, per language, spares included (with own session workers, also the most sessions)")
 	fs.IntVar(&o.clientMaxSessionWorkers, "client-max-session-workers", 0, "with --session-worker shared and access control: session workers one client's sessions may hold at once, per language, those restored from checkpoints (each onto a worker of its own) included, so that one client never holds every session worker (0: half of --max-session-workers, rounded up)")
