@@ -276,8 +276,7 @@ func (m *Manager) expireHostsLocked(now time.Time) time.Duration {
 // hosts are at Limits.MaxHosts, or says why there is no room. m.mu is
 // held.
 func (m *Manager) roomForHostLocked(client string) error {
-	if n := m.clientHostsLocked(client); n >= m.clientMaxHosts(client) && !m.closeEmptyHostLocked(client) {
-		m.counts.HostRefusals++
+	if n, full := m.clientShareFullLocked(client); full {
 		return m.errorf(ErrTooMany, ": this client's sessions hold %d session workers, the most one client may hold (client_max_session_workers); end a session, or wait for one to expire", n)
 	}
 	if m.hostRoomLocked(func(h *host) bool { return h.owner != client }) {
@@ -292,8 +291,7 @@ func (m *Manager) roomForHostLocked(client string) error {
 // client's at Limits.ClientMaxHosts, or says why there is none. m.mu is
 // held.
 func (m *Manager) roomToRestoreLocked(s *session) error {
-	if n := m.clientHostsLocked(s.owner); n >= m.clientMaxHosts(s.owner) && !m.closeEmptyHostLocked(s.owner) {
-		m.counts.HostRefusals++
+	if n, full := m.clientShareFullLocked(s.owner); full {
 		return m.errorf(ErrNoRoom, " %q from its checkpoint: it needs a session worker of its own, and this client's sessions hold %d, the most one client may hold (client_max_session_workers). The session and its checkpoint are kept: call it again once another of this client's sessions has ended", s.id, n)
 	}
 	if m.hostRoomLocked(func(*host) bool { return true }) {
@@ -322,13 +320,20 @@ func (m *Manager) hostRoomLocked(mayClose func(*host) bool) bool {
 	return false
 }
 
-// clientMaxHosts is the most hosts client's sessions may hold: no bound
-// for Options.Anonymous (one user's, as ClientMax).
-func (m *Manager) clientMaxHosts(client string) int {
+// clientShareFullLocked says whether client's sessions hold
+// Limits.ClientMaxHosts hosts (n), none of them empty: one that is is
+// closed to make room (a restored session or a fork cannot join it).
+// Options.Anonymous has no share (one user's, as with ClientMax), and the
+// refusal is counted. m.mu is held.
+func (m *Manager) clientShareFullLocked(client string) (n int, full bool) {
 	if client == m.opts.Anonymous {
-		return m.limits.MaxHosts
+		return 0, false
 	}
-	return m.limits.ClientMaxHosts
+	if n = m.clientHostsLocked(client); n < m.limits.ClientMaxHosts || m.closeEmptyHostLocked(client) {
+		return n, false
+	}
+	m.counts.HostRefusals++
+	return n, true
 }
 
 // clientHostsLocked is the number of client's hosts open or starting (not
