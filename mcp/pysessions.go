@@ -160,7 +160,7 @@ var (
 	pySessionPlacedDesc = prometheus.NewDesc("pyrun_python_session_placed_total",
 		"New Python sessions placed on a session worker of their client's that had room: no worker started for them.", nil, nil)
 	pySessionWorkerRefusalsDesc = prometheus.NewDesc("pyrun_python_session_worker_refusals_total",
-		"New Python sessions refused because --max-session-workers session workers held other clients' sessions.", nil, nil)
+		"New Python sessions, and restores from checkpoints, refused because --max-session-workers session workers held other clients' sessions, or the client's held --client-max-session-workers.", nil, nil)
 	pySessionCheckpointsDesc = prometheus.NewDesc("pyrun_python_session_checkpoints_total",
 		"Checkpoints of Python sessions kept in --session-store.", nil, nil)
 	pySessionCheckpointFailuresDesc = prometheus.NewDesc("pyrun_python_session_checkpoint_failures_total",

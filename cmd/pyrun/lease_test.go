@@ -162,3 +162,45 @@ func TestSharedWorkerSessionMoves(t *testing.T) {
 	wantValue(t, b.inSession(t, id, "x += 10\nx"), "12")
 	wantValue(t, a.inSession(t, id, "x += 100\nx"), "112")
 }
+
+// A pyrun killed (no final checkpoint, no release) and started again with
+// the same store and instance id takes its predecessor's leases at once,
+// the process that held them being gone: the session continues from its
+// last checkpoint without waiting for the lease (here a minute) to
+// expire. Before, the call waited out --session-move-wait and failed.
+func TestRestartAfterAKillTakesTheDeadProcesssLeases(t *testing.T) {
+	needBinary(t)
+	store := t.TempDir()
+	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", "dir:" + store, "--instance-id", "box-k",
+		"--checkpoint-delay", "100ms", "--session-lease", "1m", "--session-move-wait", "40s"}
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	killed, err := startServer(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := killed.inSession(t, "new", "x = 5").sc.SessionID
+	if err := killed.log.waitFor(ctx, "the session's checkpoint", func(c map[string]int) bool {
+		return c["python session checkpoint"] > 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := killed.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = killed.session.Close() // its process is gone
+	again := newServer(t, args...)
+	began := time.Now()
+	r := again.inSession(t, id, "x")
+	took := time.Since(began)
+	if r.sc.Status != "success" || valueOf(r) != "5" {
+		t.Fatalf("the session after the kill and a restart: %s %s, want 5\n%s", r.sc.Status, valueOf(r), r.text)
+	}
+	if took > 30*time.Second {
+		t.Errorf("the first call after the restart took %s: it waited for the dead process's lease", took)
+	}
+	if again.log.count("took a python session's lease from this instance's previous process, which is gone") != 1 {
+		t.Errorf("the log does not say the lease was taken from the gone process")
+	}
+	t.Logf("the first call after the kill and restart: %s", took.Round(time.Millisecond))
+}

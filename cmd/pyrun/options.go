@@ -92,7 +92,9 @@ type options struct {
 	sessionWorker     string // shared or own
 	sessionsPerWorker int
 	maxSessionWorkers int
-	instanceID        string
+	// clientMaxSessionWorkers: 0 is half of maxSessionWorkers.
+	clientMaxSessionWorkers int
+	instanceID              string
 	// Rich results (docs/rich-results.md).
 	maxDisplays      int
 	maxDisplayBytes  byteSize

@@ -28,9 +28,10 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.sessionMaxAge, "session-max-age", sessions.DefaultMaxAge, "a Python session ends this long after it started")
 	fs.IntVar(&o.maxSessions, "max-sessions", defaultMaxSessions, "sessions open at once, per language")
 	fs.IntVar(&o.clientMaxSessions, "client-max-sessions", defaultClientMaxSessions, "serve, with access control: sessions one client may have open, per language")
-	fs.StringVar(&o.sessionWorker, "session-worker", sessionShared, "where sessions live: \"shared\" (namespaces on session workers of their client's, --sessions-per-worker each) or \"own\" (a worker per session)")
+	fs.StringVar(&o.sessionWorker, "session-worker", sessionShared, "where sessions live: \"shared\" (namespaces on session workers of their client's, --sessions-per-worker each, which share the worker's interpreter) or \"own\" (a worker per session: for users behind one client's credentials who must not see each other's sessions)")
 	fs.IntVar(&o.sessionsPerWorker, "sessions-per-worker", sessions.DefaultPerHost, "with --session-worker shared: sessions one session worker holds at most")
 	fs.IntVar(&o.maxSessionWorkers, "max-session-workers", sessions.DefaultMaxHosts, "worker processes for sessions at once, per language, spares included (with own session workers, also the most sessions)")
+	fs.IntVar(&o.clientMaxSessionWorkers, "client-max-session-workers", 0, "with --session-worker shared and access control: session workers one client's sessions may hold at once, per language, those restored from checkpoints (each onto a worker of its own) included, so that one client never holds every session worker (0: half of --max-session-workers, rounded up)")
 	fs.IntVar(&o.sessionSpares, "session-spares", sessions.DefaultSpares, "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
 	o.maxCheckpoint = supervisor.DefaultMaxCheckpoint
 	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
@@ -54,6 +55,7 @@ func (o *options) checkSessions() error {
 		outside("client-max-sessions", o.clientMaxSessions, 1, 4096),
 		outside("sessions-per-worker", o.sessionsPerWorker, 1, 256),
 		outside("max-session-workers", o.maxSessionWorkers, 1, 256),
+		outside("client-max-session-workers", o.clientMaxSessionWorkers, 0, 256),
 		outside("session-spares", o.sessionSpares, 0, 16),
 	); err != nil {
 		return err
@@ -126,7 +128,7 @@ func (o *options) sessionLimits(l lang.Language) sessions.Limits {
 	}
 	lim := sessions.Limits{
 		Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, ClientMax: o.clientMaxSessions,
-		Spares: spares, MaxHosts: o.maxSessionWorkers,
+		Spares: spares, MaxHosts: o.maxSessionWorkers, ClientMaxHosts: o.clientMaxSessionWorkers,
 	}
 	if !o.sharedSessions(l) {
 		// A session is a worker.

@@ -278,6 +278,7 @@ func TestSessionOptions(t *testing.T) {
 		{[]string{"--client-max-sessions", "5000"}, "client-max-sessions must be between 1 and 4096"},
 		{[]string{"--sessions-per-worker", "0"}, "sessions-per-worker must be between 1 and 256"},
 		{[]string{"--max-session-workers", "0"}, "max-session-workers must be between 1 and 256"},
+		{[]string{"--client-max-session-workers", "-1"}, "client-max-session-workers must be between 0 and 256"},
 		{[]string{"--session-worker", "mine"}, `session-worker must be "shared" or "own", not "mine"`},
 		{[]string{"--instance-id", "box.1"}, "only letters, digits and '-'"},
 		{[]string{"--instance-id", strings.Repeat("x", 64)}, "1 to 63 characters"},
@@ -310,6 +311,14 @@ func TestSessionOptions(t *testing.T) {
 	}
 	if r := own.sessionLimits(lang.R); own.sharedSessions(lang.R) || r.Max != 4 || r.ClientMax != 4 {
 		t.Errorf("--session-worker own: R sessions shared %v, limits %+v; want a worker each, 4 at most", own.sharedSessions(lang.R), r)
+	}
+	share, _, err := loadOptions("serve", []string{"--client-max-session-workers", "3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if py.ClientMaxHosts != 0 || share.sessionLimits(lang.Python).ClientMaxHosts != 3 {
+		t.Errorf("client-max-session-workers: %d by default, %d given 3; want 0 (half of max-session-workers) and 3",
+			py.ClientMaxHosts, share.sessionLimits(lang.Python).ClientMaxHosts)
 	}
 	if o.sessionLease != 10*time.Second || o.sessionMoveWait != 30*time.Second {
 		t.Errorf("defaults: session-lease %s, session-move-wait %s; want 10s and 30s", o.sessionLease, o.sessionMoveWait)

@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -74,13 +73,10 @@ func NewKeeper(store Store, key []byte, pool *supervisor.Pool, tmp string, max i
 }
 
 // Holder is a name for this process in leases: the instance's name, the
-// process id and random hex, so that a pyrun started again with the same
-// instance id is not taken for the one before it.
-func Holder(instance string) string {
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s/%d/%s", instance, os.Getpid(), hex.EncodeToString(b[:]))
-}
+// host, the process id and random hex, so that a pyrun started again with
+// the same instance id is not taken for the one before it, and takes the
+// leases of the one before it at once once it is gone (lease.go).
+func Holder(instance string) string { return thisProcess(instance).String() }
 
 // SetLeases names this process in leases (Holder) and sets how long they
 // last unless renewed. Call it before the Keeper is used.
@@ -100,8 +96,12 @@ func (k *Keeper) lease(id string) (Lease, bool) {
 }
 
 // Hold implements sessions.Leaser.
-func (k *Keeper) Hold(ctx context.Context, id string) error {
-	l, err := k.store.Acquire(ctx, id, k.holder, k.ttl)
+func (k *Keeper) Hold(ctx context.Context, id, owner string) error {
+	name := k.holderFor(id, owner)
+	l, err := k.store.Acquire(ctx, id, name, k.ttl)
+	if err != nil {
+		l, err = k.fromGoneSelf(ctx, id, name, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func (k *Keeper) Renew(ctx context.Context) (moves, lost []string) {
 // retake takes id's lease again after l expired, if no other holder had it
 // since: the next generation is then this one's. Else it is not kept.
 func (k *Keeper) retake(ctx context.Context, id string, l Lease) bool {
-	nl, err := k.store.Acquire(ctx, id, k.holder, k.ttl)
+	nl, err := k.store.Acquire(ctx, id, l.Holder, k.ttl)
 	if err != nil {
 		return false
 	}
@@ -190,13 +190,22 @@ func (k *Keeper) Describe(ctx context.Context, id string) (sessions.Saved, error
 	if err != nil {
 		return sessions.Saved{}, err
 	}
-	for _, rec := range [][]byte{latest, prev} {
+	var bad []string // why each record there is refused
+	for i, rec := range [][]byte{latest, prev} {
 		if rec == nil {
 			continue
 		}
-		if m, err := ReadMeta(rec, k.key); err == nil && m.Session == id {
+		m, err := ReadMeta(rec, k.key)
+		if err == nil && m.Session == id {
 			return savedOf(m), nil
 		}
+		if err == nil {
+			err = fmt.Errorf("%w: it is session %s's", ErrCorrupt, m.Session)
+		}
+		bad = append(bad, []string{"latest", "previous"}[i]+" record: "+strings.TrimPrefix(err.Error(), ErrCorrupt.Error()+": "))
+	}
+	if len(bad) > 0 {
+		return sessions.Saved{}, fmt.Errorf("%w (%s)", sessions.ErrDamaged, strings.Join(bad, "; "))
 	}
 	return sessions.Saved{}, fmt.Errorf("session %s: %w", id, sessions.ErrNoCheckpoint)
 }
@@ -461,7 +470,7 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 func (k *Keeper) Delete(ctx context.Context, id string) error {
 	l, ok := k.lease(id)
 	if !ok {
-		if err := k.Hold(ctx, id); err != nil {
+		if err := k.Hold(ctx, id, ""); err != nil {
 			return err
 		}
 		l, _ = k.lease(id)

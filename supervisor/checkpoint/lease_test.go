@@ -3,6 +3,9 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -125,7 +128,7 @@ func TestLeaseRetakenOnlyIfNobodyHadIt(t *testing.T) {
 	k := &Keeper{store: store, log: hclog.NewNullLogger(), leases: map[string]Lease{}}
 	k.SetLeases("a", time.Second)
 	ctx := context.Background()
-	if err := k.Hold(ctx, key); err != nil {
+	if err := k.Hold(ctx, key, ""); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1100 * time.Millisecond)
@@ -142,5 +145,85 @@ func TestLeaseRetakenOnlyIfNobodyHadIt(t *testing.T) {
 	}
 	if _, lost := k.Renew(ctx); len(lost) != 1 {
 		t.Fatalf("a lease another holder had meanwhile: lost %v, want the session", lost)
+	}
+}
+
+// A lease held by a process of this instance, on this host, that is gone
+// (pyrun killed and started again with the same instance id) is taken at
+// once, with a new generation, rather than after it expires. Controls: a
+// live process's lease (another pyrun of the same instance, or a process
+// id used again by another process), another instance's, another host's,
+// and a name of another form stay held.
+func TestLeaseOfThisInstancesGoneProcessIsTakenAtOnce(t *testing.T) {
+	dir, err := OpenDir(t.TempDir(), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rd, err := OpenRedis(context.Background(), startRedis(t), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	for name, store := range map[string]Store{"dir": dir, "redis": rd} {
+		t.Run(name, func(t *testing.T) { goneSelfContract(t, store) })
+	}
+}
+
+func goneSelfContract(t *testing.T, store Store) {
+	ctx := context.Background()
+	self := thisProcess("box-1")
+	if self.start == "" {
+		t.Fatalf("this process's start time cannot be read: %+v", self)
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	named := func(f func(h *holderName)) string {
+		h := self
+		h.nonce = "0123456789ab"
+		f(&h)
+		return h.String()
+	}
+	parent, err := procStart(os.Getppid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadPid := func(h *holderName) { h.pid, h.start = gone.Process.Pid, "1" }
+	for i, tc := range []struct {
+		what, holder string
+		taken        bool
+	}{
+		{"this instance's process that is gone", named(deadPid), true},
+		{"this instance's process that is gone, for an owner", named(deadPid) + "/" + ownerMark("alice"), true},
+		{"this instance's process whose id another process has now", named(func(h *holderName) { h.pid, h.start = os.Getppid(), "1" }), true},
+		{"another live process of this instance", named(func(h *holderName) { h.pid, h.start = os.Getppid(), parent }), false},
+		{"another Keeper of this process", named(func(h *holderName) {}), false},
+		{"another instance's process that is gone", named(func(h *holderName) { deadPid(h); h.instance = "box-2" }), false},
+		{"a process on another host", named(func(h *holderName) { deadPid(h); h.place = "elsewhere:00000000" }), false},
+		{"a name of an older pyrun", fmt.Sprintf("box-1/%d/0123456789ab", gone.Process.Pid), false},
+	} {
+		key := fmt.Sprintf("box-1.%032x", i)
+		old, err := store.Acquire(ctx, key, tc.holder, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := &Keeper{store: store, log: hclog.NewNullLogger(), leases: map[string]Lease{}}
+		k.SetLeases(self.String(), time.Minute)
+		err = k.Hold(ctx, key, "")
+		switch {
+		case tc.taken && err != nil:
+			t.Errorf("%s: %v, want the lease taken at once", tc.what, err)
+		case tc.taken:
+			l, _ := k.lease(key)
+			if l.Gen <= old.Gen {
+				t.Errorf("%s: taken with generation %d, want past %d", tc.what, l.Gen, old.Gen)
+			}
+			if err := store.Put(ctx, key, []byte("late"), 1, old); !errors.Is(err, ErrLeaseLost) {
+				t.Errorf("%s: its late write: %v, want ErrLeaseLost", tc.what, err)
+			}
+		case !errors.Is(err, sessions.ErrHeld):
+			t.Errorf("%s: %v, want it held", tc.what, err)
+		}
 	}
 }

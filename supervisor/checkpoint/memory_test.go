@@ -83,7 +83,7 @@ func TestCheckpointIsEncodedInBoundedMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	const id = "box.1"
-	if err := k.Hold(t.Context(), id); err != nil {
+	if err := k.Hold(t.Context(), id, ""); err != nil {
 		t.Fatal(err)
 	}
 	_ = p.BaseSnapshot(t.Context()) // mapped once, before the count

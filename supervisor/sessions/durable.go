@@ -201,8 +201,9 @@ func (m *Manager) deleteSaved(ctx context.Context, id string) {
 func (m *Manager) restore(ctx context.Context, s *session) (Saved, error) {
 	// With shared workers, a session restored has a worker of its own (its
 	// checkpoint is its host's whole memory): it counts in Limits.MaxHosts
-	// as any host, so that a client whose worker held many sessions, lost,
-	// cannot make pyrun start a worker per session.
+	// and its client's Limits.ClientMaxHosts as any host, so that a client
+	// whose worker held many sessions, lost, cannot make pyrun start a
+	// worker per session, nor take every worker from the other clients.
 	shared := m.opts.PerHost > 0
 	if shared {
 		m.mu.Lock()
@@ -210,13 +211,13 @@ func (m *Manager) restore(ctx context.Context, s *session) (Saved, error) {
 			m.mu.Unlock()
 			return Saved{}, err
 		}
-		m.hostsPending++
+		m.pendHostLocked(s.owner, 1)
 		m.mu.Unlock()
 	}
 	w, saved, err := m.opts.Checkpoints.Restore(ctx, s.id, m.kick)
 	m.mu.Lock()
 	if shared {
-		m.hostsPending--
+		m.pendHostLocked(s.owner, -1)
 	}
 	if err != nil {
 		m.mu.Unlock()

@@ -227,3 +227,55 @@ func TestCheckpointThatLosesItsWorkerKeepsTheOlderRecord(t *testing.T) {
 		t.Fatalf("the call after: %s %+v", res.Value, res.Checkpoint)
 	}
 }
+
+// One client's sessions restored from a lost shared worker, each onto a
+// worker of its own, count against the client's share of the session
+// workers (Limits.ClientMaxHosts, by default half of MaxHosts): past it a
+// restore is refused, its session and checkpoint kept, and another
+// client's new session still gets a worker. Before, the four sessions of
+// one client took the four workers, and the other client's "new" was
+// refused. Control: with a share of every worker, all four are restored,
+// and the other client is refused, as the bound says.
+func TestRestoresOfOneClientKeepWithinItsShare(t *testing.T) {
+	pool := checkpointingPool(t)
+	for _, tc := range []struct {
+		share, restored int
+		otherGetsOne    bool
+	}{
+		{0, 2, true}, // the default: half of the 4
+		{4, 4, false},
+	} {
+		t.Run(fmt.Sprintf("share %d", tc.share), func(t *testing.T) {
+			m, _ := durableWith(t, pool, t.TempDir(), 50*time.Millisecond,
+				sessions.Limits{Spares: -1, Max: 16, MaxHosts: 4, ClientMax: 8, ClientMaxHosts: tc.share})
+			t.Cleanup(func() { _ = m.Close(context.Background()) })
+			var ids []string
+			for i := range 4 {
+				ids = append(ids, callAs(t, m, "alice", sessions.NewSession, fmt.Sprintf("x = %d", i)).SessionID)
+			}
+			waitStats(t, m, time.Minute, "checkpoints of the four sessions", func(st sessions.Stats) bool { return st.Checkpoints >= 4 })
+			res, err := m.Run(t.Context(), sessions.Call{Session: ids[0], Job: supervisor.Job{ID: "exit", Code: "import js\njs.Deno.exit(3)", Client: "alice"}}, nil)
+			if err != nil || res.Checkpoint == nil {
+				t.Fatalf("the call that lost the worker: %v, checkpoint %+v", err, res.Checkpoint)
+			}
+			restored := 1
+			for i, id := range ids[1:] {
+				res, err := m.Run(t.Context(), sessions.Call{Session: id, Job: supervisor.Job{ID: "x", Code: "x", Client: "alice"}}, nil)
+				switch {
+				case err == nil && compact(res.Value) == fmt.Sprint(i+1):
+					restored++
+				case errors.Is(err, sessions.ErrNoRoom) && strings.Contains(err.Error(), "client_max_session_workers") && strings.Contains(err.Error(), "kept"):
+				default:
+					t.Errorf("alice's session %d after the loss: %v %q, want it restored or refused naming client_max_session_workers", i+1, err, res.Value)
+				}
+			}
+			if restored != tc.restored {
+				t.Errorf("%d of alice's 4 sessions restored, want %d", restored, tc.restored)
+			}
+			_, err = m.Run(t.Context(), sessions.Call{Session: sessions.NewSession, Job: supervisor.Job{ID: "bob", Code: "1", Client: "bob"}}, nil)
+			if got := err == nil; got != tc.otherGetsOne {
+				t.Errorf("bob's new session with alice's sessions restored: %v; want it to get a worker: %v", err, tc.otherGetsOne)
+			}
+		})
+	}
+}

@@ -25,8 +25,10 @@ import (
 // session it serves.
 type Leaser interface {
 	// Hold takes session id's lease for this instance (it may hold it
-	// already). An error wrapping ErrHeld: another instance holds it.
-	Hold(ctx context.Context, id string) error
+	// already), for the session's owner ("": not known yet). An error
+	// wrapping ErrHeld: another instance holds it; when it can tell for
+	// whom, the error is a HeldFor too.
+	Hold(ctx context.Context, id, owner string) error
 	// AskMove asks the instance that holds id's lease to hand it over.
 	AskMove(ctx context.Context, id string) error
 	// Renew renews the leases held; it returns the sessions another
@@ -35,7 +37,8 @@ type Leaser interface {
 	// Release gives id's lease up.
 	Release(ctx context.Context, id string) error
 	// Describe says what session id's latest checkpoint holds; an error
-	// wrapping ErrNoCheckpoint when it has none.
+	// wrapping ErrNoCheckpoint when it has none, ErrDamaged when none of
+	// its records passes its checks.
 	Describe(ctx context.Context, id string) (Saved, error)
 	// RenewEvery is how often Renew must run for the leases to last.
 	RenewEvery() time.Duration
@@ -47,6 +50,9 @@ var (
 	ErrHeld = condition("another pyrun instance serves the %ssession")
 	// ErrNoCheckpoint: the store has no checkpoint of the session.
 	ErrNoCheckpoint = errors.New("the session has no checkpoint")
+	// ErrDamaged: the store has records of the session, and none of them
+	// passes its checks.
+	ErrDamaged = errors.New("the session's checkpoint is damaged")
 )
 
 // DefaultMoveWait is how long a call waits at most for another instance to
@@ -70,7 +76,7 @@ func (m *Manager) holdNew(ctx context.Context, s *session) {
 	if l == nil {
 		return
 	}
-	if err := l.Hold(ctx, s.id); err != nil {
+	if err := l.Hold(ctx, s.id, s.owner); err != nil {
 		m.log.Warn("cannot take a new session's lease; it is not durable until its checkpoint", "session_id", s.id, "error", err.Error())
 	}
 }
@@ -124,7 +130,7 @@ func (m *Manager) sweepSavedLocked(l Leaser, id string) {
 		return
 	}
 	m.inBackground(func(ctx context.Context) {
-		if err := l.Hold(ctx, id); err != nil {
+		if err := l.Hold(ctx, id, ""); err != nil {
 			return // another instance serves it, and ends it in its time
 		}
 		sv, err := l.Describe(ctx, id)
@@ -166,12 +172,17 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 	deadline := time.Now().Add(wait)
 	asked := false
 	for {
-		err := l.Hold(ctx, s.id)
+		err := l.Hold(ctx, s.id, "")
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, ErrHeld) {
 			return m.errorf(ErrUnknown, ": session %q could not be taken over from the store: %v", s.id, err)
+		}
+		if !asked && m.notOwnerOf(ctx, l, s.id, client, err) {
+			// Asked for, the holder would hand it over (a checkpoint, its
+			// live worker closed) for a call that is then refused.
+			return m.errorf(ErrUnknown, ": no %s session %q is open here", m.lang, clip(s.id, 80))
 		}
 		if !asked {
 			if aerr := l.AskMove(ctx, s.id); aerr != nil {
@@ -206,6 +217,14 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 		}
 	} else if err != nil {
 		release()
+	}
+	if errors.Is(err, ErrDamaged) {
+		// Its records stay in the store, for whoever looks into why (a
+		// record that fails its checks may be one a wrong key, or a disk,
+		// spoilt); the session cannot go on from them.
+		m.log.Warn("python session's checkpoint is damaged; its state is lost", "python_session", s.id,
+			"client", client, "error", err.Error())
+		return m.errorf(ErrLost, ": session %q could not be restored from the session store: %v, so its state is lost", s.id, err)
 	}
 	if err != nil {
 		if inst, _, _ := strings.Cut(s.id, "."); errors.Is(err, ErrNoCheckpoint) && inst != m.opts.Instance {
@@ -242,6 +261,38 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 	m.counts.MovesIn++
 	m.log.Info("session moved here", "session_id", s.id, "after_call", saved.AfterCall, "client", client)
 	return nil
+}
+
+// HeldFor is an error of ErrHeld that knows for which client the
+// instance that holds the lease serves the session (checkpoint.HeldError).
+type HeldFor interface {
+	ServesFor(client string) (yes, known bool)
+}
+
+// notOwnerOf says whether the store tells that session id, which another
+// instance serves (held, Hold's error), is not client's: from the owner
+// its lease was taken for, else from its latest record. Neither known (a
+// lease of an older pyrun, a session without an intact record yet), it is
+// not refused here: the owner is checked once the session has moved.
+func (m *Manager) notOwnerOf(ctx context.Context, l Leaser, id, client string, held error) bool {
+	owner := "(the one its lease was taken for)"
+	yes, known := false, false
+	var hf HeldFor
+	if errors.As(held, &hf) {
+		yes, known = hf.ServesFor(client)
+	}
+	if !known {
+		saved, err := l.Describe(ctx, id)
+		if err != nil {
+			return false
+		}
+		owner, yes = saved.Owner, m.owns(saved.Owner, client)
+	}
+	if !yes {
+		m.log.Warn("refused a call to another client's session, which another instance serves", "python_session", id,
+			"client", client, "owner", owner)
+	}
+	return !yes
 }
 
 // renewLeases renews the leases of the sessions served here until stop is

@@ -131,6 +131,12 @@ type Limits struct {
 	// MaxHosts bounds the shared workers that hold sessions
 	// (Options.PerHost), spares included; 0: DefaultMaxHosts.
 	MaxHosts int
+	// ClientMaxHosts bounds the shared workers that hold one client's
+	// sessions (not Options.Anonymous's), those restored from checkpoints
+	// and forks included, so that one client's sessions, each restored
+	// onto a worker of its own, never take every worker; 0: half of
+	// MaxHosts, rounded up.
+	ClientMaxHosts int
 }
 
 // Default limits.
@@ -149,6 +155,7 @@ func (l Limits) withDefaults() Limits {
 	l.ClientMax = positiveOr(l.ClientMax, DefaultClientMax)
 	l.Spares = cmp.Or(l.Spares, DefaultSpares)
 	l.MaxHosts = positiveOr(l.MaxHosts, DefaultMaxHosts)
+	l.ClientMaxHosts = positiveOr(l.ClientMaxHosts, (l.MaxHosts+1)/2)
 	return l
 }
 
@@ -277,7 +284,8 @@ type Manager struct {
 	sparesStarting int
 	spareDone      chan struct{}
 	hosts          map[string][]*host // shared workers, by client (shared.go)
-	hostsPending   int                // new sessions starting a host
+	hostsPending   int                // new sessions and restores starting a host
+	hostsPendingOf map[string]int     // hostsPending, by client
 }
 
 // session is one open session. Its fields are guarded by Manager.mu.
@@ -328,6 +336,8 @@ func New(o Options) *Manager {
 		gone:     map[string]tomb{},
 		dormant:  map[string]Saved{},
 		counts:   Stats{Ends: map[string]int64{}},
+
+		hostsPendingOf: map[string]int{},
 	}
 	m.closing, m.cancelClosing = context.WithCancel(context.Background())
 	m.spareDone = make(chan struct{})
@@ -447,18 +457,20 @@ func (m *Manager) start(ctx context.Context, client string, with func(context.Co
 	if with == nil {
 		// A shared host of the client's with room: no worker starts.
 		w = m.placeLocked(client)
-		if w == nil && m.opts.PerHost > 0 {
-			if err := m.roomForHostLocked(client); err != nil {
-				m.starting[client]--
-				if m.starting[client] == 0 {
-					delete(m.starting, client)
-				}
-				m.doneLocked()
-				m.mu.Unlock()
-				return nil, err
+	}
+	// A new host, or a fork's worker (a host of its own: adoptLocked).
+	newHost := w == nil && m.opts.PerHost > 0
+	if newHost {
+		if err := m.roomForHostLocked(client); err != nil {
+			m.starting[client]--
+			if m.starting[client] == 0 {
+				delete(m.starting, client)
 			}
-			m.hostsPending++
+			m.doneLocked()
+			m.mu.Unlock()
+			return nil, err
 		}
+		m.pendHostLocked(client, 1)
 	}
 	var err error
 	var spare Worker
@@ -478,9 +490,9 @@ func (m *Manager) start(ctx context.Context, client string, with func(context.Co
 			w, err = m.opts.Start(ctx, m.kick)
 		}
 		m.mu.Lock()
-		if with == nil && m.opts.PerHost > 0 {
-			m.hostsPending--
-			if err == nil && !m.closed {
+		if newHost {
+			m.pendHostLocked(client, -1)
+			if with == nil && err == nil && !m.closed {
 				w = m.hostLocked(client, w)
 			}
 		}

@@ -269,10 +269,14 @@ func (m *Manager) expireHostsLocked(now time.Time) time.Duration {
 	return next
 }
 
-// roomForHostLocked makes room for one more host, for a new session of
-// client's: it closes another client's empty host when the hosts are at
-// Limits.MaxHosts, or says why there is no room. m.mu is held.
+// roomForHostLocked makes room for one more host, for a new session (or
+// a fork) of client's: it closes another client's empty host when the
+// hosts are at Limits.MaxHosts, or says why there is no room. m.mu is
+// held.
 func (m *Manager) roomForHostLocked(client string) error {
+	if n, full := m.clientShareFullLocked(client); full {
+		return m.errorf(ErrTooMany, ": this client's sessions hold %d session workers, the most one client may hold (client_max_session_workers); end a session, or wait for one to expire", n)
+	}
 	if m.hostRoomLocked(func(h *host) bool { return h.owner != client }) {
 		return nil
 	}
@@ -281,9 +285,13 @@ func (m *Manager) roomForHostLocked(client string) error {
 
 // roomToRestoreLocked makes room for the host s is restored onto, closing
 // an empty host of any client's (s's client's own included: a restored
-// session cannot join it) when the hosts are at Limits.MaxHosts, or says
-// why there is none. m.mu is held.
+// session cannot join it) when the hosts are at Limits.MaxHosts or s's
+// client's at Limits.ClientMaxHosts, or says why there is none. m.mu is
+// held.
 func (m *Manager) roomToRestoreLocked(s *session) error {
+	if n, full := m.clientShareFullLocked(s.owner); full {
+		return m.errorf(ErrNoRoom, " %q from its checkpoint: it needs a session worker of its own, and this client's sessions hold %d, the most one client may hold (client_max_session_workers). The session and its checkpoint are kept: call it again once another of this client's sessions has ended", s.id, n)
+	}
 	if m.hostRoomLocked(func(*host) bool { return true }) {
 		return nil
 	}
@@ -308,6 +316,56 @@ func (m *Manager) hostRoomLocked(mayClose func(*host) bool) bool {
 	}
 	m.counts.HostRefusals++
 	return false
+}
+
+// clientShareFullLocked says whether client's sessions hold
+// Limits.ClientMaxHosts hosts (n), none of them empty: one that is is
+// closed to make room (a restored session or a fork cannot join it).
+// Options.Anonymous has no share (one user's, as with ClientMax), and the
+// refusal is counted. m.mu is held.
+func (m *Manager) clientShareFullLocked(client string) (n int, full bool) {
+	if client == m.opts.Anonymous {
+		return 0, false
+	}
+	if n = m.clientHostsLocked(client); n < m.limits.ClientMaxHosts || m.closeEmptyHostLocked(client) {
+		return n, false
+	}
+	m.counts.HostRefusals++
+	return n, true
+}
+
+// clientHostsLocked is the number of client's hosts open or starting (not
+// lost: hostCountLocked). m.mu is held.
+func (m *Manager) clientHostsLocked(client string) int {
+	n := m.hostsPendingOf[client]
+	for _, h := range m.hosts[client] {
+		if h.lost() == "" {
+			n++
+		}
+	}
+	return n
+}
+
+// closeEmptyHostLocked closes one of client's hosts that holds no
+// session, if there is one. m.mu is held.
+func (m *Manager) closeEmptyHostLocked(client string) bool {
+	for _, h := range m.hosts[client] {
+		if h.open == 0 {
+			m.dropHostLocked(h)
+			m.closeWorker(h.w)
+			return true
+		}
+	}
+	return false
+}
+
+// pendHostLocked counts a host of client's starting (d 1) or started (d
+// -1). m.mu is held.
+func (m *Manager) pendHostLocked(client string, d int) {
+	m.hostsPending += d
+	if m.hostsPendingOf[client] += d; m.hostsPendingOf[client] <= 0 {
+		delete(m.hostsPendingOf, client)
+	}
 }
 
 // hostCountLocked is the number of hosts open. A lost host is not: its

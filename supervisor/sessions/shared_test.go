@@ -207,3 +207,41 @@ import os, sys, json
 	}
 	wantRefusal(t, m, sessions.Call{Session: a.SessionID, Job: supervisor.Job{ID: "after", Client: "alice", Code: "x"}}, sessions.ErrEnded, "a call to the ended session")
 }
+
+// Sessions of one client on one shared worker share its event loop, as
+// docs/sessions.md and docs/security.md say: a session sees the asyncio
+// tasks another left running (asyncio.all_tasks()) and, through a task's
+// coroutine, that session's globals. This is documented, not a boundary
+// (the interpreter is one); the advice for users who must not see each
+// other behind one client's credentials is --session-worker own, where a
+// session's worker holds it alone: the control, where the other session
+// sees no task but its own.
+func TestSharedSessionsOfOneClientSeeEachOthersTasks(t *testing.T) {
+	const leave = `
+import asyncio
+secret = "alice's secret"
+async def waits():
+    await asyncio.sleep(3600)
+task = asyncio.ensure_future(waits())`
+	const peek = `
+import asyncio
+[t.get_coro().cr_frame.f_globals.get("secret") for t in asyncio.all_tasks(asyncio.get_event_loop())
+ if getattr(t.get_coro(), "__name__", "") == "waits"]`
+	for _, tc := range []struct {
+		what    string
+		perHost int
+		want    string
+	}{
+		{"a shared worker (--session-worker shared)", 8, `["alice'ssecret"]`},
+		{"a worker of its own (--session-worker own)", 0, `[]`},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			m, _ := managerOn(t, sessions.Limits{Spares: -1}, tc.perHost)
+			callAs(t, m, "alice", sessions.NewSession, leave)
+			other := callAs(t, m, "alice", sessions.NewSession, "1").SessionID
+			if got := compact(callAs(t, m, "alice", other, peek).Value); got != tc.want {
+				t.Errorf("the other session of the same client, on %s, sees of the first's tasks: %s, want %s", tc.what, got, tc.want)
+			}
+		})
+	}
+}
