@@ -181,7 +181,7 @@ func TestRestartAfterAKillTakesTheDeadProcesssLeases(t *testing.T) {
 	}
 	id := killed.inSession(t, "new", "x = 5").sc.SessionID
 	if err := killed.log.waitFor(ctx, "the session's checkpoint", func(c map[string]int) bool {
-		return c["python session checkpoint"] > 0
+		return c["session checkpoint"] > 0
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func TestNativeSessionIsNotDurable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	if err := s.log.waitFor(ctx, "the refused checkpoint", func(c map[string]int) bool {
-		return c["python session is not durable"] >= 1
+		return c["session is not durable"] >= 1
 	}); err != nil {
 		t.Fatal(err)
 	}
