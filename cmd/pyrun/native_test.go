@@ -83,15 +83,41 @@ func TestNativeWheelFromWheelhouse(t *testing.T) {
 	wantValue(t, r, "3")
 }
 
-// Today a session that loaded a real side module is not durable: its
-// checkpoint is refused with the reason in the log, and when its worker
-// dies the result says the state is lost and why.
-func TestNativeSessionIsNotDurable(t *testing.T) {
+// A session that loaded real side modules is durable: its worker killed,
+// the next call goes on from the checkpoint with the C libraries' state
+// (counters, a malloc'ed string, a function pointer set at run time, a
+// Python object C holds), and calls into them work.
+func TestNativeSessionSurvivesItsWorker(t *testing.T) {
 	fx := nativefix.Build(t)
 	s := newServer(t, "--workers", "1", "--network", "none", "--session-worker", "own",
 		"--session-store", "dir:"+t.TempDir(), "--checkpoint-delay", "100ms")
-	r := s.inSession(t, "new", nativeSetup, "files", nativeFiles(t, fx))
-	wantValue(t, r, "[1, 2, 42, 42, 9, 1, 2]")
+	r := s.inSession(t, "new", nativeSetup+"\n"+nativeNext, "files", nativeFiles(t, fx))
+	wantValue(t, r, `[3, "kept in C", 4, [1, 2, 3]]`)
+	id := r.sc.SessionID
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	if err := s.log.waitFor(ctx, "the checkpoint after call 1", func(c map[string]int) bool {
+		return c["python session checkpoint"] >= 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r = s.inSession(t, id, "import js\njs.Deno.exit(3)")
+	if r.sc.Checkpoint == nil || r.sc.Checkpoint.AfterCall != 1 {
+		t.Fatalf("the lost call of a native session: %+v\n%s", r.sc.Checkpoint, r.text)
+	}
+	r = s.inSession(t, id, "[lib.counter_next(), lib.counter_apply(1, 6, 7), lib.counter_saved().decode(), pyrunnative.bump(), pyrunnative.kept()['rows'], lib.counter_save(b'again')]")
+	wantValue(t, r, `[4, 42, "kept in C", 6, [1, 2, 3], 5]`)
+}
+
+// A ctypes callback (a JavaScript function made callable from C) cannot
+// be restored: the session's checkpoint is refused with the reason in the
+// log, and when its worker dies the result says the state is lost and why.
+func TestNativeCallbackSessionIsNotDurable(t *testing.T) {
+	fx := nativefix.Build(t)
+	s := newServer(t, "--workers", "1", "--network", "none", "--session-worker", "own",
+		"--session-store", "dir:"+t.TempDir(), "--checkpoint-delay", "100ms")
+	r := s.inSession(t, "new", nativeSetup+"\ncb = ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 1)\ncb()", "files", nativeFiles(t, fx))
+	wantValue(t, r, "1")
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	if err := s.log.waitFor(ctx, "the refused checkpoint", func(c map[string]int) bool {
