@@ -130,3 +130,26 @@ func TestNativeCallbackSessionIsNotDurable(t *testing.T) {
 		t.Fatalf("the lost call of a native session: %+v\n%s", r.sc.Checkpoint, r.text)
 	}
 }
+
+// The binary wheel's module, loaded by Pyodide's package loader (its
+// asynchronous path), is restored too: its worker killed, the next call
+// goes on with its counter.
+func TestNativeWheelSessionSurvivesItsWorker(t *testing.T) {
+	fx := nativefix.Build(t)
+	s := newServer(t, "--workers", "1", "--network", "none", "--wheelhouse", fx.Wheelhouse, "--session-worker", "own",
+		"--session-store", "dir:"+t.TempDir(), "--checkpoint-delay", "100ms")
+	r := s.inSession(t, "new", "import pyrunnative\npyrunnative.bump(); pyrunnative.faster(); pyrunnative.bump()")
+	wantValue(t, r, "3")
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	if err := s.log.waitFor(ctx, "the checkpoint after call 1", func(c map[string]int) bool {
+		return c["python session checkpoint"] >= 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r = s.inSession(t, r.sc.SessionID, "import js\njs.Deno.exit(3)")
+	if r.sc.Checkpoint == nil || r.sc.Checkpoint.AfterCall != 1 {
+		t.Fatalf("the lost call of a native session: %+v\n%s", r.sc.Checkpoint, r.text)
+	}
+	wantValue(t, s.inSession(t, r.sc.SessionID, "pyrunnative.bump()"), "5")
+}
