@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pyrun/pyrun/internal/nativefix"
 )
@@ -152,4 +153,27 @@ func TestNativeWheelSessionSurvivesItsWorker(t *testing.T) {
 		t.Fatalf("the lost call of a native session: %+v\n%s", r.sc.Checkpoint, r.text)
 	}
 	wantValue(t, s.inSession(t, r.sc.SessionID, "pyrunnative.bump()"), "5")
+}
+
+// A native session outlives pyrun: stopped (its shutdown checkpoint) and
+// started again on the same store, it goes on with its C state.
+func TestNativeSessionSurvivesARestart(t *testing.T) {
+	needBinary(t)
+	fx := nativefix.Build(t)
+	args := []string{"--workers", "1", "--network", "none", "--session-worker", "own", "--session-store", "dir:" + t.TempDir(),
+		"--instance-id", "box-9", "--checkpoint-delay", "1h"} // only the shutdown's checkpoint
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
+	defer cancel()
+	first, err := startServerFor(ctx, time.Minute, "", nil, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := first.inSession(t, "new", nativeSetup+"\n"+nativeNext, "files", nativeFiles(t, fx))
+	wantValue(t, r, `[3, "kept in C", 4, [1, 2, 3]]`)
+	if err := first.session.Close(); err != nil {
+		t.Fatalf("the first pyrun did not exit cleanly: %v\n%s", err, first.log.tail())
+	}
+	second := newServer(t, args...)
+	r = second.inSession(t, r.sc.SessionID, "[lib.counter_next(), lib.counter_saved().decode(), pyrunnative.bump(), pyrunnative.kept()['rows']]")
+	wantValue(t, r, `[4, "kept in C", 6, [1, 2, 3]]`)
 }
