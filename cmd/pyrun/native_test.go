@@ -102,6 +102,10 @@ func TestNativeSessionSurvivesItsWorker(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// A fork carries the native state, and its calls leave the session's alone.
+	f := s.mustCall(t, map[string]any{"session_id": "fork:" + id,
+		"python_code": "[lib.counter_next(), lib.counter_saved().decode(), pyrunnative.bump(), pyrunnative.kept()['rows']]"})
+	wantValue(t, f, `[4, "kept in C", 6, [1, 2, 3]]`)
 	r = s.inSession(t, id, "import js\njs.Deno.exit(3)")
 	if r.sc.Checkpoint == nil || r.sc.Checkpoint.AfterCall != 1 {
 		t.Fatalf("the lost call of a native session: %+v\n%s", r.sc.Checkpoint, r.text)
