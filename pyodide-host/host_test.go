@@ -29,7 +29,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the events sections of testdata/*.txtar from the real worker")
 
 // hostSources are the TypeScript files of the worker program.
-var hostSources = []string{"main.ts", "worker.ts", "checkpoint.ts", "lines.ts", "protocol.ts", "serve.ts", "events.ts", "guards.ts", "mounts.ts", "toolcalls.ts", "warm.ts", "sessions.ts",
+var hostSources = []string{"main.ts", "worker.ts", "checkpoint.ts", "lines.ts", "protocol.ts", "serve.ts", "events.ts", "guards.ts", "mounts.ts", "toolcalls.ts", "warm.ts", "sessions.ts", "dynlibs.ts",
 	"js/main.ts", "js/runner.ts", "js/rewrite.ts", "js/protocol.ts"}
 
 // TestDenoTools keeps the worker program clean under Deno's own formatter,

@@ -4,6 +4,7 @@
 
 /// <reference lib="deno.worker" />
 
+import { dropDynlibs, restoreDynlibs, saveDynlibs, watchDynlibs } from "./dynlibs.ts";
 // @ts-types="./node_modules/pyodide/pyodide.d.ts"
 import { loadPyodide, type PyodideInterface } from "./node_modules/pyodide/pyodide.mjs";
 import {
@@ -26,7 +27,6 @@ import {
   type HostFunctions,
   installHost,
   makeCheckpoint,
-  nonDurable,
   restoreFiles,
   restoreOptions,
   sendCheckpoint,
@@ -191,10 +191,15 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   let current = "";
   const lines = readLines(Deno.stdin, cfg.max_line);
   const loadFiles = packageLoader(py);
-  // Native code loaded from here on makes the session's checkpoints unsafe
-  // (checkpoint.ts, nonDurable); files added to site-packages are kept.
+  // Native code loaded from here on is recorded with checkpoints (dynlibs.ts),
+  // or they say why it cannot be; files added to site-packages are kept.
   const tableAtReady = (py as unknown as { _module: { wasmTable?: { length: number } } })._module
     .wasmTable?.length ?? 0;
+  // A restored checkpoint's side modules load again first (dynlibs.ts).
+  const M = (py as unknown as { _module: unknown })._module;
+  const restoredLibs = restored ? restoreDynlibs(M) : [];
+  const dynlibs = watchDynlibs();
+  dynlibs.push(...restoredLibs);
   const site = py.runPython("import site; site.getsitepackages()[0]") as string;
   const siteAtReady = new Set(py.FS.readdir(site) as string[]);
   // A restored checkpoint holds its preloaded packages already.
@@ -368,9 +373,14 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
           : "",
       warm: (calls) => warming.allow(calls),
       checkpoint(id) {
-        const why = !cfg.checkpoints
-          ? "this worker takes no checkpoints"
-          : nonDurable(py, tableAtReady);
+        const dynlibsOrWhy = () => {
+          try {
+            return saveDynlibs(M, dynlibs, tableAtReady);
+          } catch (e) {
+            return `the session's native code could not be recorded: ${errorText(e)}`;
+          }
+        };
+        const why = !cfg.checkpoints ? "this worker takes no checkpoints" : dynlibsOrWhy();
         if (why) {
           send({ type: "checkpoint", id, error: why });
           return;
@@ -380,7 +390,11 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
             .map((n) => `${site}/${n}`);
           // /sessions: the folders of the namespaces switched out (sessions.ts).
           const roots = ["/home/pyodide", "/tmp", "/output", "/sessions", ...added];
-          sendCheckpoint(id, makeCheckpoint(py, roots, mounts.map((m) => m.path)));
+          try {
+            sendCheckpoint(id, makeCheckpoint(py, roots, mounts.map((m) => m.path)));
+          } finally {
+            dropDynlibs(M);
+          }
         } catch (e) {
           send({ type: "checkpoint", id, error: `checkpoint failed: ${errorText(e)}` });
         }

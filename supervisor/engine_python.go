@@ -39,7 +39,7 @@ func (pythonEngine) Permissions(rt *Runtime) (Permissions, error) {
 	var read []string
 	for _, f := range []string{
 		"worker.ts", "checkpoint.ts", "lines.ts", "protocol.ts", "serve.ts", "mounts.ts", "guards.ts", "toolcalls.ts",
-		"warm.ts", "sessions.ts", "python",
+		"warm.ts", "sessions.ts", "dynlibs.ts", "python",
 	} {
 		read = append(read, filepath.Join(rt.Dir, f))
 	}
