@@ -98,7 +98,7 @@ func TestNativeSessionSurvivesItsWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	if err := s.log.waitFor(ctx, "the checkpoint after call 1", func(c map[string]int) bool {
-		return c["python session checkpoint"] >= 1
+		return c["session checkpoint"] >= 1
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestNativeWheelSessionSurvivesItsWorker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	if err := s.log.waitFor(ctx, "the checkpoint after call 1", func(c map[string]int) bool {
-		return c["python session checkpoint"] >= 1
+		return c["session checkpoint"] >= 1
 	}); err != nil {
 		t.Fatal(err)
 	}
