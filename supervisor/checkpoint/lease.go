@@ -314,21 +314,7 @@ func (d *Dir) Seize(_ context.Context, key, holder, dead string, ttl time.Durati
 var seizeScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'holder') == ARGV[3] then
   redis.call('DEL', KEYS[1])
-end
-local h = redis.call('HGET', KEYS[1], 'holder')
-if h and h ~= ARGV[1] then
-  return {0, h, redis.call('PTTL', KEYS[1])}
-end
-local g
-if h then
-  g = tonumber(redis.call('HGET', KEYS[1], 'gen'))
-else
-  g = redis.call('INCR', KEYS[2])
-  redis.call('DEL', KEYS[1])
-  redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'gen', g)
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, ARGV[1], g}`)
+end` + acquireLua)
 
 func (r *Redis) Seize(ctx context.Context, key, holder, dead string, ttl time.Duration) (Lease, error) {
 	if err := checkKey(key); err != nil {

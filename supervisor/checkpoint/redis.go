@@ -45,11 +45,9 @@ func OpenRedis(ctx context.Context, url string, maxRaw int64) (*Redis, error) {
 	return &Redis{c: c, maxRecord: MaxRecord(maxRaw)}, nil
 }
 
-// The scripts run atomically in Redis: a lease's check and the write it
-// guards are one step.
-var (
-	// KEYS: lease, generation counter. ARGV: holder, ttl ms.
-	acquireScript = redis.NewScript(`
+// acquireLua takes a lease (KEYS: lease, generation counter; ARGV: holder,
+// ttl ms), the same for a seize (lease.go) once the dead holder's is gone.
+const acquireLua = `
 local h = redis.call('HGET', KEYS[1], 'holder')
 if h and h ~= ARGV[1] then
   return {0, h, redis.call('PTTL', KEYS[1])}
@@ -63,7 +61,13 @@ else
   redis.call('HSET', KEYS[1], 'holder', ARGV[1], 'gen', g)
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
-return {1, ARGV[1], g}`)
+return {1, ARGV[1], g}`
+
+// The scripts run atomically in Redis: a lease's check and the write it
+// guards are one step.
+var (
+	// KEYS: lease, generation counter. ARGV: holder, ttl ms.
+	acquireScript = redis.NewScript(acquireLua)
 	// KEYS: lease. ARGV: holder, gen, ttl ms. -1: not in force.
 	renewScript = redis.NewScript(`
 if redis.call('HGET', KEYS[1], 'holder') ~= ARGV[1] or redis.call('HGET', KEYS[1], 'gen') ~= ARGV[2] then
