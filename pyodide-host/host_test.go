@@ -226,23 +226,23 @@ func denoRun(rt *supervisor.Runtime, flags []string, program, hostConfig string)
 }
 
 func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig string) *exec.Cmd {
-	args := denoRun(rt, []string{
-		"--allow-read=" + strings.Join([]string{
-			filepath.Join(rt.Dir, "worker.ts"),
-			filepath.Join(rt.Dir, "checkpoint.ts"),
-			filepath.Join(rt.Dir, "lines.ts"),
-			filepath.Join(rt.Dir, "protocol.ts"),
-			filepath.Join(rt.Dir, "serve.ts"),
-			filepath.Join(rt.Dir, "mounts.ts"),
-			filepath.Join(rt.Dir, "guards.ts"),
-			filepath.Join(rt.Dir, "toolcalls.ts"),
-			filepath.Join(rt.Dir, "warm.ts"),
-			filepath.Join(rt.Dir, "sessions.ts"),
-			filepath.Join(rt.Dir, "python"),
-			filepath.Join(rt.Dir, "node_modules", "pyodide"),
-		}, ","),
-		"--allow-net", "--deny-net=" + strings.Join(deniedNets, ","),
-	}, "main.ts", hostConfig)
+	// The read list is the python engine's own, so a new worker module
+	// needs naming in one place only (supervisor/engine_python.go).
+	var perms supervisor.Permissions
+	for _, e := range supervisor.Engines() {
+		if e.Name() == "python" {
+			p, err := e.Permissions(rt)
+			if err != nil {
+				panic(fmt.Sprintf("python engine permissions: %v", err))
+			}
+			perms = p
+		}
+	}
+	if len(perms.Read) == 0 {
+		panic("no python engine among supervisor.Engines()")
+	}
+	flags := append([]string{"--allow-read=" + strings.Join(perms.Read, ",")}, perms.Flags...)
+	args := denoRun(rt, append(flags, "--allow-net", "--deny-net="+strings.Join(deniedNets, ",")), "main.ts", hostConfig)
 	return workerProcess(ctx, rt, args)
 }
 

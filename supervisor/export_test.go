@@ -159,3 +159,22 @@ func SetCheckpointTimeout(t testing.TB, d time.Duration) {
 	checkpointTimeout = d
 	t.Cleanup(func() { checkpointTimeout = old })
 }
+
+// WarmingLeft is how many warming calls the worker with process id pid has
+// not yet been let run (WarmCalls less the batches sent), or -1 when no
+// idle or dedicated worker has that pid.
+func (p *Pool) WarmingLeft(pid int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, w := range p.idle {
+		if w.cmd.Process.Pid == pid {
+			return w.ready.WarmCalls - w.warmSent
+		}
+	}
+	for w := range p.dedicated {
+		if w.cmd.Process.Pid == pid {
+			return w.ready.WarmCalls - w.warmSent
+		}
+	}
+	return -1
+}

@@ -112,7 +112,7 @@ func TestWarmedWorkerIsFresh(t *testing.T) {
 	p := realPool(t, supervisor.Config{Workers: 1, WarmCalls: 200})
 	waitLong(t, "the worker ready", func() bool { return p.Stats().Ready == 1 })
 	pid := p.WorkerPIDs()[0]
-	waitWarmed(t, pid)
+	waitWarmed(t, p, pid)
 	check := "(sorted(k for k in globals() if not k.startswith('__')), __import__('os').listdir('.'))"
 	if res := run(t, p, supervisor.Job{Code: check}); res.Status != supervisor.StatusSuccess || res.Value != "[\n  [],\n  []\n]" || res.Stdout != "" {
 		t.Fatalf("after warming: %s, value %q, stdout %q: %s", res.Status, res.Value, res.Stdout, res.Error)
@@ -123,7 +123,7 @@ func TestWarmedWorkerIsFresh(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(d.Close)
-	waitWarmed(t, d.PID())
+	waitWarmed(t, p, d.PID())
 	res, err := d.Run(t.Context(), supervisor.Job{ID: "s1", Code: "a = 1\nsorted(k for k in globals() if not k.startswith('__'))"}, nil)
 	if err != nil || res.Status != supervisor.StatusSuccess || res.Value != "[\n  \"a\"\n]" {
 		t.Fatalf("session's first call: %v %+v", err, res)
@@ -134,15 +134,15 @@ func TestWarmedWorkerIsFresh(t *testing.T) {
 	}
 }
 
-// waitWarmed waits until the worker pid, fresh and idle, has used the CPU
-// its warming calls take (200 of them: about 2 s of CPU, its Python thread
-// and V8's compilers; an idle worker that does not warm used 0.25-0.32 s
-// over the same 4 s after ready: scripts/bench -only firstcalls) and then
-// stopped using it.
-func waitWarmed(t *testing.T, pid int) {
+// waitWarmed waits until the worker pid, fresh and idle, has run all its
+// warming calls and then stopped using the CPU.
+func waitWarmed(t *testing.T, p *supervisor.Pool, pid int) {
 	t.Helper()
-	start := supervisor.ProcessCPU(t, pid)
-	last, quiet := start, 0
+	// Done when the pool has let the worker run all its warming calls and
+	// its CPU has then been quiet for three looks: the last batch has run.
+	// (A threshold of CPU used, 1 s, failed in CI: on a faster machine 200
+	// warming calls can take less.)
+	last, quiet := supervisor.ProcessCPU(t, pid), 0
 	waitLong(t, "the warming calls run", func() bool {
 		time.Sleep(200 * time.Millisecond)
 		used := supervisor.ProcessCPU(t, pid)
@@ -152,6 +152,10 @@ func waitWarmed(t *testing.T, pid int) {
 			quiet = 0
 		}
 		last = used
-		return used-start > time.Second && quiet >= 3
+		left := p.WarmingLeft(pid)
+		if left < 0 {
+			t.Fatalf("worker %d is gone while warming", pid)
+		}
+		return left == 0 && quiet >= 3
 	})
 }
