@@ -103,19 +103,6 @@ function deserializer(module: () => any): (o: any) => unknown {
   };
 }
 
-/**
- * Why a checkpoint of py would not restore right, or "": native code (ctypes,
- * a package's shared library) added wasm function-table entries that are not
- * in a memory snapshot, and calling one after a restore is a fatal error.
- */
-export function nonDurable(py: PyodideInterface, tableAtReady: number): string {
-  const t = (py as any)._module?.wasmTable?.length ?? 0;
-  if (t > tableAtReady) {
-    return "the session loaded native code (ctypes or a package's shared library), which a checkpoint cannot restore";
-  }
-  return "";
-}
-
 /** Takes a checkpoint of py: memory and files. roots: the folders whose files are kept. */
 export function makeCheckpoint(py: PyodideInterface, roots: string[], skip: string[]): Checkpoint {
   const M = (py as any)._module;
