@@ -321,18 +321,7 @@ func (r *Redis) Seize(ctx context.Context, key, holder, dead string, ttl time.Du
 		return Lease{}, err
 	}
 	v, err := seizeScript.Run(ctx, r.c, []string{redisLease + key, redisGen + key}, holder, ttl.Milliseconds(), dead).Slice()
-	if err != nil {
-		return Lease{}, fmt.Errorf("session lease: %w", err)
-	}
-	if len(v) != 3 {
-		return Lease{}, fmt.Errorf("session lease: unexpected answer %v", v)
-	}
-	who, _ := v[1].(string)
-	n, _ := v[2].(int64)
-	if ok, _ := v[0].(int64); ok != 1 {
-		return Lease{}, &HeldError{Key: key, Holder: who, Expires: time.Now().Add(time.Duration(n) * time.Millisecond)}
-	}
-	return Lease{Holder: who, Gen: n}, nil
+	return leaseAnswer(key, v, err)
 }
 
 // fromGoneSelf takes id's lease, which Acquire found held (err), when its

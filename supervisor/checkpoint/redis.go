@@ -211,18 +211,7 @@ func (r *Redis) Acquire(ctx context.Context, key, holder string, ttl time.Durati
 		return Lease{}, err
 	}
 	v, err := acquireScript.Run(ctx, r.c, []string{redisLease + key, redisGen + key}, holder, ttl.Milliseconds()).Slice()
-	if err != nil {
-		return Lease{}, fmt.Errorf("session lease: %w", err)
-	}
-	if len(v) != 3 {
-		return Lease{}, fmt.Errorf("session lease: unexpected answer %v", v)
-	}
-	who, _ := v[1].(string)
-	n, _ := v[2].(int64)
-	if ok, _ := v[0].(int64); ok != 1 {
-		return Lease{}, &HeldError{Key: key, Holder: who, Expires: time.Now().Add(time.Duration(n) * time.Millisecond)}
-	}
-	return Lease{Holder: who, Gen: n}, nil
+	return leaseAnswer(key, v, err)
 }
 
 func (r *Redis) Renew(ctx context.Context, key string, l Lease, ttl time.Duration) (bool, error) {
@@ -273,3 +262,20 @@ func (r *Redis) Keys(ctx context.Context) ([]string, error) {
 }
 
 func (r *Redis) Close() error { return r.c.Close() }
+
+// leaseAnswer reads the acquire and seize scripts' answer, {ok, holder,
+// gen or ms left}: the lease got, or who holds it and until when.
+func leaseAnswer(key string, v []any, err error) (Lease, error) {
+	if err != nil {
+		return Lease{}, fmt.Errorf("session lease: %w", err)
+	}
+	if len(v) != 3 {
+		return Lease{}, fmt.Errorf("session lease: unexpected answer %v", v)
+	}
+	who, _ := v[1].(string)
+	n, _ := v[2].(int64)
+	if ok, _ := v[0].(int64); ok != 1 {
+		return Lease{}, &HeldError{Key: key, Holder: who, Expires: time.Now().Add(time.Duration(n) * time.Millisecond)}
+	}
+	return Lease{Holder: who, Gen: n}, nil
+}
