@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +32,7 @@ func TestIdleWorkerKilledFromOutsideIsReplaced(t *testing.T) {
 	}
 	WaitUntil(t, func() bool { return idle() != nil })
 	first := idle()
-	if err := syscall.Kill(first.cmd.Process.Pid, syscall.SIGKILL); err != nil {
+	if err := first.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	WaitUntil(t, func() bool { w := idle(); return w != nil && w != first })

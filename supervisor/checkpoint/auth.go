@@ -21,7 +21,6 @@ import (
 	"hash"
 	"os"
 	"path/filepath"
-	"syscall"
 
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
@@ -74,7 +73,7 @@ const dirKeyName = ".key"
 // others read it.
 func DirKey(path string) ([]byte, error) {
 	name := filepath.Join(path, dirKeyName)
-	if key, err := readKey(name, syscall.O_NOFOLLOW); err == nil || !errors.Is(err, os.ErrNotExist) {
+	if key, err := readKey(name, noFollow); err == nil || !errors.Is(err, os.ErrNotExist) {
 		return key, err
 	}
 	var raw [32]byte
@@ -105,7 +104,7 @@ func DirKey(path string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("session store key: %w", err)
 	}
-	return readKey(name, syscall.O_NOFOLLOW)
+	return readKey(name, noFollow)
 }
 
 // nextSeqs is the sequence number each session of saved's next record has:

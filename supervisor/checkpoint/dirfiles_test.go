@@ -1,3 +1,7 @@
+//go:build !windows
+
+// Named pipes and symbolic links put in a store's folder: Unix attacks.
+
 package checkpoint
 
 import (

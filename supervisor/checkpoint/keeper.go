@@ -11,7 +11,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -355,7 +354,7 @@ type mapped struct {
 
 func (m *mapped) close() {
 	if m.b != nil {
-		_ = syscall.Munmap(m.b)
+		unmap(m.b)
 	}
 	_ = os.Remove(m.path)
 }
@@ -398,7 +397,7 @@ func mapFile(path string) ([]byte, error) {
 	if st.Size() == 0 {
 		return nil, nil
 	}
-	b, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
+	b, err := mapReadOnly(f, st.Size())
 	if err != nil {
 		return nil, fmt.Errorf("map %s: %w", path, err)
 	}

@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -80,7 +79,7 @@ const leaseExt = ".lease"
 // which other processes with the same folder take too.
 func (d *Dir) lockLeases(f func() error) error {
 	// Not through a link, nor blocked by a named pipe put in its place.
-	lf, err := os.OpenFile(filepath.Join(d.path, ".leases.lock"), os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	lf, err := os.OpenFile(filepath.Join(d.path, ".leases.lock"), os.O_CREATE|os.O_RDWR|noFollow|nonBlock, 0o600)
 	if err != nil {
 		return fmt.Errorf("session lease: %w", err)
 	}
@@ -88,10 +87,11 @@ func (d *Dir) lockLeases(f func() error) error {
 	if st, err := lf.Stat(); err != nil || !st.Mode().IsRegular() {
 		return fmt.Errorf("session lease: %s is not a regular file", lf.Name())
 	}
-	if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX); err != nil {
+	unlock, err := lockFile(lf)
+	if err != nil {
 		return fmt.Errorf("session lease: %w", err)
 	}
-	defer syscall.Flock(int(lf.Fd()), syscall.LOCK_UN)
+	defer unlock()
 	return f()
 }
 

@@ -122,13 +122,13 @@ func kindOf(m fs.FileMode) string {
 // a pipe return at once, O_NOFOLLOW refuses a link, and the type and size
 // are those of the file opened (fstat), not of a name that may change.
 func readRegular(path string, max int64) ([]byte, error) {
-	return readBounded(path, max, syscall.O_NOFOLLOW)
+	return readBounded(path, max, noFollow)
 }
 
 // readBounded is readRegular with the open's flags beside O_RDONLY and
 // O_NONBLOCK (without O_NOFOLLOW: a link to a regular file is followed).
 func readBounded(path string, max int64, flags int) ([]byte, error) {
-	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC|flags, 0)
+	f, err := openRead(path, flags)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
@@ -137,7 +137,6 @@ func readBounded(path string, max int64, flags int) ([]byte, error) {
 	case err != nil:
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	st, err := f.Stat()
 	switch {
@@ -183,7 +182,7 @@ func (d *Dir) readSeqs(key string) seqRecord {
 func (d *Dir) writeSeqs(key string, r seqRecord) error {
 	b, _ := json.Marshal(r)
 	tmp := filepath.Join(d.path, ".tmp-seq-"+key)
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|noFollow, 0o600)
 	if err != nil {
 		return err
 	}
