@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -84,7 +83,7 @@ func init() {
 	// "stubborn" records every SIGUSR2 and never ends a call.
 	fakeModes["stubborn"] = func() {
 		sig := make(chan os.Signal, 1)
-		signal.Notify(sig, syscall.SIGUSR2)
+		signal.Notify(sig, supervisor.InterruptSignal)
 		go func() {
 			for range sig {
 				fakeRecord("interrupted")
@@ -155,7 +154,11 @@ func recorded(path string) []string {
 
 func kill(t *testing.T, pid int) {
 	t.Helper()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	p, err := os.FindProcess(pid)
+	if err == nil {
+		err = p.Kill()
+	}
+	if err != nil {
 		t.Fatalf("kill worker %d: %v", pid, err)
 	}
 }

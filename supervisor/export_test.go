@@ -16,6 +16,9 @@ func NewPoolWithCommand(newCmd func(Config) (*exec.Cmd, error), cfg Config, log 
 	return newPool(Python, func(c Config, _ launch) (*exec.Cmd, error) { return newCmd(c) }, nil, nil, nil, nil, cfg, log)
 }
 
+// InterruptSignal is the signal an interrupt sends a worker on this OS.
+var InterruptSignal = interruptSignal
+
 // WorkerEnv exposes workerEnv.
 var WorkerEnv = workerEnv
 

@@ -82,7 +82,7 @@ var fakeModes = map[string]func(){
 		})
 	},
 	"hang": func() {
-		signal.Ignore(syscall.SIGUSR2, syscall.SIGTERM)
+		signal.Ignore(supervisor.InterruptSignal, syscall.SIGTERM)
 		fakeReady()
 		fakeServe(func(req map[string]any) {
 			fakeSend(map[string]any{"type": "output", "id": req["id"], "stream": "stdout", "text": "started\n"})

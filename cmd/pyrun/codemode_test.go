@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -363,9 +362,7 @@ err`})
 		t.Fatal(err)
 	}
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	killPID(t, pid)
 	r := <-done
 	wantStatus(t, r, "success")
 	if !strings.Contains(string(r.sc.ReturnValue), `failed during the call`) {

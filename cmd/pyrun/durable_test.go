@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -67,12 +66,8 @@ func TestSessionRollsBackToItsCheckpoint(t *testing.T) {
 	// Its worker killed while the session is idle: the next call goes on
 	// from the checkpoint.
 	pid := s.lastSessionWorkerPID(t)
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "pyrun to reap the killed worker", 30*time.Second, func() bool {
-		return syscall.Kill(pid, 0) != nil
-	})
+	killPID(t, pid)
+	waitFor(t, "pyrun to reap the killed worker", 30*time.Second, func() bool { return gonePID(pid) })
 	r = s.inSession(t, id, "x")
 	if r.sc.Status != "success" || string(r.sc.ReturnValue) != "41" || r.sc.Checkpoint == nil {
 		t.Fatalf("the call after its worker was killed while idle: %s %s %+v\n%s", r.sc.Status, r.sc.ReturnValue, r.sc.Checkpoint, r.text)

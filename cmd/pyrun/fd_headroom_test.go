@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -143,9 +142,7 @@ func TestServeWorkerReplacedWithDescriptorsShort(t *testing.T) {
 		t.Fatalf("pyrun's child processes: %v, want its %d workers", before, workers)
 	}
 	mark := s.log.mark()
-	if err := syscall.Kill(before[0], syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	killPID(t, before[0])
 	deadline = time.Now().Add(40 * time.Second)
 	for {
 		for _, r := range s.log.since(mark) {

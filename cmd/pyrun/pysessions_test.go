@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -332,9 +333,7 @@ func TestSessionWorkerKilledWhileIdle(t *testing.T) {
 	// Without checkpoints (see durable_test.go for with).
 	s := newServer(t, "--workers", "1", "--session-store", "none")
 	id := s.inSession(t, "new", "x = 1").sc.SessionID
-	if err := syscall.Kill(s.lastSessionWorkerPID(t), syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	killPID(t, s.lastSessionWorkerPID(t))
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
 	if err := s.log.waitFor(ctx, "the session to end", func(c map[string]int) bool {
@@ -421,4 +420,23 @@ task = asyncio.ensure_future(tick())
 	// The quiet one's task ran all along.
 	r := s.inSession(t, quiet.sc.SessionID, "ticks > 4 and not task.done()")
 	wantValue(t, r, "true")
+}
+
+// killPID kills the process pid (a worker) at once, as the kernel's OOM
+// killer or a crash would.
+func killPID(t *testing.T, pid int) {
+	t.Helper()
+	p, err := os.FindProcess(pid)
+	if err == nil {
+		err = p.Kill()
+	}
+	if err != nil {
+		t.Fatalf("kill %d: %v", pid, err)
+	}
+}
+
+// gonePID says whether the process pid has ended and been reaped.
+func gonePID(pid int) bool {
+	p, err := os.FindProcess(pid)
+	return err != nil || p.Signal(syscall.Signal(0)) != nil
 }

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // The load-balanced run (-only lb): the same load against one pyrun

@@ -1,3 +1,5 @@
+//go:build unix
+
 // Command bench measures how fast pyrun is, and how much memory it takes,
 // against the floor it is built on. Run it from anywhere in the module:
 //

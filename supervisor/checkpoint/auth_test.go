@@ -262,13 +262,6 @@ func TestStoreKeys(t *testing.T) {
 	if _, err := ReadKeyFile(short); err == nil || !strings.Contains(err.Error(), "at least 32") {
 		t.Errorf("a 16-byte key: %v", err)
 	}
-	fifo := filepath.Join(t.TempDir(), "fifo")
-	mkfifo(t, fifo)
-	within(t, "reading a key file that is a named pipe", 10*time.Second, func() {
-		if _, err := ReadKeyFile(fifo); err == nil || !strings.Contains(err.Error(), "named pipe") {
-			t.Errorf("a named pipe as key file: %v", err)
-		}
-	})
 	if _, err := NewKeeper(nil, []byte("short"), nil, t.TempDir(), 0, nil); err == nil {
 		t.Error("a Keeper with a short key was made")
 	}

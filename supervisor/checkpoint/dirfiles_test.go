@@ -91,3 +91,14 @@ func TestDirReadsOnlyRegularFiles(t *testing.T) {
 		t.Errorf("the intact session beside them: %+v %v", m, err)
 	}
 }
+
+// A key file that is a named pipe is refused, not waited on.
+func TestKeyFileThatIsANamedPipe(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	mkfifo(t, fifo)
+	within(t, "reading a key file that is a named pipe", 10*time.Second, func() {
+		if _, err := ReadKeyFile(fifo); err == nil || !strings.Contains(err.Error(), "named pipe") {
+			t.Errorf("a named pipe as key file: %v", err)
+		}
+	})
+}
