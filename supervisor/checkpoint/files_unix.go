@@ -25,15 +25,6 @@ func openRead(path string, flags int) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
-// lockFile holds an exclusive lock on f (flock), shared with other
-// processes, until the function it returns is called.
-func lockFile(f *os.File) (unlock func(), err error) {
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		return nil, err
-	}
-	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }, nil
-}
-
 // mapReadOnly maps size bytes of f read-only and shared: the page cache's
 // memory, not pyrun's heap's.
 func mapReadOnly(f *os.File, size int64) ([]byte, error) {

@@ -3,8 +3,6 @@ package checkpoint
 import (
 	"io"
 	"os"
-
-	"golang.org/x/sys/windows"
 )
 
 // Windows has neither flag: os.OpenFile follows a reparse point, and a
@@ -17,18 +15,6 @@ const (
 
 // openRead opens path read-only (flags have no Windows meaning).
 func openRead(path string, _ int) (*os.File, error) { return os.Open(path) }
-
-// lockFile holds an exclusive lock on f's first byte (LockFileEx), which
-// other processes taking the same lock wait for, until the function it
-// returns is called.
-func lockFile(f *os.File) (unlock func(), err error) {
-	h := windows.Handle(f.Fd())
-	ol := new(windows.Overlapped)
-	if err := windows.LockFileEx(h, windows.LOCKFILE_EXCLUSIVE_LOCK, 0, 1, 0, ol); err != nil {
-		return nil, err
-	}
-	return func() { _ = windows.UnlockFileEx(h, 0, 1, 0, ol) }, nil
-}
 
 // mapReadOnly reads size bytes of f into memory: on Windows a record is
 // read, not mapped (a mapped file there cannot be removed while mapped,

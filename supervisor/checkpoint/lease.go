@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofrs/flock"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pyrun/pyrun/supervisor/sessions"
@@ -75,23 +76,21 @@ type leaseRecord struct {
 
 const leaseExt = ".lease"
 
-// lockLeases runs f holding the folder's lease lock (flock on .leases.lock),
-// which other processes with the same folder take too.
+// lockLeases runs f holding the folder's lease lock (a file lock on
+// .leases.lock: flock(2) on Unix, LockFileEx on Windows, through
+// gofrs/flock as the runtime's install lock), which other processes with
+// the same folder take too.
 func (d *Dir) lockLeases(f func() error) error {
 	// Not through a link, nor blocked by a named pipe put in its place.
-	lf, err := os.OpenFile(filepath.Join(d.path, ".leases.lock"), os.O_CREATE|os.O_RDWR|noFollow|nonBlock, 0o600)
-	if err != nil {
+	path := filepath.Join(d.path, ".leases.lock")
+	l := flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDWR|noFollow|nonBlock), flock.SetPermissions(0o600))
+	if err := l.Lock(); err != nil {
 		return fmt.Errorf("session lease: %w", err)
 	}
-	defer lf.Close()
-	if st, err := lf.Stat(); err != nil || !st.Mode().IsRegular() {
-		return fmt.Errorf("session lease: %s is not a regular file", lf.Name())
+	defer l.Close()
+	if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("session lease: %s is not a regular file", path)
 	}
-	unlock, err := lockFile(lf)
-	if err != nil {
-		return fmt.Errorf("session lease: %w", err)
-	}
-	defer unlock()
 	return f()
 }
 

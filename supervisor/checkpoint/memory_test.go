@@ -82,6 +82,9 @@ func TestCheckpointIsEncodedInBoundedMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A lease that outlasts a slow checkpoint (-race on a loaded machine
+	// took over the default 10 s): nothing renews it in this test.
+	k.SetLeases(checkpoint.Holder("box"), 10*time.Minute)
 	const id = "box.1"
 	if err := k.Hold(t.Context(), id, ""); err != nil {
 		t.Fatal(err)
