@@ -1,8 +1,9 @@
 package main
 
 // End-to-end tests of native sessions' checkpoints beyond native_test.go's
-// (docs/sessions.md, Native code): a rollback past a later call, and a
-// damaged record of the native code.
+// (docs/sessions.md, Native code): a move between instances, a rollback
+// past a later call, a damaged record of the native code, and sessions of
+// one shared worker, whose C state is the worker's.
 
 import (
 	"bytes"
@@ -19,7 +20,37 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/pyrun/pyrun/internal/nativefix"
+	"github.com/pyrun/pyrun/internal/redisrun"
 )
+
+// nativePeek reads the C state nativeSetup leaves: the counter's next
+// value, the saved string, the extension's next bump, what it keeps.
+const nativePeek = "[lib.counter_next(), lib.counter_saved().decode(), pyrunnative.bump(), pyrunnative.kept()]"
+
+// A native session moves between two live instances on one Redis store:
+// called on B, it continues with the C state of A's last call (A hands it
+// over, no checkpoint being due), and a later call on A sees B's.
+func TestNativeSessionMovesBetweenInstances(t *testing.T) {
+	fx := nativefix.Build(t)
+	url, _ := redisrun.Start(t)
+	keyFile := storeKeyFile(t)
+	args := func(name string) []string {
+		// Only a hand-over writes a checkpoint: a stale state would show.
+		return []string{"--workers", "1", "--network", "none", "--session-store", url, "--session-store-key-file", keyFile,
+			"--instance-id", name, "--checkpoint-delay", "1h", "--session-lease", "2s", "--session-spares", "0"}
+	}
+	a := newServer(t, args("box-a")...)
+	b := newServer(t, args("box-b")...)
+	id := a.inSession(t, "new", nativeSetup, "files", nativeFiles(t, fx)).sc.SessionID
+	wantValue(t, a.inSession(t, id, nativeNext), `[3, "kept in C", 4, [1, 2, 3]]`)
+	r := b.inSession(t, id, "r = [lib.counter_next(), lib.counter_saved().decode(), pyrunnative.bump(), pyrunnative.kept()['rows']]\n"+
+		"lib.counter_save(b'from B'); pyrunnative.faster(); pyrunnative.keep('from B')\nr")
+	wantValue(t, r, `[4, "kept in C", 6, [1, 2, 3]]`)
+	wantValue(t, a.inSession(t, id, nativePeek), `[5, "from B", 8, "from B"]`)
+	if a.log.count("session moved here") != 1 || b.log.count("session moved here") != 1 {
+		t.Errorf("moves: %d to A, %d to B; want 1 each", a.log.count("session moved here"), b.log.count("session moved here"))
+	}
+}
 
 // A native session whose call after its checkpoint loses the worker goes
 // back to the checkpoint's C state, not the later call's, and says so. A
@@ -66,6 +97,44 @@ func TestNativeRollbackAndDamagedRecords(t *testing.T) {
 	if r.sc.Checkpoint != nil {
 		t.Errorf("the call after the rollback names checkpoint %+v", r.sc.Checkpoint)
 	}
+}
+
+// Sessions of one shared session worker share its native code: a library
+// a session loads again (its own copy, at the same path) is the one
+// loaded, with its C state. A checkpoint is the worker's, so each session,
+// restored from its own record when the worker dies, has the C state of
+// the worker when that record was taken: the one whose call lost the
+// worker goes back to its checkpoint's, the other continues with its last
+// call's (docs/sessions.md, Native code).
+func TestNativeSessionsOnASharedWorkerRestoreEachItsOwnCState(t *testing.T) {
+	fx := nativefix.Build(t)
+	store := t.TempDir()
+	s := newServer(t, "--workers", "1", "--network", "none", "--session-store", "dir:"+store, "--checkpoint-delay", "100ms")
+	a := s.inSession(t, "new", nativeSetup, "files", nativeFiles(t, fx)).sc.SessionID
+	r := s.inSession(t, "new", nativeSetup+"\nlib.counter_save(b'B'); pyrunnative.keep('B1')\n[lib.counter_next(), pyrunnative.bump()]",
+		"files", nativeFiles(t, fx))
+	wantValue(t, r, "[5, 5]") // a's library and extension, counting on
+	b := r.sc.SessionID
+	waitFor(t, "both sessions' first checkpoints", 60*time.Second, func() bool {
+		return len(checkpointFiles(t, store, a)) > 0 && len(checkpointFiles(t, store, b)) > 0 &&
+			s.log.count("session checkpoint") >= 2
+	})
+	taken := s.log.count("session checkpoint")
+	wantValue(t, s.inSession(t, a, "lib.counter_save(b'A2'); pyrunnative.keep('A2')\n"+nativePeek), `[6, "A2", 6, "A2"]`)
+	waitFor(t, "a's checkpoint after its second call", 60*time.Second, func() bool {
+		return s.log.count("session checkpoint") > taken
+	})
+	r = s.inSession(t, b, "lib.counter_next(); lib.counter_save(b'lost'); pyrunnative.keep('lost')\nimport js\njs.Deno.exit(3)")
+	if r.sc.Status == "success" || r.sc.Checkpoint == nil || r.sc.Checkpoint.AfterCall != 1 ||
+		!strings.Contains(r.text, "continues from its checkpoint after call 1") {
+		t.Fatalf("b's call that killed the worker: status %s, checkpoint %+v, want a failure going back to call 1\n%s", r.sc.Status, r.sc.Checkpoint, r.text)
+	}
+	r = s.inSession(t, a, nativePeek)
+	wantValue(t, r, `[7, "A2", 7, "A2"]`)
+	if r.sc.Checkpoint == nil || r.sc.Checkpoint.AfterCall != 2 {
+		t.Errorf("a's first call after the worker died names checkpoint %+v, want after call 2", r.sc.Checkpoint)
+	}
+	wantValue(t, s.inSession(t, b, nativePeek), `[6, "B", 6, "B1"]`)
 }
 
 // forgeRecord rewrites session id's latest record in the dir: store as
