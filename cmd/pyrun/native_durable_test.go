@@ -62,7 +62,7 @@ func TestNativeRollbackAndDamagedRecords(t *testing.T) {
 	fx := nativefix.Build(t)
 	store, keyFile := t.TempDir(), storeKeyFile(t)
 	s := newServer(t, "--workers", "1", "--network", "none", "--session-worker", "own",
-		"--session-store", "dir:"+store, "--session-store-key-file", keyFile, "--checkpoint-delay", "100ms")
+		"--session-spares", "0", "--session-store", "dir:"+store, "--session-store-key-file", keyFile, "--checkpoint-delay", "100ms")
 	var ids [3]string // rolled back; its record.json damaged; a side module damaged
 	for i := range ids {
 		r := s.inSession(t, "new", nativeSetup, "files", nativeFiles(t, fx))
@@ -109,7 +109,7 @@ func TestNativeRollbackAndDamagedRecords(t *testing.T) {
 func TestNativeSessionsOnASharedWorkerRestoreEachItsOwnCState(t *testing.T) {
 	fx := nativefix.Build(t)
 	store := t.TempDir()
-	s := newServer(t, "--workers", "1", "--network", "none", "--session-store", "dir:"+store, "--checkpoint-delay", "100ms")
+	s := newServer(t, "--workers", "1", "--network", "none", "--session-spares", "0", "--session-store", "dir:"+store, "--checkpoint-delay", "100ms")
 	a := s.inSession(t, "new", nativeSetup, "files", nativeFiles(t, fx)).sc.SessionID
 	r := s.inSession(t, "new", nativeSetup+"\nlib.counter_save(b'B'); pyrunnative.keep('B1')\n[lib.counter_next(), pyrunnative.bump()]",
 		"files", nativeFiles(t, fx))
