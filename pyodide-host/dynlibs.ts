@@ -142,6 +142,10 @@ export function saveDynlibs(M: any, loads: Load[], tableAtReady: number): string
   return "";
 }
 
+function messageOf(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
 /** Removes DYNLIB_DIR (after a checkpoint is sent, or restored). */
 export function dropDynlibs(M: any): void {
   try {
@@ -160,12 +164,44 @@ export function dropDynlibs(M: any): void {
  * the next checkpoint of this process.
  */
 export function restoreDynlibs(M: any): Load[] {
-  let rec: DynlibRecord;
+  const path = `${DYNLIB_DIR}/record.json`;
+  // No record: the checkpoint's interpreter had loaded no native code. A
+  // record that cannot be used fails the restore: the session without its
+  // side modules would crash at its first call into them, and again after
+  // each rollback to the same checkpoint.
+  if (!M.FS.analyzePath(path).exists) return [];
   try {
-    rec = JSON.parse(new TextDecoder().decode(M.FS.readFile(`${DYNLIB_DIR}/record.json`)));
-  } catch {
-    return [];
+    return loadAgain(M, checkRecord(new TextDecoder().decode(M.FS.readFile(path))));
+  } catch (e) {
+    throw new Error(`the checkpoint's native code could not be loaded again: ${messageOf(e)}`);
   }
+}
+
+/** The DynlibRecord in text, if it is one; else throws saying the record is damaged. */
+function checkRecord(text: string): DynlibRecord {
+  let rec: any;
+  try {
+    rec = JSON.parse(text);
+  } catch (e) {
+    throw new Error(`its record is damaged (${messageOf(e)})`);
+  }
+  const int = (v: unknown) => Number.isSafeInteger(v) && (v as number) >= 0;
+  const str = (v: unknown) => typeof v === "string";
+  const every = (v: unknown, f: (x: any) => boolean) => Array.isArray(v) && v.every(f);
+  const load = (l: any) =>
+    str(l?.file) && every(l.names, str) && every(l.handles, int) &&
+    typeof l.global === "boolean" && int(l.memoryBase) && int(l.tableBase);
+  if (
+    !every(rec?.loads, load) || !int(rec.table) || !every(rec.free, int) ||
+    !every(rec.entries, (e) => Array.isArray(e) && int(e[0]) && str(e[1]) && str(e[2]))
+  ) {
+    throw new Error("its record is damaged (not the shape pyrun writes)");
+  }
+  return rec as DynlibRecord;
+}
+
+/** Loads rec's side modules again and sets the table's entries (restoreDynlibs). */
+function loadAgain(M: any, rec: DynlibRecord): Load[] {
   const table = M.wasmTable;
   const loads: Load[] = [];
   // The entries below limit whose functions are loaded already go back
@@ -190,62 +226,11 @@ export function restoreDynlibs(M: any): Load[] {
     M.freeTableIndexes.push(...open.sort((a, b) => b - a));
   };
   for (const r of rec.loads) {
-    const bytes: Uint8Array = M.FS.readFile(r.file);
-    const meta = M.getDylinkMetadata(bytes);
-    if (meta.tableSize) fill(r.tableBase);
-    if (meta.tableSize) {
-      if (table.length > r.tableBase) {
-        throw new Error(
-          `side module ${
-            r.names[0]
-          }: table base ${r.tableBase} is taken (table of ${table.length})`,
-        );
-      }
-      table.grow(r.tableBase - table.length);
-      table.grow(meta.tableSize);
-    }
-    const kept = M.HEAPU8.slice(r.memoryBase, r.memoryBase + meta.memorySize);
-    const own: { exports?: any } = {}; // its exports, once instantiated
-    const env = new Proxy({} as Record<string | symbol, unknown>, {
-      get(stubs, prop) {
-        if (prop === "__memory_base") return r.memoryBase;
-        if (prop === "__table_base") return r.tableBase;
-        const g = M.resolveGlobalSymbol(prop).sym;
-        if (g) return g;
-        if (!(prop in stubs)) {
-          let f: any;
-          stubs[prop] = (...a: unknown[]) => {
-            f ||= own.exports?.[prop as string];
-            if (!f) throw new Error(`Dynamic linking error: cannot resolve symbol ${String(prop)}`);
-            return f(...a);
-          };
-        }
-        return stubs[prop];
-      },
-    });
-    const GOT = new Proxy(meta.weakImports, M.GOTHandler);
-    const inst = new WebAssembly.Instance(
-      new WebAssembly.Module(bytes as Uint8Array<ArrayBuffer>),
-      {
-        "GOT.mem": GOT,
-        "GOT.func": GOT,
-        env,
-        wasi_snapshot_preview1: env,
-      } as any,
-    );
-    M.HEAPU8.set(kept, r.memoryBase); // the data is the checkpoint's, not the module's initial
-    M.updateTableMap(r.tableBase, meta.tableSize);
-    const exports = own.exports = M.relocateExports(inst.exports, r.memoryBase);
-    M.updateGOT(exports);
     try {
-      M.reportUndefinedSymbols();
-    } catch { /* resolved on first use, as Pyodide loads with allowUndefined */ }
-    const dso = M.newDSO(r.names[0], undefined, exports);
-    dso.global = r.global;
-    if (r.global) M.mergeLibSymbols(exports, r.names[0]);
-    for (const n of r.names) M.LDSO.loadedLibsByName[n] = dso;
-    for (const h of r.handles) M.LDSO.loadedLibsByHandle[h] = dso;
-    loads.push({ bytes, memoryBase: r.memoryBase, tableBase: r.tableBase, exports: inst.exports });
+      loads.push(loadOne(M, r, table, fill));
+    } catch (e) {
+      throw new Error(`side module ${r.names[0] ?? r.file}: ${messageOf(e)}`);
+    }
   }
   fill(rec.table);
   for (const [i, lib, sym] of rec.entries) {
@@ -255,4 +240,60 @@ export function restoreDynlibs(M: any): Load[] {
   M.freeTableIndexes.push(...rec.free);
   dropDynlibs(M);
   return loads;
+}
+
+/** Instantiates the side module r records again, at its bases, keeping its data (loadAgain). */
+function loadOne(M: any, r: LoadRecord, table: any, fill: (limit: number) => void): Load {
+  const bytes: Uint8Array = M.FS.readFile(r.file);
+  const meta = M.getDylinkMetadata(bytes);
+  if (meta.tableSize) fill(r.tableBase);
+  if (meta.tableSize) {
+    if (table.length > r.tableBase) {
+      throw new Error(`table base ${r.tableBase} is taken (table of ${table.length})`);
+    }
+    table.grow(r.tableBase - table.length);
+    table.grow(meta.tableSize);
+  }
+  const kept = M.HEAPU8.slice(r.memoryBase, r.memoryBase + meta.memorySize);
+  const own: { exports?: any } = {}; // its exports, once instantiated
+  const env = new Proxy({} as Record<string | symbol, unknown>, {
+    get(stubs, prop) {
+      if (prop === "__memory_base") return r.memoryBase;
+      if (prop === "__table_base") return r.tableBase;
+      const g = M.resolveGlobalSymbol(prop).sym;
+      if (g) return g;
+      if (!(prop in stubs)) {
+        let f: any;
+        stubs[prop] = (...a: unknown[]) => {
+          f ||= own.exports?.[prop as string];
+          if (!f) throw new Error(`Dynamic linking error: cannot resolve symbol ${String(prop)}`);
+          return f(...a);
+        };
+      }
+      return stubs[prop];
+    },
+  });
+  const GOT = new Proxy(meta.weakImports, M.GOTHandler);
+  const inst = new WebAssembly.Instance(
+    new WebAssembly.Module(bytes as Uint8Array<ArrayBuffer>),
+    {
+      "GOT.mem": GOT,
+      "GOT.func": GOT,
+      env,
+      wasi_snapshot_preview1: env,
+    } as any,
+  );
+  M.HEAPU8.set(kept, r.memoryBase); // the data is the checkpoint's, not the module's initial
+  M.updateTableMap(r.tableBase, meta.tableSize);
+  const exports = own.exports = M.relocateExports(inst.exports, r.memoryBase);
+  M.updateGOT(exports);
+  try {
+    M.reportUndefinedSymbols();
+  } catch { /* resolved on first use, as Pyodide loads with allowUndefined */ }
+  const dso = M.newDSO(r.names[0], undefined, exports);
+  dso.global = r.global;
+  if (r.global) M.mergeLibSymbols(exports, r.names[0]);
+  for (const n of r.names) M.LDSO.loadedLibsByName[n] = dso;
+  for (const h of r.handles) M.LDSO.loadedLibsByHandle[h] = dso;
+  return { bytes, memoryBase: r.memoryBase, tableBase: r.tableBase, exports: inst.exports };
 }
