@@ -233,6 +233,8 @@ export type Event =
     /** It sends "idle" after each call's result, once it has cleaned up after the call. */
     settles?: boolean;
   }
+  /** A parked restore, compiled and waiting for its restore line (HostConfig park). */
+  | { type: "parked" }
   | { type: "output"; id: string; stream: "stdout" | "stderr"; text: string }
   | { type: "package"; id: string; text: string }
   | {

@@ -202,6 +202,8 @@ async function bootParked(
     { ...pyodideOptions(), ...opts } as Parameters<typeof loadPyodide>[0],
   );
   loading.catch(() => {}); // its failure is awaited below
+  // Compiled and loaded as far as it goes: the supervisor may hand it a restore.
+  send({ type: "parked" });
   const next = await lines.next();
   at = performance.now();
   if (next.done) {

@@ -62,6 +62,17 @@ func (p *Pool) parkLocked() {
 		p.parksStarting++
 		p.wg.Go(func() {
 			pw, err := p.startParked()
+			if err == nil {
+				// Only a worker that has parked is one: until then its start
+				// would still take the CPU from the restore.
+				if err = pw.w.awaitParked(p.ctx, p.Config().StartTimeout); err != nil {
+					pw.w.kill(retirement{RestartCrash, "it did not park"})
+					p.wg.Go(func() {
+						<-pw.w.exited
+						os.RemoveAll(pw.dir)
+					})
+				}
+			}
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			p.parksStarting--
@@ -81,8 +92,7 @@ func (p *Pool) parkLocked() {
 }
 
 // startParked starts a parked worker under the configuration in force. It
-// returns once the process has started: it parks on its own, and a restore
-// sent before it has waits in its stdin.
+// returns once the process has started; it says "parked" once it has.
 func (p *Pool) startParked() (*parkedWorker, error) {
 	p.mu.Lock()
 	p.seq++
@@ -126,9 +136,10 @@ func (p *Pool) dropParked(pw *parkedWorker, why string) {
 }
 
 // takeParkedLocked is a parked worker of the configuration in force, or
-// nil; one of another is ended. The pool parks the next.
+// nil; one of another is ended. The caller parks the next once its
+// restore is done (parkLocked): started now, the next one's start would
+// take the CPU from the restore.
 func (p *Pool) takeParkedLocked() *parkedWorker {
-	defer p.parkLocked()
 	for len(p.parked) > 0 {
 		pw := p.parked[0]
 		p.parked = p.parked[1:]
@@ -215,6 +226,11 @@ func (p *Pool) startRestoredParked(ctx context.Context, img *Image, exited func(
 	p.mu.Lock()
 	pw := p.takeParkedLocked()
 	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		p.parkLocked()
+		p.mu.Unlock()
+	}()
 	if pw == nil {
 		return nil, false, nil
 	}
@@ -262,4 +278,10 @@ func (p *Pool) countRestore(onto string) {
 	p.mu.Lock()
 	p.counts.Restores[onto]++
 	p.mu.Unlock()
+}
+
+// awaitParked waits for a parked restore's announcement that it is parked.
+func (c *conn) awaitParked(ctx context.Context, limit time.Duration) error {
+	_, err := c.awaitStart(ctx, limit, "parked")
+	return err
 }
