@@ -229,10 +229,13 @@ var (
 	startsDesc = prometheus.NewDesc("pyrun_worker_starts_total",
 		"Workers that became ready, by how they started: from the memory snapshot, or plainly (slower).",
 		[]string{"from"}, nil)
+	restoresDesc = prometheus.NewDesc("pyrun_session_restores_total",
+		"Sessions' workers restored from checkpoints, by what onto: a parked restore started ahead, or a worker started for it (slower).",
+		[]string{"onto"}, nil)
 )
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
-	describe(ch, workersDesc, clientWorkersDesc, freshWorkersDesc, workersConfiguredDesc, queueDepthDesc, restartsDesc, startsDesc)
+	describe(ch, workersDesc, clientWorkersDesc, freshWorkersDesc, workersConfiguredDesc, queueDepthDesc, restartsDesc, startsDesc, restoresDesc)
 }
 
 // describe sends a collector's descriptions.
@@ -259,6 +262,9 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, k := range []string{"snapshot", "plain"} {
 		ch <- prometheus.MustNewConstMetric(startsDesc, prometheus.CounterValue, float64(s.Counts.Starts[k]), k)
+	}
+	for _, k := range []string{"parked", "started"} {
+		ch <- prometheus.MustNewConstMetric(restoresDesc, prometheus.CounterValue, float64(s.Counts.Restores[k]), k)
 	}
 }
 

@@ -6,7 +6,8 @@
 // sets Pyodide's interrupt flag (KeyboardInterrupt in the running call).
 // Never use SIGUSR1: Deno also starts its inspector on it.
 
-import { type HostConfig, parseEngineConfig } from "./protocol.ts";
+import { type HostConfig, parseEngineConfig, parseRestore } from "./protocol.ts";
+import { readSnapshot } from "./checkpoint.ts";
 
 export function parseConfig(args: string[]): HostConfig {
   const raw = JSON.parse(args[0] ?? "{}");
@@ -17,20 +18,9 @@ export function parseConfig(args: string[]): HostConfig {
     make_snapshot: raw.make_snapshot === true,
     preload: Array.isArray(raw.preload) ? raw.preload : [],
     warm_calls: Number(raw.warm_calls ?? 0),
-    checkpoints: raw.checkpoints === true || !!raw.restore,
-    ...(raw.restore
-      ? {
-        restore: {
-          path: String(raw.restore.path),
-          mem: Number(raw.restore.mem),
-          fs: Number(raw.restore.fs),
-          clock: Number(raw.restore.clock ?? 0),
-          ...(typeof raw.restore.keep === "string" && raw.restore.keep
-            ? { keep: raw.restore.keep }
-            : {}),
-        },
-      }
-      : {}),
+    checkpoints: raw.checkpoints === true || !!raw.restore || raw.park === true,
+    ...(raw.restore ? { restore: parseRestore(raw.restore) } : {}),
+    ...(raw.park === true ? { park: true } : {}),
   };
 }
 
@@ -66,45 +56,16 @@ function main(): void {
   // The snapshot is read here, while the Worker thread boots its isolate
   // and loads Pyodide's modules (50-150 ms), instead of after, on the path
   // to ready; its bytes are moved to the Worker, not copied.
-  // A restored session's checkpoint comes the same way (checkpoint.ts).
-  const snap = cfg.restore
+  // A restored session's checkpoint comes the same way (checkpoint.ts); a
+  // parked worker's, later, to the Worker itself (worker.ts, bootParked).
+  const snap = cfg.park
+    ? {}
+    : cfg.restore
     ? readSnapshot(cfg.restore.path, cfg.restore.mem + cfg.restore.fs)
     : cfg.snapshot
     ? readSnapshot(cfg.snapshot, cfg.snapshot_size)
     : {};
   worker.postMessage({ cfg, buf, ...snap }, snap.bytes ? [snap.bytes.buffer] : []);
-}
-
-/** What the Worker gets of the snapshot: its bytes, or why it cannot have them. */
-export interface SnapshotRead {
-  bytes?: Uint8Array<ArrayBuffer>;
-  error?: string;
-}
-
-/**
- * Reads a snapshot file of a known size into one buffer: 5-10 ms for 31 MB,
- * where Deno.readFile, growing its buffer as it goes, takes 40-50 ms.
- */
-export function readSnapshot(path: string, size: number): SnapshotRead {
-  try {
-    const f = Deno.openSync(path);
-    try {
-      const actual = f.statSync().size;
-      if (actual !== size) throw new Error(`it has ${actual} bytes, not ${size}`);
-      const bytes = new Uint8Array(size);
-      let off = 0;
-      while (off < size) {
-        const n = f.readSync(bytes.subarray(off));
-        if (!n) throw new Error(`it ended after ${off} bytes, not ${size}`);
-        off += n;
-      }
-      return { bytes };
-    } finally {
-      f.close();
-    }
-  } catch (e) {
-    return { error: e instanceof Error ? e.message : String(e) };
-  }
 }
 
 if (import.meta.main) main();

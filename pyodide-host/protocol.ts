@@ -64,6 +64,32 @@ export interface HostConfig extends EngineConfig {
   checkpoints?: boolean;
   /** A checkpoint to start from instead of the snapshot (implies checkpoints). */
   restore?: Restore;
+  /**
+   * A parked restore (implies checkpoints): start as far as a restore goes
+   * without its checkpoint, then wait for the restore line on stdin that
+   * names it (docs/protocol.md, Parked restores).
+   */
+  park?: boolean;
+}
+
+/** The line that hands a parked worker its checkpoint: a Restore. */
+export interface RestoreRequest extends Restore {
+  type: "restore";
+}
+
+/** The Restore in raw (a HostConfig's restore, or a restore line's), checked. */
+export function parseRestore(raw: Record<string, unknown>): Restore {
+  const r: Restore = {
+    path: String(raw.path ?? ""),
+    mem: Number(raw.mem),
+    fs: Number(raw.fs),
+    clock: Number(raw.clock ?? 0),
+  };
+  if (!r.path || !(r.mem > 0) || !(r.fs >= 0)) {
+    throw new Error("bad restore: path, mem and fs are needed");
+  }
+  if (typeof raw.keep === "string" && raw.keep) r.keep = raw.keep;
+  return r;
 }
 
 /**
@@ -207,6 +233,8 @@ export type Event =
     /** It sends "idle" after each call's result, once it has cleaned up after the call. */
     settles?: boolean;
   }
+  /** A parked restore, compiled and waiting for its restore line (HostConfig park). */
+  | { type: "parked" }
   | { type: "output"; id: string; stream: "stdout" | "stderr"; text: string }
   | { type: "package"; id: string; text: string }
   | {

@@ -10,8 +10,10 @@ import { loadPyodide, type PyodideInterface } from "./node_modules/pyodide/pyodi
 import {
   type HostConfig,
   type PackageFile,
+  parseRestore,
   PROTOCOL_VERSION,
   type Request,
+  type Restore,
   type RunRequest,
 } from "./protocol.ts";
 import { clearFolder, guardFiles } from "./guards.ts";
@@ -21,15 +23,17 @@ import { readLines, writeLine } from "./lines.ts";
 import { errorText, send, serve } from "./serve.ts";
 import { warmer } from "./warm.ts";
 import { namespaces } from "./sessions.ts";
-import type { SnapshotRead } from "./main.ts";
 import {
+  compilePyodide,
   continueClock,
   type HostFunctions,
   installHost,
   makeCheckpoint,
+  readSnapshot,
   restoreFiles,
   restoreOptions,
   sendCheckpoint,
+  type SnapshotRead,
 } from "./checkpoint.ts";
 
 /** Caps the wasm heap so that allocations past it raise MemoryError in Python. */
@@ -164,6 +168,64 @@ async function boot(
  * Nothing process-specific may be in it: no interrupt buffer, no functions
  * of this host, no working directory (see pyrun_helper.prepare).
  */
+/**
+ * A parked restore (docs/protocol.md, Parked restores): Pyodide is loaded as
+ * far as it goes without the checkpoint's memory (its modules imported, the
+ * wasm read), which is then awaited from the restore line the supervisor
+ * sends once a session needs it. What is left after the line is the
+ * restore proper: the module instantiated on the checkpoint's memory, the
+ * files unpacked.
+ */
+async function bootParked(
+  cfg: HostConfig,
+  lines: AsyncGenerator<string | null>,
+): Promise<{ py: PyodideInterface; snapshotError: string; at: number }> {
+  let files = new Uint8Array(0);
+  let at = 0;
+  let give!: (r: Restore) => void;
+  let fail!: (e: Error) => void;
+  const spec = new Promise<Restore>((resolve, reject) => {
+    give = resolve;
+    fail = reject;
+  });
+  const mem = spec.then((r) => {
+    const snap = readSnapshot(r.path, r.mem + r.fs);
+    if (!snap.bytes) throw new Error(`checkpoint not read: ${snap.error ?? "no bytes"}`);
+    cfg.restore = r;
+    continueClock(r.clock);
+    files = snap.bytes.subarray(r.mem);
+    return snap.bytes.subarray(0, r.mem);
+  });
+  const indexURL = pyodideOptions()!.indexURL!;
+  const opts = await restoreOptions(mem, indexURL, compilePyodide(indexURL));
+  const loading = loadPyodide(
+    { ...pyodideOptions(), ...opts } as Parameters<typeof loadPyodide>[0],
+  );
+  loading.catch(() => {}); // its failure is awaited below
+  // Compiled and loaded as far as it goes: the supervisor may hand it a restore.
+  send({ type: "parked" });
+  const next = await lines.next();
+  at = performance.now();
+  if (next.done) {
+    // The supervisor let it go unused (pyrun stopping, a new configuration).
+    self.postMessage({ type: "eof" });
+    return new Promise(() => {});
+  }
+  try {
+    if (next.value === null) throw new Error("the restore line is too long");
+    const req = JSON.parse(next.value) as Record<string, unknown>;
+    if (req?.type !== "restore") {
+      throw new Error(`a ${JSON.stringify(req?.type)} line before the restore line`);
+    }
+    give(parseRestore(req));
+  } catch (e) {
+    fail(e instanceof Error ? e : new Error(String(e)));
+  }
+  const py = await loading;
+  restoreFiles(py.FS, files);
+  return { py, snapshotError: "", at };
+}
+
 async function makeSnapshot(): Promise<void> {
   const py = await plainStart(true);
   const bytes = py.makeMemorySnapshot();
@@ -172,7 +234,10 @@ async function makeSnapshot(): Promise<void> {
 }
 
 async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promise<void> {
-  const began = performance.now();
+  // The start's own clock: a restore moves performance.now on to the
+  // checkpoint's (continueClock), which would count in its start-up time.
+  const clock = performance.now.bind(performance);
+  const began = clock();
   // Pyodide's start-up chatter must not reach stdout.
   console.log = console.info = console.debug = console.error;
   if (cfg.make_snapshot) {
@@ -184,12 +249,22 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   // The host's functions Python reaches by name (checkpoint.ts), made below.
   const host: HostFunctions = {};
   if (cfg.checkpoints) installHost(["emit", "wait", "live", "load", "clear", "call"], host);
-  const { py, snapshotError } = await boot(cfg, snap);
+  const lines = readLines(Deno.stdin, cfg.max_line);
+  let readyFrom = began;
+  let booted: { py: PyodideInterface; snapshotError: string };
+  if (cfg.park) {
+    const parked = await bootParked(cfg, lines);
+    // Its start is the restore's, from the line that asked for it.
+    readyFrom = parked.at;
+    booted = parked;
+  } else {
+    booted = await boot(cfg, snap);
+  }
+  const { py, snapshotError } = booted;
   const restored = !!cfg.restore;
   py.setInterruptBuffer(shared.flag);
   const helper = py.pyimport("pyrun_helper") as unknown as Helper;
   let current = "";
-  const lines = readLines(Deno.stdin, cfg.max_line);
   const loadFiles = packageLoader(py);
   // Native code loaded from here on is recorded with checkpoints (dynlibs.ts),
   // or they say why it cannot be; files added to site-packages are kept.
@@ -306,7 +381,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
     versions: { python, pyodide: py.version },
     pyodide: py.version,
     python,
-    startup_ms: Math.round(performance.now() - began),
+    startup_ms: Math.round(clock() - readyFrom),
     snapshot: !!cfg.snapshot && !snapshotError,
     ...(snapshotError ? { snapshot_error: snapshotError } : {}),
     ...(cfg.warm_calls ? { warm_calls: cfg.warm_calls } : {}),

@@ -67,6 +67,13 @@ var checkpointTimeout = 60 * time.Second
 // cannot be checkpointed as it is; one wrapping ErrWorkerLost, that the
 // worker is gone; else take's error, and the worker goes on.
 func (d *Dedicated) Checkpoint(ctx context.Context, take func(*Image) error) error {
+	// A pool whose sessions take checkpoints may restore them: from now on
+	// it keeps a restore parked (parked.go).
+	d.pool.mu.Lock()
+	if !d.pool.parking {
+		d.pool.parkLocked()
+	}
+	d.pool.mu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.lost != "" {
@@ -164,6 +171,9 @@ func (p *Pool) BaseSnapshot(ctx context.Context) *Snapshot {
 // snapshot: img's state, with its files. It is written to a private file
 // in dir for the worker to read, and removed once the worker is ready.
 func (p *Pool) StartRestored(ctx context.Context, img *Image, dir string, exited func()) (*Dedicated, error) {
+	if d, ok, err := p.startRestoredParked(ctx, img, exited); ok {
+		return d, err
+	}
 	f, err := os.CreateTemp(dir, "restore-*.bin")
 	if err != nil {
 		return nil, fmt.Errorf("restore a session: %w", err)
@@ -180,5 +190,9 @@ func (p *Pool) StartRestored(ctx context.Context, img *Image, dir string, exited
 		return nil, fmt.Errorf("restore a session: %w", err)
 	}
 	spec := &restoreSpec{Path: f.Name(), Mem: img.Mem, FS: img.FS, Clock: img.Clock, Keep: img.Namespace}
-	return p.startDedicated(ctx, exited, spec)
+	d, err := p.startDedicated(ctx, exited, spec)
+	if err == nil {
+		p.countRestore("started")
+	}
+	return d, err
 }

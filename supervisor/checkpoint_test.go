@@ -45,11 +45,18 @@ func TestCheckpointRestoresASessionsState(t *testing.T) {
 	}
 	d.Kill("test")
 
+	// The checkpoint parked a restore (parked.go): the restore is that
+	// process's, and another is parked for the next.
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Parked == 1 })
 	r, err := p.StartRestored(t.Context(), img, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
+	if n := p.Stats().Counts.Restores; n["parked"] != 1 || n["started"] != 0 {
+		t.Errorf("restores by what onto: %v, want one onto a parked worker", n)
+	}
+	supervisor.WaitUntil(t, func() bool { return p.Stats().Parked == 1 })
 	check := "log.write('two')\nlog.close()\n" +
 		"[b.v, len(rows), open('data/f.txt').read(), open('log.txt').read(), os.getcwd(), time.monotonic() >= t0, type(b).__name__]"
 	res, err = r.Run(t.Context(), supervisor.Job{ID: "r1", Code: check}, nil)
@@ -68,6 +75,25 @@ func TestCheckpointRestoresASessionsState(t *testing.T) {
 	// A restored worker takes checkpoints of its own.
 	if err := r.Checkpoint(t.Context(), func(*supervisor.Image) error { return nil }); err != nil {
 		t.Errorf("checkpoint of a restored worker: %v", err)
+	}
+	// A parked worker killed from outside while it waits costs no restore:
+	// the restore starts a worker of its own from the same checkpoint.
+	for _, pid := range p.ParkedPIDs() {
+		if proc, err := os.FindProcess(pid); err == nil {
+			_ = proc.Kill()
+		}
+	}
+	img2 := checkpointOf(t, r)
+	r2, err := p.StartRestored(t.Context(), img2, t.TempDir(), nil)
+	if err != nil {
+		t.Fatalf("a restore after its parked worker was killed: %v", err)
+	}
+	t.Cleanup(r2.Close)
+	if res, err = r2.Run(t.Context(), supervisor.Job{ID: "r3", Code: "b.v"}, nil); err != nil || res.Value != "41" {
+		t.Errorf("the second restore: %v %+v", err, res)
+	}
+	if n := p.Stats().Counts.Restores; n["parked"]+n["started"] != 2 {
+		t.Errorf("restores by what onto: %v, want two in all", n)
 	}
 }
 

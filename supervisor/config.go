@@ -76,6 +76,11 @@ type Config struct {
 	// MaxCheckpoint bounds a checkpoint's raw bytes (memory and files); a
 	// larger one is not taken. 0: DefaultMaxCheckpoint.
 	MaxCheckpoint int64
+	// RestoreSpares are the parked restores kept (parked.go), once a
+	// checkpoint was taken or restored: processes started ahead, so that a
+	// restore does not wait for a worker's start. 0: DefaultRestoreSpares,
+	// negative: none.
+	RestoreSpares int
 
 	// Deps are PEP 508 requirements every worker loads before it is
 	// ready. nil: none.
@@ -229,6 +234,7 @@ func (c Config) withDefaults() Config {
 	c.MaxFileBytes = positiveOr(c.MaxFileBytes, 64<<20)
 	c.WarmCalls = cmp.Or(c.WarmCalls, DefaultWarmCalls)
 	c.MaxCheckpoint = positiveOr(c.MaxCheckpoint, DefaultMaxCheckpoint)
+	c.RestoreSpares = cmp.Or(c.RestoreSpares, DefaultRestoreSpares)
 	c.OSSandbox = cmp.Or(c.OSSandbox, oswall.ModeAuto)
 	c.WorkerOpenFiles = positiveOr(c.WorkerOpenFiles, oswall.DefaultOpenFiles)
 	c.WorkerFileSize = positiveOr(c.WorkerFileSize, oswall.DefaultFileSize)
@@ -308,6 +314,8 @@ type hostConfig struct {
 	// checkpoint it starts from (checkpoint.go).
 	Checkpoints bool         `json:"checkpoints,omitempty"`
 	Restore     *restoreSpec `json:"restore,omitempty"`
+	// Park: a parked restore, told its checkpoint later (parked.go).
+	Park bool `json:"park,omitempty"`
 }
 
 // maxRequestLine bounds a request line to a worker; code and globals are
@@ -327,6 +335,9 @@ type launch struct {
 	session bool
 	// restore, for a session's worker, is the checkpoint it starts from.
 	restore *restoreSpec
+	// park, for a session's worker, is the folder of a parked restore's
+	// checkpoint, told later (parked.go).
+	park string
 	// primeCache makes a worker that may write Deno's cache, which takes
 	// no call (cacheprime.go).
 	primeCache bool
@@ -402,17 +413,26 @@ func denoFlags(rt *Runtime, e Engine, c Config, l launch) ([]string, grants, err
 	var write []string
 	if !l.makeSnapshot {
 		hc.Session = l.session
-		if l.session && feat.Snapshots && (c.Checkpoints || l.restore != nil) {
+		if l.session && feat.Snapshots && (c.Checkpoints || l.restore != nil || l.park != "") {
 			hc.Checkpoints = true
-			if l.restore != nil {
+			switch {
+			case l.restore != nil:
 				if strings.ContainsAny(l.restore.Path, ",") {
 					return fail(fmt.Errorf("checkpoint path %q contains a comma, which Deno's permission lists cannot hold", l.restore.Path))
 				}
 				read = append(read, l.restore.Path)
 				hc.Restore = l.restore
+			case l.park != "":
+				// Its own folder, where its checkpoint is put once a session
+				// needs it, and nothing else's.
+				if strings.ContainsAny(l.park, ",") {
+					return fail(fmt.Errorf("checkpoint folder %q contains a comma, which Deno's permission lists cannot hold", l.park))
+				}
+				read = append(read, l.park)
+				hc.Park = true
 			}
 		}
-		if feat.Warming && (c.Isolation != IsolationProcess || l.session) && l.restore == nil {
+		if feat.Warming && (c.Isolation != IsolationProcess || l.session) && l.restore == nil && l.park == "" {
 			// A pool worker of IsolationProcess serves one call: warming
 			// it would only take CPU from the others.
 			hc.WarmCalls = max(c.WarmCalls, 0)

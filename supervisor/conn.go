@@ -62,6 +62,20 @@ func newConn(cfg Config) *conn {
 
 // awaitReady waits for the worker's ready announcement and checks it.
 func (c *conn) awaitReady(ctx context.Context, limit time.Duration) error {
+	ev, err := c.awaitStart(ctx, limit, "ready")
+	if err != nil {
+		return err
+	}
+	if ev.Protocol != protocolVersion {
+		return fmt.Errorf("worker speaks protocol %d, pyrun speaks %d", ev.Protocol, protocolVersion)
+	}
+	c.ready = ev
+	return nil
+}
+
+// awaitStart waits for the worker's first event, which must be of type want
+// ("ready", or "parked": parked.go).
+func (c *conn) awaitStart(ctx context.Context, limit time.Duration, want string) (event, error) {
 	p := c.proc
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
@@ -69,24 +83,20 @@ func (c *conn) awaitReady(ctx context.Context, limit time.Duration) error {
 	case ev, ok := <-c.events:
 		if !ok {
 			<-p.exited
-			err := fmt.Errorf("worker exited before it was ready (%s)%s", p.exitDescription(), p.stderrSuffix())
+			err := fmt.Errorf("worker exited before it was %s (%s)%s", want, p.exitDescription(), p.stderrSuffix())
 			if !p.killedFor().given() && p.signaled() == syscall.SIGKILL {
 				err = fmt.Errorf("%w: %w", errKilledStarting, err)
 			}
-			return err
+			return event{}, err
 		}
-		if ev.Type != "ready" {
-			return fmt.Errorf("worker said %q before it was ready%s", ev.Type, p.stderrSuffix())
+		if ev.Type != want {
+			return event{}, fmt.Errorf("worker said %q before it was %s%s", ev.Type, want, p.stderrSuffix())
 		}
-		if ev.Protocol != protocolVersion {
-			return fmt.Errorf("worker speaks protocol %d, pyrun speaks %d", ev.Protocol, protocolVersion)
-		}
-		c.ready = ev
-		return nil
+		return ev, nil
 	case <-timer.C:
-		return fmt.Errorf("worker not ready after %s%s", limit, p.stderrSuffix())
+		return event{}, fmt.Errorf("worker not %s after %s%s", want, limit, p.stderrSuffix())
 	case <-ctx.Done():
-		return fmt.Errorf("start worker: %w", ctx.Err())
+		return event{}, fmt.Errorf("start worker: %w", ctx.Err())
 	}
 }
 

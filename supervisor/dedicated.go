@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pyrun/pyrun/supervisor/packages"
 )
 
 // ErrWorkerLost is wrapped by the error of a call to a Dedicated worker
@@ -94,20 +96,27 @@ func (p *Pool) startDedicated(ctx context.Context, exited func(), restore *resto
 		}
 		return nil, fmt.Errorf("start a dedicated worker: %w", err)
 	}
-	w.gen, w.pkgs = gen, pkgs
-	// Outside the pool but not outside its limits: a session's code can
-	// grow JavaScript memory past the heap cap, or make threads, as a
-	// stateless call's can.
-	p.mu.Lock()
-	p.dedicated[w] = dedicatedState{ceiling: memoryCeiling(cfg.MemoryLimit), idleSince: time.Now()}
-	p.mu.Unlock()
+	d := p.adoptDedicated(w, cfg, gen, pkgs)
 	from := "plain"
 	if w.ready.Snapshot {
 		from = "snapshot"
 	}
 	w.log.Debug("dedicated worker ready", "startup", time.Since(began).Round(time.Millisecond),
 		"in_worker_ms", w.ready.StartupMS, "from", from)
-	return &Dedicated{pool: p, w: w, cfg: cfg}, nil
+	return d, nil
+}
+
+// adoptDedicated makes w, ready and started under cfg of generation gen
+// (whose packages are pkgs), a Dedicated worker of the pool's.
+func (p *Pool) adoptDedicated(w *worker, cfg Config, gen int, pkgs *packages.Resolver) *Dedicated {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w.gen, w.pkgs = gen, pkgs
+	// Outside the pool but not outside its limits: a session's code can
+	// grow JavaScript memory past the heap cap, or make threads, as a
+	// stateless call's can.
+	p.dedicated[w] = dedicatedState{ceiling: memoryCeiling(cfg.MemoryLimit), idleSince: time.Now()}
+	return &Dedicated{pool: p, w: w, cfg: cfg}
 }
 
 // Name is the worker's name in logs.

@@ -181,3 +181,14 @@ func (p *Pool) WarmingLeft(pid int) int {
 	}
 	return -1
 }
+
+// ParkedPIDs are the process ids of the parked restores (parked.go).
+func (p *Pool) ParkedPIDs() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var pids []int
+	for _, pw := range p.parked {
+		pids = append(pids, pw.w.pid())
+	}
+	return pids
+}

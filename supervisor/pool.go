@@ -89,6 +89,12 @@ type Pool struct {
 	dedicated map[*worker]dedicatedState
 	// dedicatedBusy counts the calls running on dedicated workers.
 	dedicatedBusy atomic.Int64
+
+	// Parked restores (parked.go): kept once parking is set, by the first
+	// checkpoint taken or restored.
+	parked        []*parkedWorker
+	parksStarting int
+	parking       bool
 }
 
 // Counts are cumulative figures since the pool started.
@@ -99,6 +105,10 @@ type Counts struct {
 	// Starts counts workers that became ready: "snapshot" for those that
 	// started from a memory snapshot, "plain" for the others.
 	Starts map[string]int64
+	// Restores counts sessions' workers restored from checkpoints, by what
+	// onto: "parked" (a parked restore, parked.go) or "started" (a worker
+	// started for it).
+	Restores map[string]int64
 }
 
 // Stats is a snapshot of the pool.
@@ -115,7 +125,9 @@ type Stats struct {
 	Clients map[string]ClientWorkers
 	// StartError is the last failed worker start while starts are failing.
 	StartError string
-	Counts     Counts
+	// Parked counts the parked restores waiting (parked.go).
+	Parked int
+	Counts Counts
 }
 
 // NewPool starts a pool of workers from rt. It returns at once; workers
@@ -209,6 +221,7 @@ func newPool(e Engine, newCmd func(Config, launch) (*exec.Cmd, error), snaps *sn
 		lines:   map[string][]*waiter{},
 		counts: Counts{
 			Calls: map[string]int64{}, Restarts: map[RestartKind]int64{}, Starts: map[string]int64{},
+			Restores: map[string]int64{},
 		},
 	}
 	p.dedicated = map[*worker]dedicatedState{}
@@ -282,6 +295,7 @@ func (p *Pool) Reconfigure(cfg Config) error {
 	for _, w := range idle {
 		p.putLocked(w)
 	}
+	p.reparkLocked()
 	p.failures, p.retryAt = 0, time.Time{}
 	p.kick()
 	return nil
@@ -304,7 +318,9 @@ func (p *Pool) Stats() Stats {
 			Restarts: maps.Clone(p.counts.Restarts),
 			Rejected: p.counts.Rejected,
 			Starts:   maps.Clone(p.counts.Starts),
+			Restores: maps.Clone(p.counts.Restores),
 		},
+		Parked: len(p.parked),
 	}
 	if p.startErr != nil {
 		s.StartError = p.startErr.Error()
@@ -332,6 +348,7 @@ func (p *Pool) Close(ctx context.Context) error {
 	for _, w := range idle {
 		p.retireLocked(w, retireClosing)
 	}
+	p.reparkLocked()
 	p.mu.Unlock()
 	p.cancel() // queued calls get ErrClosed; starts abort
 

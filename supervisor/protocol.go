@@ -163,7 +163,7 @@ func parseEvent(line []byte) (event, error) {
 		return event{}, fmt.Errorf("%w: %v in %q", errGarbage, err, clip(line, 200))
 	}
 	switch ev.Type {
-	case "ready", "pong", "error", "idle":
+	case "ready", "parked", "pong", "error", "idle":
 	case "output":
 		if ev.Stream != "stdout" && ev.Stream != "stderr" {
 			return event{}, fmt.Errorf("%w: output on unknown stream %q", errGarbage, clip([]byte(ev.Stream), 64))

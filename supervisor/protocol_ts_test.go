@@ -106,7 +106,7 @@ func TestProtocolVersionMatchesTypeScript(t *testing.T) {
 }
 
 // eventTypes are the events parseEvent accepts.
-var eventTypes = []string{"checkpoint", "display", "error", "file", "idle", "need", "output", "package", "pong", "ready", "result", "tool_call"}
+var eventTypes = []string{"checkpoint", "display", "error", "file", "idle", "need", "output", "package", "parked", "pong", "ready", "result", "tool_call"}
 
 func TestProtocolMessagesMatchTypeScript(t *testing.T) {
 	src := tsSource(t)

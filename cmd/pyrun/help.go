@@ -46,7 +46,7 @@ var configGroups = []configGroup{
 	{"Sessions", "[Sessions](sessions.md)", forServices, []string{
 		"session-idle", "session-max-age", "max-sessions", "client-max-sessions", "session-spares", "session-worker",
 		"sessions-per-worker", "max-session-workers", "client-max-session-workers", "instance-id",
-		"session-store", "session-store-key-file", "checkpoint-delay", "max-checkpoint", "session-lease", "session-move-wait",
+		"session-store", "session-store-key-file", "checkpoint-delay", "max-checkpoint", "restore-spares", "session-lease", "session-move-wait",
 	}},
 	{"Rich results and files", "[Rich results](rich-results.md)", forCalls, []string{
 		"max-displays", "max-display-bytes", "output-ttl", "output-store", "output-store-files", "output-dir",

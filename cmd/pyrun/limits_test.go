@@ -99,7 +99,7 @@ func TestLimits(t *testing.T) {
 // pool and the front end.
 func TestLimitFlags(t *testing.T) {
 	cfgFile := t.TempDir() + "/pyrun.json"
-	if err := writeFile(cfgFile, `{"max_queue": 5, "queue_timeout": "3s", "memory_limit": "300MiB", "worker_log_rate": "32KiB", "idle_cpu": 0.2, "warm_calls": 50, "worker_open_files": 512, "client_max_workers": 3, "client_worker_idle": "2m", "max_checkpoint": "64MiB"}`); err != nil {
+	if err := writeFile(cfgFile, `{"max_queue": 5, "queue_timeout": "3s", "memory_limit": "300MiB", "worker_log_rate": "32KiB", "idle_cpu": 0.2, "warm_calls": 50, "worker_open_files": 512, "client_max_workers": 3, "client_worker_idle": "2m", "max_checkpoint": "64MiB", "restore_spares": 2}`); err != nil {
 		t.Fatal(err)
 	}
 	o, _, err := loadOptions("stdio", []string{"--config", cfgFile, "--timeout", "7s", "--max-output", "2KiB", "--max-code", "4KiB",
@@ -115,7 +115,7 @@ func TestLimitFlags(t *testing.T) {
 		ClientMaxWorkers: 3, ClientWorkerIdle: 2 * time.Minute,
 		MaxWorkerThreads: 32, IdleCPU: 0.2, IdleMemorySlack: 100 << 20, StderrLogPerCall: 8 << 10, StderrLogRate: 32 << 10, WarmCalls: 50,
 		OSSandbox: oswall.ModeRequired, WorkerOpenFiles: 512, WorkerFileSize: 64 << 20,
-		Checkpoints: true, MaxCheckpoint: 64 << 20}
+		Checkpoints: true, MaxCheckpoint: 64 << 20, RestoreSpares: 2}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("pool config %+v, want %+v", got, want)
 	}
@@ -135,7 +135,7 @@ func TestLimitFlags(t *testing.T) {
 		{"--mount", t.TempDir() + ":/home/web_user/data"}, {"--mount", t.TempDir() + ":/usr/lib/R"},
 		{"--max-worker-threads", "4"}, {"--idle-cpu", "0"}, {"--idle-cpu", "2"}, {"--idle-memory-slack", "-1"},
 		{"--worker-log-per-call", "10"}, {"--worker-log-rate", "1GiB"}, {"--warm-calls", "-1"}, {"--warm-calls", "20000"},
-		{"--client-max-workers", "-1"}, {"--client-worker-idle", "0s"}, {"--metrics-max-clients", "0"},
+		{"--client-max-workers", "-1"}, {"--client-worker-idle", "0s"}, {"--metrics-max-clients", "0"}, {"--restore-spares", "5"},
 	} {
 		if _, _, err := loadOptions("stdio", bad); err == nil {
 			t.Errorf("%v accepted", bad)

@@ -119,6 +119,7 @@ type options struct {
 	sessionLease          time.Duration
 	sessionMoveWait       time.Duration
 	maxCheckpoint         byteSize
+	restoreSpares         int
 	sessionPendingBytes   byteSize
 	clientPendingBytes    byteSize
 	maxMCPSessions        int
@@ -563,6 +564,7 @@ func (o *options) poolConfig() supervisor.Config {
 
 		Checkpoints:   o.sessionStore != "none",
 		MaxCheckpoint: int64(o.maxCheckpoint),
+		RestoreSpares: cmp.Or(o.restoreSpares, -1), // 0 is the default to the pool
 	}
 }
 

@@ -37,6 +37,7 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
 	fs.StringVar(&o.sessionStoreKeyFile, "session-store-key-file", "", "a file of at least 32 bytes (openssl rand -hex 32 > FILE) whose key authenticates the checkpoints in --session-store, so that whoever can write to the store cannot make one pyrun restores; required with redis:// (every instance sharing the store has the same); a dir: store without one makes its own, .key in its folder")
 	fs.DurationVar(&o.checkpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken once it has had no call for this long after a result, off its calls' path")
+	fs.IntVar(&o.restoreSpares, "restore-spares", supervisor.DefaultRestoreSpares, "worker processes kept started ahead for restores of Python sessions from checkpoints (a lost worker, a restart, a move, a fork), once one was taken, so that a restore does not wait for a worker's start (0: none)")
 	fs.Var(&o.maxCheckpoint, "max-checkpoint", "largest checkpoint of a Python session's worker (its memory and files, before compression; on a shared session worker, all its sessions together); a larger one is not taken, and the log says so (bytes or 256MiB)")
 	fs.DurationVar(&o.sessionLease, "session-lease", checkpoint.DefaultLeaseTTL, "with a --session-store that several pyrun instances share: how long an instance's hold on a Python session lasts unless renewed (it renews it while it serves the session), so how long a session of an instance that died waits before another instance can take it over")
 	fs.DurationVar(&o.sessionMoveWait, "session-move-wait", sessions.DefaultMoveWait, "with a shared --session-store: how long a call for a Python session that another live instance serves waits for that instance to hand it over, before it fails with an error that says to retry")
@@ -57,6 +58,7 @@ func (o *options) checkSessions() error {
 		outside("max-session-workers", o.maxSessionWorkers, 1, 256),
 		outside("client-max-session-workers", o.clientMaxSessionWorkers, 0, 256),
 		outside("session-spares", o.sessionSpares, 0, 16),
+		outside("restore-spares", o.restoreSpares, 0, 4),
 	); err != nil {
 		return err
 	}

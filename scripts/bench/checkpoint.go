@@ -23,11 +23,24 @@ import (
 // from the checkpoint; and checkpoints' sizes for a small and a 50 MB
 // session.
 type checkpointReport struct {
-	Calls   int              `json:"calls"`
-	OffMS   float64          `json:"off_median_ms"`
-	OnMS    float64          `json:"on_median_ms"`
-	OnRatio float64          `json:"on_over_off"`
-	Sizes   []checkpointSize `json:"sizes"`
+	Calls    int              `json:"calls"`
+	OffMS    float64          `json:"off_median_ms"`
+	OnMS     float64          `json:"on_median_ms"`
+	OnRatio  float64          `json:"on_over_off"`
+	Sizes    []checkpointSize `json:"sizes"`
+	Restores *restoreReport   `json:"restores"`
+}
+
+// restoreReport: a small session's lost call with its restore, and a fork of
+// it, onto parked restores (--restore-spares 1, the default) and onto
+// workers started for them (--restore-spares 0), interleaved; medians.
+type restoreReport struct {
+	Runs          int     `json:"runs"`
+	ParkedMS      float64 `json:"lost_call_parked_median_ms"`
+	StartedMS     float64 `json:"lost_call_started_median_ms"`
+	Ratio         float64 `json:"parked_over_started"`
+	ForkParkedMS  float64 `json:"fork_parked_median_ms"`
+	ForkStartedMS float64 `json:"fork_started_median_ms"`
 }
 
 type checkpointSize struct {
@@ -64,24 +77,119 @@ func benchCheckpoint(ctx context.Context, rt *supervisor.Runtime, calls int) (*c
 			sz.What, sz.RawMiB, sz.StoredMiB, sz.TakeMS, sz.RestoreMS, sz.NextMS)
 		rep.Sizes = append(rep.Sizes, sz)
 	}
+	rr, err := restoreTimes(ctx, rt, 7)
+	if err != nil {
+		return nil, err
+	}
+	rep.Restores = rr
+	progress("checkpoint: restores of a small session, medians of %d: a lost call %.0f ms parked, %.0f ms started (%.2fx); a fork %.0f ms parked, %.0f ms started",
+		rr.Runs, rr.ParkedMS, rr.StartedMS, rr.Ratio, rr.ForkParkedMS, rr.ForkStartedMS)
 	return rep, nil
+}
+
+// restoreTimes times a small session's lost call (its worker killed in the
+// call, the call's answer after the restore) and a fork of it, runs times
+// each, alternating between a pool that parks restores and one that does
+// not, so that other work on the machine weighs on both alike. Each run on
+// the parking pool waits for its parked worker first: what it times is a
+// restore onto one.
+func restoreTimes(ctx context.Context, rt *supervisor.Runtime, runs int) (*restoreReport, error) {
+	type side struct {
+		m          *sessions.Manager
+		pool       *supervisor.Pool
+		id         string
+		lost, fork []time.Duration
+	}
+	var sides [2]*side
+	for i, spares := range []int{1, -1} {
+		m, pool, _, done, err := checkpointSessionsOf(rt, "dir", 10*time.Millisecond, spares)
+		if err != nil {
+			return nil, err
+		}
+		defer done()
+		res, err := sessionRun(ctx, m, sessions.NewSession, "rows = list(range(1000))")
+		if err != nil {
+			return nil, err
+		}
+		sides[i] = &side{m: m, pool: pool, id: res.SessionID}
+	}
+	wait := func(what string, cond func() bool) error {
+		deadline := time.Now().Add(2 * time.Minute)
+		for !cond() {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("restores: %s: not within 2 minutes", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		return nil
+	}
+	for range runs {
+		for i, sd := range sides {
+			if err := wait("a checkpoint", func() bool { return sd.m.Stats().Checkpoints > 0 }); err != nil {
+				return nil, err
+			}
+			if i == 0 {
+				if err := wait("a parked restore", func() bool { return sd.pool.Stats().Parked > 0 }); err != nil {
+					return nil, err
+				}
+			}
+			t := time.Now()
+			res, err := sessionRun(ctx, sd.m, sd.id, "import js\njs.Deno.exit(3)")
+			if err != nil {
+				return nil, err
+			}
+			if res.Checkpoint == nil {
+				return nil, fmt.Errorf("restores: the lost call was not restored: %s", res.Error)
+			}
+			sd.lost = append(sd.lost, time.Since(t))
+			if i == 0 {
+				if err := wait("a parked restore", func() bool { return sd.pool.Stats().Parked > 0 }); err != nil {
+					return nil, err
+				}
+			}
+			t = time.Now()
+			res, err = sessionRun(ctx, sd.m, sessions.ForkPrefix+sd.id, "len(rows)")
+			if err != nil {
+				return nil, fmt.Errorf("restores: fork: %w", err)
+			}
+			sd.fork = append(sd.fork, time.Since(t))
+			if _, err := sd.m.Run(ctx, sessions.Call{Session: res.SessionID, End: true}, nil); err != nil {
+				return nil, fmt.Errorf("restores: end the fork: %w", err)
+			}
+		}
+	}
+	if n := sides[0].pool.Stats().Counts.Restores["started"]; n > 0 {
+		return nil, fmt.Errorf("restores: %d restores of the parking pool started their own worker", n)
+	}
+	rr := &restoreReport{Runs: runs,
+		ParkedMS: round1(ms(median(sides[0].lost))), StartedMS: round1(ms(median(sides[1].lost))),
+		ForkParkedMS: round1(ms(median(sides[0].fork))), ForkStartedMS: round1(ms(median(sides[1].fork)))}
+	rr.Ratio = round2(rr.ParkedMS / rr.StartedMS)
+	return rr, nil
 }
 
 // checkpointSessions makes a pool of one worker and its sessions, with a dir:
 // store ("dir") or none; it returns them, the keeper, and a clean-up.
 func checkpointSessions(rt *supervisor.Runtime, store string, delay time.Duration) (*sessions.Manager, *checkpoint.Keeper, func(), error) {
+	m, _, keeper, done, err := checkpointSessionsOf(rt, store, delay, 0)
+	return m, keeper, done, err
+}
+
+// checkpointSessionsOf is checkpointSessions with the pool's RestoreSpares,
+// and the pool.
+func checkpointSessionsOf(rt *supervisor.Runtime, store string, delay time.Duration, restoreSpares int) (*sessions.Manager, *supervisor.Pool, *checkpoint.Keeper, func(), error) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: os.Stderr})
 	if os.Getenv("PYRUN_BENCH_DEBUG") != "" {
 		log.SetLevel(hclog.Debug)
 	}
-	pool, err := supervisor.NewPool(rt, supervisor.Config{Workers: 1, Checkpoints: store != "none"}, log)
+	pool, err := supervisor.NewPool(rt, supervisor.Config{Workers: 1, Checkpoints: store != "none", RestoreSpares: restoreSpares}, log)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	dir, err := os.MkdirTemp("", "pyrun-bench-store-")
 	if err != nil {
 		pool.Close(context.Background())
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	var keeper *checkpoint.Keeper
 	var cp sessions.Checkpointer
@@ -96,7 +204,7 @@ func checkpointSessions(rt *supervisor.Runtime, store string, delay time.Duratio
 		}
 		if err != nil {
 			pool.Close(context.Background())
-			return nil, nil, nil, err
+			return nil, nil, nil, nil, err
 		}
 		cp = keeper
 	}
@@ -104,7 +212,7 @@ func checkpointSessions(rt *supervisor.Runtime, store string, delay time.Duratio
 		Start: func(ctx context.Context, exited func()) (sessions.Worker, error) {
 			return pool.StartDedicated(ctx, exited)
 		}, Checkpoints: cp, CheckpointDelay: delay})
-	return m, keeper, func() {
+	return m, pool, keeper, func() {
 		m.Close(context.Background())
 		pool.Close(context.Background())
 		os.RemoveAll(dir)

@@ -62,7 +62,7 @@ func allocated() uint64 {
 // issue 36).
 func TestCheckpointIsEncodedInBoundedMemory(t *testing.T) {
 	const state = 96 << 20
-	p := realPool(t, supervisor.Config{Workers: 1, MemoryLimit: 512 << 20})
+	p := realPool(t, supervisor.Config{Workers: 1, MemoryLimit: 512 << 20, RestoreSpares: -1})
 	d, err := p.StartDedicated(t.Context(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -114,6 +114,10 @@ func TestCheckpointIsEncodedInBoundedMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Close)
+	// None parked (RestoreSpares -1): the restore started its own worker.
+	if n := p.Stats().Counts.Restores; n["started"] != 1 || n["parked"] != 0 || p.Stats().Parked != 0 {
+		t.Errorf("restores by what onto: %v (%d parked), want one onto a worker started for it", n, p.Stats().Parked)
+	}
 	check := "import hashlib\nhashlib.sha256(x).hexdigest()"
 	want, err := d.Run(t.Context(), supervisor.Job{ID: "c2", Code: check}, nil)
 	if err != nil {
