@@ -116,6 +116,29 @@ func TestSessionOfAGoneInstanceExpires(t *testing.T) {
 	other := newServer(t, append(args, "--instance-id", "box-other")...)
 	waitFor(t, "the gone instance's session to expire from the store", 30*time.Second, func() bool { return !exists(id) })
 	other.sessionToolError(t, map[string]any{"python_code": "x", "session_id": id}, "box-gone")
+
+	// An instance killed holds its session's lease until it runs out,
+	// past the session's idle limit here: the other instance's sweep, which
+	// cannot take the lease when the session expires, looks again once it
+	// has run out (before, it gave up, and the record stayed for good).
+	killedArgs := []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--session-store-key-file", keyFile,
+		"--checkpoint-delay", "100ms", "--session-idle", "2s", "--session-lease", "6s"}
+	killed, err := startServer(ctx, append(killedArgs, "--instance-id", "box-killed")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kid := killed.inSession(t, "new", "x = 2").sc.SessionID
+	if err := killed.log.waitFor(ctx, "the session's checkpoint", func(c map[string]int) bool {
+		return c["session checkpoint"] > 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := killed.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = killed.session.Close() // its process is gone
+	newServer(t, append(killedArgs, "--instance-id", "box-sweeper")...)
+	waitFor(t, "the killed instance's session to expire from the store", 30*time.Second, func() bool { return !exists(kid) })
 }
 
 // An instance that dies (SIGKILL: no final checkpoint, no release) leaves

@@ -131,7 +131,23 @@ func (m *Manager) sweepSavedLocked(l Leaser, id string) {
 	}
 	m.inBackground(func(ctx context.Context) {
 		if err := l.Hold(ctx, id, ""); err != nil {
-			return // another instance serves it, and ends it in its time
+			// Another instance holds its lease: a live one serves it and
+			// ends it in its time, but a gone one's lease (not released:
+			// killed, or its release lost) only runs out. Look again then,
+			// or the session of an instance that never comes back stays
+			// in the store for good.
+			select {
+			case <-m.stop:
+			case <-time.After(l.RenewEvery()):
+				m.mu.Lock()
+				select {
+				case <-m.stop: // closed meanwhile
+				default:
+					m.sweepSavedLocked(l, id)
+				}
+				m.mu.Unlock()
+			}
+			return
 		}
 		sv, err := l.Describe(ctx, id)
 		m.mu.Lock()
