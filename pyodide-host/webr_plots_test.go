@@ -1,6 +1,9 @@
 package pyodidehost_test
 
 import (
+	"bytes"
+	"encoding/base64"
+	"image/png"
 	"strings"
 	"testing"
 )
@@ -60,5 +63,65 @@ func TestRPlotToOutputIsOneFile(t *testing.T) {
 		if got := rich(evs); got != "file plot.png image/png" {
 			t.Errorf("call %d: %q, want one file event for plot.png", i+1, got)
 		}
+	}
+}
+
+// A plot with no device open becomes a PNG display; every page of every
+// file device (png, svg) comes back too, and max_displays caps them.
+func TestRPlots(t *testing.T) {
+	w := startR(t, rConfig)
+	evs := w.run("plot(1:10)", nil)
+	wantSuccess(t, evs, "plot")
+	var shown []rEvent
+	for _, ev := range evs {
+		if ev.Type == "display" {
+			shown = append(shown, ev)
+		}
+	}
+	if len(shown) != 1 || shown[0].MIMEType != "image/png" {
+		t.Fatalf("plot(1:10): displays %+v, want one image/png", shown)
+	}
+	data, err := base64.StdEncoding.DecodeString(shown[0].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(data))
+	if err != nil {
+		t.Fatalf("display is not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != 672 || b.Dy() != 480 {
+		t.Errorf("plot size %v, want 672x480", b)
+	}
+
+	evs = w.run("png('mine.png', width = 300, height = 300); plot(1); invisible(dev.off())\n"+
+		"svg(); plot(1); plot(2)\nhist(rnorm(50))", nil)
+	wantSuccess(t, evs, "devices")
+	var mimes []string
+	for _, ev := range evs {
+		if ev.Type == "display" {
+			mimes = append(mimes, ev.MIMEType)
+		}
+	}
+	// svg() without onefile writes one file per page; hist() drew on the
+	// open svg device.
+	if got, want := strings.Join(mimes, ","), "image/png,image/svg+xml,image/svg+xml,image/svg+xml"; got != want {
+		t.Errorf("displays %s, want %s", got, want)
+	}
+
+	evs = w.run("for (i in 1:5) plot(i)", map[string]any{"max_displays": 2})
+	r := wantSuccess(t, evs, "capped")
+	n := 0
+	for _, ev := range evs {
+		if ev.Type == "display" {
+			n++
+		}
+	}
+	if n != 2 || r.Held != 3 {
+		t.Errorf("5 plots with max_displays 2: %d displays, %d dropped; want 2 and 3", n, r.Held)
+	}
+	// Devices are closed at the end of a call: the next call starts with none.
+	r = wantSuccess(t, w.run("dev.cur()", nil), "dev.cur")
+	if r.Value == nil || compactJSON(t, *r.Value) != `{"null device":1}` {
+		t.Errorf("dev.cur() after a call: %v, want the null device", r.Value)
 	}
 }

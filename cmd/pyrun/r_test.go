@@ -132,6 +132,29 @@ list(n = sum(d$n), refused = refused, files = list.files("/data"))`)
 		// A stateless call does not see it.
 		wantValue(t, s.runIn(t, "run_r_code", "r_code", "exists('x')"), "false")
 	})
+
+	t.Run("out of memory", func(t *testing.T) {
+		// A session's call that fills R's heap (pyodide-host's
+		// TestROutOfMemoryUnreported has the worker's side: R left without
+		// room even to report its error once failed the call as a host
+		// failure) is a memory-error whose answer says the session is lost
+		// with its worker; the pool's R and Python answer meanwhile.
+		r, err := s.callTool(t.Context(), "run_r_code", map[string]any{"session_id": "new", "r_code": "big <- list()\n" +
+			"tryCatch(repeat big[[length(big) + 1]] <- numeric(1e6), error = function(e) NULL)\nx <- NULL; repeat x <- list(x)"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, r, "memory-error")
+		if r.sc.Error == nil || !strings.Contains(*r.sc.Error, "ended because its worker was lost (it ran out of memory)") {
+			t.Errorf("the session's out-of-memory error: %v, want it to say the session was lost", r.sc.Error)
+		}
+		res, err := s.callToolRaw(t.Context(), "run_r_code", map[string]any{"r_code": "1", "session_id": r.sc.SessionID})
+		if err == nil && !res.IsError {
+			t.Errorf("session %s answered after it was lost", r.sc.SessionID)
+		}
+		wantValue(t, s.runIn(t, "run_r_code", "r_code", "1 + 1"), "2")
+		wantValue(t, s.runIn(t, "run_python_code", "python_code", "6 * 7"), "42")
+	})
 }
 
 // TestRLive: R's output reaches the client as log messages while the call

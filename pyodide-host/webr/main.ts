@@ -110,7 +110,9 @@ async function start(cfg: RConfig): Promise<void> {
 
   await serve({
     check: (req) =>
-      req.namespace !== undefined && (!cfg.session || typeof req.namespace !== "string")
+      worker.lost
+        ? `bad request: this worker must be replaced: ${worker.lost}`
+        : req.namespace !== undefined && (!cfg.session || typeof req.namespace !== "string")
         ? "bad request: namespace needs a session worker"
         : "",
     async run(req) {
@@ -138,13 +140,7 @@ async function start(cfg: RConfig): Promise<void> {
       }
       // The reset after the call is done: the supervisor may send the
       // next request (docs/protocol.md, Idle), unless R could not be set back.
-      if (answered) {
-        send({
-          type: "idle",
-          id: req.id,
-          ...(why ? { recycle: `the call changed R in a way pyrun cannot undo: ${why}` } : {}),
-        });
-      }
+      if (answered) send({ type: "idle", id: req.id, ...(why ? { recycle: why } : {}) });
     },
   }, cfg.max_line);
   Deno.exit(0);
@@ -158,6 +154,11 @@ class RWorker {
   interrupted = false;
   /** The run's `interrupts`: signals up to this number were for earlier calls. */
   mark = 0;
+  /**
+   * Why R can take no other call, once a call left it so short of memory
+   * that it could not report the error (RWorker.unreported); "" while it can.
+   */
+  lost = "";
   /** Where R's console lines go: the running call's output; null: nowhere. */
   private out: OutputCap | null = null;
   /**
@@ -167,6 +168,12 @@ class RWorker {
   private marker = `pyrun-end-${crypto.randomUUID()}`;
   /** Resolves the running call's wait for its marker line. */
   private ended: (() => void) | null = null;
+  /**
+   * The last error R printed to the running call's stderr itself ("Error:
+   * ..." and its indented lines): R's own top level, or webR's handler,
+   * writes it for an error that no handler of pyrun.R's could report.
+   */
+  private printed = "";
 
   constructor(
     private webR: WebR,
@@ -193,7 +200,12 @@ class RWorker {
         continue;
       }
       if (this.out && (msg.type === "stdout" || msg.type === "stderr")) {
-        this.out.write(msg.type, String(msg.data) + "\n");
+        const line = String(msg.data);
+        if (msg.type === "stderr" && line.startsWith("Error")) this.printed = line;
+        else if (msg.type === "stderr" && this.printed && /^\s/.test(line)) {
+          this.printed += "\n" + line;
+        }
+        this.out.write(msg.type, line + "\n");
       }
     }
   }
@@ -255,9 +267,11 @@ class RWorker {
     this.mark = req.interrupts ?? 0;
     this.interrupted = false;
     this.running = true;
+    this.printed = "";
     this.out = out;
     const ended = new Promise<void>((resolve) => this.ended = resolve);
     let captured;
+    let thrown = "";
     try {
       captured = await this.shelter.captureR(`run(code, ${rString(this.marker)})`, {
         env: this.helper,
@@ -270,14 +284,18 @@ class RWorker {
     } catch (e) {
       // An interrupt that lands in webR's own code around run()'s
       // handlers comes out as a JavaScript error; its output was sent.
-      if (!interrupted(e)) throw e;
-      return {
-        type: "result",
-        id,
-        status: "interrupted",
-        error: "interrupted",
-        duration_ms: durationMs(began),
-      };
+      if (this.interrupted && interrupted(e)) {
+        return {
+          type: "result",
+          id,
+          status: "interrupted",
+          error: "interrupted",
+          duration_ms: durationMs(began),
+        };
+      }
+      // So does R's jump to its top level with no interrupt: an error no
+      // handler could take (R's "memory exhausted"), invokeRestart("abort").
+      thrown = errorText(e);
     } finally {
       this.running = false;
       // webR's answer can overtake the call's last console lines (seen
@@ -294,30 +312,79 @@ class RWorker {
       this.out = null;
       out.flush();
     }
-    const res = toPlain(await (captured.result as RObject).toJs()) as Record<string, unknown>;
+    let res: RunList | null = null;
+    try {
+      if (captured) res = runList(toPlain(await (captured.result as RObject).toJs()));
+    } catch (e) {
+      thrown = errorText(e); // webR could not convert it
+    }
+    const ev = res ? await this.reported(id, res, rich, before) : this.unreported(id, thrown);
+    return { ...ev, ...out.dropped(), ...rich.dropped(), duration_ms: durationMs(began) };
+  }
+
+  /** The result of a call whose run() returned its list: res. */
+  private async reported(
+    id: string,
+    res: RunList,
+    rich: RichCap,
+    before: Map<string, string>,
+  ): Promise<Result> {
     await this.sendRich(rich, before, toStrings(res.rich));
-    const ev: Result = {
-      type: "result",
-      id,
-      status: String(res.status ?? "run-error") as Result["status"],
-      duration_ms: 0,
-    };
+    const ev: Result = { type: "result", id, status: res.status, duration_ms: 0 };
     if (res.has_value === true) ev.value = toJSON(res.value);
     if (typeof res.error === "string" && ev.status !== "success") ev.error = res.error;
-    if (/cannot allocate|memory limit/.test(String(res.error ?? ""))) {
+    if (OUT_OF_MEMORY.test(String(res.error ?? ""))) {
       ev.status = "memory-error";
       ev.recycle = "the call ran out of memory";
     }
-    return { ...ev, ...out.dropped(), ...rich.dropped(), duration_ms: durationMs(began) };
+    return ev;
+  }
+
+  /**
+   * The result of a call whose run() returned no list of its own: an
+   * error got past its handlers, and R printed it itself (printed). webR's
+   * handler around run() took it (captureR's result is then NULL), or
+   * nothing did and R jumped to its top level (captureR throws, thrown).
+   * Either way R unwound the call. Past its memory, R could not even
+   * allocate the error's text in run()'s handler: what the call holds
+   * stays (a session's values; a stateless call's until the clean-up,
+   * which would need memory too), so the worker skips the clean-up and
+   * takes no other call. Otherwise (invokeRestart("abort"), say) the
+   * clean-up sets R back as after any call.
+   */
+  private unreported(id: string, thrown: string): Result {
+    const said = this.printed.replace(/^Error:\s*/, "");
+    if (OUT_OF_MEMORY.test(said) || OUT_OF_MEMORY.test(thrown)) {
+      this.lost = "the call ran out of memory";
+      return {
+        type: "result",
+        id,
+        status: "memory-error",
+        error: `Error: R ran out of memory (${said || thrown})`,
+        recycle: this.lost,
+        duration_ms: 0,
+      };
+    }
+    const error = this.printed ||
+      `Error: the call ended outside pyrun's handlers, without a result (${thrown || "no error"})`;
+    return { type: "result", id, status: "run-error", error, duration_ms: 0 };
   }
 
   /**
    * Ends a call, after its result is sent (the next request waits for it
    * all the same): pyrun's plot files go, and after a stateless call
    * everything it left (pyrun.R's cleanup), /output/ unless kept. Returns
-   * "" or why R could not be set back (the worker is then replaced).
+   * "" or why R could not be set back (the worker is then replaced). A
+   * lost worker's R is not touched: the worker is replaced anyway.
    */
   async cleanUp(req: RunRequest): Promise<string> {
+    if (this.lost) return this.lost;
+    const why = await this.reset(req);
+    return why ? `the call changed R in a way pyrun cannot undo: ${why}` : "";
+  }
+
+  /** pyrun.R's cleanup(): "" or why R could not be set back. */
+  private async reset(req: RunRequest): Promise<string> {
     const keep = req.keep_output === true;
     const code = `cleanup(${keep ? "TRUE" : "FALSE"}, ${this.cfg.session ? "TRUE" : "FALSE"})`;
     try {
@@ -340,7 +407,8 @@ class RWorker {
    * as a display, which showed one plot as two images.
    */
   private async sendRich(rich: RichCap, before: Map<string, string>, list: string[]) {
-    const n = Number(list[0] ?? 0);
+    // A count past the list's pairs would read pages that are not there.
+    const n = Math.max(0, Math.min(Number(list[0]) || 0, Math.floor((list.length - 1) / 2)));
     const after = [...stamps(list.slice(1 + 2 * n))];
     const listed = new Set(after.map(([path]) => path));
     const drawn = new Set<string>();
@@ -396,6 +464,24 @@ async function pastInterrupt<T>(f: () => Promise<T>): Promise<T> {
 /** Whether webR's error is an R interrupt's. */
 function interrupted(e: unknown): boolean {
   return /non-local transfer|interrupt/i.test(String(e));
+}
+
+/** R's messages of a call that ran out of memory. */
+const OUT_OF_MEMORY = /cannot allocate|could not allocate|memory exhausted|memory limit/;
+
+/** What pyrun.R's run() returns, as far as main.ts relies on it. */
+type RunList = Record<string, unknown> & { status: "success" | "run-error" | "interrupted" };
+
+/**
+ * run()'s list, from captureR's result as plain values; null for anything
+ * else: webR's NULL when an error got past run()'s handlers.
+ */
+function runList(v: unknown): RunList | null {
+  if (v === null || typeof v !== "object" || Array.isArray(v)) return null;
+  const status = (v as Record<string, unknown>).status;
+  return status === "success" || status === "run-error" || status === "interrupted"
+    ? v as RunList
+    : null;
 }
 
 /** A character vector of toPlain's: one string is a scalar. */
