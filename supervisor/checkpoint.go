@@ -179,15 +179,8 @@ func (p *Pool) StartRestored(ctx context.Context, img *Image, dir string, exited
 		return nil, fmt.Errorf("restore a session: %w", err)
 	}
 	defer os.Remove(f.Name())
-	n, err := io.Copy(f, img.R)
-	if err == nil && n != img.Mem+img.FS {
-		err = fmt.Errorf("the checkpoint has %d bytes, not %d", n, img.Mem+img.FS)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, fmt.Errorf("restore a session: %w", err)
+	if err := fillImage(f, img); err != nil {
+		return nil, err
 	}
 	spec := &restoreSpec{Path: f.Name(), Mem: img.Mem, FS: img.FS, Clock: img.Clock, Keep: img.Namespace}
 	d, err := p.startDedicated(ctx, exited, spec)

@@ -206,6 +206,15 @@ func writeImage(path string, img *Image) error {
 	if err != nil {
 		return fmt.Errorf("restore a session: %w", err)
 	}
+	if err := fillImage(f, img); err != nil {
+		os.Remove(path)
+		return err
+	}
+	return nil
+}
+
+// fillImage copies img's bytes into f, checks their count, and closes f.
+func fillImage(f *os.File, img *Image) error {
 	n, err := io.Copy(f, img.R)
 	if err == nil && n != img.Mem+img.FS {
 		err = fmt.Errorf("the checkpoint has %d bytes, not %d", n, img.Mem+img.FS)
@@ -214,7 +223,6 @@ func writeImage(path string, img *Image) error {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(path)
 		return fmt.Errorf("restore a session: %w", err)
 	}
 	return nil
