@@ -123,20 +123,7 @@ func TestSessionOfAGoneInstanceExpires(t *testing.T) {
 	// has run out (before, it gave up, and the record stayed for good).
 	killedArgs := []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--session-store-key-file", keyFile,
 		"--checkpoint-delay", "100ms", "--session-idle", "2s", "--session-lease", "6s"}
-	killed, err := startServer(ctx, append(killedArgs, "--instance-id", "box-killed")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kid := killed.inSession(t, "new", "x = 2").sc.SessionID
-	if err := killed.log.waitFor(ctx, "the session's checkpoint", func(c map[string]int) bool {
-		return c["session checkpoint"] > 0
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := killed.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = killed.session.Close() // its process is gone
+	kid := sessionOfAKilledInstance(t, ctx, "x = 2", append(killedArgs, "--instance-id", "box-killed")...)
 	newServer(t, append(killedArgs, "--instance-id", "box-sweeper")...)
 	waitFor(t, "the killed instance's session to expire from the store", 30*time.Second, func() bool { return !exists(kid) })
 }
@@ -150,20 +137,7 @@ func TestSessionOfADeadInstanceContinues(t *testing.T) {
 	args := []string{"--workers", "1", "--session-worker", "own", "--session-store", url, "--session-store-key-file", keyFile, "--checkpoint-delay", "100ms", "--session-lease", "2s"}
 	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	defer cancel()
-	dead, err := startServer(ctx, append(args, "--instance-id", "box-dead")...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := dead.inSession(t, "new", "x = 5").sc.SessionID
-	if err := dead.log.waitFor(ctx, "the session's checkpoint", func(c map[string]int) bool {
-		return c["session checkpoint"] > 0
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := dead.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = dead.session.Close() // its process is gone
+	id := sessionOfAKilledInstance(t, ctx, "x = 5", append(args, "--instance-id", "box-dead")...)
 	other := newServer(t, append(args, "--instance-id", "box-live")...)
 	r := other.inSession(t, id, "x")
 	if r.sc.Status != "success" || valueOf(r) != "5" {
@@ -226,4 +200,26 @@ func TestRestartAfterAKillTakesTheDeadProcesssLeases(t *testing.T) {
 		t.Errorf("the log does not say the lease was taken from the gone process")
 	}
 	t.Logf("the first call after the kill and restart: %s", took.Round(time.Millisecond))
+}
+
+// sessionOfAKilledInstance starts pyrun with args, makes a session that
+// runs code, waits for its checkpoint and kills pyrun (SIGKILL: no final
+// checkpoint, no lease released). It returns the session's id.
+func sessionOfAKilledInstance(t *testing.T, ctx context.Context, code string, args ...string) string {
+	t.Helper()
+	s, err := startServer(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := s.inSession(t, "new", code).sc.SessionID
+	if err := s.log.waitFor(ctx, "the session's checkpoint", func(c map[string]int) bool {
+		return c["session checkpoint"] > 0
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.session.Close() // its process is gone
+	return id
 }
