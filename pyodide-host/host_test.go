@@ -207,7 +207,7 @@ func replayFile(t *testing.T, rt *supervisor.Runtime, file string, start startFu
 	}
 }
 
-// Worker start-up as supervisor/config.go's denoArgs, workerEnv and
+// Worker start-up as supervisor/permissions.go's denoLaunch, workerEnv and
 // supervisor/pool.go's NewPool build it for the default Config (network
 // "public"); keep these in step with them. Left out: setProcAttr's process
 // group and parent-death signal, which change nothing the worker does.
@@ -218,7 +218,7 @@ var deniedNets = []string{
 	"metadata.google.internal",
 }
 
-// denoRun is a worker's deno command line as denoArgs builds it: the flags
+// denoRun is a worker's deno command line as denoLaunch builds it: the flags
 // every engine's worker gets, the engine's own, its program and the HostConfig.
 func denoRun(rt *supervisor.Runtime, flags []string, program, hostConfig string) []string {
 	args := []string{"run", "--no-prompt", "--cached-only", "--no-config", "--quiet"}
@@ -247,7 +247,7 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 }
 
 // workerProcess is a Deno process of rt with args in the environment and
-// working folder of supervisor/config.go's workerEnv and the pool's
+// working folder of supervisor/permissions.go's workerEnv and the pool's
 // workers, plus extra environment variables; every engine's harness
 // starts its worker through it.
 func workerProcess(ctx context.Context, rt *supervisor.Runtime, args []string, extraEnv ...string) *exec.Cmd {
