@@ -13,16 +13,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"golang.org/x/tools/txtar"
 
 	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/internal/testproc"
-	"github.com/pyrun/pyrun/internal/testtier"
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -103,27 +101,11 @@ func replayAll(t *testing.T, dir string, start startFunc) {
 	}
 }
 
-var (
-	runtimeOnce sync.Once
-	runtimeVal  *supervisor.Runtime
-	runtimeErr  error
-)
-
-// provision provisions the worker runtime the way pyrun does, in pyrun's
-// default runtime folder, so that runs after the first reuse it.
+// provision is the worker runtime, provisioned the way pyrun does
+// (testruntime.Get), for this package's harnesses of every engine.
 func provision(t testing.TB) *supervisor.Runtime {
 	t.Helper()
-	testtier.Runtime(t)
-	runtimeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		log := hclog.New(&hclog.LoggerOptions{Name: "provision", Output: os.Stderr, Level: hclog.Warn})
-		runtimeVal, runtimeErr = supervisor.Provision(ctx, supervisor.DefaultRuntimeRoot(), os.Stderr, log)
-	})
-	if runtimeErr != nil {
-		t.Fatalf("provision the worker runtime: %v", runtimeErr)
-	}
-	return runtimeVal
+	return testruntime.Get(t)
 }
 
 // startFunc builds the command that starts a worker of one engine.

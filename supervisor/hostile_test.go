@@ -16,6 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -127,7 +128,7 @@ func treeHash(t *testing.T, dir string) map[string]string {
 
 func TestHostileCode(t *testing.T) {
 	t.Setenv(canary, "canary-"+fmt.Sprint(time.Now().UnixNano()))
-	rt := testRuntime(t)
+	rt := testruntime.Get(t)
 	secretFile := filepath.Join(t.TempDir(), "secret.txt")
 	if err := os.WriteFile(secretFile, []byte("host secret"), 0o644); err != nil {
 		t.Fatal(err)

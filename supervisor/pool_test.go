@@ -1,43 +1,21 @@
 package supervisor_test
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/pyrun/pyrun/internal/testtier"
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
 // These tests run the real Deno + Pyodide worker.
 
-var (
-	runtimeOnce sync.Once
-	runtime     *supervisor.Runtime
-	runtimeErr  error
-)
-
-func testRuntime(t *testing.T) *supervisor.Runtime {
-	t.Helper()
-	testtier.Runtime(t)
-	runtimeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		runtime, runtimeErr = supervisor.Provision(ctx, supervisor.DefaultRuntimeRoot(), os.Stderr, testLogger(t))
-	})
-	if runtimeErr != nil {
-		t.Fatalf("provision runtime: %v", runtimeErr)
-	}
-	return runtime
-}
-
 func realPool(t *testing.T, cfg supervisor.Config) *supervisor.Pool {
 	t.Helper()
-	p, err := supervisor.NewPool(testRuntime(t), cfg, testLogger(t))
+	p, err := supervisor.NewPool(testruntime.Get(t), cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
