@@ -23,6 +23,27 @@ func realPool(t *testing.T, cfg supervisor.Config) *supervisor.Pool {
 	return p
 }
 
+// waitReady waits until n workers are ready. Real workers take seconds to
+// start, many more on a loaded machine, hence a bound longer than waitFor's.
+func waitReady(t *testing.T, p *supervisor.Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for p.Stats().Ready < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers not ready within 2 minutes: %+v", n, p.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// clipString is s cut to n bytes, for a test's message.
+func clipString(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
 func run(t *testing.T, p *supervisor.Pool, job supervisor.Job) supervisor.Result {
 	t.Helper()
 	if job.ID == "" {
