@@ -8,6 +8,22 @@ import (
 	"testing"
 )
 
+// parseArgs is parseArgsFor for run_python_code.
+func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
+	return parseArgsFor(raw, maxCode, pythonTool)
+}
+
+// parseArgsChecked is parseArgsCheckedFor for run_python_code: the
+// arguments validated against its inputSchema, then decoded.
+func parseArgsChecked(raw json.RawMessage) (toolArgs, error) {
+	return parseArgsCheckedFor(raw, pythonTool)
+}
+
+// parseValidArgs is parseValidArgsFor for run_python_code.
+func parseValidArgs(raw json.RawMessage) (toolArgs, bool) {
+	return parseValidArgsFor(raw, Python.CodeArg, true)
+}
+
 // TestParseArgsFastPathAgreesWithSchema checks that the decoder for plainly
 // valid arguments accepts nothing the schema refuses and decodes what it
 // accepts as the checked path does.

@@ -98,8 +98,7 @@ func (l *ClientLimiter) within(ctx context.Context, job supervisor.Job, run func
 		if ctx.Err() != nil {
 			status = "cancelled"
 		}
-		l.log.Info("call", "id", job.ID, "status", status, "queued", time.Since(began).Round(time.Microsecond),
-			"worker", "", "session", job.Session, "client", job.Client, "error", err.Error())
+		l.log.Info("call", supervisor.CallLine{Status: status, Queued: new(time.Since(began)), Err: err}.Args(job)...)
 		return supervisor.Result{}, err
 	}
 	defer l.release(job.Client)

@@ -24,7 +24,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/pyrun/pyrun/internal/testtier"
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -33,7 +33,6 @@ import (
 var testPool struct {
 	once sync.Once
 	pool *supervisor.Pool
-	rt   *supervisor.Runtime
 	err  error
 }
 
@@ -135,15 +134,9 @@ func (l *logLines) find(msg string) []map[string]any {
 // newTestServer builds a pyrun MCP server on the shared test pool.
 func newTestServer(t *testing.T, live LiveOptions) (*Server, *runner, *logLines) {
 	t.Helper()
-	testtier.Runtime(t)
+	rt := testruntime.Get(t)
 	testPool.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		log := hclog.NewNullLogger()
-		testPool.rt, testPool.err = supervisor.Provision(ctx, supervisor.DefaultRuntimeRoot(), io.Discard, log)
-		if testPool.err == nil {
-			testPool.pool, testPool.err = supervisor.NewPool(testPool.rt, supervisor.Config{Workers: 2}, log)
-		}
+		testPool.pool, testPool.err = supervisor.NewPool(rt, supervisor.Config{Workers: 2}, hclog.NewNullLogger())
 	})
 	if testPool.err != nil {
 		t.Fatal(testPool.err)
@@ -152,7 +145,7 @@ func newTestServer(t *testing.T, live LiveOptions) (*Server, *runner, *logLines)
 	log := hclog.New(&hclog.LoggerOptions{Name: "pyrun", Level: hclog.Debug, Output: lines, JSONFormat: true})
 	r := &runner{pool: testPool.pool, done: make(chan struct{})}
 	s := New(r, Options{
-		Version: "test", PythonVersion: testPool.rt.Python, PyodideVersion: testPool.rt.Pyodide,
+		Version: "test", PythonVersion: rt.Python, PyodideVersion: rt.Pyodide,
 		Timeout: 30 * time.Second, MaxOutput: 64 << 10, Live: live,
 	}, log)
 	return s, r, lines

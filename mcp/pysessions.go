@@ -66,7 +66,7 @@ func (s *Server) sessionRunner() SessionRunner {
 	return s.sessions
 }
 
-// checkSessionArgs checks what parseArgs cannot: end_session needs a
+// checkSessionArgs checks what parseArgsFor cannot: end_session needs a
 // session to end.
 func checkSessionArgs(a toolArgs) error {
 	if a.EndSession && a.SessionID == nil {

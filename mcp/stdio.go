@@ -17,6 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/pyrun/pyrun/mcp/flow"
+	"github.com/pyrun/pyrun/mcp/idscan"
 )
 
 // stdio: the SDK's transport ends the session at the first line that is not
@@ -184,16 +185,16 @@ func (in *stdioReader) next() ([]byte, error) {
 }
 
 // readLine reads one line, without its newline. A line longer than
-// in.max is not kept: its bytes go through an IDScanner, returned as
+// in.max is not kept: its bytes go through an idscan.Scanner, returned as
 // tooLong, which finds the id to answer with in bounded memory.
-func (in *stdioReader) readLine() (line []byte, tooLong *flow.IDScanner, err error) {
+func (in *stdioReader) readLine() (line []byte, tooLong *idscan.Scanner, err error) {
 	for {
 		chunk, err := in.br.ReadSlice('\n')
 		switch {
 		case tooLong != nil:
 			_, _ = tooLong.Write(chunk)
 		case len(line)+len(chunk) > in.max+1:
-			tooLong = &flow.IDScanner{}
+			tooLong = &idscan.Scanner{}
 			_, _ = tooLong.Write(line)
 			_, _ = tooLong.Write(chunk)
 			line = nil
@@ -211,7 +212,7 @@ func (in *stdioReader) readLine() (line []byte, tooLong *flow.IDScanner, err err
 // own id, so that its client need not wait for its own timeout, and a
 // message naming the limit. A response (an id and no method) gets none:
 // its peer is waiting for nothing.
-func (in *stdioReader) refuseLong(sc *flow.IDScanner) {
+func (in *stdioReader) refuseLong(sc *idscan.Scanner) {
 	in.counters.Refused.WithLabelValues("stdio_max_line").Inc()
 	id, hasID := sc.ID()
 	method, hasMethod := sc.Method()

@@ -130,17 +130,12 @@ type toolArgs struct {
 	Files           json.RawMessage `json:"files"`
 }
 
-// parseArgs checks a call's arguments. Its errors name the argument at fault
-// and become tool errors, so the model can correct itself.
-func parseArgs(raw json.RawMessage, maxCode int) (toolArgs, error) {
-	return parseArgsFor(raw, maxCode, pythonTool)
-}
-
 // pythonTool is run_python_code's languageTool.
 var pythonTool = &languageTool{lang: Python, resolved: resolvedInput}
 
 // parseArgsFor checks the arguments of a call of lt's tool; the code, in
-// lt's CodeArg, comes back in PythonCode.
+// lt's CodeArg, comes back in PythonCode. Its errors name the argument at
+// fault and become tool errors, so the model can correct itself.
 func parseArgsFor(raw json.RawMessage, maxCode int, lt *languageTool) (toolArgs, error) {
 	codeArg := lt.lang.CodeArg
 	args, ok := parseValidArgsFor(raw, codeArg, lt.lang.Globals)
@@ -167,16 +162,11 @@ func parseArgsFor(raw json.RawMessage, maxCode int, lt *languageTool) (toolArgs,
 	return args, nil
 }
 
-// parseValidArgs decodes arguments that plainly satisfy inputSchema, in one
-// pass and without the schema validator, which costs more than the rest of
-// pyrun's work on a warm call. Anything else is not ok, and
-// parseArgsChecked explains what is wrong with it.
-func parseValidArgs(raw json.RawMessage) (toolArgs, bool) {
-	return parseValidArgsFor(raw, Python.CodeArg, true)
-}
-
-// parseValidArgsFor is parseValidArgs for a tool whose code is codeArg,
-// which takes global_variables when globals is set.
+// parseValidArgsFor decodes arguments that plainly satisfy the input
+// schema of a tool whose code is codeArg, which takes global_variables when
+// globals is set: in one pass and without the schema validator, which costs
+// more than the rest of pyrun's work on a warm call. Anything else is not
+// ok, and parseArgsCheckedFor explains what is wrong with it.
 func parseValidArgsFor(raw json.RawMessage, codeArg string, globals bool) (toolArgs, bool) {
 	var args toolArgs
 	var fields map[string]json.RawMessage
@@ -227,11 +217,6 @@ func parseValidArgsFor(raw json.RawMessage, codeArg string, globals bool) (toolA
 	}
 	args.PythonCode = *code
 	return args, true
-}
-
-// parseArgsChecked validates arguments against inputSchema and decodes them.
-func parseArgsChecked(raw json.RawMessage) (toolArgs, error) {
-	return parseArgsCheckedFor(raw, pythonTool)
 }
 
 // parseArgsCheckedFor validates arguments against lt's schema and decodes them.

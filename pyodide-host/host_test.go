@@ -13,16 +13,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"golang.org/x/tools/txtar"
 
 	"github.com/pyrun/pyrun/internal/syncbuf"
 	"github.com/pyrun/pyrun/internal/testproc"
-	"github.com/pyrun/pyrun/internal/testtier"
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -103,27 +101,11 @@ func replayAll(t *testing.T, dir string, start startFunc) {
 	}
 }
 
-var (
-	runtimeOnce sync.Once
-	runtimeVal  *supervisor.Runtime
-	runtimeErr  error
-)
-
-// provision provisions the worker runtime the way pyrun does, in pyrun's
-// default runtime folder, so that runs after the first reuse it.
+// provision is the worker runtime, provisioned the way pyrun does
+// (testruntime.Get), for this package's harnesses of every engine.
 func provision(t testing.TB) *supervisor.Runtime {
 	t.Helper()
-	testtier.Runtime(t)
-	runtimeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		log := hclog.New(&hclog.LoggerOptions{Name: "provision", Output: os.Stderr, Level: hclog.Warn})
-		runtimeVal, runtimeErr = supervisor.Provision(ctx, supervisor.DefaultRuntimeRoot(), os.Stderr, log)
-	})
-	if runtimeErr != nil {
-		t.Fatalf("provision the worker runtime: %v", runtimeErr)
-	}
-	return runtimeVal
+	return testruntime.Get(t)
 }
 
 // startFunc builds the command that starts a worker of one engine.
@@ -207,7 +189,7 @@ func replayFile(t *testing.T, rt *supervisor.Runtime, file string, start startFu
 	}
 }
 
-// Worker start-up as supervisor/config.go's denoArgs, workerEnv and
+// Worker start-up as supervisor/permissions.go's denoLaunch, workerEnv and
 // supervisor/pool.go's NewPool build it for the default Config (network
 // "public"); keep these in step with them. Left out: setProcAttr's process
 // group and parent-death signal, which change nothing the worker does.
@@ -218,7 +200,7 @@ var deniedNets = []string{
 	"metadata.google.internal",
 }
 
-// denoRun is a worker's deno command line as denoArgs builds it: the flags
+// denoRun is a worker's deno command line as denoLaunch builds it: the flags
 // every engine's worker gets, the engine's own, its program and the HostConfig.
 func denoRun(rt *supervisor.Runtime, flags []string, program, hostConfig string) []string {
 	args := []string{"run", "--no-prompt", "--cached-only", "--no-config", "--quiet"}
@@ -247,7 +229,7 @@ func workerCommand(ctx context.Context, rt *supervisor.Runtime, hostConfig strin
 }
 
 // workerProcess is a Deno process of rt with args in the environment and
-// working folder of supervisor/config.go's workerEnv and the pool's
+// working folder of supervisor/permissions.go's workerEnv and the pool's
 // workers, plus extra environment variables; every engine's harness
 // starts its worker through it.
 func workerProcess(ctx context.Context, rt *supervisor.Runtime, args []string, extraEnv ...string) *exec.Cmd {

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 )
@@ -60,4 +61,46 @@ func (c *callLog) close() {
 	}
 	c.mu.Unlock()
 	<-c.done
+}
+
+// CallLine is what a call's log line ("call") says besides its job's id,
+// session, client and trace. Every such line (the pool's, a dedicated
+// worker's, the sessions', the front end's client limits') is made by
+// Args, so that they all have the same keys in the same order.
+type CallLine struct {
+	Status string
+	// Duration, when set, is how long the call ran; Queued, when set, how
+	// long it waited for a worker or for its client's turn.
+	Duration, Queued *time.Duration
+	// Worker is the worker that ran the call; "" (on the line too) when
+	// none did.
+	Worker string
+	// SessionID is the Python session the call ran in or asked for; "":
+	// left out.
+	SessionID string
+	// Err is why the call did not run; nil: left out.
+	Err error
+}
+
+// Args is the line's key-value pairs for job: id, status, duration,
+// queued, worker, session, session_id, client, error, then the trace's
+// (Job.LogTrace); those not set are left out.
+func (l CallLine) Args(job Job) []any {
+	args := make([]any, 0, 22)
+	args = append(args, "id", job.ID, "status", l.Status)
+	if l.Duration != nil {
+		args = append(args, "duration", l.Duration.Round(time.Microsecond))
+	}
+	if l.Queued != nil {
+		args = append(args, "queued", l.Queued.Round(time.Microsecond))
+	}
+	args = append(args, "worker", l.Worker, "session", job.Session)
+	if l.SessionID != "" {
+		args = append(args, "session_id", l.SessionID)
+	}
+	args = append(args, "client", job.Client)
+	if l.Err != nil {
+		args = append(args, "error", l.Err.Error())
+	}
+	return job.LogTrace(args...)
 }

@@ -182,8 +182,7 @@ func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error)
 	d.pool.mu.Lock()
 	d.pool.counts.Calls[status]++
 	d.pool.mu.Unlock()
-	d.pool.log.Info("call", job.LogTrace("id", job.ID, "status", status, "duration", res.Duration.Round(time.Microsecond),
-		"worker", d.w.name, "session", job.Session, "session_id", job.PythonSession, "client", job.Client)...)
+	d.pool.log.Info("call", CallLine{Status: status, Duration: &res.Duration, Worker: d.w.name, SessionID: job.PythonSession}.Args(job)...)
 	if ctx.Err() != nil {
 		return res, fmt.Errorf("call %s: %w", job.ID, ctx.Err())
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -19,7 +20,7 @@ import (
 // worker, which must say it is that engine.
 func realEnginePool(t *testing.T, e supervisor.Engine, cfg supervisor.Config) *supervisor.Pool {
 	t.Helper()
-	p, err := supervisor.NewEnginePool(testRuntime(t), e, cfg, testLogger(t))
+	p, err := supervisor.NewEnginePool(testruntime.Get(t), e, cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

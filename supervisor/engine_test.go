@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -32,7 +33,7 @@ func TestEnginesListPythonFirstAndNameEachOnce(t *testing.T) {
 // pool's network: never run, write, ffi, sys or the host's whole
 // environment, and its program is in the runtime folder it may read.
 func TestEngineArgsGrantNoRunWriteOrBroadEnv(t *testing.T) {
-	rt := testRuntime(t)
+	rt := testruntime.Get(t)
 	for _, e := range supervisor.Engines() {
 		args, err := supervisor.EngineWorkerArgs(rt, e, supervisor.Config{Network: supervisor.NetworkNone})
 		if err != nil {
@@ -71,7 +72,7 @@ func TestPythonWorkerSaysItsEngineAndVersions(t *testing.T) {
 		t.Fatalf("NewPool's engine = %q, want python", p.Engine().Name())
 	}
 	res := run(t, p, supervisor.Job{Code: "import sys; sys.version.split()[0]"})
-	rt := testRuntime(t)
+	rt := testruntime.Get(t)
 	if res.Value != `"`+rt.Python+`"` {
 		t.Fatalf("Python version %s, want %q", res.Value, rt.Python)
 	}

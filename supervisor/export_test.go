@@ -74,6 +74,12 @@ func ReadEvents(r io.Reader, max int) (int, error) {
 // ProtocolVersion is the pipe protocol version the supervisor speaks.
 const ProtocolVersion = protocolVersion
 
+// denoArgs is denoLaunch's arguments, without what they grant.
+func denoArgs(rt *Runtime, e Engine, c Config, l launch) ([]string, error) {
+	args, _, err := denoLaunch(rt, e, c, l)
+	return args, err
+}
+
 // EngineWorkerArgs exposes denoArgs for a plain start of engine e.
 func EngineWorkerArgs(rt *Runtime, e Engine, c Config) ([]string, error) {
 	return denoArgs(rt, e, c.forEngine(e), launch{})

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/internal/syncbuf"
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -209,7 +210,7 @@ for i in range(3000):
 	t.Run("per call", func(t *testing.T) {
 		out := &syncbuf.Buffer{}
 		log := hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info})
-		p, err := supervisor.NewPool(testRuntime(t), supervisor.Config{Workers: 1, Isolation: supervisor.IsolationProcess}, log)
+		p, err := supervisor.NewPool(testruntime.Get(t), supervisor.Config{Workers: 1, Isolation: supervisor.IsolationProcess}, log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +246,7 @@ for i in range(3000):
 		out := &syncbuf.Buffer{}
 		log := hclog.New(&hclog.LoggerOptions{Output: out, Level: hclog.Info})
 		const rate = 8 << 10
-		p, err := supervisor.NewPool(testRuntime(t), supervisor.Config{Workers: 2, StderrLogPerCall: 64 << 20, StderrLogRate: rate}, log)
+		p, err := supervisor.NewPool(testruntime.Get(t), supervisor.Config{Workers: 2, StderrLogPerCall: 64 << 20, StderrLogRate: rate}, log)
 		if err != nil {
 			t.Fatal(err)
 		}

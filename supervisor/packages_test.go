@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/packages/packagestest"
 )
@@ -20,7 +21,7 @@ import (
 // ownPackages is the shared runtime with a package cache of the test's own.
 func ownPackages(t *testing.T) *supervisor.Runtime {
 	t.Helper()
-	own := *testRuntime(t)
+	own := *testruntime.Get(t)
 	own.PackageDir = t.TempDir()
 	return &own
 }

@@ -1,48 +1,47 @@
 package supervisor_test
 
 import (
-	"context"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/pyrun/pyrun/internal/testtier"
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
 // These tests run the real Deno + Pyodide worker.
 
-var (
-	runtimeOnce sync.Once
-	runtime     *supervisor.Runtime
-	runtimeErr  error
-)
-
-func testRuntime(t *testing.T) *supervisor.Runtime {
-	t.Helper()
-	testtier.Runtime(t)
-	runtimeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		runtime, runtimeErr = supervisor.Provision(ctx, supervisor.DefaultRuntimeRoot(), os.Stderr, testLogger(t))
-	})
-	if runtimeErr != nil {
-		t.Fatalf("provision runtime: %v", runtimeErr)
-	}
-	return runtime
-}
-
 func realPool(t *testing.T, cfg supervisor.Config) *supervisor.Pool {
 	t.Helper()
-	p, err := supervisor.NewPool(testRuntime(t), cfg, testLogger(t))
+	p, err := supervisor.NewPool(testruntime.Get(t), cfg, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	supervisor.CloseAtEnd(t, p)
 	return p
+}
+
+// waitReady waits until n workers are ready. Real workers take seconds to
+// start, many more on a loaded machine, hence a bound longer than waitFor's.
+func waitReady(t *testing.T, p *supervisor.Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for p.Stats().Ready < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d workers not ready within 2 minutes: %+v", n, p.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// clipString is s cut to n bytes, for a test's message.
+func clipString(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
 }
 
 func run(t *testing.T, p *supervisor.Pool, job supervisor.Job) supervisor.Result {

@@ -38,8 +38,7 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 		if ctx.Err() != nil {
 			status = "cancelled"
 		}
-		p.calls.add(job.LogTrace("id", job.ID, "status", status, "queued", time.Since(queued).Round(time.Microsecond),
-			"worker", "", "session", job.Session, "client", job.Client, "error", err.Error())...)
+		p.calls.add(CallLine{Status: status, Queued: new(time.Since(queued)), Err: err}.Args(job)...)
 		return Result{}, err
 	}
 	res.QueueWait = wait
@@ -55,8 +54,7 @@ func (p *Pool) Run(ctx context.Context, job Job, ev Events) (Result, error) {
 		status = "cancelled"
 	}
 	p.settleLater(w, status)
-	p.calls.add(job.LogTrace("id", job.ID, "status", status, "duration", res.Duration.Round(time.Microsecond),
-		"queued", wait.Round(time.Microsecond), "worker", w.name, "session", job.Session, "client", job.Client)...)
+	p.calls.add(CallLine{Status: status, Duration: &res.Duration, Queued: &wait, Worker: w.name}.Args(job)...)
 	if ctx.Err() != nil {
 		return res, fmt.Errorf("call %s: %w", job.ID, ctx.Err())
 	}

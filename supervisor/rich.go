@@ -3,20 +3,16 @@ package supervisor
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 )
 
 // Rich results (docs/contract.md section 9): what a call shows, the files it writes
-// under /output/, the files it is given, and host folders mounted into every
-// worker. The supervisor carries mime types and bytes; what a client makes
-// of them is the front end's business.
+// under /output/ (their bytes wait on disk: spool.go) and the files it is
+// given; host folders mounted into every worker are mounts.go's. The
+// supervisor carries mime types and bytes; what a client makes of them is
+// the front end's business.
 
 // Display is one thing a call showed, in its richest representation.
 type Display struct {
@@ -40,13 +36,6 @@ type OutputFile struct {
 type InputFile struct {
 	Path string // relative, inside the working directory (CheckInputPath)
 	Data []byte
-}
-
-// Mount is a host folder every worker sees at Path.
-type Mount struct {
-	Host string `json:"host"` // absolute path on the host
-	Path string `json:"path"` // absolute path in the sandbox
-	RW   bool   `json:"rw,omitempty"`
 }
 
 // ErrBadPath marks an input file path that would leave the working directory.
@@ -81,49 +70,6 @@ func CheckInputPath(p string) error {
 		}
 	}
 	return nil
-}
-
-// ParseMount reads HOST_DIR:SANDBOX_DIR[:rw]. The host folder must exist;
-// it is made absolute with symbolic links resolved, since Deno checks its
-// permissions against the real path. The sandbox path must be absolute and
-// not one of pyrun's own folders.
-func ParseMount(s string) (Mount, error) {
-	parts := strings.Split(s, ":")
-	var m Mount
-	switch {
-	case len(parts) == 3 && parts[2] == "rw":
-		m.RW = true
-	case len(parts) == 3 && parts[2] == "ro":
-	case len(parts) == 2:
-	default:
-		return m, fmt.Errorf("mount %q: want HOST_DIR:SANDBOX_DIR or HOST_DIR:SANDBOX_DIR:rw", s)
-	}
-	host, err := filepath.Abs(parts[0])
-	if err == nil {
-		host, err = filepath.EvalSymlinks(host)
-	}
-	if err != nil {
-		return m, fmt.Errorf("mount %q: host folder: %w", s, err)
-	}
-	if st, err := os.Stat(host); err != nil || !st.IsDir() {
-		return m, fmt.Errorf("mount %q: %s is not a folder", s, host)
-	}
-	m.Host = host
-	sb := parts[1]
-	if !strings.HasPrefix(sb, "/") || path.Clean(sb) != sb || sb == "/" {
-		return m, fmt.Errorf("mount %q: the sandbox path must be absolute and clean, like /data", s)
-	}
-	// Pyodide's home and standard library, R's home (which a stateless
-	// call's reset empties), R's installation under /usr, and /sessions,
-	// where a shared session worker keeps the folders of the sessions
-	// switched out (docs/sessions.md).
-	for _, own := range []string{"/home/pyodide", "/home/web_user", "/tmp", "/output", "/lib", "/usr", "/dev", "/proc", "/sessions"} {
-		if sb == own || strings.HasPrefix(sb, own+"/") || strings.HasPrefix(own, sb+"/") {
-			return m, fmt.Errorf("mount %q: %s is pyrun's own folder or a language's (Pyodide's, R's)", s, own)
-		}
-	}
-	m.Path = sb
-	return m, nil
 }
 
 // richRequest is the part of a run request for rich results.
@@ -322,102 +268,4 @@ func (r *richResults) fill(res *Result) {
 	r.abandon() // the call ended without its result: the worker died
 	res.Displays, res.Files = r.displays, r.files
 	res.DisplaysDropped, res.FilesDropped = r.dropDisplays, r.dropFiles
-}
-
-// Spooled is a file's bytes on disk, owned by one holder at a time. Safe
-// for concurrent use.
-type Spooled struct {
-	mu   sync.Mutex
-	path string // "" once moved or removed
-	size int64
-}
-
-func newSpooled(path string, size int64) *Spooled {
-	s := &Spooled{path: path, size: size}
-	// A file nobody took (a result dropped on the way) is removed when
-	// its handle is collected.
-	runtime.AddCleanup(s, func(p string) { _ = os.Remove(p) }, path)
-	return s
-}
-
-// SpoolFile takes the file at path as a Spooled, removed when nobody took
-// it: for a Runner that makes results of its own (tests' stand-in pools).
-func SpoolFile(path string) (*Spooled, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("spool %s: %w", path, err)
-	}
-	return newSpooled(path, fi.Size()), nil
-}
-
-// ErrSpoolGone is the error of a Spooled whose file was moved or removed.
-var ErrSpoolGone = errors.New("the spooled file was moved or removed")
-
-// Size is the file's size in bytes.
-func (s *Spooled) Size() int64 { return s.size }
-
-// ReadAll reads the whole file into memory: for small files only (an
-// image shown in a result, a test).
-func (s *Spooled) ReadAll() ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.path == "" {
-		return nil, ErrSpoolGone
-	}
-	return os.ReadFile(s.path)
-}
-
-// MoveTo moves the file to dst (a rename; a copy when dst is on another
-// file system). Afterwards the file is dst's holder's.
-func (s *Spooled) MoveTo(dst string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.path == "" {
-		return ErrSpoolGone
-	}
-	if err := os.Rename(s.path, dst); err != nil {
-		if err := copyFile(s.path, dst); err != nil {
-			return err
-		}
-		_ = os.Remove(s.path)
-	}
-	s.path = ""
-	return nil
-}
-
-// Remove deletes the file; later calls do nothing.
-func (s *Spooled) Remove() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.path != "" {
-		_ = os.Remove(s.path)
-		s.path = ""
-	}
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		_ = os.Remove(dst)
-		return err
-	}
-	return out.Close()
-}
-
-// RemoveFiles removes the spooled files of a result that nobody keeps.
-func (r *Result) RemoveFiles() {
-	for _, f := range r.Files {
-		if f.Data != nil {
-			f.Data.Remove()
-		}
-	}
 }

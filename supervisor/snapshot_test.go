@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
 // ownSnapshots is the test runtime with a snapshot folder of the test's own.
 func ownSnapshots(t *testing.T) *supervisor.Runtime {
 	t.Helper()
-	own := *testRuntime(t)
+	own := *testruntime.Get(t)
 	own.SnapshotDir = t.TempDir()
 	return &own
 }

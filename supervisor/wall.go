@@ -31,7 +31,7 @@ import (
 
 // workerCmd makes cmd (a command of rt.Deno, made by exec.Command or
 // exec.CommandContext) the process of a worker of e, or with
-// l.makeSnapshot the snapshot maker: denoArgs's flags, workerEnv's
+// l.makeSnapshot the snapshot maker: denoLaunch's flags, workerEnv's
 // environment, pyrun's working folder, behind the layers of the OS
 // sandbox that c.OSSandbox asks for.
 func workerCmd(cmd *exec.Cmd, rt *Runtime, e Engine, c Config, l launch) error {

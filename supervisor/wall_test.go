@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/oswall"
 )
@@ -73,7 +74,7 @@ attempt("syscalls", lambda: syscalls(target))
 // under --network none. With it off (the control) the same code does each
 // of those, so the refusals are the second wall's.
 func TestSecondWall(t *testing.T) {
-	rt := testRuntime(t)
+	rt := testruntime.Get(t)
 	secretFile := filepath.Join(t.TempDir(), "secret.txt")
 	if err := os.WriteFile(secretFile, []byte("host secret"), 0o644); err != nil {
 		t.Fatal(err)
@@ -225,7 +226,7 @@ func TestSecondWallLayers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := supervisor.Config{Workers: 1, Network: tc.network, OSSandbox: oswall.ModeRequired, WorkerOpenFiles: 512}
-			p, err := supervisor.NewEnginePool(testRuntime(t), tc.engine, cfg, testLogger(t))
+			p, err := supervisor.NewEnginePool(testruntime.Get(t), tc.engine, cfg, testLogger(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -293,7 +294,7 @@ func TestSnapshotMakerBehindTheWall(t *testing.T) {
 func TestCachePrimer(t *testing.T) {
 	for _, mode := range []oswall.Mode{oswall.ModeRequired, oswall.ModeOff} {
 		t.Run(string(mode), func(t *testing.T) {
-			rt := *testRuntime(t)
+			rt := *testruntime.Get(t)
 			rt.DenoDir = t.TempDir()
 			cfg := supervisor.Config{Workers: 1, OSSandbox: mode}
 			for range 2 {
@@ -384,7 +385,7 @@ out`})
 // (R's writeBin does not report the short write: the call succeeds.)
 func TestRWorkerFileSizeLimit(t *testing.T) {
 	rw := t.TempDir()
-	p, err := supervisor.NewEnginePool(testRuntime(t), supervisor.R, supervisor.Config{
+	p, err := supervisor.NewEnginePool(testruntime.Get(t), supervisor.R, supervisor.Config{
 		Workers: 1, OSSandbox: oswall.ModeRequired, WorkerFileSize: 1 << 20,
 		Mounts: []supervisor.Mount{{Host: rw, Path: "/scratch", RW: true}},
 	}, testLogger(t))

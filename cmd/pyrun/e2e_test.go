@@ -20,7 +20,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -31,6 +30,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/internal/pyrunserve"
 	"github.com/pyrun/pyrun/internal/testtier"
 )
 
@@ -70,11 +70,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		os.Exit(2)
 	}
-	pyrunBin = filepath.Join(dir, "pyrun")
-	build := exec.Command("go", "build", "-o", pyrunBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: build pyrun: %v\n", err)
+	pyrunBin, err = pyrunserve.Build(context.Background(), dir, os.Stderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
 		os.RemoveAll(dir)
 		os.RemoveAll(runtimeDir)
 		os.Exit(2)

@@ -1,7 +1,8 @@
 package main
 
 // How pyrun reads its command line: the flag package's parser, with errors
-// that say what to do instead of "parse error".
+// that say what to do instead of "parse error", and the flag values of its
+// own (sizes, lists, mounts).
 
 import (
 	"flag"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pyrun/pyrun/supervisor"
 )
 
 // durationFlag is a duration flag whose errors say what a duration looks
@@ -196,4 +199,110 @@ func nearestCommand(typed string) string {
 		return ""
 	}
 	return ": did you mean " + best + "?"
+}
+
+// byteSize is a flag holding a size: a plain number of bytes or a number
+// with a unit (KB, MB, GB in powers of 1000; KiB, MiB, GiB in powers of 1024).
+type byteSize int64
+
+var sizeUnits = map[string]int64{
+	"": 1, "b": 1,
+	"kb": 1e3, "mb": 1e6, "gb": 1e9,
+	"k": 1 << 10, "m": 1 << 20, "g": 1 << 30,
+	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
+}
+
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
+		i++
+	}
+	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
+	mult, ok := sizeUnits[unit]
+	if num == "" || !ok {
+		return 0, fmt.Errorf("%q is not a size: use bytes or a unit such as 64KiB, 512MiB, 1GiB", s)
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a size: %w", s, err)
+	}
+	v := f * float64(mult)
+	if v > 1<<50 {
+		return 0, fmt.Errorf("%q is too large", s)
+	}
+	return int64(v), nil
+}
+
+func (b *byteSize) Set(s string) error {
+	v, err := parseSize(s)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(v)
+	return nil
+}
+
+func (b byteSize) String() string {
+	v := int64(b)
+	for _, u := range []struct {
+		name string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if v >= u.size && v%u.size == 0 {
+			return fmt.Sprintf("%d%s", v/u.size, u.name)
+		}
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+// stringList is a comma-separated list flag.
+type stringList []string
+
+func (l *stringList) Set(s string) error {
+	*l = nil
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			*l = append(*l, part)
+		}
+	}
+	return nil
+}
+
+func (l stringList) String() string { return strings.Join(l, ",") }
+
+// mountList is the --mount flag: HOST_DIR:SANDBOX_DIR[:rw], repeated or
+// separated by commas. A repeated flag adds to the list.
+type mountList []string
+
+func (l *mountList) Set(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			if _, err := supervisor.ParseMount(part); err != nil {
+				return err
+			}
+			*l = append(*l, part)
+		}
+	}
+	return nil
+}
+
+func (l mountList) String() string { return strings.Join(l, ",") }
+
+// parse reads every mount; two mounts may not share a sandbox path.
+func (l mountList) parse() ([]supervisor.Mount, error) {
+	var ms []supervisor.Mount
+	seen := map[string]bool{}
+	for _, s := range l {
+		m, err := supervisor.ParseMount(s)
+		if err != nil {
+			return nil, err
+		}
+		if seen[m.Path] {
+			return nil, fmt.Errorf("mount %q: %s is mounted twice", s, m.Path)
+		}
+		seen[m.Path] = true
+		ms = append(ms, m)
+	}
+	return ms, nil
 }

@@ -2,15 +2,12 @@ package main
 
 import (
 	"cmp"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/pyrun/pyrun/lang"
@@ -307,88 +304,6 @@ func loadOptions(cmd string, args []string) (*options, []string, error) {
 	return o, rest, nil
 }
 
-// applyConfigFile sets every flag the file names, except those in skip.
-// Keys that start with "//" are comments.
-func applyConfigFile(fs *flag.FlagSet, path string, skip map[string]bool) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return fmt.Errorf("read config: %w", err)
-	}
-	var keys map[string]json.RawMessage
-	if err := json.Unmarshal(b, &keys); err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
-	}
-	for key, raw := range keys {
-		if strings.HasPrefix(key, "//") {
-			continue // a comment
-		}
-		name := strings.ReplaceAll(key, "_", "-")
-		if alias, ok := configAliases[key]; ok {
-			name = alias
-		}
-		if name == "config" || fs.Lookup(name) == nil || configKey(name) != key {
-			return fmt.Errorf("config %s: unknown key %q", path, key)
-		}
-		if skip[name] {
-			continue
-		}
-		val, err := configValue(raw)
-		if err != nil {
-			return fmt.Errorf("config %s: key %q: %w", path, key, err)
-		}
-		if err := fs.Set(name, val); err != nil {
-			return fmt.Errorf("config %s: key %q: %w", path, key, err)
-		}
-	}
-	return nil
-}
-
-// configAliases are config keys that are not their flag's name in
-// snake_case: a list reads better in the plural.
-var configAliases = map[string]string{"mounts": "mount"}
-
-// configKey is the config file's key for a flag.
-func configKey(flagName string) string {
-	for key, name := range configAliases {
-		if name == flagName {
-			return key
-		}
-	}
-	return strings.ReplaceAll(flagName, "-", "_")
-}
-
-// configValue turns a JSON value into the flag syntax: strings as they are,
-// numbers and booleans as written, lists of strings joined by commas.
-func configValue(raw json.RawMessage) (string, error) {
-	var v any
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return "", err
-	}
-	switch v := v.(type) {
-	case string:
-		return v, nil
-	case bool:
-		return strconv.FormatBool(v), nil
-	case float64:
-		return string(raw), nil
-	case []any:
-		parts := make([]string, len(v))
-		for i, x := range v {
-			s, ok := x.(string)
-			if !ok || strings.Contains(s, ",") {
-				return "", errors.New("a list must hold strings without commas")
-			}
-			parts[i] = s
-		}
-		return strings.Join(parts, ","), nil
-	case map[string]any:
-		return string(raw), nil // JSON-valued settings (mcp_servers) take it as it is
-	case nil:
-		return "", errors.New("null is not a value; leave the key out for the default")
-	}
-	return "", fmt.Errorf("unsupported value %s", raw)
-}
-
 func (o *options) check() error {
 	if _, err := supervisor.ParseNetwork(o.network); err != nil {
 		return err
@@ -566,112 +481,6 @@ func (o *options) poolConfig() supervisor.Config {
 		MaxCheckpoint: int64(o.maxCheckpoint),
 		RestoreSpares: cmp.Or(o.restoreSpares, -1), // 0 is the default to the pool
 	}
-}
-
-// byteSize is a flag holding a size: a plain number of bytes or a number
-// with a unit (KB, MB, GB in powers of 1000; KiB, MiB, GiB in powers of 1024).
-type byteSize int64
-
-var sizeUnits = map[string]int64{
-	"": 1, "b": 1,
-	"kb": 1e3, "mb": 1e6, "gb": 1e9,
-	"k": 1 << 10, "m": 1 << 20, "g": 1 << 30,
-	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
-}
-
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	i := 0
-	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
-		i++
-	}
-	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
-	mult, ok := sizeUnits[unit]
-	if num == "" || !ok {
-		return 0, fmt.Errorf("%q is not a size: use bytes or a unit such as 64KiB, 512MiB, 1GiB", s)
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a size: %w", s, err)
-	}
-	v := f * float64(mult)
-	if v > 1<<50 {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return int64(v), nil
-}
-
-func (b *byteSize) Set(s string) error {
-	v, err := parseSize(s)
-	if err != nil {
-		return err
-	}
-	*b = byteSize(v)
-	return nil
-}
-
-func (b byteSize) String() string {
-	v := int64(b)
-	for _, u := range []struct {
-		name string
-		size int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if v >= u.size && v%u.size == 0 {
-			return fmt.Sprintf("%d%s", v/u.size, u.name)
-		}
-	}
-	return strconv.FormatInt(v, 10)
-}
-
-// stringList is a comma-separated list flag.
-type stringList []string
-
-func (l *stringList) Set(s string) error {
-	*l = nil
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			*l = append(*l, part)
-		}
-	}
-	return nil
-}
-
-func (l stringList) String() string { return strings.Join(l, ",") }
-
-// mountList is the --mount flag: HOST_DIR:SANDBOX_DIR[:rw], repeated or
-// separated by commas. A repeated flag adds to the list.
-type mountList []string
-
-func (l *mountList) Set(s string) error {
-	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			if _, err := supervisor.ParseMount(part); err != nil {
-				return err
-			}
-			*l = append(*l, part)
-		}
-	}
-	return nil
-}
-
-func (l mountList) String() string { return strings.Join(l, ",") }
-
-// parse reads every mount; two mounts may not share a sandbox path.
-func (l mountList) parse() ([]supervisor.Mount, error) {
-	var ms []supervisor.Mount
-	seen := map[string]bool{}
-	for _, s := range l {
-		m, err := supervisor.ParseMount(s)
-		if err != nil {
-			return nil, err
-		}
-		if seen[m.Path] {
-			return nil, fmt.Errorf("mount %q: %s is mounted twice", s, m.Path)
-		}
-		seen[m.Path] = true
-		ms = append(ms, m)
-	}
-	return ms, nil
 }
 
 // settings are o's values in flag syntax, by flag name.

@@ -1,7 +1,8 @@
-// Package pyrunserve builds pyrun and runs `pyrun serve` for the load
-// scripts under scripts/ (soak, memattack): on a free port, waited for until
-// its workers are ready so that start-up is not measured, and stopped as a
-// service manager would.
+// Package pyrunserve builds pyrun (for the scripts under scripts/ and the
+// binary's own end-to-end tests) and runs `pyrun serve` for the load
+// scripts (soak, memattack): on a free port, waited for until its workers
+// are ready so that start-up is not measured, and stopped as a service
+// manager would.
 package pyrunserve
 
 import (

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/pyrun/pyrun/mcp/idscan"
 )
 
 // httpGuard reads the responses of a Streamable HTTP server as untrusted,
@@ -140,7 +142,7 @@ type sseEvent struct {
 	hasData         bool
 	size            int
 	over            bool // past the limit: data is not kept
-	env             envelope
+	scan            idscan.Scanner
 }
 
 // sseSlack is room past the limit for an event's fields other than its
@@ -174,7 +176,7 @@ func (s *sseGuard) nextEvent() error {
 
 // line reads one line, without its end. A line past the limit is not
 // kept: the event is marked over, and its data (what the event had, and
-// the rest of the line) goes to the envelope only (skipped is true).
+// the rest of the line) goes to the id scanner only (skipped is true).
 func (s *sseGuard) line(ev *sseEvent, limit int) (line []byte, skipped bool, err error) {
 	for {
 		var frag []byte
@@ -182,17 +184,17 @@ func (s *sseGuard) line(ev *sseEvent, limit int) (line []byte, skipped bool, err
 		ev.size += len(frag)
 		switch {
 		case skipped:
-			ev.env.feed(frag)
+			_, _ = ev.scan.Write(frag)
 		case len(line)+len(frag) > limit+sseSlack:
 			skipped = true
 			if !ev.over {
 				ev.over = true
-				ev.env.feed(ev.data)
+				_, _ = ev.scan.Write(ev.data)
 				ev.data = nil
 			}
 			if rest, ok := bytes.CutPrefix(append(line, frag...), []byte("data:")); ok {
-				ev.env.feed([]byte{'\n'})
-				ev.env.feed(rest)
+				_, _ = ev.scan.Write([]byte{'\n'})
+				_, _ = ev.scan.Write(rest)
 			}
 			line = nil
 		default:
@@ -224,8 +226,8 @@ func (s *sseGuard) field(ev *sseEvent, line []byte) {
 	case "data":
 		switch {
 		case ev.over:
-			ev.env.feed([]byte{'\n'})
-			ev.env.feed(value)
+			_, _ = ev.scan.Write([]byte{'\n'})
+			_, _ = ev.scan.Write(value)
 		case ev.hasData:
 			ev.data = append(append(ev.data, '\n'), value...)
 		default:
@@ -234,7 +236,7 @@ func (s *sseGuard) field(ev *sseEvent, line []byte) {
 		ev.hasData = true
 		if !ev.over && len(ev.data) > s.guard.max {
 			ev.over = true
-			ev.env.feed(ev.data)
+			_, _ = ev.scan.Write(ev.data)
 			ev.data = nil
 		}
 	}
@@ -256,7 +258,7 @@ func (s *sseGuard) emit(ev *sseEvent) {
 			reason, detail = RefusedTooLarge, errTooLarge
 		} else if _, err := jsonrpc.DecodeMessage(ev.data); err != nil {
 			reason, detail = RefusedMalformed, err
-			ev.env.feed(ev.data)
+			_, _ = ev.scan.Write(ev.data)
 		} else {
 			var c bytes.Buffer
 			if json.Compact(&c, ev.data) == nil {
@@ -265,7 +267,7 @@ func (s *sseGuard) emit(ev *sseEvent) {
 		}
 		if reason != "" {
 			// On a POST's stream, a message without a method answers the call.
-			ok := s.isCall && !ev.env.hasMethod
+			ok := s.isCall && !ev.scan.HasMethod()
 			if answer := s.guard.refuse(s.call, ok, reason, ev.size, detail); answer != nil {
 				data, _ = jsonrpc.EncodeMessage(answer)
 			}

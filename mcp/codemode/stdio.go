@@ -14,6 +14,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/pyrun/pyrun/mcp/idscan"
 )
 
 // commandTransport starts a stdio MCP server and connects to it, as the
@@ -96,18 +98,18 @@ func (c *lineConn) readLoop(stdout io.Reader) {
 func (c *lineConn) next(br *bufio.Reader) (jsonrpc.Message, error) {
 	limit := c.guard.max
 	var line []byte
-	var env envelope
+	var sc idscan.Scanner
 	size, over := 0, false
 	for {
 		frag, err := br.ReadSlice('\n')
 		size += len(frag)
 		switch {
 		case over:
-			env.feed(frag)
+			_, _ = sc.Write(frag)
 		case len(line)+len(frag) > limit+2: // +2: the line's end, \r\n
 			over = true
-			env.feed(line)
-			env.feed(frag)
+			_, _ = sc.Write(line)
+			_, _ = sc.Write(frag)
 			line = nil
 		default:
 			line = append(line, frag...)
@@ -125,18 +127,18 @@ func (c *lineConn) next(br *bufio.Reader) (jsonrpc.Message, error) {
 	line = bytes.TrimRight(line, "\r\n")
 	if !over && len(line) > limit {
 		over = true
-		env.feed(line)
+		_, _ = sc.Write(line)
 	}
 	if over {
-		return c.guard.refuseIn(&env, RefusedTooLarge, size, errTooLarge), nil
+		return c.guard.refuseIn(&sc, RefusedTooLarge, size, errTooLarge), nil
 	}
 	if len(bytes.TrimSpace(line)) == 0 {
 		return nil, nil
 	}
 	msg, err := jsonrpc.DecodeMessage(line)
 	if err != nil {
-		env.feed(line)
-		return c.guard.refuseIn(&env, RefusedMalformed, size, err), nil
+		_, _ = sc.Write(line)
+		return c.guard.refuseIn(&sc, RefusedMalformed, size, err), nil
 	}
 	return msg, nil
 }

@@ -2,8 +2,7 @@
 // the results that wait to be written to a session and to a client
 // (Deliveries, with a Stream for each response, event stream or stdout, and
 // a Backlog for each session), and the bytes of the requests in flight
-// (RequestBytes). Counters count what those bounds refuse; IDScanner finds
-// the id of a request refused before it was decoded, to answer it with.
+// (RequestBytes). Counters count what those bounds refuse.
 //
 //	c := flow.NewCounters()
 //	out := flow.NewDeliveries(c)

@@ -8,17 +8,17 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 
-	"github.com/pyrun/pyrun/mcp/flow"
+	"github.com/pyrun/pyrun/mcp/idscan"
 )
 
 // refuseBody answers a POST refused before its body was decoded: over
-// Streamable HTTP a JSON-RPC error with the request's own id, which a
-// flow.IDScanner reads as the body goes by (never kept whole); over
+// Streamable HTTP a JSON-RPC error with the request's own id, which an
+// idscan.Scanner reads as the body goes by (never kept whole); over
 // HTTP+SSE, whose answers go out on the event stream, and for a message
 // without an id, 503 with Retry-After. The body is read to its end (at most
 // the largest body), so that the client, still sending, gets the answer.
 func (h *Handler) refuseBody(w http.ResponseWriter, r *http.Request, transport string, err error) {
-	var sc flow.IDScanner
+	var sc idscan.Scanner
 	_, _ = io.Copy(&sc, http.MaxBytesReader(w, r.Body, h.b.MaxBody))
 	id, hasID := sc.ID()
 	_, hasMethod := sc.Method()

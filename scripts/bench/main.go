@@ -32,6 +32,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/internal/pyrunserve"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -145,12 +146,9 @@ func run(ctx context.Context, o *opts) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		o.bin = filepath.Join(dir, "pyrun")
 		progress("building pyrun")
-		build := exec.CommandContext(ctx, "go", "build", "-o", o.bin, "github.com/pyrun/pyrun/cmd/pyrun")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("build pyrun: %w", err)
+		if o.bin, err = pyrunserve.Build(ctx, dir, os.Stderr); err != nil {
+			return err
 		}
 	}
 	log := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: os.Stderr})

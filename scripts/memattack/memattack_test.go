@@ -1,11 +1,10 @@
 package main
 
 import (
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/pyrun/pyrun/internal/pyrunserve"
 	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/internal/testtier"
 )
@@ -22,9 +21,9 @@ import (
 // met.
 func TestMemoryAttacks(t *testing.T) {
 	testtier.Runtime(t)
-	bin := filepath.Join(t.TempDir(), "pyrun")
-	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "github.com/pyrun/pyrun/cmd/pyrun").CombinedOutput(); err != nil {
-		t.Fatalf("build pyrun: %v\n%s", err, out)
+	bin, err := pyrunserve.Build(t.Context(), t.TempDir(), testlog.Writer(t))
+	if err != nil {
+		t.Fatal(err)
 	}
 	for _, attack := range []string{"outputs", "arguments", "session", "checkpoint"} {
 		t.Run(attack, func(t *testing.T) {

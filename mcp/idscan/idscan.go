@@ -1,4 +1,14 @@
-package flow
+// Package idscan reads the id of a JSON-RPC message that pyrun will not
+// keep whole (too large, or not decodable), as its bytes go by, so that
+// the message can still be answered, or its call failed, by that id: a
+// request a client sent pyrun (mcp's stdio, httpfront), an answer an MCP
+// server sent code mode (codemode).
+//
+//	var sc idscan.Scanner
+//	_, _ = io.Copy(&sc, body)
+//	if id, ok := sc.ID(); ok { ... answer the request id ... }
+//	if id, ok := sc.Answer(); ok { ... fail the call id ... }
+package idscan
 
 import (
 	"encoding/json"
@@ -6,15 +16,14 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
-// An IDScanner reads the "id" and "method" members of a JSON-RPC message
-// that is too large to keep, as its bytes go by: it is fed the message in
-// pieces (Write) and keeps a few states and at most maxIDBytes of the
-// values it looks for, whatever the message's size, so that a request
-// refused for its size can still be answered with its own id. It
+// A Scanner reads the "id" and "method" members of a JSON-RPC message, and
+// whether it has a "result" or an "error", as its bytes go by: it is fed
+// the message in pieces (Write) and keeps a few states and at most
+// maxIDBytes of the values it looks for, whatever the message's size. It
 // tokenizes only as far as finding those members needs (strings, nesting,
 // the top-level object's keys and values); a message that is not such an
-// object yields no id.
-type IDScanner struct {
+// object yields no id. The zero Scanner is ready for a message.
+type Scanner struct {
 	depth    int  // nesting: 1 inside the top-level object
 	inString bool // inside a string at any depth
 	escaped  bool // after a backslash in that string
@@ -25,7 +34,10 @@ type IDScanner struct {
 	method   []byte // the method's JSON text, once read whole
 	idOK     bool
 	methodOK bool
-	broken   bool // not an object of the expected shape: give up
+	// hasMethod and hasPayload: a top-level "method", and a "result" or
+	// "error", whatever their values.
+	hasMethod, hasPayload bool
+	broken                bool // not an object of the expected shape: give up
 }
 
 type scanState int
@@ -42,11 +54,11 @@ const (
 	scanDone                    // after the top-level '}'
 )
 
-// maxIDBytes bounds what IDScanner keeps of an id, a method or a key: the
+// maxIDBytes bounds what Scanner keeps of an id, a method or a key: the
 // ids pyrun answers are strings or integers of a few bytes.
 const maxIDBytes = 256
 
-func (s *IDScanner) Write(p []byte) (int, error) {
+func (s *Scanner) Write(p []byte) (int, error) {
 	for _, c := range p {
 		if s.broken || s.state == scanDone {
 			break
@@ -56,7 +68,7 @@ func (s *IDScanner) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (s *IDScanner) keep(c byte) {
+func (s *Scanner) keep(c byte) {
 	if s.capture != nil && len(*s.capture) <= maxIDBytes {
 		*s.capture = append(*s.capture, c)
 	}
@@ -64,7 +76,7 @@ func (s *IDScanner) keep(c byte) {
 
 func space(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-func (s *IDScanner) step(c byte) {
+func (s *Scanner) step(c byte) {
 	if s.inString {
 		switch {
 		case s.escaped:
@@ -113,6 +125,12 @@ func (s *IDScanner) step(c byte) {
 		switch {
 		case c == ':':
 			s.state = scanValue
+			switch string(s.key) {
+			case "method":
+				s.hasMethod = true
+			case "result", "error":
+				s.hasPayload = true
+			}
 		case !space(c):
 			s.broken = true
 		}
@@ -178,7 +196,7 @@ func (s *IDScanner) step(c byte) {
 
 // endValue ends the top-level value being read: a captured id or method
 // is kept if it was read whole.
-func (s *IDScanner) endValue() {
+func (s *Scanner) endValue() {
 	if s.capture == nil {
 		return
 	}
@@ -194,7 +212,7 @@ func (s *IDScanner) endValue() {
 // ID is the message's id: a string or a number, when the message had
 // one (a request); ok is false otherwise (a notification, a message too
 // broken to tell, an id that is no JSON-RPC id).
-func (s *IDScanner) ID() (id jsonrpc.ID, ok bool) {
+func (s *Scanner) ID() (id jsonrpc.ID, ok bool) {
 	if !s.idOK {
 		return jsonrpc.ID{}, false
 	}
@@ -207,10 +225,28 @@ func (s *IDScanner) ID() (id jsonrpc.ID, ok bool) {
 }
 
 // Method is the message's method, when it had a string one.
-func (s *IDScanner) Method() (string, bool) {
+func (s *Scanner) Method() (string, bool) {
 	var m string
 	if !s.methodOK || json.Unmarshal(s.method, &m) != nil {
 		return "", false
 	}
 	return m, true
+}
+
+// HasMethod says whether the message has a top-level "method", whatever its
+// value: it is a request or a notification, not an answer.
+func (s *Scanner) HasMethod() bool { return s.hasMethod }
+
+// Answer is the id of the request the message answers: it has an id, a
+// "result" or an "error", and no "method". A message cut off just after a
+// number id still tells it.
+func (s *Scanner) Answer() (jsonrpc.ID, bool) {
+	if s.capture == &s.id && s.state == scanScalar && !s.inString {
+		s.endValue() // the id was the last of the message's bytes
+	}
+	if s.hasMethod || !s.hasPayload {
+		return jsonrpc.ID{}, false
+	}
+	id, ok := s.ID()
+	return id, ok && id.IsValid()
 }

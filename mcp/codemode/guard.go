@@ -1,13 +1,14 @@
 package codemode
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+
+	"github.com/pyrun/pyrun/mcp/idscan"
 )
 
 // What an MCP server sends is read as untrusted: a message past the size
@@ -34,148 +35,6 @@ const (
 // RefusedReasons lists every reason, for metrics.
 var RefusedReasons = []string{RefusedTooLarge, RefusedMalformed}
 
-// envelope follows the top level of a JSON-RPC message as its bytes go by,
-// keeping only what answering for it needs: its id (when short) and
-// whether it has a method (a request or notification, which has no call
-// of pyrun's to fail). It holds a few hundred bytes whatever the message's
-// size, and makes what it can of broken JSON.
-type envelope struct {
-	depth      int
-	inString   bool
-	escaped    bool
-	object     bool // the message is a JSON object
-	keyNext    bool // at depth 1, the next string is a key
-	inKey      bool
-	key        []byte
-	keyLong    bool
-	lastKey    string
-	inID       bool // reading the value of "id"
-	id         []byte
-	idBad      bool // the id is nested or too long to use
-	idDone     bool
-	hasMethod  bool
-	hasPayload bool // "result" or "error" seen
-}
-
-// maxIDBytes bounds an id envelope keeps; pyrun's own are small integers.
-const maxIDBytes = 128
-
-func (e *envelope) feed(b []byte) {
-	for _, c := range b {
-		e.step(c)
-	}
-}
-
-func (e *envelope) step(c byte) {
-	if e.inString {
-		switch {
-		case e.escaped:
-			e.escaped = false
-		case c == '\\':
-			e.escaped = true
-		case c == '"':
-			e.inString = false
-		}
-		switch {
-		case e.inKey && !e.inString:
-			e.inKey = false
-			e.lastKey = string(e.key)
-			if e.keyLong {
-				e.lastKey = ""
-			}
-		case e.inKey:
-			if len(e.key) < 16 {
-				e.key = append(e.key, c)
-			} else {
-				e.keyLong = true
-			}
-		case e.inID && e.depth == 1:
-			e.appendID(c)
-		}
-		return
-	}
-	switch c {
-	case ' ', '\t', '\r', '\n':
-		return
-	case '"':
-		e.inString = true
-		if e.depth == 1 && e.keyNext {
-			e.inKey, e.keyNext, e.keyLong = true, false, false
-			e.key = e.key[:0]
-			return
-		}
-	case '{', '[':
-		if e.depth == 0 {
-			e.object = c == '{'
-			e.keyNext = e.object
-		} else if e.inID && e.depth == 1 {
-			e.idBad = true // an id is a number or a string
-		}
-		e.depth++
-		return
-	case '}', ']':
-		e.depth--
-		if e.depth == 0 {
-			e.endValue()
-		}
-		return
-	case ':':
-		if e.depth == 1 {
-			switch e.lastKey {
-			case "id":
-				e.inID, e.id, e.idBad = true, e.id[:0], false
-			case "method":
-				e.hasMethod = true
-			case "result", "error":
-				e.hasPayload = true
-			}
-			return
-		}
-	case ',':
-		if e.depth == 1 {
-			e.endValue()
-			e.keyNext = true
-			return
-		}
-	}
-	if e.inID && e.depth == 1 {
-		e.appendID(c)
-	}
-}
-
-func (e *envelope) appendID(c byte) {
-	if len(e.id) >= maxIDBytes {
-		e.idBad = true
-		return
-	}
-	e.id = append(e.id, c)
-}
-
-func (e *envelope) endValue() {
-	if e.inID {
-		e.inID = false
-		e.idDone = !e.idBad && len(e.id) > 0
-	}
-}
-
-// answerFor is the id of the call the message answers, if it answers one
-// pyrun could have made: it has an id, a result or an error, and no method.
-func (e *envelope) answerFor() (jsonrpc.ID, bool) {
-	e.endValue() // a message cut off just after its id
-	if !e.object || e.hasMethod || !e.hasPayload || !e.idDone {
-		return jsonrpc.ID{}, false
-	}
-	var v any
-	if json.Unmarshal(e.id, &v) != nil {
-		return jsonrpc.ID{}, false
-	}
-	id, err := jsonrpc.MakeID(v)
-	if err != nil || !id.IsValid() {
-		return jsonrpc.ID{}, false
-	}
-	return id, true
-}
-
 // guard refuses the messages of one server's connections, counts and logs
 // them. Its methods are safe for concurrent use.
 type guard struct {
@@ -195,11 +54,11 @@ const (
 )
 
 // refuseIn counts and logs a refused message, and returns the answer that
-// takes its place for the call it answers (by its id, as env read it), or
+// takes its place for the call it answers (by its id, as sc read it), or
 // nil if it answers none. size is the message's size in bytes, detail what
 // was wrong.
-func (g *guard) refuseIn(env *envelope, reason string, size int, detail error) jsonrpc.Message {
-	id, ok := env.answerFor()
+func (g *guard) refuseIn(sc *idscan.Scanner, reason string, size int, detail error) jsonrpc.Message {
+	id, ok := sc.Answer()
 	return g.refuse(id, ok, reason, size, detail)
 }
 
