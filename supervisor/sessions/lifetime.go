@@ -1,6 +1,7 @@
 package sessions
 
-// How sessions end on their own: expiry, and pyrun stopping.
+// How sessions end: on their own (expiry), when pyrun stops, and what
+// ending one does.
 
 import (
 	"context"
@@ -135,4 +136,45 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	m.wg.Wait()
 	return err
+}
+
+// endLocked ends s: it is forgotten but for why, and its worker stops in
+// the background. m.mu is held.
+func (m *Manager) endLocked(s *session, reason string, why error) {
+	if m.open[s.id] != s {
+		return
+	}
+	delete(m.open, s.id)
+	m.gone[s.id] = tomb{owner: s.owner, err: why}
+	m.goneOrder = append(m.goneOrder, s.id)
+	if len(m.goneOrder) > maxTombs {
+		delete(m.gone, m.goneOrder[0])
+		m.goneOrder = m.goneOrder[1:]
+	}
+	m.counts.Ends[reason]++
+	if s.ckptTimer != nil {
+		s.ckptTimer.Stop()
+		s.ckptTimer = nil
+	}
+	if s.ckptCalls > 0 && reason != EndShutdown {
+		// At shutdown they stay, for the next run (durable.go).
+		m.deleteCheckpointsLocked(s)
+	} else {
+		m.releaseLocked(s.id)
+	}
+	m.log.Info("session ended", "session_id", s.id, "reason", reason, "client", s.owner,
+		"calls", s.calls, "age", time.Since(s.started).Round(time.Millisecond), "open", len(m.open))
+	m.closeWorker(s.w)
+}
+
+// closeWorker stops w in the background. m.mu is held.
+func (m *Manager) closeWorker(w Worker) {
+	if w == nil {
+		return // a session of a previous run, not restored yet
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		w.Close()
+	}()
 }
