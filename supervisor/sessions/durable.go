@@ -104,12 +104,9 @@ func (m *Manager) checkpoint(ctx context.Context, s *session) {
 		return
 	}
 	group := []*session{s}
-	if n, ok := s.w.(*nsWorker); ok {
-		for _, o := range m.open {
-			if on, ok := o.w.(*nsWorker); ok && o != s && on.h == n.h && !o.held &&
-				o.ckptCalls < o.calls && o.notDurable == "" {
-				group = append(group, o)
-			}
+	for _, o := range m.open {
+		if o != s && m.place.sameHost(o.w, s.w) && !o.held && o.ckptCalls < o.calls && o.notDurable == "" {
+			group = append(group, o)
 		}
 	}
 	info := make([]Saved, len(group))
@@ -117,10 +114,8 @@ func (m *Manager) checkpoint(ctx context.Context, s *session) {
 		g.busy++
 		g.held = true
 		m.running++
-		info[i] = Saved{ID: g.id, Owner: g.owner, AfterCall: g.calls, Started: g.started, LastUsed: g.lastUsed}
-		if n, ok := g.w.(*nsWorker); ok {
-			info[i].Namespace = n.ns
-		}
+		info[i] = Saved{ID: g.id, Owner: g.owner, AfterCall: g.calls, Started: g.started, LastUsed: g.lastUsed,
+			Namespace: m.place.namespace(g.w)}
 	}
 	w := s.w
 	m.mu.Unlock()
@@ -169,18 +164,6 @@ func (m *Manager) deleteCheckpointsLocked(s *session) {
 	m.deleteInBackground(s.id)
 }
 
-// inBackground runs f off the caller's path, with checkpointLimit for its
-// store calls; Close waits for it. The caller may hold m.mu.
-func (m *Manager) inBackground(f func(ctx context.Context)) {
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
-		defer cancel()
-		f(ctx)
-	}()
-}
-
 // deleteInBackground removes session id's checkpoints, off the caller's
 // path; Close waits for it.
 func (m *Manager) deleteInBackground(id string) {
@@ -204,27 +187,27 @@ func (m *Manager) restore(ctx context.Context, s *session) (Saved, error) {
 	// and its client's Limits.ClientMaxHosts as any host, so that a client
 	// whose worker held many sessions, lost, cannot make pyrun start a
 	// worker per session, nor take every worker from the other clients.
-	shared := m.opts.PerHost > 0
+	shared := m.place.shared()
 	if shared {
 		m.mu.Lock()
-		if err := m.roomToRestoreLocked(s); err != nil {
+		if err := m.place.roomToRestoreLocked(s.id, s.owner); err != nil {
 			m.mu.Unlock()
 			return Saved{}, err
 		}
-		m.pendHostLocked(s.owner, 1)
+		m.place.pendHostLocked(s.owner, 1)
 		m.mu.Unlock()
 	}
 	w, saved, err := m.opts.Checkpoints.Restore(ctx, s.id, m.kick)
 	m.mu.Lock()
 	if shared {
-		m.pendHostLocked(s.owner, -1)
+		m.place.pendHostLocked(s.owner, -1)
 	}
 	if err != nil {
 		m.mu.Unlock()
 		return Saved{}, err
 	}
 	old := s.w
-	s.w = m.adoptLocked(s.owner, w, saved.Namespace)
+	s.w = m.place.adoptLocked(s.owner, w, saved.Namespace)
 	s.ckptCalls = saved.AfterCall
 	if old == nil {
 		s.calls = saved.AfterCall // moved here, or a previous run's
@@ -263,9 +246,7 @@ func (m *Manager) fork(ctx context.Context, id string, job supervisor.Job) (Work
 	ns := "" // the namespace the copy holds, on a shared worker
 	if w != nil {
 		nw, err = m.opts.Checkpoints.Fork(ctx, w, m.kick)
-		if n, ok := w.(*nsWorker); ok {
-			ns = n.ns
-		}
+		ns = m.place.namespace(w)
 	} else {
 		var saved Saved
 		nw, saved, err = m.opts.Checkpoints.Restore(ctx, id, m.kick)
@@ -281,7 +262,7 @@ func (m *Manager) fork(ctx context.Context, id string, job supervisor.Job) (Work
 	}
 	m.mu.Lock()
 	m.counts.Forks++
-	nw = m.adoptLocked(job.Client, nw, ns)
+	nw = m.place.adoptLocked(job.Client, nw, ns)
 	m.mu.Unlock()
 	return nw, nil
 }

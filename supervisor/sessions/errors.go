@@ -51,13 +51,6 @@ type sessionError struct {
 func (e *sessionError) Error() string { return e.msg }
 func (e *sessionError) Unwrap() error { return e.cond }
 
-// errorf is an error of cond in m's language: cond's words, then
-// format's.
-func (m *Manager) errorf(cond error, format string, args ...any) error {
-	c := cond.(condition)
-	return &sessionError{cond: c, msg: fmt.Sprintf(string(c), m.lang+" ") + fmt.Sprintf(format, args...)}
-}
-
 // Reasons a session ends, as Stats.Ends counts them and logs say.
 const (
 	EndClient   = "ended"    // end_session

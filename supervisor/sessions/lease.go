@@ -357,10 +357,9 @@ func (m *Manager) handOver(s *session) {
 	m.mu.Lock()
 	s.moveWanted = false
 	need := s.ckptCalls < s.calls && s.w != nil
-	info := Saved{ID: s.id, Owner: s.owner, AfterCall: s.calls, Started: s.started, LastUsed: s.lastUsed}
-	if n, ok := s.w.(*nsWorker); ok {
-		info.Namespace = n.ns // its worker's checkpoint, marked with it
-	}
+	// Namespace: its worker's checkpoint, marked with it.
+	info := Saved{ID: s.id, Owner: s.owner, AfterCall: s.calls, Started: s.started, LastUsed: s.lastUsed,
+		Namespace: m.place.namespace(s.w)}
 	w := s.w
 	m.mu.Unlock()
 	var err error

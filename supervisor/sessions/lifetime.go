@@ -55,10 +55,7 @@ func (m *Manager) expire() {
 				next = d
 			}
 		}
-		if d := m.expireSparesLocked(now); d >= 0 && (next < 0 || d < next) {
-			next = d
-		}
-		if d := m.expireHostsLocked(now); d >= 0 && (next < 0 || d < next) {
+		if d := m.place.expireLocked(now); d >= 0 && (next < 0 || d < next) {
 			next = d
 		}
 		m.mu.Unlock()
@@ -125,11 +122,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	for _, s := range m.open {
 		m.endLocked(s, EndShutdown, m.errorf(ErrClosed, ""))
 	}
-	for _, sp := range m.spares {
-		m.closeWorker(sp.w)
-	}
-	m.spares = nil
-	m.expireHostsLocked(time.Now()) // the empty ones; the others close with their last session
+	m.place.closeLocked()
 	if m.leaseStop != nil {
 		close(m.leaseStop) // the final checkpoints are written: leases go
 	}
@@ -165,16 +158,4 @@ func (m *Manager) endLocked(s *session, reason string, why error) {
 	m.log.Info("session ended", "session_id", s.id, "reason", reason, "client", s.owner,
 		"calls", s.calls, "age", time.Since(s.started).Round(time.Millisecond), "open", len(m.open))
 	m.closeWorker(s.w)
-}
-
-// closeWorker stops w in the background. m.mu is held.
-func (m *Manager) closeWorker(w Worker) {
-	if w == nil {
-		return // a session of a previous run, not restored yet
-	}
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		w.Close()
-	}()
 }

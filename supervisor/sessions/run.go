@@ -70,12 +70,12 @@ func (m *Manager) start(ctx context.Context, client string, with func(context.Co
 	var w Worker
 	if with == nil {
 		// A shared host of the client's with room: no worker starts.
-		w = m.placeLocked(client)
+		w = m.place.placeLocked(client)
 	}
 	// A new host, or a fork's worker (a host of its own: adoptLocked).
-	newHost := w == nil && m.opts.PerHost > 0
+	newHost := w == nil && m.place.shared()
 	if newHost {
-		if err := m.roomForHostLocked(client); err != nil {
+		if err := m.place.roomForHostLocked(client); err != nil {
 			m.starting[client]--
 			if m.starting[client] == 0 {
 				delete(m.starting, client)
@@ -84,13 +84,13 @@ func (m *Manager) start(ctx context.Context, client string, with func(context.Co
 			m.mu.Unlock()
 			return nil, err
 		}
-		m.pendHostLocked(client, 1)
+		m.place.pendHostLocked(client, 1)
 	}
 	var err error
 	var spare Worker
 	if w == nil {
 		if with == nil {
-			spare, err = m.awaitSpareLocked(ctx)
+			spare, err = m.place.awaitSpareLocked(ctx)
 		}
 		m.mu.Unlock()
 		w = spare
@@ -105,9 +105,9 @@ func (m *Manager) start(ctx context.Context, client string, with func(context.Co
 		}
 		m.mu.Lock()
 		if newHost {
-			m.pendHostLocked(client, -1)
+			m.place.pendHostLocked(client, -1)
 			if with == nil && err == nil && !m.closed {
-				w = m.hostLocked(client, w)
+				w = m.place.hostLocked(client, w)
 			}
 		}
 	}

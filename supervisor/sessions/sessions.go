@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -171,44 +170,30 @@ type Stats struct {
 	MovesIn, MovesOut, MoveTimeouts int64
 }
 
-// Manager keeps the sessions of one pyrun. Its methods are safe for
-// concurrent use.
+// Manager keeps the sessions of one pyrun: the table of open sessions
+// and their turns. Where a new session's worker comes from is its
+// placement's (placement.go). Its methods are safe for concurrent use.
 type Manager struct {
-	opts Options
-	log  hclog.Logger
-	lang string // Options.Language, or Python
+	*core
+	opts  Options
+	place *placement
 
-	wake chan struct{} // tells the expiry loop to look again
 	stop chan struct{} // closed by Close: the expiry loop ends
 	// leaseStop is closed at the end of Close: the leases are renewed
 	// while sessions drain, and stop then (lease.go).
 	leaseStop chan struct{}
-	wg        sync.WaitGroup
-	// closing is cancelled by Close: a spare's start is aborted.
-	closing       context.Context
-	cancelClosing context.CancelFunc
 
-	mu       sync.Mutex
-	limits   Limits
+	// Guarded by core.mu:
 	open     map[string]*session
 	starting map[string]int // new sessions being started, by client
 	gone     map[string]tomb
 	// dormant are sessions of a previous run with checkpoints in the
 	// store, waiting for a call (durable.go, adoptSaved).
 	dormant    map[string]Saved
-	goneOrder  []string // ids in gone, oldest first
-	running    int      // calls on a worker now
-	closed     bool
+	goneOrder  []string      // ids in gone, oldest first
+	running    int           // calls on a worker now
 	idleSignal chan struct{} // closed when running reaches 0 after Close
 	counts     Stats
-	spares     []spareWorker // started ahead for new sessions, oldest first
-	// sparesStarting counts spares being started; spareDone is closed and
-	// replaced when one ends its start, ready or not.
-	sparesStarting int
-	spareDone      chan struct{}
-	hosts          map[string][]*host // shared workers, by client (shared.go)
-	hostsPending   int                // new sessions and restores starting a host
-	hostsPendingOf map[string]int     // hostsPending, by client
 }
 
 // session is one open session. Its fields are guarded by Manager.mu.
@@ -248,22 +233,16 @@ func New(o Options) *Manager {
 		o.Log = hclog.NewNullLogger()
 	}
 	m := &Manager{
+		core:     newCore(o.Log, cmp.Or(o.Language, "Python"), o.Limits),
 		opts:     o,
-		log:      o.Log,
-		lang:     cmp.Or(o.Language, "Python"),
-		wake:     make(chan struct{}, 1),
 		stop:     make(chan struct{}),
-		limits:   o.Limits.withDefaults(),
 		open:     map[string]*session{},
 		starting: map[string]int{},
 		gone:     map[string]tomb{},
 		dormant:  map[string]Saved{},
 		counts:   Stats{Ends: map[string]int64{}},
-
-		hostsPendingOf: map[string]int{},
 	}
-	m.closing, m.cancelClosing = context.WithCancel(context.Background())
-	m.spareDone = make(chan struct{})
+	m.place = newPlacement(m.core, o)
 	m.adoptSaved()
 	m.wg.Add(1)
 	go m.expire()
@@ -311,14 +290,10 @@ func (m *Manager) Stats() Stats {
 	defer m.mu.Unlock()
 	s := m.counts
 	s.Open = len(m.open)
-	s.Starting = 0
-	for _, n := range m.starting {
-		s.Starting += n
-	}
+	s.Starting = m.startingLocked()
 	s.Ends = maps.Clone(m.counts.Ends)
 	s.Limits = m.limits
-	s.Spares, s.SparesStarting = len(m.spares), m.sparesStarting
-	s.Hosts = m.hostCountLocked()
+	m.place.statsLocked(&s)
 	return s
 }
 
@@ -338,6 +313,21 @@ func (m *Manager) countLocked(client string) (total, mine int) {
 		}
 	}
 	return total, mine
+}
+
+// startingLocked counts the new sessions being started. m.mu is held.
+func (m *Manager) startingLocked() int {
+	n := 0
+	for _, k := range m.starting {
+		n += k
+	}
+	return n
+}
+
+// refillLocked starts spares for the next sessions, while there is room
+// for as many more. m.mu is held.
+func (m *Manager) refillLocked() {
+	m.place.refillLocked(m.limits.Max - len(m.open) - m.startingLocked())
 }
 
 // enter finds a client's open session and waits for its turn.
@@ -460,11 +450,4 @@ func (m *Manager) passLocked(s *session) {
 		return
 	}
 	s.held = false
-}
-
-func (m *Manager) kick() {
-	select {
-	case m.wake <- struct{}{}:
-	default:
-	}
 }
