@@ -100,9 +100,7 @@ func (m *Manager) adopt(ctx context.Context, l Leaser, id, client string) (*sess
 		delete(m.open, id)
 	}
 	s.moved = true // calls in line try for themselves
-	m.doneLocked()
-	s.busy--
-	m.passLocked(s)
+	m.yieldLocked(s)
 	return nil, err
 }
 
@@ -148,7 +146,7 @@ func (m *Manager) sweepSavedLocked(l Leaser, id string) {
 			_ = l.Release(ctx, id)
 			return
 		}
-		m.deleteSaved(ctx, id)
+		m.durable.deleteSaved(ctx, id)
 	})
 }
 
@@ -212,7 +210,7 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 	if errors.Is(err, ErrNoCheckpoint) {
 		// No session of that id: its lease goes with it, so that ids
 		// tried in vain leave nothing in the store.
-		if derr := m.opts.Checkpoints.Delete(context.WithoutCancel(ctx), s.id); derr != nil {
+		if derr := m.durable.cp.Delete(context.WithoutCancel(ctx), s.id); derr != nil {
 			m.log.Debug("could not drop the lease of an unknown session", "session_id", s.id, "error", derr.Error())
 		}
 	} else if err != nil {
@@ -252,7 +250,7 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 		// Its checkpoints go (and the lease held with them), as its own
 		// instance would have deleted them.
 		delete(m.dormant, s.id)
-		m.deleteInBackground(s.id)
+		m.durable.deleteInBackground(s.id)
 		return m.errorf(ErrExpired, ": session %q passed its lifetime (session_idle, session_max_age)", s.id)
 	}
 	s.owner, s.started, s.lastUsed = saved.Owner, saved.Started, saved.LastUsed
@@ -341,9 +339,7 @@ func (m *Manager) handOverLocked(s *session) {
 		s.moveWanted = true // runIn hands it over when its call ends
 		return
 	}
-	s.busy++
-	s.held = true
-	m.running++
+	m.holdLocked(s)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -365,7 +361,7 @@ func (m *Manager) handOver(s *session) {
 	var err error
 	if need {
 		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit) // as durable.go's
-		err = m.opts.Checkpoints.Take(ctx, w, []Saved{info})
+		err = m.durable.cp.Take(ctx, w, []Saved{info})
 		cancel()
 	}
 	m.mu.Lock()
@@ -373,7 +369,7 @@ func (m *Manager) handOver(s *session) {
 	m.doneLocked()
 	s.busy--
 	if err != nil {
-		m.counts.CheckpointFailures++
+		m.durable.failures++
 		m.log.Warn("session could not be handed over: its checkpoint failed", "session_id", s.id, "error", err.Error())
 		if errors.Is(err, supervisor.ErrNotDurable) {
 			s.notDurable = err.Error()
@@ -383,7 +379,7 @@ func (m *Manager) handOver(s *session) {
 	}
 	if need {
 		s.ckptCalls = info.AfterCall
-		m.counts.Checkpoints++
+		m.durable.taken++
 	}
 	m.counts.MovesOut++
 	m.log.Info("session handed over to another instance", "session_id", s.id, "after_call", s.calls)

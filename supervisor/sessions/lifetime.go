@@ -25,7 +25,7 @@ func (m *Manager) expire() {
 			// No call runs, so Lost does not wait.
 			if s.w == nil {
 				// A session of a previous run, restored at its next call.
-			} else if why := s.w.Lost(); why != "" && !(lostReason(why) == EndLost && m.opts.Checkpoints != nil && s.ckptCalls > 0) {
+			} else if why := s.w.Lost(); why != "" && !(lostReason(why) == EndLost && m.durable.restorableLocked(s)) {
 				// (With a checkpoint, its next call continues from it.)
 				m.endLocked(s, lostReason(why), m.errorf(ErrLost, ": session %q ended because its worker was lost while idle (%s), and its state with it", s.id, why))
 				continue
@@ -117,7 +117,7 @@ func (m *Manager) Close(ctx context.Context) error {
 			<-idle
 		}
 	}
-	m.finalCheckpoints(ctx)
+	m.durable.final(ctx)
 	m.mu.Lock()
 	for _, s := range m.open {
 		m.endLocked(s, EndShutdown, m.errorf(ErrClosed, ""))
@@ -151,7 +151,7 @@ func (m *Manager) endLocked(s *session, reason string, why error) {
 	}
 	if s.ckptCalls > 0 && reason != EndShutdown {
 		// At shutdown they stay, for the next run (durable.go).
-		m.deleteCheckpointsLocked(s)
+		m.durable.dropLocked(s)
 	} else {
 		m.releaseLocked(s.id)
 	}

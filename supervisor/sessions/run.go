@@ -22,9 +22,16 @@ import (
 func (m *Manager) Run(ctx context.Context, c Call, ev supervisor.Events) (supervisor.Result, error) {
 	var s *session
 	var err error
-	if src, ok := strings.CutPrefix(c.Session, ForkPrefix); ok {
+	if id, ok := strings.CutPrefix(c.Session, ForkPrefix); ok {
 		s, err = m.start(ctx, c.Job.Client, func(ctx context.Context) (Worker, error) {
-			return m.fork(ctx, src, c.Job)
+			if m.durable.cp == nil {
+				return nil, m.errorf(ErrStart, ": forking a session needs checkpoints, which are off (session_store none)")
+			}
+			src, err := m.enter(ctx, id, c.Job) // for the same client only
+			if err != nil {
+				return nil, err
+			}
+			return m.durable.fork(ctx, src, c.Job.Client)
 		})
 	} else if c.Session == NewSession {
 		s, err = m.start(ctx, c.Job.Client, nil)
@@ -158,26 +165,24 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	ran := job.Code != "" || !c.End
 	// A worker lost while the session was idle: its checkpoint continues it
 	// (not for a call that only ends the session).
-	if ran && m.restorable(s) {
+	if ran && m.durable.restorable(s) {
 		if s.w == nil {
 			// A session of a previous run: its first call here restores it.
-			saved, rerr := m.restore(context.WithoutCancel(ctx), s)
+			saved, rerr := m.durable.restore(context.WithoutCancel(ctx), s)
 			if errors.Is(rerr, ErrNoRoom) {
 				return m.refuseRestore(s, rerr)
 			}
 			if rerr != nil {
 				m.mu.Lock()
 				defer m.mu.Unlock()
-				m.doneLocked()
-				s.busy--
-				m.passLocked(s)
+				m.yieldLocked(s)
 				e := m.errorf(ErrLost, ": session %q could not be restored from its checkpoint: %v", s.id, rerr)
 				m.endLocked(s, EndLost, e)
 				return supervisor.Result{SessionID: s.id}, e
 			}
 			_ = saved // its state is the latest: nothing was rolled back
 		} else if why := s.w.Lost(); why != "" && lostReason(why) == EndLost {
-			saved, rerr := m.restore(context.WithoutCancel(ctx), s)
+			saved, rerr := m.durable.restore(context.WithoutCancel(ctx), s)
 			if errors.Is(rerr, ErrNoRoom) {
 				return m.refuseRestore(s, rerr)
 			}
@@ -195,8 +200,8 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 	}
 	restoreErr := ""
 	waitsRestore := false // on its lost worker, for a later call to restore it
-	if lost != "" && lostReason(lost) == EndLost && m.restorable(s) {
-		if saved, rerr := m.restore(context.WithoutCancel(ctx), s); errors.Is(rerr, ErrNoRoom) {
+	if lost != "" && lostReason(lost) == EndLost && m.durable.restorable(s) {
+		if saved, rerr := m.durable.restore(context.WithoutCancel(ctx), s); errors.Is(rerr, ErrNoRoom) {
 			// The session stays, on its lost worker: its next call
 			// restores it once a worker is free.
 			if res.Status == "" {
@@ -264,7 +269,7 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 		case s.moveWanted && !m.closed:
 			m.handOverLocked(s)
 		default:
-			m.scheduleCheckpointLocked(s)
+			m.durable.scheduleLocked(s)
 		}
 	}
 	return res, err
@@ -275,20 +280,12 @@ func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.E
 func (m *Manager) refuseRestore(s *session, err error) (supervisor.Result, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.doneLocked()
-	s.busy--
-	m.passLocked(s)
+	m.yieldLocked(s)
 	m.kick()
 	return supervisor.Result{SessionID: s.id}, err
 }
 
-// restorable says whether s has a checkpoint to continue from.
-func (m *Manager) restorable(s *session) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.opts.Checkpoints != nil && s.ckptCalls > 0
-}
-
+// ageErr is the error of a session past Limits.MaxAge.
 func (m *Manager) ageErr(s *session) error {
 	return m.errorf(ErrExpired, ": session %q reached its maximum age of %s (session_max_age)", s.id, m.limits.MaxAge)
 }

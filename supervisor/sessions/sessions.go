@@ -18,6 +18,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"time"
@@ -175,8 +176,9 @@ type Stats struct {
 // placement's (placement.go). Its methods are safe for concurrent use.
 type Manager struct {
 	*core
-	opts  Options
-	place *placement
+	opts    Options
+	place   *placement
+	durable *durability
 
 	stop chan struct{} // closed by Close: the expiry loop ends
 	// leaseStop is closed at the end of Close: the leases are renewed
@@ -243,6 +245,7 @@ func New(o Options) *Manager {
 		counts:   Stats{Ends: map[string]int64{}},
 	}
 	m.place = newPlacement(m.core, o)
+	m.durable = newDurability(m.core, o, m.place, m)
 	m.adoptSaved()
 	m.wg.Add(1)
 	go m.expire()
@@ -294,6 +297,7 @@ func (m *Manager) Stats() Stats {
 	s.Ends = maps.Clone(m.counts.Ends)
 	s.Limits = m.limits
 	m.place.statsLocked(&s)
+	m.durable.statsLocked(&s)
 	return s
 }
 
@@ -438,6 +442,28 @@ func (m *Manager) doneLocked() {
 		close(m.idleSignal)
 		m.idleSignal = nil
 	}
+}
+
+// isOpenLocked says whether s is still open here. m.mu is held.
+func (m *Manager) isOpenLocked(s *session) bool { return m.open[s.id] == s }
+
+// openLocked yields the sessions open here. m.mu is held.
+func (m *Manager) openLocked() iter.Seq[*session] { return maps.Values(m.open) }
+
+// holdLocked takes the turn of s, which no call has, for work of the
+// Manager's own (a checkpoint, a hand-over). m.mu is held.
+func (m *Manager) holdLocked(s *session) {
+	s.busy++
+	s.held = true
+	m.running++
+}
+
+// yieldLocked ends the work that had s's turn, and hands the turn on.
+// m.mu is held.
+func (m *Manager) yieldLocked(s *session) {
+	m.doneLocked()
+	s.busy--
+	m.passLocked(s)
 }
 
 // passLocked hands s's turn to the next call in line, or frees it. m.mu
