@@ -28,7 +28,7 @@ func (m *Manager) adoptSaved() {
 	defer m.mu.Unlock()
 	now := time.Now()
 	for _, sv := range saved {
-		if inst, _, _ := strings.Cut(sv.ID, "."); inst != m.opts.Instance && m.leaser() == nil {
+		if inst, _, _ := strings.Cut(sv.ID, "."); inst != m.opts.Instance && m.leases == nil {
 			continue // another instance's, in a shared store
 		}
 		// With leases, every session in the store is watched for expiry
@@ -54,8 +54,8 @@ func (m *Manager) pastLifetimeLocked(sv Saved, now time.Time) bool {
 // m.mu is held.
 func (m *Manager) deleteSavedLocked(id string) {
 	delete(m.dormant, id)
-	if l := m.leaser(); l != nil {
-		m.sweepSavedLocked(l, id)
+	if m.leases != nil {
+		m.sweepSavedLocked(id)
 		return
 	}
 	m.durable.deleteInBackground(id)
@@ -65,7 +65,7 @@ func (m *Manager) deleteSavedLocked(id string) {
 // a worker yet (runIn restores it), for its owner's call. m.mu is held.
 func (m *Manager) wakeLocked(id, client string) *session {
 	sv, ok := m.dormant[id]
-	if !ok || !m.owns(sv.Owner, client) || m.closed {
+	if !ok || !owns(sv.Owner, client) || m.closed {
 		return nil
 	}
 	if m.pastLifetimeLocked(sv, time.Now()) {

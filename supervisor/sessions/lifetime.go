@@ -153,7 +153,7 @@ func (m *Manager) endLocked(s *session, reason string, why error) {
 		// At shutdown they stay, for the next run (durable.go).
 		m.durable.dropLocked(s)
 	} else {
-		m.releaseLocked(s.id)
+		m.leases.releaseLocked(s.id)
 	}
 	m.log.Info("session ended", "session_id", s.id, "reason", reason, "client", s.owner,
 		"calls", s.calls, "age", time.Since(s.started).Round(time.Millisecond), "open", len(m.open))

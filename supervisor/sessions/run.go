@@ -39,7 +39,7 @@ func (m *Manager) Run(ctx context.Context, c Call, ev supervisor.Events) (superv
 		s, err = m.enter(ctx, c.Session, c.Job)
 	}
 	if err == nil && (c.Session == NewSession || strings.HasPrefix(c.Session, ForkPrefix)) {
-		m.holdNew(ctx, s)
+		m.leases.holdNew(ctx, s)
 	}
 	if err != nil {
 		status := "rejected"

@@ -179,6 +179,7 @@ type Manager struct {
 	opts    Options
 	place   *placement
 	durable *durability
+	leases  *leases // nil: none are held
 
 	stop chan struct{} // closed by Close: the expiry loop ends
 	// leaseStop is closed at the end of Close: the leases are renewed
@@ -246,13 +247,14 @@ func New(o Options) *Manager {
 	}
 	m.place = newPlacement(m.core, o)
 	m.durable = newDurability(m.core, o, m.place, m)
+	m.leases = newLeases(m.core, o)
 	m.adoptSaved()
 	m.wg.Add(1)
 	go m.expire()
-	if l := m.leaser(); l != nil {
+	if m.leases != nil {
 		m.leaseStop = make(chan struct{})
 		m.wg.Add(1)
-		go m.renewLeases(l, m.leaseStop)
+		go m.renewLeases(m.leaseStop)
 	}
 	if o.PerHost > 0 {
 		// A client's first session takes a spare: keep one from the start.
@@ -298,6 +300,7 @@ func (m *Manager) Stats() Stats {
 	s.Limits = m.limits
 	m.place.statsLocked(&s)
 	m.durable.statsLocked(&s)
+	m.leases.statsLocked(&s)
 	return s
 }
 
@@ -337,8 +340,7 @@ func (m *Manager) refillLocked() {
 // enter finds a client's open session and waits for its turn.
 func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*session, error) {
 	client := job.Client
-	l := m.leaser()
-	if l == nil {
+	if m.leases == nil {
 		// With a shared store, another instance's session moves here.
 		if err := m.checkInstance(id); err != nil {
 			return nil, err
@@ -346,13 +348,13 @@ func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*se
 	}
 	m.mu.Lock()
 	s := m.open[id]
-	if _, ended := m.gone[id]; s == nil && l != nil && !m.closed && !ended && validID(id) {
-		return m.adopt(ctx, l, id, client)
+	if _, ended := m.gone[id]; s == nil && m.leases != nil && !m.closed && !ended && validID(id) {
+		return m.adopt(ctx, id, client)
 	}
 	if s == nil {
 		s = m.wakeLocked(id, client)
 	}
-	if s == nil || !m.owns(s.owner, client) {
+	if s == nil || !owns(s.owner, client) {
 		err := m.goneErrLocked(id, client)
 		if s != nil {
 			m.log.Warn("refused a call to another client's session", "session_id", id,
@@ -416,12 +418,12 @@ func (m *Manager) enter(ctx context.Context, id string, job supervisor.Job) (*se
 }
 
 // owns says whether client may use a session of owner.
-func (m *Manager) owns(owner, client string) bool { return owner == client }
+func owns(owner, client string) bool { return owner == client }
 
 // goneErrLocked is the error of a call to an id that has no open session
 // of client's. m.mu is held.
 func (m *Manager) goneErrLocked(id, client string) error {
-	if t, ok := m.gone[id]; ok && m.owns(t.owner, client) {
+	if t, ok := m.gone[id]; ok && owns(t.owner, client) {
 		return t.err
 	}
 	return m.errorf(ErrUnknown, ": no %s session %q is open here", m.lang, clip(id, 80))
