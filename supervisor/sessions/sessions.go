@@ -191,7 +191,7 @@ type Manager struct {
 	starting map[string]int // new sessions being started, by client
 	gone     map[string]tomb
 	// dormant are sessions of a previous run with checkpoints in the
-	// store, waiting for a call (durable.go, adoptSaved).
+	// store, waiting for a call (dormant.go).
 	dormant    map[string]Saved
 	goneOrder  []string      // ids in gone, oldest first
 	running    int           // calls on a worker now
@@ -199,7 +199,7 @@ type Manager struct {
 	counts     Stats
 }
 
-// session is one open session. Its fields are guarded by Manager.mu.
+// session is one open session. Its fields are guarded by core.mu.
 type session struct {
 	id, owner string
 	w         Worker
