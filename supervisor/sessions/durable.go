@@ -8,7 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"iter"
 	"time"
 
 	"github.com/pyrun/pyrun/supervisor"
@@ -57,34 +57,78 @@ const DefaultCheckpointDelay = 2 * time.Second
 // checkpointLimit bounds the taking and storing of one checkpoint.
 const checkpointLimit = 2 * time.Minute
 
-// scheduleCheckpointLocked arranges a checkpoint of s once Delay has passed
-// since its last call. m.mu is held.
-func (m *Manager) scheduleCheckpointLocked(s *session) {
-	if m.opts.Checkpoints == nil || s.ckptTimer != nil || s.notDurable != "" {
-		return
-	}
-	s.ckptTimer = time.AfterFunc(m.checkpointDelay(), func() {
-		m.mu.Lock()
-		s.ckptTimer = nil
-		if m.closed || m.open[s.id] != s {
-			m.mu.Unlock()
-			return
-		}
-		m.wg.Add(1)
-		m.mu.Unlock()
-		defer m.wg.Done()
-		// Not m.closing: a checkpoint under way when pyrun starts to stop
-		// must finish (Close waits for it), for a checkpoint called off
-		// leaves its worker unusable, and the shutdown's checkpoint with it.
-		m.checkpoint(context.Background(), s)
-	})
+// durability keeps the checkpoints of open sessions: it takes them off
+// the calls' path, continues a session whose worker was lost from its
+// last one, and forks sessions. It knows the sessions through the table
+// it is given. Its fields are guarded by core.mu, and its methods ending
+// in Locked need it held.
+type durability struct {
+	*core
+	cp    Checkpointer // nil: checkpoints are off, and each method does nothing
+	delay time.Duration
+	place *placement
+	table table
+	// As Stats counts them.
+	taken, failures, restores, forks int64
 }
 
-func (m *Manager) checkpointDelay() time.Duration {
-	if m.opts.CheckpointDelay > 0 {
-		return m.opts.CheckpointDelay
+// table is what durability sees of the Manager's sessions. Its methods
+// need core.mu held.
+type table interface {
+	// isOpenLocked says whether s is still open here.
+	isOpenLocked(s *session) bool
+	// openLocked yields the sessions open here.
+	openLocked() iter.Seq[*session]
+	// holdLocked takes the turn of s, which no call has, for work of the
+	// Manager's own; yieldLocked gives it to the next call in line.
+	holdLocked(s *session)
+	yieldLocked(s *session)
+}
+
+func newDurability(c *core, o Options, place *placement, t table) *durability {
+	return &durability{core: c, cp: o.Checkpoints, delay: positiveOr(o.CheckpointDelay, DefaultCheckpointDelay),
+		place: place, table: t}
+}
+
+// statsLocked fills in s's figures of checkpoints. d.mu is held.
+func (d *durability) statsLocked(s *Stats) {
+	s.Checkpoints, s.CheckpointFailures, s.Restores, s.Forks = d.taken, d.failures, d.restores, d.forks
+}
+
+// restorableLocked says whether s has a checkpoint to continue from. d.mu
+// is held.
+func (d *durability) restorableLocked(s *session) bool {
+	return d.cp != nil && s.ckptCalls > 0
+}
+
+// restorable is restorableLocked, taking d.mu.
+func (d *durability) restorable(s *session) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.restorableLocked(s)
+}
+
+// scheduleLocked arranges a checkpoint of s once the delay has passed
+// since its last call. d.mu is held.
+func (d *durability) scheduleLocked(s *session) {
+	if d.cp == nil || s.ckptTimer != nil || s.notDurable != "" {
+		return
 	}
-	return DefaultCheckpointDelay
+	s.ckptTimer = time.AfterFunc(d.delay, func() {
+		d.mu.Lock()
+		s.ckptTimer = nil
+		if d.closed || !d.table.isOpenLocked(s) {
+			d.mu.Unlock()
+			return
+		}
+		d.wg.Add(1)
+		d.mu.Unlock()
+		defer d.wg.Done()
+		// Not d.closing: a checkpoint under way when pyrun starts to stop
+		// must finish (Close waits for it), for a checkpoint called off
+		// leaves its worker unusable, and the shutdown's checkpoint with it.
+		d.checkpoint(context.Background(), s)
+	})
 }
 
 // checkpoint takes a checkpoint of s, if its last calls are not covered yet,
@@ -92,149 +136,128 @@ func (m *Manager) checkpointDelay() time.Duration {
 // worker the checkpoint is the worker's, and it is also kept for the other
 // sessions there whose last calls it covers and that have no call running
 // or waiting (their turns are taken too): one checkpoint, not one each.
-func (m *Manager) checkpoint(ctx context.Context, s *session) {
-	m.mu.Lock()
-	if m.open[s.id] != s || s.ckptCalls == s.calls || s.notDurable != "" {
-		m.mu.Unlock()
+func (d *durability) checkpoint(ctx context.Context, s *session) {
+	d.mu.Lock()
+	if !d.table.isOpenLocked(s) || s.ckptCalls == s.calls || s.notDurable != "" {
+		d.mu.Unlock()
 		return
 	}
 	if s.held {
 		// A call has the turn: it schedules again when it ends.
-		m.mu.Unlock()
+		d.mu.Unlock()
 		return
 	}
 	group := []*session{s}
-	if n, ok := s.w.(*nsWorker); ok {
-		for _, o := range m.open {
-			if on, ok := o.w.(*nsWorker); ok && o != s && on.h == n.h && !o.held &&
-				o.ckptCalls < o.calls && o.notDurable == "" {
-				group = append(group, o)
-			}
+	for o := range d.table.openLocked() {
+		if o != s && d.place.sameHost(o.w, s.w) && !o.held && o.ckptCalls < o.calls && o.notDurable == "" {
+			group = append(group, o)
 		}
 	}
 	info := make([]Saved, len(group))
 	for i, g := range group {
-		g.busy++
-		g.held = true
-		m.running++
-		info[i] = Saved{ID: g.id, Owner: g.owner, AfterCall: g.calls, Started: g.started, LastUsed: g.lastUsed}
-		if n, ok := g.w.(*nsWorker); ok {
-			info[i].Namespace = n.ns
-		}
+		d.table.holdLocked(g)
+		info[i] = Saved{ID: g.id, Owner: g.owner, AfterCall: g.calls, Started: g.started, LastUsed: g.lastUsed,
+			Namespace: d.place.namespace(g.w)}
 	}
 	w := s.w
-	m.mu.Unlock()
+	d.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(ctx, checkpointLimit)
-	m.log.Debug("session checkpoint starts", "session_id", s.id, "after_call", info[0].AfterCall)
+	d.log.Debug("session checkpoint starts", "session_id", s.id, "after_call", info[0].AfterCall)
 	began := time.Now()
-	err := m.opts.Checkpoints.Take(ctx, w, info)
+	err := d.cp.Take(ctx, w, info)
 	cancel()
 
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	for i, g := range group {
-		m.doneLocked()
-		g.busy--
-		m.passLocked(g)
+		d.table.yieldLocked(g)
 		switch {
 		case err == nil:
 			g.ckptCalls = info[i].AfterCall
-			m.counts.Checkpoints++
-			m.log.Debug("session checkpoint", "session_id", g.id, "after_call", info[i].AfterCall,
+			d.taken++
+			d.log.Debug("session checkpoint", "session_id", g.id, "after_call", info[i].AfterCall,
 				"took", time.Since(began).Round(time.Millisecond))
 		case errors.Is(err, supervisor.ErrNotDurable):
 			// Said once; the session goes on as it would without checkpoints.
 			g.notDurable = err.Error()
-			m.counts.CheckpointFailures++
-			m.log.Info("session is not durable", "session_id", g.id, "why", err.Error())
+			d.failures++
+			d.log.Info("session is not durable", "session_id", g.id, "why", err.Error())
 		default:
-			m.counts.CheckpointFailures++
-			m.log.Warn("session checkpoint failed", "session_id", g.id, "error", err.Error())
+			d.failures++
+			d.log.Warn("session checkpoint failed", "session_id", g.id, "error", err.Error())
 		}
 	}
-	m.kick()
+	d.kick()
 }
 
-// deleteCheckpoints removes an ended session's checkpoints in the
-// background. m.mu is held.
-func (m *Manager) deleteCheckpointsLocked(s *session) {
-	if m.opts.Checkpoints == nil {
+// dropLocked removes an ended session's checkpoints in the background.
+// d.mu is held.
+func (d *durability) dropLocked(s *session) {
+	if d.cp == nil {
 		return
 	}
 	if s.ckptTimer != nil {
 		s.ckptTimer.Stop()
 		s.ckptTimer = nil
 	}
-	m.deleteInBackground(s.id)
-}
-
-// inBackground runs f off the caller's path, with checkpointLimit for its
-// store calls; Close waits for it. The caller may hold m.mu.
-func (m *Manager) inBackground(f func(ctx context.Context)) {
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
-		defer cancel()
-		f(ctx)
-	}()
+	d.deleteInBackground(s.id)
 }
 
 // deleteInBackground removes session id's checkpoints, off the caller's
 // path; Close waits for it.
-func (m *Manager) deleteInBackground(id string) {
-	m.inBackground(func(ctx context.Context) { m.deleteSaved(ctx, id) })
+func (d *durability) deleteInBackground(id string) {
+	d.inBackground(func(ctx context.Context) { d.deleteSaved(ctx, id) })
 }
 
 // deleteSaved removes session id's checkpoints; a failure is logged, for
 // the caller has no one to tell.
-func (m *Manager) deleteSaved(ctx context.Context, id string) {
-	if err := m.opts.Checkpoints.Delete(ctx, id); err != nil {
-		m.log.Warn("could not delete a session's checkpoints", "session_id", id, "error", err.Error())
+func (d *durability) deleteSaved(ctx context.Context, id string) {
+	if err := d.cp.Delete(ctx, id); err != nil {
+		d.log.Warn("could not delete a session's checkpoints", "session_id", id, "error", err.Error())
 	}
 }
 
 // restore continues s, whose worker was lost, from its last checkpoint; it
 // holds s's turn. It returns what the checkpoint holds, or why it could
 // not.
-func (m *Manager) restore(ctx context.Context, s *session) (Saved, error) {
+func (d *durability) restore(ctx context.Context, s *session) (Saved, error) {
 	// With shared workers, a session restored has a worker of its own (its
 	// checkpoint is its host's whole memory): it counts in Limits.MaxHosts
 	// and its client's Limits.ClientMaxHosts as any host, so that a client
 	// whose worker held many sessions, lost, cannot make pyrun start a
 	// worker per session, nor take every worker from the other clients.
-	shared := m.opts.PerHost > 0
+	shared := d.place.shared()
 	if shared {
-		m.mu.Lock()
-		if err := m.roomToRestoreLocked(s); err != nil {
-			m.mu.Unlock()
+		d.mu.Lock()
+		if err := d.place.roomToRestoreLocked(s.id, s.owner); err != nil {
+			d.mu.Unlock()
 			return Saved{}, err
 		}
-		m.pendHostLocked(s.owner, 1)
-		m.mu.Unlock()
+		d.place.pendHostLocked(s.owner, 1)
+		d.mu.Unlock()
 	}
-	w, saved, err := m.opts.Checkpoints.Restore(ctx, s.id, m.kick)
-	m.mu.Lock()
+	w, saved, err := d.cp.Restore(ctx, s.id, d.kick)
+	d.mu.Lock()
 	if shared {
-		m.pendHostLocked(s.owner, -1)
+		d.place.pendHostLocked(s.owner, -1)
 	}
 	if err != nil {
-		m.mu.Unlock()
+		d.mu.Unlock()
 		return Saved{}, err
 	}
 	old := s.w
-	s.w = m.adoptLocked(s.owner, w, saved.Namespace)
+	s.w = d.place.adoptLocked(s.owner, w, saved.Namespace)
 	s.ckptCalls = saved.AfterCall
 	if old == nil {
 		s.calls = saved.AfterCall // moved here, or a previous run's
 	}
-	m.counts.Restores++
+	d.restores++
 	if old != nil {
-		m.closeWorker(old)
+		d.closeWorker(old)
 	}
-	m.mu.Unlock()
-	m.log.Info("session restored from its checkpoint", "session_id", s.id, "after_call", saved.AfterCall)
+	d.mu.Unlock()
+	d.log.Info("session restored from its checkpoint", "session_id", s.id, "after_call", saved.AfterCall)
 	return saved, nil
 }
 
@@ -242,136 +265,57 @@ func (m *Manager) restore(ctx context.Context, s *session) (Saved, error) {
 // a copy of that session's state ("fork:ID").
 const ForkPrefix = "fork:"
 
-// fork makes a worker whose state is a copy of session id's now, in that
-// session's turn: for the same client only.
-func (m *Manager) fork(ctx context.Context, id string, job supervisor.Job) (Worker, error) {
-	if m.opts.Checkpoints == nil {
-		return nil, m.errorf(ErrStart, ": forking a session needs checkpoints, which are off (session_store none)")
-	}
-	src, err := m.enter(ctx, id, job)
-	if err != nil {
-		return nil, err
-	}
+// fork makes a worker for client whose state is a copy of session src's
+// now, in src's turn, which the caller holds and fork passes on.
+func (d *durability) fork(ctx context.Context, src *session, client string) (Worker, error) {
+	id := src.id
+	var err error
 	w := src.w
-	m.mu.Lock()
+	d.mu.Lock()
 	if s := src; s.w != nil && s.w.Lost() != "" && s.ckptCalls > 0 {
 		// Its worker is gone: the fork starts from its checkpoint.
 		w = nil
 	}
-	m.mu.Unlock()
+	d.mu.Unlock()
 	var nw Worker
 	ns := "" // the namespace the copy holds, on a shared worker
 	if w != nil {
-		nw, err = m.opts.Checkpoints.Fork(ctx, w, m.kick)
-		if n, ok := w.(*nsWorker); ok {
-			ns = n.ns
-		}
+		nw, err = d.cp.Fork(ctx, w, d.kick)
+		ns = d.place.namespace(w)
 	} else {
 		var saved Saved
-		nw, saved, err = m.opts.Checkpoints.Restore(ctx, id, m.kick)
+		nw, saved, err = d.cp.Restore(ctx, id, d.kick)
 		ns = saved.Namespace
 	}
-	m.mu.Lock()
-	m.doneLocked()
-	src.busy--
-	m.passLocked(src)
-	m.mu.Unlock()
+	d.mu.Lock()
+	d.table.yieldLocked(src)
+	d.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("fork session %s: %w", id, err)
 	}
-	m.mu.Lock()
-	m.counts.Forks++
-	nw = m.adoptLocked(job.Client, nw, ns)
-	m.mu.Unlock()
+	d.mu.Lock()
+	d.forks++
+	nw = d.place.adoptLocked(client, nw, ns)
+	d.mu.Unlock()
 	return nw, nil
 }
 
-// adoptSaved learns the sessions of this instance a previous pyrun left in
-// the store (restart continuity): they wait, without a worker, for a call
-// within their lifetimes; the others' checkpoints are deleted.
-func (m *Manager) adoptSaved() {
-	if m.opts.Checkpoints == nil {
+// final takes, at shutdown, a checkpoint of each open session whose last
+// calls have none yet, so that a pyrun started with the same store
+// continues them where they were.
+func (d *durability) final(ctx context.Context) {
+	if d.cp == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit)
-	defer cancel()
-	saved, err := m.opts.Checkpoints.List(ctx)
-	if err != nil {
-		m.log.Warn("cannot list the sessions' checkpoints", "error", err.Error())
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	now := time.Now()
-	for _, sv := range saved {
-		if inst, _, _ := strings.Cut(sv.ID, "."); inst != m.opts.Instance && m.leaser() == nil {
-			continue // another instance's, in a shared store
-		}
-		// With leases, every session in the store is watched for expiry
-		// (sweepSaved), so that those of an instance that never comes back
-		// go too; a call takes any of them over (lease.go).
-		if m.pastLifetimeLocked(sv, now) {
-			m.deleteSavedLocked(sv.ID)
-			continue
-		}
-		m.dormant[sv.ID] = sv
-	}
-	if len(m.dormant) > 0 {
-		m.log.Info("sessions of a previous run can continue", "sessions", len(m.dormant))
-	}
-}
-
-// pastLifetimeLocked says whether a saved session has expired. m.mu is held.
-func (m *Manager) pastLifetimeLocked(sv Saved, now time.Time) bool {
-	return !now.Before(sv.LastUsed.Add(m.limits.Idle)) || !now.Before(sv.Started.Add(m.limits.MaxAge))
-}
-
-// deleteSavedLocked deletes a session's checkpoints in the background.
-// m.mu is held.
-func (m *Manager) deleteSavedLocked(id string) {
-	delete(m.dormant, id)
-	if l := m.leaser(); l != nil {
-		m.sweepSavedLocked(l, id)
-		return
-	}
-	m.deleteInBackground(id)
-}
-
-// wakeLocked makes a saved session of a previous run an open one, without
-// a worker yet (runIn restores it), for its owner's call. m.mu is held.
-func (m *Manager) wakeLocked(id, client string) *session {
-	sv, ok := m.dormant[id]
-	if !ok || !m.owns(sv.Owner, client) || m.closed {
-		return nil
-	}
-	if m.pastLifetimeLocked(sv, time.Now()) {
-		m.deleteSavedLocked(id)
-		return nil
-	}
-	delete(m.dormant, id)
-	s := &session{id: id, owner: sv.Owner, started: sv.Started, lastUsed: sv.LastUsed, calls: sv.AfterCall,
-		ckptCalls: sv.AfterCall}
-	m.open[id] = s
-	m.log.Info("session continues from a previous run", "session_id", id, "after_call", sv.AfterCall)
-	return s
-}
-
-// finalCheckpoints takes, at shutdown, a checkpoint of each open session
-// whose last calls have none yet, so that a pyrun started with the same
-// store continues them where they were.
-func (m *Manager) finalCheckpoints(ctx context.Context) {
-	if m.opts.Checkpoints == nil {
-		return
-	}
-	m.mu.Lock()
+	d.mu.Lock()
 	var todo []*session
-	for _, s := range m.open {
+	for s := range d.table.openLocked() {
 		if s.w != nil && s.ckptCalls < s.calls && s.notDurable == "" && !s.held {
 			todo = append(todo, s)
 		}
 	}
-	m.mu.Unlock()
+	d.mu.Unlock()
 	for _, s := range todo {
-		m.checkpoint(ctx, s)
+		d.checkpoint(ctx, s)
 	}
 }

@@ -106,8 +106,8 @@ func (m *Manager) Knows(id, client string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if s := m.open[id]; s != nil {
-		return m.owns(s.owner, client)
+		return owns(s.owner, client)
 	}
 	t, ok := m.gone[id]
-	return ok && m.owns(t.owner, client)
+	return ok && owns(t.owner, client)
 }

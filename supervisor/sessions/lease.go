@@ -62,35 +62,58 @@ const DefaultMoveWait = 30 * time.Second
 // movePoll is how often a call waiting for a hand-over tries the lease.
 const movePoll = 100 * time.Millisecond
 
-// leaser is the Checkpointer's Leaser, or nil.
-func (m *Manager) leaser() Leaser {
-	l, _ := m.opts.Checkpoints.(Leaser)
-	return l
+// leases holds the store's leases of the sessions served here: it takes
+// them, gives them up, and waits for another instance to hand one over.
+// What a lease's coming and going does to the sessions is the Manager's
+// (adopt, handOver, renewLeases). A nil *leases, when the Checkpointer is
+// no Leaser, holds none. Its counts are guarded by core.mu.
+type leases struct {
+	*core
+	l        Leaser
+	moveWait time.Duration // Options.MoveWait, or DefaultMoveWait
+	// As Stats counts them.
+	movesIn, movesOut, moveTimeouts int64
+}
+
+// newLeases holds leases with o.Checkpoints when it is a Leaser
+// (checkpoint.Keeper), else it is nil.
+func newLeases(c *core, o Options) *leases {
+	l, ok := o.Checkpoints.(Leaser)
+	if !ok {
+		return nil
+	}
+	return &leases{core: c, l: l, moveWait: positiveOr(o.MoveWait, DefaultMoveWait)}
+}
+
+// statsLocked fills in s's figures of moves. ls.mu is held.
+func (ls *leases) statsLocked(s *Stats) {
+	if ls != nil {
+		s.MovesIn, s.MovesOut, s.MoveTimeouts = ls.movesIn, ls.movesOut, ls.moveTimeouts
+	}
 }
 
 // holdNew takes the lease of a session just started here. A store that
 // fails is logged: the session runs, and its checkpoints fail until the
 // lease is held.
-func (m *Manager) holdNew(ctx context.Context, s *session) {
-	l := m.leaser()
-	if l == nil {
+func (ls *leases) holdNew(ctx context.Context, s *session) {
+	if ls == nil {
 		return
 	}
-	if err := l.Hold(ctx, s.id, s.owner); err != nil {
-		m.log.Warn("cannot take a new session's lease; it is not durable until its checkpoint", "session_id", s.id, "error", err.Error())
+	if err := ls.l.Hold(ctx, s.id, s.owner); err != nil {
+		ls.log.Warn("cannot take a new session's lease; it is not durable until its checkpoint", "session_id", s.id, "error", err.Error())
 	}
 }
 
 // adopt takes session id over from the store for client's call (takeOver),
 // holding its turn; calls for it meanwhile wait in line. m.mu is held, and
 // adopt unlocks it.
-func (m *Manager) adopt(ctx context.Context, l Leaser, id, client string) (*session, error) {
+func (m *Manager) adopt(ctx context.Context, id, client string) (*session, error) {
 	delete(m.dormant, id) // a previous run's session: the store says more
 	s := &session{id: id, adopting: true, busy: 1, held: true}
 	m.open[id] = s
 	m.running++
 	m.mu.Unlock()
-	err := m.takeOver(ctx, l, s, client)
+	err := m.takeOver(ctx, s, client)
 	if err == nil {
 		return s, nil
 	}
@@ -100,9 +123,7 @@ func (m *Manager) adopt(ctx context.Context, l Leaser, id, client string) (*sess
 		delete(m.open, id)
 	}
 	s.moved = true // calls in line try for themselves
-	m.doneLocked()
-	s.busy--
-	m.passLocked(s)
+	m.yieldLocked(s)
 	return nil, err
 }
 
@@ -125,10 +146,11 @@ func (m *Manager) roomLocked(client string) error {
 // session no instance serves that is past its lifetimes as its latest
 // checkpoint says, read with its lease held: what this instance saw of it
 // before may be stale (it moved, and was used, since). m.mu is held.
-func (m *Manager) sweepSavedLocked(l Leaser, id string) {
+func (m *Manager) sweepSavedLocked(id string) {
 	if m.open[id] != nil {
 		return
 	}
+	l := m.leases.l
 	m.inBackground(func(ctx context.Context) {
 		if err := l.Hold(ctx, id, ""); err != nil {
 			// Another instance holds its lease: a live one serves it and
@@ -164,7 +186,7 @@ func (m *Manager) sweepSavedLocked(l Leaser, id string) {
 			_ = l.Release(ctx, id)
 			return
 		}
-		m.deleteSaved(ctx, id)
+		m.durable.deleteSaved(ctx, id)
 	})
 }
 
@@ -175,50 +197,57 @@ func validID(id string) bool {
 	return ok && ValidInstance(inst) == nil && len(rest) == 32 && isHex(rest)
 }
 
-// takeOver makes the session id, which this instance does not serve, an
-// open session here: s is its placeholder in m.open, whose turn the caller
-// holds. It takes the lease (asking its holder to hand it over, for up to
-// MoveWait), and fills s from the session's latest checkpoint; runIn then
-// starts its worker from it.
-func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client string) error {
-	wait := m.opts.MoveWait
-	if wait <= 0 {
-		wait = DefaultMoveWait
-	}
+// await takes session id's lease for client's call, asking the instance
+// that holds it to hand the session over, and waiting for that up to
+// moveWait.
+func (ls *leases) await(ctx context.Context, id, client string) error {
+	wait := ls.moveWait
 	deadline := time.Now().Add(wait)
 	asked := false
 	for {
-		err := l.Hold(ctx, s.id, "")
+		err := ls.l.Hold(ctx, id, "")
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, ErrHeld) {
-			return m.errorf(ErrUnknown, ": session %q could not be taken over from the store: %v", s.id, err)
+			return ls.errorf(ErrUnknown, ": session %q could not be taken over from the store: %v", id, err)
 		}
-		if !asked && m.notOwnerOf(ctx, l, s.id, client, err) {
+		if !asked && ls.notOwnerOf(ctx, id, client, err) {
 			// Asked for, the holder would hand it over (a checkpoint, its
 			// live worker closed) for a call that is then refused.
-			return m.errorf(ErrUnknown, ": no %s session %q is open here", m.lang, clip(s.id, 80))
+			return ls.errorf(ErrUnknown, ": no %s session %q is open here", ls.lang, clip(id, 80))
 		}
 		if !asked {
-			if aerr := l.AskMove(ctx, s.id); aerr != nil {
-				return m.errorf(ErrUnknown, ": session %q: %v", s.id, aerr)
+			if aerr := ls.l.AskMove(ctx, id); aerr != nil {
+				return ls.errorf(ErrUnknown, ": session %q: %v", id, aerr)
 			}
 			asked = true
-			m.log.Info("session is served by another instance; asked it to hand the session over", "session_id", s.id, "holder", err.Error())
+			ls.log.Info("session is served by another instance; asked it to hand the session over", "session_id", id, "holder", err.Error())
 		}
 		if time.Now().After(deadline) {
-			m.mu.Lock()
-			m.counts.MoveTimeouts++
-			m.mu.Unlock()
-			return m.errorf(ErrHeld, ": %v, and did not hand it over within %s (session_move_wait): it is busy, or cannot move (not durable); retry later, or send the call to the instance that serves it", err, wait)
+			ls.mu.Lock()
+			ls.moveTimeouts++
+			ls.mu.Unlock()
+			return ls.errorf(ErrHeld, ": %v, and did not hand it over within %s (session_move_wait): it is busy, or cannot move (not durable); retry later, or send the call to the instance that serves it", err, wait)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for another pyrun instance to hand the %s session over: %w", m.lang, ctx.Err())
+			return fmt.Errorf("waiting for another pyrun instance to hand the %s session over: %w", ls.lang, ctx.Err())
 		case <-time.After(movePoll):
 		}
 	}
+	return nil
+}
+
+// takeOver makes the session id, which this instance does not serve, an
+// open session here: s is its placeholder in m.open, whose turn the caller
+// holds. It takes the lease (await), and fills s from the session's latest
+// checkpoint; runIn then starts its worker from it.
+func (m *Manager) takeOver(ctx context.Context, s *session, client string) error {
+	if err := m.leases.await(ctx, s.id, client); err != nil {
+		return err
+	}
+	l := m.leases.l
 	saved, err := l.Describe(ctx, s.id)
 	release := func() {
 		if rerr := l.Release(context.WithoutCancel(ctx), s.id); rerr != nil {
@@ -228,7 +257,7 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 	if errors.Is(err, ErrNoCheckpoint) {
 		// No session of that id: its lease goes with it, so that ids
 		// tried in vain leave nothing in the store.
-		if derr := m.opts.Checkpoints.Delete(context.WithoutCancel(ctx), s.id); derr != nil {
+		if derr := m.durable.cp.Delete(context.WithoutCancel(ctx), s.id); derr != nil {
 			m.log.Debug("could not drop the lease of an unknown session", "session_id", s.id, "error", derr.Error())
 		}
 	} else if err != nil {
@@ -253,7 +282,7 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 		}
 		return m.errorf(ErrUnknown, ": session %q could not be read from the store: %v", s.id, err)
 	}
-	if !m.owns(saved.Owner, client) {
+	if !owns(saved.Owner, client) {
 		release()
 		m.log.Warn("refused a call to another client's session", "session_id", s.id, "client", client, "owner", saved.Owner)
 		return m.errorf(ErrUnknown, ": no %s session %q is open here", m.lang, clip(s.id, 80))
@@ -261,20 +290,20 @@ func (m *Manager) takeOver(ctx context.Context, l Leaser, s *session, client str
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.roomLocked(client); err != nil {
-		m.releaseLocked(s.id)
+		m.leases.releaseLocked(s.id)
 		return err
 	}
 	if m.pastLifetimeLocked(saved, time.Now()) {
 		// Its checkpoints go (and the lease held with them), as its own
 		// instance would have deleted them.
 		delete(m.dormant, s.id)
-		m.deleteInBackground(s.id)
+		m.durable.deleteInBackground(s.id)
 		return m.errorf(ErrExpired, ": session %q passed its lifetime (session_idle, session_max_age)", s.id)
 	}
 	s.owner, s.started, s.lastUsed = saved.Owner, saved.Started, saved.LastUsed
 	s.calls, s.ckptCalls = saved.AfterCall, saved.AfterCall
 	s.adopting = false
-	m.counts.MovesIn++
+	m.leases.movesIn++
 	m.log.Info("session moved here", "session_id", s.id, "after_call", saved.AfterCall, "client", client)
 	return nil
 }
@@ -290,7 +319,7 @@ type HeldFor interface {
 // its lease was taken for, else from its latest record. Neither known (a
 // lease of an older pyrun, a session without an intact record yet), it is
 // not refused here: the owner is checked once the session has moved.
-func (m *Manager) notOwnerOf(ctx context.Context, l Leaser, id, client string, held error) bool {
+func (ls *leases) notOwnerOf(ctx context.Context, id, client string, held error) bool {
 	owner := "(the one its lease was taken for)"
 	yes, known := false, false
 	var hf HeldFor
@@ -298,14 +327,14 @@ func (m *Manager) notOwnerOf(ctx context.Context, l Leaser, id, client string, h
 		yes, known = hf.ServesFor(client)
 	}
 	if !known {
-		saved, err := l.Describe(ctx, id)
+		saved, err := ls.l.Describe(ctx, id)
 		if err != nil {
 			return false
 		}
-		owner, yes = saved.Owner, m.owns(saved.Owner, client)
+		owner, yes = saved.Owner, owns(saved.Owner, client)
 	}
 	if !yes {
-		m.log.Warn("refused a call to another client's session, which another instance serves", "python_session", id,
+		ls.log.Warn("refused a call to another client's session, which another instance serves", "python_session", id,
 			"client", client, "owner", owner)
 	}
 	return !yes
@@ -314,7 +343,8 @@ func (m *Manager) notOwnerOf(ctx context.Context, l Leaser, id, client string, h
 // renewLeases renews the leases of the sessions served here until stop is
 // closed, hands over those another instance asks for, and stops serving
 // those whose lease was lost.
-func (m *Manager) renewLeases(l Leaser, stop <-chan struct{}) {
+func (m *Manager) renewLeases(stop <-chan struct{}) {
+	l := m.leases.l
 	defer m.wg.Done()
 	t := time.NewTicker(l.RenewEvery())
 	defer t.Stop()
@@ -357,9 +387,7 @@ func (m *Manager) handOverLocked(s *session) {
 		s.moveWanted = true // runIn hands it over when its call ends
 		return
 	}
-	s.busy++
-	s.held = true
-	m.running++
+	m.holdLocked(s)
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -373,16 +401,15 @@ func (m *Manager) handOver(s *session) {
 	m.mu.Lock()
 	s.moveWanted = false
 	need := s.ckptCalls < s.calls && s.w != nil
-	info := Saved{ID: s.id, Owner: s.owner, AfterCall: s.calls, Started: s.started, LastUsed: s.lastUsed}
-	if n, ok := s.w.(*nsWorker); ok {
-		info.Namespace = n.ns // its worker's checkpoint, marked with it
-	}
+	// Namespace: its worker's checkpoint, marked with it.
+	info := Saved{ID: s.id, Owner: s.owner, AfterCall: s.calls, Started: s.started, LastUsed: s.lastUsed,
+		Namespace: m.place.namespace(s.w)}
 	w := s.w
 	m.mu.Unlock()
 	var err error
 	if need {
 		ctx, cancel := context.WithTimeout(context.Background(), checkpointLimit) // as durable.go's
-		err = m.opts.Checkpoints.Take(ctx, w, []Saved{info})
+		err = m.durable.cp.Take(ctx, w, []Saved{info})
 		cancel()
 	}
 	m.mu.Lock()
@@ -390,7 +417,7 @@ func (m *Manager) handOver(s *session) {
 	m.doneLocked()
 	s.busy--
 	if err != nil {
-		m.counts.CheckpointFailures++
+		m.durable.failures++
 		m.log.Warn("session could not be handed over: its checkpoint failed", "session_id", s.id, "error", err.Error())
 		if errors.Is(err, supervisor.ErrNotDurable) {
 			s.notDurable = err.Error()
@@ -400,9 +427,9 @@ func (m *Manager) handOver(s *session) {
 	}
 	if need {
 		s.ckptCalls = info.AfterCall
-		m.counts.Checkpoints++
+		m.durable.taken++
 	}
-	m.counts.MovesOut++
+	m.leases.movesOut++
 	m.log.Info("session handed over to another instance", "session_id", s.id, "after_call", s.calls)
 	m.movedAwayLocked(s)
 	m.passLocked(s) // calls waiting here take it over again (enter)
@@ -420,21 +447,20 @@ func (m *Manager) movedAwayLocked(s *session) {
 		s.ckptTimer.Stop()
 		s.ckptTimer = nil
 	}
-	m.releaseLocked(s.id)
+	m.leases.releaseLocked(s.id)
 	m.closeWorker(s.w)
 	s.w = nil
 }
 
-// releaseLocked gives up a session's lease in the background. m.mu is
+// releaseLocked gives up a session's lease in the background. ls.mu is
 // held.
-func (m *Manager) releaseLocked(id string) {
-	l := m.leaser()
-	if l == nil {
+func (ls *leases) releaseLocked(id string) {
+	if ls == nil {
 		return
 	}
-	m.inBackground(func(ctx context.Context) {
-		if err := l.Release(ctx, id); err != nil {
-			m.log.Debug("session's lease was not released", "session_id", id, "error", err.Error())
+	ls.inBackground(func(ctx context.Context) {
+		if err := ls.l.Release(ctx, id); err != nil {
+			ls.log.Debug("session's lease was not released", "session_id", id, "error", err.Error())
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package sessions
 
-// How sessions end on their own: expiry, and pyrun stopping.
+// How sessions end: on their own (expiry), when pyrun stops, and what
+// ending one does.
 
 import (
 	"context"
@@ -24,7 +25,7 @@ func (m *Manager) expire() {
 			// No call runs, so Lost does not wait.
 			if s.w == nil {
 				// A session of a previous run, restored at its next call.
-			} else if why := s.w.Lost(); why != "" && !(lostReason(why) == EndLost && m.opts.Checkpoints != nil && s.ckptCalls > 0) {
+			} else if why := s.w.Lost(); why != "" && !(lostReason(why) == EndLost && m.durable.restorableLocked(s)) {
 				// (With a checkpoint, its next call continues from it.)
 				m.endLocked(s, lostReason(why), m.errorf(ErrLost, ": session %q ended because its worker was lost while idle (%s), and its state with it", s.id, why))
 				continue
@@ -54,10 +55,7 @@ func (m *Manager) expire() {
 				next = d
 			}
 		}
-		if d := m.expireSparesLocked(now); d >= 0 && (next < 0 || d < next) {
-			next = d
-		}
-		if d := m.expireHostsLocked(now); d >= 0 && (next < 0 || d < next) {
+		if d := m.place.expireLocked(now); d >= 0 && (next < 0 || d < next) {
 			next = d
 		}
 		m.mu.Unlock()
@@ -119,20 +117,45 @@ func (m *Manager) Close(ctx context.Context) error {
 			<-idle
 		}
 	}
-	m.finalCheckpoints(ctx)
+	m.durable.final(ctx)
 	m.mu.Lock()
 	for _, s := range m.open {
 		m.endLocked(s, EndShutdown, m.errorf(ErrClosed, ""))
 	}
-	for _, sp := range m.spares {
-		m.closeWorker(sp.w)
-	}
-	m.spares = nil
-	m.expireHostsLocked(time.Now()) // the empty ones; the others close with their last session
+	m.place.closeLocked()
 	if m.leaseStop != nil {
 		close(m.leaseStop) // the final checkpoints are written: leases go
 	}
 	m.mu.Unlock()
 	m.wg.Wait()
 	return err
+}
+
+// endLocked ends s: it is forgotten but for why, and its worker stops in
+// the background. m.mu is held.
+func (m *Manager) endLocked(s *session, reason string, why error) {
+	if m.open[s.id] != s {
+		return
+	}
+	delete(m.open, s.id)
+	m.gone[s.id] = tomb{owner: s.owner, err: why}
+	m.goneOrder = append(m.goneOrder, s.id)
+	if len(m.goneOrder) > maxTombs {
+		delete(m.gone, m.goneOrder[0])
+		m.goneOrder = m.goneOrder[1:]
+	}
+	m.counts.Ends[reason]++
+	if s.ckptTimer != nil {
+		s.ckptTimer.Stop()
+		s.ckptTimer = nil
+	}
+	if s.ckptCalls > 0 && reason != EndShutdown {
+		// At shutdown they stay, for the next run (durable.go).
+		m.durable.dropLocked(s)
+	} else {
+		m.leases.releaseLocked(s.id)
+	}
+	m.log.Info("session ended", "session_id", s.id, "reason", reason, "client", s.owner,
+		"calls", s.calls, "age", time.Since(s.started).Round(time.Millisecond), "open", len(m.open))
+	m.closeWorker(s.w)
 }

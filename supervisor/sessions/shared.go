@@ -32,7 +32,7 @@ const DefaultPerHost = 32
 type host struct {
 	owner string
 	w     Worker
-	// Guarded by Manager.mu:
+	// Guarded by core.mu:
 	open       int       // sessions on it
 	emptySince time.Time // when open fell to 0
 	seq        int       // namespaces minted on it
@@ -67,7 +67,7 @@ func (h *host) lost() string {
 
 // nsWorker is a session's Worker on a shared host: its namespace there.
 type nsWorker struct {
-	m    *Manager
+	p    *placement
 	h    *host
 	ns   string
 	once sync.Once
@@ -105,18 +105,18 @@ func (n *nsWorker) Lost() string { return n.h.lost() }
 // empty too long (expireHostsLocked).
 func (n *nsWorker) Close() {
 	n.once.Do(func() {
-		n.m.mu.Lock()
+		n.p.mu.Lock()
 		h := n.h
 		h.open--
 		var closeNow bool
 		if h.open == 0 {
 			h.emptySince = time.Now()
-			closeNow = n.m.closed || h.lost() != "" || n.m.otherEmptyHostLocked(h)
+			closeNow = n.p.closed || h.lost() != "" || n.p.otherEmptyHostLocked(h)
 		}
 		if closeNow {
-			n.m.dropHostLocked(h)
+			n.p.dropHostLocked(h)
 		}
-		n.m.mu.Unlock()
+		n.p.mu.Unlock()
 		if closeNow {
 			h.w.Close()
 			return
@@ -124,7 +124,7 @@ func (n *nsWorker) Close() {
 		h.mu.Lock()
 		h.drops = append(h.drops, n.ns)
 		h.mu.Unlock()
-		n.m.kick() // the expiry loop closes an empty host in time
+		n.p.kick() // the expiry loop closes an empty host in time
 	})
 }
 
@@ -155,14 +155,14 @@ func (n *nsWorker) Kill(why string) { n.h.w.Kill(why) }
 
 // placeLocked attaches a new session of client to one of the client's
 // hosts with room, the one with the fewest sessions; nil when none has
-// room. m.mu is held.
-func (m *Manager) placeLocked(client string) Worker {
-	if m.opts.PerHost <= 0 {
+// room. p.mu is held.
+func (p *placement) placeLocked(client string) Worker {
+	if !p.shared() {
 		return nil
 	}
 	var best *host
-	for _, h := range m.hosts[client] {
-		if h.closed || h.open >= m.opts.PerHost || h.lost() != "" {
+	for _, h := range p.hosts[client] {
+		if h.closed || h.open >= p.perHost || h.lost() != "" {
 			continue
 		}
 		if c, ok := h.w.(current); ok && !c.Current() {
@@ -175,20 +175,20 @@ func (m *Manager) placeLocked(client string) Worker {
 	if best == nil {
 		return nil
 	}
-	m.counts.Placed++
-	return m.attachLocked(best)
+	p.placed++
+	return p.attachLocked(best)
 }
 
 // hostLocked makes w, a worker just started or taken from the spares, a
-// host of client's, and attaches a new session to it. m.mu is held.
-func (m *Manager) hostLocked(client string, w Worker) Worker {
+// host of client's, and attaches a new session to it. p.mu is held.
+func (p *placement) hostLocked(client string, w Worker) Worker {
 	h := &host{owner: client, w: w}
-	if m.hosts == nil {
-		m.hosts = map[string][]*host{}
+	if p.hosts == nil {
+		p.hosts = map[string][]*host{}
 	}
-	m.hosts[client] = append(m.hosts[client], h)
-	m.counts.HostStarts++
-	return m.attachLocked(h)
+	p.hosts[client] = append(p.hosts[client], h)
+	p.hostStarts++
+	return p.attachLocked(h)
 }
 
 // adoptLocked makes w, a worker started from a checkpoint a shared host
@@ -197,9 +197,9 @@ func (m *Manager) hostLocked(client string, w Worker) Worker {
 // sessions of the client may join it, and it counts in Limits.MaxHosts
 // (a restore beyond it is refused: roomToRestoreLocked). A checkpoint of a worker of
 // its own (ns ""), or sessions without shared hosts: w stays the
-// session's own. m.mu is held.
-func (m *Manager) adoptLocked(client string, w Worker, ns string) Worker {
-	if m.opts.PerHost <= 0 || ns == "" {
+// session's own. p.mu is held.
+func (p *placement) adoptLocked(client string, w Worker, ns string) Worker {
+	if !p.shared() || ns == "" {
 		return w
 	}
 	h := &host{owner: client, w: w, open: 1}
@@ -209,24 +209,24 @@ func (m *Manager) adoptLocked(client string, w Worker, ns string) Worker {
 	} else {
 		h.seq = 1 << 20
 	}
-	if m.hosts == nil {
-		m.hosts = map[string][]*host{}
+	if p.hosts == nil {
+		p.hosts = map[string][]*host{}
 	}
-	m.hosts[client] = append(m.hosts[client], h)
-	m.counts.HostStarts++
-	return &nsWorker{m: m, h: h, ns: ns}
+	p.hosts[client] = append(p.hosts[client], h)
+	p.hostStarts++
+	return &nsWorker{p: p, h: h, ns: ns}
 }
 
-func (m *Manager) attachLocked(h *host) Worker {
+func (p *placement) attachLocked(h *host) Worker {
 	h.open++
 	h.seq++
-	return &nsWorker{m: m, h: h, ns: fmt.Sprintf("s%d", h.seq)}
+	return &nsWorker{p: p, h: h, ns: fmt.Sprintf("s%d", h.seq)}
 }
 
 // otherEmptyHostLocked says whether h's client has another host without
-// sessions: one is enough to keep. m.mu is held.
-func (m *Manager) otherEmptyHostLocked(h *host) bool {
-	for _, o := range m.hosts[h.owner] {
+// sessions: one is enough to keep. p.mu is held.
+func (p *placement) otherEmptyHostLocked(h *host) bool {
+	for _, o := range p.hosts[h.owner] {
 		if o != h && !o.closed && o.open == 0 {
 			return true
 		}
@@ -234,31 +234,31 @@ func (m *Manager) otherEmptyHostLocked(h *host) bool {
 	return false
 }
 
-// dropHostLocked forgets h; its caller closes its worker. m.mu is held.
-func (m *Manager) dropHostLocked(h *host) {
+// dropHostLocked forgets h; its caller closes its worker. p.mu is held.
+func (p *placement) dropHostLocked(h *host) {
 	h.closed = true
-	list := slices.DeleteFunc(m.hosts[h.owner], func(o *host) bool { return o == h })
+	list := slices.DeleteFunc(p.hosts[h.owner], func(o *host) bool { return o == h })
 	if len(list) == 0 {
-		delete(m.hosts, h.owner)
+		delete(p.hosts, h.owner)
 	} else {
-		m.hosts[h.owner] = list
+		p.hosts[h.owner] = list
 	}
 }
 
 // expireHostsLocked closes hosts that have had no session for
 // Limits.Idle, or that are lost without sessions, and says when the next
-// empty one will have waited too long (negative: none waits). m.mu is held.
-func (m *Manager) expireHostsLocked(now time.Time) time.Duration {
+// empty one will have waited too long (negative: none waits). p.mu is held.
+func (p *placement) expireHostsLocked(now time.Time) time.Duration {
 	next := time.Duration(-1)
-	for _, list := range m.hosts {
+	for _, list := range p.hosts {
 		for _, h := range slices.Clone(list) {
 			if h.open > 0 {
 				continue
 			}
-			at := h.emptySince.Add(m.limits.Idle)
-			if m.closed || !now.Before(at) || h.lost() != "" {
-				m.dropHostLocked(h)
-				m.closeWorker(h.w)
+			at := h.emptySince.Add(p.limits.Idle)
+			if p.closed || !now.Before(at) || h.lost() != "" {
+				p.dropHostLocked(h)
+				p.closeWorker(h.w)
 				continue
 			}
 			if d := at.Sub(now); next < 0 || d < next {
@@ -271,50 +271,50 @@ func (m *Manager) expireHostsLocked(now time.Time) time.Duration {
 
 // roomForHostLocked makes room for one more host, for a new session (or
 // a fork) of client's: it closes another client's empty host when the
-// hosts are at Limits.MaxHosts, or says why there is no room. m.mu is
+// hosts are at Limits.MaxHosts, or says why there is no room. p.mu is
 // held.
-func (m *Manager) roomForHostLocked(client string) error {
-	if n, full := m.clientShareFullLocked(client); full {
-		return m.errorf(ErrTooMany, ": this client's sessions hold %d session workers, the most one client may hold (client_max_session_workers); end a session, or wait for one to expire", n)
+func (p *placement) roomForHostLocked(client string) error {
+	if n, full := p.clientShareFullLocked(client); full {
+		return p.errorf(ErrTooMany, ": this client's sessions hold %d session workers, the most one client may hold (client_max_session_workers); end a session, or wait for one to expire", n)
 	}
-	if m.hostRoomLocked(func(h *host) bool { return h.owner != client }) {
+	if p.hostRoomLocked(func(h *host) bool { return h.owner != client }) {
 		return nil
 	}
-	return m.errorf(ErrTooMany, ": %d session workers hold the sessions of other clients, the most pyrun allows (max_session_workers); try again once one has ended its sessions", m.hostCountLocked())
+	return p.errorf(ErrTooMany, ": %d session workers hold the sessions of other clients, the most pyrun allows (max_session_workers); try again once one has ended its sessions", p.hostCountLocked())
 }
 
-// roomToRestoreLocked makes room for the host s is restored onto, closing
-// an empty host of any client's (s's client's own included: a restored
-// session cannot join it) when the hosts are at Limits.MaxHosts or s's
-// client's at Limits.ClientMaxHosts, or says why there is none. m.mu is
-// held.
-func (m *Manager) roomToRestoreLocked(s *session) error {
-	if n, full := m.clientShareFullLocked(s.owner); full {
-		return m.errorf(ErrNoRoom, " %q from its checkpoint: it needs a session worker of its own, and this client's sessions hold %d, the most one client may hold (client_max_session_workers). The session and its checkpoint are kept: call it again once another of this client's sessions has ended", s.id, n)
+// roomToRestoreLocked makes room for the host session id of owner's is
+// restored onto, closing an empty host of any client's (owner's own
+// included: a restored session cannot join it) when the hosts are at
+// Limits.MaxHosts or owner's at Limits.ClientMaxHosts, or says why there
+// is none. p.mu is held.
+func (p *placement) roomToRestoreLocked(id, owner string) error {
+	if n, full := p.clientShareFullLocked(owner); full {
+		return p.errorf(ErrNoRoom, " %q from its checkpoint: it needs a session worker of its own, and this client's sessions hold %d, the most one client may hold (client_max_session_workers). The session and its checkpoint are kept: call it again once another of this client's sessions has ended", id, n)
 	}
-	if m.hostRoomLocked(func(*host) bool { return true }) {
+	if p.hostRoomLocked(func(*host) bool { return true }) {
 		return nil
 	}
-	return m.errorf(ErrNoRoom, " %q from its checkpoint: it needs a session worker of its own, and %d are running, the most pyrun allows (max_session_workers). The session and its checkpoint are kept: call it again once another session has ended", s.id, m.hostCountLocked())
+	return p.errorf(ErrNoRoom, " %q from its checkpoint: it needs a session worker of its own, and %d are running, the most pyrun allows (max_session_workers). The session and its checkpoint are kept: call it again once another session has ended", id, p.hostCountLocked())
 }
 
 // hostRoomLocked says whether one more host fits within Limits.MaxHosts,
 // closing an empty host that may go (mayClose) to make room; a refusal is
-// counted. m.mu is held.
-func (m *Manager) hostRoomLocked(mayClose func(*host) bool) bool {
-	if m.hostCountLocked()+m.hostsPending < m.limits.MaxHosts {
+// counted. p.mu is held.
+func (p *placement) hostRoomLocked(mayClose func(*host) bool) bool {
+	if p.hostCountLocked()+p.hostsPending < p.limits.MaxHosts {
 		return true
 	}
-	for _, list := range m.hosts {
+	for _, list := range p.hosts {
 		for _, h := range list {
 			if h.open == 0 && mayClose(h) {
-				m.dropHostLocked(h)
-				m.closeWorker(h.w)
+				p.dropHostLocked(h)
+				p.closeWorker(h.w)
 				return true
 			}
 		}
 	}
-	m.counts.HostRefusals++
+	p.hostRefusals++
 	return false
 }
 
@@ -322,23 +322,23 @@ func (m *Manager) hostRoomLocked(mayClose func(*host) bool) bool {
 // Limits.ClientMaxHosts hosts (n), none of them empty: one that is is
 // closed to make room (a restored session or a fork cannot join it).
 // Options.Anonymous has no share (one user's, as with ClientMax), and the
-// refusal is counted. m.mu is held.
-func (m *Manager) clientShareFullLocked(client string) (n int, full bool) {
-	if client == m.opts.Anonymous {
+// refusal is counted. p.mu is held.
+func (p *placement) clientShareFullLocked(client string) (n int, full bool) {
+	if client == p.anonymous {
 		return 0, false
 	}
-	if n = m.clientHostsLocked(client); n < m.limits.ClientMaxHosts || m.closeEmptyHostLocked(client) {
+	if n = p.clientHostsLocked(client); n < p.limits.ClientMaxHosts || p.closeEmptyHostLocked(client) {
 		return n, false
 	}
-	m.counts.HostRefusals++
+	p.hostRefusals++
 	return n, true
 }
 
 // clientHostsLocked is the number of client's hosts open or starting (not
-// lost: hostCountLocked). m.mu is held.
-func (m *Manager) clientHostsLocked(client string) int {
-	n := m.hostsPendingOf[client]
-	for _, h := range m.hosts[client] {
+// lost: hostCountLocked). p.mu is held.
+func (p *placement) clientHostsLocked(client string) int {
+	n := p.hostsPendingOf[client]
+	for _, h := range p.hosts[client] {
 		if h.lost() == "" {
 			n++
 		}
@@ -347,12 +347,12 @@ func (m *Manager) clientHostsLocked(client string) int {
 }
 
 // closeEmptyHostLocked closes one of client's hosts that holds no
-// session, if there is one. m.mu is held.
-func (m *Manager) closeEmptyHostLocked(client string) bool {
-	for _, h := range m.hosts[client] {
+// session, if there is one. p.mu is held.
+func (p *placement) closeEmptyHostLocked(client string) bool {
+	for _, h := range p.hosts[client] {
 		if h.open == 0 {
-			m.dropHostLocked(h)
-			m.closeWorker(h.w)
+			p.dropHostLocked(h)
+			p.closeWorker(h.w)
 			return true
 		}
 	}
@@ -360,21 +360,21 @@ func (m *Manager) closeEmptyHostLocked(client string) bool {
 }
 
 // pendHostLocked counts a host of client's starting (d 1) or started (d
-// -1). m.mu is held.
-func (m *Manager) pendHostLocked(client string, d int) {
-	m.hostsPending += d
-	if m.hostsPendingOf[client] += d; m.hostsPendingOf[client] <= 0 {
-		delete(m.hostsPendingOf, client)
+// -1). p.mu is held.
+func (p *placement) pendHostLocked(client string, d int) {
+	p.hostsPending += d
+	if p.hostsPendingOf[client] += d; p.hostsPendingOf[client] <= 0 {
+		delete(p.hostsPendingOf, client)
 	}
 }
 
 // hostCountLocked is the number of hosts open. A lost host is not: its
 // process is gone, and sessions stay on it only until they are restored
-// from their checkpoints (durable.go) onto hosts of their own. m.mu is
+// from their checkpoints (durable.go) onto hosts of their own. p.mu is
 // held.
-func (m *Manager) hostCountLocked() int {
+func (p *placement) hostCountLocked() int {
 	n := 0
-	for _, list := range m.hosts {
+	for _, list := range p.hosts {
 		for _, h := range list {
 			if h.lost() == "" {
 				n++

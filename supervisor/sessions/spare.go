@@ -30,15 +30,15 @@ type spareWorker struct {
 
 // takeSpareLocked hands out a spare that can serve a new session, dropping
 // the ones that cannot; nil when there is none.
-func (m *Manager) takeSpareLocked() Worker {
-	for len(m.spares) > 0 {
-		sp := m.spares[0]
-		m.spares = m.spares[1:]
-		if m.usableLocked(sp) {
-			m.counts.SpareHits++
+func (p *placement) takeSpareLocked() Worker {
+	for len(p.spares) > 0 {
+		sp := p.spares[0]
+		p.spares = p.spares[1:]
+		if p.usableLocked(sp) {
+			p.spareHits++
 			return sp.w
 		}
-		m.closeWorker(sp.w)
+		p.closeWorker(sp.w)
 	}
 	return nil
 }
@@ -47,99 +47,95 @@ func (m *Manager) takeSpareLocked() Worker {
 // ready but one is starting, it waits for that one, which is nearer ready
 // than a start of the session's own would be, and which the two would
 // slow each other down racing for the cores. nil, nil: none is ready or
-// coming; start a worker. m.mu is held, and released while it waits.
-func (m *Manager) awaitSpareLocked(ctx context.Context) (Worker, error) {
+// coming; start a worker. p.mu is held, and released while it waits.
+func (p *placement) awaitSpareLocked(ctx context.Context) (Worker, error) {
 	for {
-		if w := m.takeSpareLocked(); w != nil || m.sparesStarting == 0 || m.closed {
+		if w := p.takeSpareLocked(); w != nil || p.sparesStarting == 0 || p.closed {
 			return w, nil
 		}
-		done := m.spareDone
-		m.mu.Unlock()
+		done := p.spareDone
+		p.mu.Unlock()
 		select {
 		case <-done:
 		case <-ctx.Done():
-			m.mu.Lock()
+			p.mu.Lock()
 			return nil, ctx.Err()
 		}
-		m.mu.Lock()
+		p.mu.Lock()
 	}
 }
 
 // usableLocked says whether a spare may still serve a new session.
-func (m *Manager) usableLocked(sp spareWorker) bool {
+func (p *placement) usableLocked(sp spareWorker) bool {
 	if sp.w.Lost() != "" {
 		return false
 	}
 	if c, ok := sp.w.(current); ok && !c.Current() {
 		return false
 	}
-	return time.Since(sp.ready) < m.limits.Idle
+	return time.Since(sp.ready) < p.limits.Idle
 }
 
 // refillLocked starts spares up to Limits.Spares, while there is room for
-// as many more sessions.
-func (m *Manager) refillLocked() {
-	want := max(m.limits.Spares, 0)
-	open := len(m.open)
-	for _, n := range m.starting {
-		open += n
-	}
-	want = min(want, m.limits.Max-open)
-	if m.opts.PerHost > 0 {
+// as many more sessions (room). p.mu is held.
+func (p *placement) refillLocked(room int) {
+	want := max(p.limits.Spares, 0)
+	want = min(want, room)
+	if p.shared() {
 		// A spare becomes a host: together they stay within MaxHosts.
-		want = min(want, m.limits.MaxHosts-m.hostCountLocked()-m.hostsPending)
+		want = min(want, p.limits.MaxHosts-p.hostCountLocked()-p.hostsPending)
 	}
-	for ; !m.closed && len(m.spares)+m.sparesStarting < want; m.sparesStarting++ {
-		m.wg.Add(1)
-		go m.startSpare()
+	for ; !p.closed && len(p.spares)+p.sparesStarting < want; p.sparesStarting++ {
+		p.wg.Add(1)
+		go p.startSpare()
 	}
 }
 
 // startSpare starts one spare; the Manager's Close stops it.
-func (m *Manager) startSpare() {
-	defer m.wg.Done()
+func (p *placement) startSpare() {
+	defer p.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stop := context.AfterFunc(m.closing, cancel)
+	stop := context.AfterFunc(p.closing, cancel)
 	defer stop()
 	began := time.Now()
-	w, err := m.opts.Start(ctx, m.kick)
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.sparesStarting--
-	close(m.spareDone) // a new session waiting for it looks again
-	m.spareDone = make(chan struct{})
+	w, err := p.start(ctx, p.kick)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sparesStarting--
+	close(p.spareDone) // a new session waiting for it looks again
+	p.spareDone = make(chan struct{})
 	if err != nil {
-		if !m.closed {
-			m.log.Warn("a worker for the next session did not start", "error", err.Error())
+		if !p.closed {
+			p.log.Warn("a worker for the next session did not start", "error", err.Error())
 		}
 		return
 	}
-	if m.closed {
-		m.closeWorker(w)
+	if p.closed {
+		p.closeWorker(w)
 		return
 	}
-	m.spares = append(m.spares, spareWorker{w: w, ready: time.Now()})
-	m.log.Debug("a worker waits for the next session", "startup", time.Since(began).Round(time.Millisecond))
-	m.kick() // the expiry loop drops it when it has waited too long
+	p.spares = append(p.spares, spareWorker{w: w, ready: time.Now()})
+	p.log.Debug("a worker waits for the next session", "startup", time.Since(began).Round(time.Millisecond))
+	p.kick() // the expiry loop drops it when it has waited too long
 }
 
 // expireSparesLocked drops the spares that can no longer serve, and says
 // when the next one will have waited too long (negative: none waits).
-func (m *Manager) expireSparesLocked(now time.Time) time.Duration {
+func (p *placement) expireSparesLocked(now time.Time) time.Duration {
 	next := time.Duration(-1)
-	kept := m.spares[:0]
-	for _, sp := range m.spares {
-		if len(kept) >= max(m.limits.Spares, 0) || !m.usableLocked(sp) {
-			m.closeWorker(sp.w)
+	kept := p.spares[:0]
+	for _, sp := range p.spares {
+		if len(kept) >= max(p.limits.Spares, 0) || !p.usableLocked(sp) {
+			p.closeWorker(sp.w)
 			continue
 		}
 		kept = append(kept, sp)
-		if d := sp.ready.Add(m.limits.Idle).Sub(now); next < 0 || d < next {
+		if d := sp.ready.Add(p.limits.Idle).Sub(now); next < 0 || d < next {
 			next = d
 		}
 	}
-	clear(m.spares[len(kept):])
-	m.spares = kept
+	clear(p.spares[len(kept):])
+	p.spares = kept
 	return next
 }
