@@ -165,7 +165,7 @@ func (m *Manager) sweepSavedLocked(id string) {
 				select {
 				case <-m.stop: // closed meanwhile
 				default:
-					m.sweepSavedLocked(l, id)
+					m.sweepSavedLocked(id)
 				}
 				m.mu.Unlock()
 			}
