@@ -152,11 +152,7 @@ func startPools(ctx context.Context, o *options, langs []lang.Language, workers 
 		if workers > 0 {
 			cfg.Workers = workers
 		}
-		name := "pool"
-		if l.ID != lang.Python.ID {
-			name = "pool-" + l.ID
-		}
-		p, err := supervisor.NewEnginePool(rt, l.Engine, cfg, log.Named(name))
+		p, err := supervisor.NewEnginePool(rt, l.Engine, cfg, log.Named(poolLog(l)))
 		if err != nil {
 			stop()
 			return nil, nil, err
@@ -169,6 +165,15 @@ func startPools(ctx context.Context, o *options, langs []lang.Language, workers 
 		return nil, nil, err
 	}
 	return rt, ps, nil
+}
+
+// poolLog names a language's pool in the log: the first language's, the
+// one pyrun had before it had others, plainly "pool".
+func poolLog(l lang.Language) string {
+	if lang.Index(l) == 0 {
+		return "pool"
+	}
+	return "pool-" + l.ID
 }
 
 // closePools lets running calls finish, within a bound, and stops every
@@ -213,8 +218,8 @@ func startLanguageSessions(o *options, ps *supervisor.Pools, log hclog.Logger) *
 			continue // a pool of every language started (startPools)
 		}
 		named := log
-		if name != lang.Python.ID {
-			named = log.Named(name)
+		if lang.Index(l) > 0 {
+			named = log.Named(name) // as poolLog
 		}
 		names = append(names, name)
 		managers = append(managers, startSessions(o, l, ps.Pool(name), named))
@@ -266,7 +271,7 @@ func warmupLanguage(o *options, l lang.Language, rt **supervisor.Runtime, log hc
 		cfg := o.languageConfig(l)
 		cfg.Workers = 1
 		began := time.Now()
-		p, err := supervisor.NewEnginePool(*rt, l.Engine, cfg, log.Named("pool-"+l.ID))
+		p, err := supervisor.NewEnginePool(*rt, l.Engine, cfg, log.Named(poolLog(l)))
 		if err != nil {
 			return "", err
 		}
