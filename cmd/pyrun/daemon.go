@@ -46,6 +46,9 @@ type daemonParts struct {
 	languages []lang.Language
 	// workers, when positive, sizes every pool (pyrun run: one call).
 	workers int
+	// runtime, when given, is the runtime provisioned already, the OS
+	// sandbox checked (warmup's steps); nil: newDaemon does both.
+	runtime *supervisor.Runtime
 	// progress is where the runtime's first install reports.
 	progress io.Writer
 	// hub: code mode's MCP servers, connected while the pools start.
@@ -91,8 +94,13 @@ func newDaemon(ctx context.Context, o *options, p daemonParts, log hclog.Logger)
 		d.hub = startHub(o, log) // connects while the pools start
 		d.onClose(d.hub.Close)
 	}
-	d.rt, d.pools, err = startPools(ctx, o, p.languages, p.workers, p.progress, log)
-	if err != nil {
+	d.rt = p.runtime
+	if d.rt == nil {
+		if d.rt, err = provision(ctx, o, p.progress, log); err != nil {
+			return d, err
+		}
+	}
+	if d.pools, err = startPools(d.rt, o, p.languages, p.workers, log); err != nil {
 		return d, err
 	}
 	d.onClose(func() { closePools(d.pools, log) })
