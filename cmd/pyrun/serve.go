@@ -263,18 +263,6 @@ func waitForLine(ctx context.Context, pool *supervisor.Pools) {
 	}
 }
 
-// restartOnly are the settings that take effect only when pyrun starts. A
-// key added to the flags is reloaded unless it is named here.
-var restartOnly = []string{
-	"config", "listen", "stateless", "session-timeout", "keep-alive", "runtime-dir", "log-format",
-	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
-	"insecure-no-auth", "instance-id", "mount", "languages", "os-sandbox", "socket", "max-socket-conns",
-	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
-	"output-dir", "session-worker", "sessions-per-worker", "session-lease", "session-move-wait",
-	"session-store-key-file",
-	"otlp-endpoint",
-}
-
 // reload re-reads the command line and the config file (a flag still wins
 // over the file) and applies what changed, without disturbing running
 // calls. A file that does not parse or check is rejected whole.
