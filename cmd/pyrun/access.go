@@ -8,7 +8,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/access"
 )
 
@@ -119,14 +118,4 @@ func withMetadata(g *access.Guard, h http.Handler) http.Handler {
 	}
 	mux.Handle("/", h)
 	return mux
-}
-
-// clientLimits are the per-client limits in force.
-func (s *service) clientLimits() mcp.ClientLimits {
-	o, cfg := s.options(), s.pools.Pool(s.pools.Languages()[0]).Config()
-	calls := o.clientMaxCalls
-	if calls == 0 {
-		calls = s.pools.Stats().Workers // every language's
-	}
-	return mcp.ClientLimits{MaxCalls: calls, MaxQueue: o.clientMaxQueue, QueueTimeout: cfg.QueueTimeout}
 }

@@ -1,19 +1,22 @@
 package main
 
-// docs/configuration.md's tables of flags are generated from the flag set
-// itself, so that they cannot drift from it: TestConfigurationPage fails
-// when the committed page differs from what configurationTables prints, and
-// rewrites it with -update-docs:
+// docs/configuration.md's tables of flags and configs/pyrun.json, the
+// example config, are generated from the flag set and its table
+// (flagrows.go), so that they cannot drift from it: TestConfigurationPage
+// and TestExampleConfig fail when the committed files differ from what
+// configurationTables and exampleConfig write, and rewrite them with
+// -update-docs:
 //
 //	go generate ./cmd/pyrun
 //
 // The prose around the tables is the page's own: only the part between the
 // two markers is generated.
 
-//go:generate go test -short -count=1 -run ^TestConfigurationPage$ . -update-docs
+//go:generate go test -short -count=1 -run ^(TestConfigurationPage|TestExampleConfig)$ . -update-docs
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -31,34 +34,6 @@ const (
 	configEnd   = "<!-- END generated flags -->"
 )
 
-// derivedDefaults say in words the defaults the flag set cannot: those
-// worked out when pyrun starts (a flag's zero value stands for them) or
-// that depend on the machine the page is generated on.
-var derivedDefaults = map[string]string{
-	"workers":                  "the number of CPUs, at least 2",
-	"runtime-dir":              "`~/.cache/pyrun`",
-	"max-queue":                "64 per worker",
-	"drain-timeout":            "the timeout plus 5s",
-	"client-max-calls":         "the pool size",
-	"idle-memory-slack":        "a quarter of the memory limit, at least 64MiB",
-	"max-request-bytes":        "`64MiB`, or four times client-max-request-bytes if more",
-	"client-max-request-bytes": "`16MiB`, or two of the largest request bodies if more",
-	"go-memory-limit":          "derived from the other limits ([how](security.md#what-one-client-can-hold))",
-	"max-conns":                "1024, fewer under a low open-files limit",
-	"instance-id":              "the host name",
-	"session-store":            "`dir:` and pyrun's state folder, `$XDG_STATE_HOME/pyrun/sessions` or `~/.local/state/pyrun/sessions`",
-	"socket":                   "serve: none; stdio: `$XDG_RUNTIME_DIR/pyrun.sock`, else `/run/user/UID/pyrun.sock`",
-	"package-index":            "the CDN of the pinned Pyodide",
-	"public-url":               "`http://` and the listen address",
-	"auth-audience":            "the resource URLs",
-	"auth-jwks-url":            "from the issuer's metadata",
-	"output-dir":               "the system's temporary directory",
-}
-
-// machineDefaults are the flags whose default the flag set works out from
-// the machine it runs on.
-var machineDefaults = []string{"workers", "runtime-dir", "session-store"}
-
 // configurationTables writes the generated part of the page: one table per
 // group, a row per flag with its config key, its default, whether a reload
 // applies it, and its help.
@@ -71,7 +46,8 @@ func configurationTables(w io.Writer) error {
 		fmt.Fprintf(w, "What they do: %s.\n\n", g.see)
 		fmt.Fprintln(w, "| flag | config key | default | reload | |")
 		fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
-		for _, name := range g.flags {
+		for _, r := range g.rows {
+			name := r.name
 			f := fs.Lookup(name)
 			if f == nil {
 				return fmt.Errorf("configGroups names --%s, which is no flag", name)
@@ -80,12 +56,12 @@ func configurationTables(w io.Writer) error {
 				return fmt.Errorf("configGroups names --%s twice", name)
 			}
 			placed[name] = true
-			def, err := docDefault(f)
+			def, err := docDefault(f, r)
 			if err != nil {
 				return err
 			}
 			reload := "yes"
-			if slices.Contains(restartOnly, name) {
+			if r.restart {
 				reload = "at start"
 			}
 			arg, help := flag.UnquoteUsage(f)
@@ -106,14 +82,14 @@ func configurationTables(w io.Writer) error {
 }
 
 // docDefault is a flag's default as the page gives it.
-func docDefault(f *flag.Flag) (string, error) {
-	if d, ok := derivedDefaults[f.Name]; ok {
+func docDefault(f *flag.Flag, r flagRow) (string, error) {
+	if r.derived != "" {
 		// A derived default is written in words only while the flag set
 		// cannot give it: a flag that gains a default of its own drops it.
-		if !slices.Contains(machineDefaults, f.Name) && !slices.Contains([]string{"", "0", "0s"}, f.DefValue) {
-			return "", fmt.Errorf("--%s now defaults to %q: drop it from derivedDefaults", f.Name, f.DefValue)
+		if !r.machine && !slices.Contains([]string{"", "0", "0s"}, f.DefValue) {
+			return "", fmt.Errorf("--%s now defaults to %q: drop its row's derived", f.Name, f.DefValue)
 		}
-		return d, nil
+		return r.derived, nil
 	}
 	if f.DefValue == "" {
 		return "none", nil
@@ -172,4 +148,98 @@ func firstDifference(got, want []byte) string {
 		}
 	}
 	return "(none)"
+}
+
+const examplePath = "../../configs/pyrun.json"
+
+// exampleHead is the example config's first comment.
+const exampleHead = "pyrun's config file: pyrun serve --config pyrun.json (any command takes it). Every key is a flag's name in snake_case with the flag's syntax, shown here at its default; a flag on the command line wins over the file. Keys that start with // are comments. pyrun serve re-reads the file when it changes: pool size, limits, log level and packages apply at once, without disturbing running calls; keys marked 'at start' need a restart. A file that does not parse or check is rejected with a logged error, and the settings in force stay."
+
+// exampleConfig writes configs/pyrun.json: every key with its note, at its
+// default, a group to a paragraph.
+func exampleConfig(w io.Writer) error {
+	var o options
+	fs := o.flagSet("pyrun")
+	var lines []string
+	add := func(key string, raw []byte) {
+		lines = append(lines, fmt.Sprintf("  %s: %s", jsonText(key), raw))
+	}
+	add("//", jsonText(exampleHead))
+	for _, g := range configGroups {
+		lines = append(lines, "")
+		for _, r := range g.rows {
+			if r.note == "" {
+				continue // --config: the file itself
+			}
+			f := fs.Lookup(r.name)
+			if f == nil {
+				return fmt.Errorf("configGroups names --%s, which is no flag", r.name)
+			}
+			note := r.note
+			if r.restart {
+				// "serve: ..." becomes "serve, at start: ...".
+				if cmd, rest, ok := strings.Cut(note, ": "); ok && slices.Contains(forAll, cmd) {
+					note = cmd + ", at start: " + rest
+				} else {
+					note = "at start: " + note
+				}
+			}
+			key := configKey(r.name)
+			add("//"+key, jsonText(note))
+			v, err := exampleValue(f, r)
+			if err != nil {
+				return err
+			}
+			add(key, v)
+		}
+	}
+	_, err := fmt.Fprintf(w, "{\n%s\n}\n", strings.ReplaceAll(strings.Join(lines, ",\n"), ",\n,\n", ",\n\n"))
+	return err
+}
+
+// exampleValue is flag f's value in the example config, as JSON: r's
+// example, else its default in the type the file takes.
+func exampleValue(f *flag.Flag, r flagRow) ([]byte, error) {
+	if r.example != "" {
+		return []byte(r.example), nil
+	}
+	def := f.DefValue
+	if r.machine {
+		def = "" // the default a machine works out: the key left empty
+	}
+	switch f.Value.(type) {
+	case *stringList, *mountList:
+		list := []string{}
+		if def != "" {
+			list = strings.Split(def, ",")
+		}
+		return json.Marshal(list)
+	case *serversFlag:
+		return []byte("{}"), nil
+	case *durationFlag:
+		return jsonText(tidyDefault(def)), nil
+	case *byteSize:
+		return jsonText(def), nil
+	}
+	g, ok := f.Value.(flag.Getter)
+	if !ok {
+		return nil, fmt.Errorf("--%s: no JSON type for a %T", f.Name, f.Value)
+	}
+	switch g.Get().(type) {
+	case bool, int, int64, uint, uint64, float64:
+		if def == "" {
+			def = "0"
+		}
+		return []byte(def), nil
+	}
+	return jsonText(def), nil
+}
+
+// jsonText is s as a JSON string, with <, > and & as they are.
+func jsonText(s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(s) // a string always encodes
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }

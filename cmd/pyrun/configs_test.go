@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"flag"
 	"os"
@@ -15,13 +16,28 @@ import (
 	"github.com/pyrun/pyrun/supervisor"
 )
 
-// The example config is the documentation of the config file: it must hold
-// every key, each with a comment, at its default, and load cleanly.
+// The example config is the documentation of the config file: it holds
+// every key, each with its note, at its default (exampleConfig writes it
+// from the table of settings; -update-docs rewrites it), and loads cleanly.
 func TestExampleConfig(t *testing.T) {
-	const path = "../../configs/pyrun.json"
+	const path = examplePath
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var gen bytes.Buffer
+	if err := exampleConfig(&gen); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case *updateDocs && !bytes.Equal(b, gen.Bytes()):
+		if err := os.WriteFile(path, gen.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rewrote %s", path)
+		b = gen.Bytes()
+	case !bytes.Equal(b, gen.Bytes()):
+		t.Errorf("%s does not match the table of settings (cmd/pyrun/flagrows.go): run `go generate ./cmd/pyrun` and commit it. First difference:\n%s", path, firstDifference(b, gen.Bytes()))
 	}
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(b, &keys); err != nil {

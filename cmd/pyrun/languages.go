@@ -125,15 +125,15 @@ func (o *options) disabledLanguages() []mcp.Language {
 	return off
 }
 
-// startPools provisions the runtime and starts a pool per language.
-// workers, when positive, sizes every pool (pyrun run needs one worker).
-func startPools(ctx context.Context, o *options, langs []lang.Language, workers int, progress io.Writer, log hclog.Logger) (*supervisor.Runtime, *supervisor.Pools, error) {
+// provision installs or opens the runtime, checks the OS sandbox and warns
+// of read-write mounts: what comes before any worker starts.
+func provision(ctx context.Context, o *options, progress io.Writer, log hclog.Logger) (*supervisor.Runtime, error) {
 	rt, err := supervisor.Provision(ctx, o.runtimeDir, progress, log)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if _, err := checkOSSandbox(o, log); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for _, m := range o.poolConfig().Mounts {
 		if m.RW {
@@ -141,6 +141,12 @@ func startPools(ctx context.Context, o *options, langs []lang.Language, workers 
 				"host", m.Host, "sandbox", m.Path)
 		}
 	}
+	return rt, nil
+}
+
+// startPools starts a pool per language on rt. workers, when positive,
+// sizes every pool (pyrun run needs one worker).
+func startPools(rt *supervisor.Runtime, o *options, langs []lang.Language, workers int, log hclog.Logger) (*supervisor.Pools, error) {
 	var pools []*supervisor.Pool
 	stop := func() {
 		for _, p := range pools {
@@ -152,23 +158,28 @@ func startPools(ctx context.Context, o *options, langs []lang.Language, workers 
 		if workers > 0 {
 			cfg.Workers = workers
 		}
-		name := "pool"
-		if l.ID != lang.Python.ID {
-			name = "pool-" + l.ID
-		}
-		p, err := supervisor.NewEnginePool(rt, l.Engine, cfg, log.Named(name))
+		p, err := supervisor.NewEnginePool(rt, l.Engine, cfg, log.Named(poolLog(l)))
 		if err != nil {
 			stop()
-			return nil, nil, err
+			return nil, err
 		}
 		pools = append(pools, p)
 	}
 	ps, err := supervisor.NewPools(pools...)
 	if err != nil {
 		stop()
-		return nil, nil, err
+		return nil, err
 	}
-	return rt, ps, nil
+	return ps, nil
+}
+
+// poolLog names a language's pool in the log: the first language's, the
+// one pyrun had before it had others, plainly "pool".
+func poolLog(l lang.Language) string {
+	if lang.Index(l) == 0 {
+		return "pool"
+	}
+	return "pool-" + l.ID
 }
 
 // closePools lets running calls finish, within a bound, and stops every
@@ -213,8 +224,8 @@ func startLanguageSessions(o *options, ps *supervisor.Pools, log hclog.Logger) *
 			continue // a pool of every language started (startPools)
 		}
 		named := log
-		if name != lang.Python.ID {
-			named = log.Named(name)
+		if lang.Index(l) > 0 {
+			named = log.Named(name) // as poolLog
 		}
 		names = append(names, name)
 		managers = append(managers, startSessions(o, l, ps.Pool(name), named))
@@ -263,15 +274,13 @@ func versionList(v map[string]string) string {
 // Python: a worker of it starts and runs an empty call.
 func warmupLanguage(o *options, l lang.Language, rt **supervisor.Runtime, log hclog.Logger) warmupStep {
 	return warmupStep{l.ID, func(ctx context.Context) (string, error) {
-		cfg := o.languageConfig(l)
-		cfg.Workers = 1
 		began := time.Now()
-		p, err := supervisor.NewEnginePool(*rt, l.Engine, cfg, log.Named("pool-"+l.ID))
+		d, err := newDaemon(ctx, o, daemonParts{runtime: *rt, languages: []lang.Language{l}, workers: 1}, log)
 		if err != nil {
 			return "", err
 		}
-		defer closePool(p, log)
-		res, err := p.Run(ctx, supervisor.Job{ID: "warmup", Client: "warmup", Language: l.ID}, nil)
+		defer d.Close()
+		res, err := d.pools.Run(ctx, supervisor.Job{ID: "warmup", Client: "warmup", Language: l.ID}, nil)
 		switch {
 		case err != nil && res.Status == "":
 			return "", fmt.Errorf("no %s worker could take a call: %w", l.Title, err)

@@ -338,7 +338,7 @@ func (s *service) startSocket(ln *localsock.Listener) {
 	s.socket = socketService{ln: ln, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(s.socket.done)
-		if err := s.srv.ServeSocket(ctx, ln); err != nil {
+		if err := s.d.srv.ServeSocket(ctx, ln); err != nil {
 			s.log.Error("socket", "error", err)
 		}
 	}()

@@ -173,33 +173,12 @@ func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stdout, stderr i
 	} else if c != nil {
 		return bridge(ctx, c, o.stdioSocket(), stdin, stdout, log)
 	}
-	removeOutputs, err := o.makeOutputs()
+	d, err := newDaemon(ctx, o, daemonParts{languages: o.enabledLanguages(), progress: stderr, hub: true, front: true}, log)
 	if err != nil {
 		return err
 	}
-	defer removeOutputs()
-	applyMemoryLimit(o, log)
-	tracer, stopTracing, err := startTracing(o, log)
-	if err != nil {
-		return err
-	}
-	// Stopped last: every span has ended by then.
-	defer stopTracing()
-	hub := startHub(o, log) // connects while the pool starts
-	defer hub.Close()
-	rt, pools, err := startPools(ctx, o, o.enabledLanguages(), 0, stderr, log)
-	if err != nil {
-		return err
-	}
-	defer closePools(pools, log)
-	hub.Settle(ctx, hubSettle)
-	mopts := mcpOptions(o, rt)
-	mopts.CodeMode = hub
-	srv := mcp.New(pools, mopts, log)
-	srv.UseTracer(tracer)
-	sess := startLanguageSessions(o, pools, log)
-	defer closeLanguageSessions(sess, pools, log) // before closePools: sessions end first
-	srv.UseSessions(sess)
+	defer d.Close()
+	srv, pools, rt := d.srv, d.pools, d.rt
 	log.Info("serving MCP on stdio", "workers", pools.Stats().Workers, "languages", pools.Languages(), "python", rt.Python)
 	if err := srv.RunStdio(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("stdio: %w", err)
@@ -230,17 +209,18 @@ func cmdRun(ctx context.Context, o *options, pos []string, stdin io.Reader, stdo
 	if len(code) > int(o.maxCode) {
 		return exitUsage, fmt.Errorf("the code is larger than max-code (%s)", o.maxCode)
 	}
-	// One call needs one worker.
-	_, pools, err := startPools(ctx, o, []lang.Language{l}, 1, stderr, log)
+	// One call needs one worker; code mode only for an engine whose code
+	// calls tools.
+	d, err := newDaemon(ctx, o, daemonParts{languages: []lang.Language{l}, workers: 1, progress: stderr,
+		hub: len(o.mcpServers.servers) > 0 && l.Engine.Features().Tools}, log)
 	if err != nil {
 		return exitFail, err
 	}
-	defer closePools(pools, log)
+	defer d.Close()
+	pools := d.pools
 	job := supervisor.Job{ID: "1", Code: string(code), Client: "cli", Language: l.ID}
-	if len(o.mcpServers.servers) > 0 && l.Engine.Features().Tools {
-		hub := startHub(o, log)
-		defer hub.Close()
-		if caller, catalog := hub.ForRun(ctx, job.ID); caller != nil {
+	if d.hub != nil {
+		if caller, catalog := d.hub.ForRun(ctx, job.ID); caller != nil {
 			job.Tools, job.Catalog = caller, catalog
 		}
 	}

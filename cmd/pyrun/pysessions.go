@@ -232,8 +232,9 @@ func startSessions(o *options, l lang.Language, pool *supervisor.Pool, log hclog
 		perHost = o.sessionsPerWorker
 	}
 	var keeper sessions.Checkpointer
-	if l.ID == lang.Python.ID {
-		// Only Python's workers take checkpoints (Pyodide's memory snapshots).
+	if l.Engine.Features().Snapshots {
+		// Checkpoints are memory snapshots: only an engine whose workers
+		// make them takes them (Pyodide's).
 		keeper = sessionKeeper(o, pool, log.Named("checkpoints"))
 	}
 	return sessions.New(sessions.Options{

@@ -17,13 +17,10 @@ import (
 
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
-	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/httpfront"
 	"github.com/pyrun/pyrun/mcp/localsock"
 	"github.com/pyrun/pyrun/mcp/netguard"
 	"github.com/pyrun/pyrun/supervisor"
-	"github.com/pyrun/pyrun/supervisor/oswall"
-	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
 // errForced is the error of a shutdown cut short by a second signal.
@@ -34,18 +31,13 @@ var errForced = errors.New("stopped by a second signal: running calls were kille
 type service struct {
 	args    []string // the command line, for reloads
 	log     hclog.Logger
-	rt      *supervisor.Runtime
-	pools   *supervisor.Pools   // a pool per language
-	py      *sessions.Languages // sessions, per language
-	srv     *mcp.Server
+	d       *daemon // the pools, sessions, hub and MCP server
 	handler *httpfront.Handler
 	http    *http.Server
 	watcher *configWatcher // nil without a config file
-	hub     *codemode.Hub  // code mode's MCP servers
 	socket  socketService  // the local socket's sessions (local.go); zero without --socket
 
-	mu   sync.Mutex
-	opts *options // in force; replaced by reload
+	reloading sync.Mutex // one reload at a time: SIGHUP and the watcher
 }
 
 // cmdServe runs the HTTP service until SIGTERM or SIGINT, then shuts down
@@ -60,12 +52,6 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	if err := checkListen(o, log); err != nil {
 		return err
 	}
-	removeOutputs, err := o.makeOutputs()
-	if err != nil {
-		return err
-	}
-	defer removeOutputs()
-	applyMemoryLimit(o, log)
 	ln, sock, err := socketListeners(o, log) // local.go
 	if err != nil {
 		return err
@@ -89,66 +75,40 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		return err
 	}
 
-	tracer, stopTracing, err := startTracing(o, log)
+	parts := daemonParts{languages: o.enabledLanguages(), progress: stderr, hub: true, front: true,
+		metrics: true, connections: conns.Stats, limitClients: guard != nil}
+	if socketConns != nil {
+		parts.socket = socketConns.Stats
+	}
+	d, err := newDaemon(ctx, o, parts, log)
 	if err != nil {
 		return err
 	}
-	// Stopped last: every span has ended by then.
-	defer stopTracing()
-	hub := startHub(o, log) // connects while the pool starts
-	defer hub.Close()
-	rt, pools, err := startPools(ctx, o, o.enabledLanguages(), 0, stderr, log)
-	if err != nil {
-		return err
-	}
-	hub.Settle(ctx, hubSettle)
-	s := &service{args: args, log: log, rt: rt, pools: pools, opts: o, hub: hub}
-	wall := oswall.Describe(o.poolConfig().OSSandbox, oswall.Probe())
-	metrics := mcp.NewMetrics(version, pools.Stats)
-	metrics.OSSandbox(wall)
-	metrics.MaxClients(o.metricsMaxClients)
-	metrics.CountConnections(conns.Stats)
-	metrics.CodeMode(s.hub)
-	var runner mcp.Runner = pools
-	s.py = startLanguageSessions(o, pools, log)
-	var sessionRunner mcp.SessionRunner = s.py
-	if guard != nil {
-		// A client's calls take the same places in the pool and in its
-		// sessions.
-		limiter := mcp.LimitClients(pools, s.clientLimits, log.Named("pool"))
-		runner, sessionRunner = limiter, limiter.Sessions(s.py)
-	}
-	mopts := mcpOptions(o, rt)
-	mopts.CodeMode = s.hub
-	s.srv = mcp.New(metrics.Instrument(runner), mopts, log)
-	s.srv.UseTracer(tracer)
-	s.srv.UseSessions(metrics.InstrumentSessions(sessionRunner))
-	if py := s.py.Manager(supervisor.Python.Name()); py != nil {
-		metrics.CountPythonSessions(py.Stats)
-	}
-	languageSessions := func() map[string]int { return openSessions(s.py, pools.Languages()) }
-	metrics.CountLanguages(pools.LanguageStats, languageSessions)
+	defer d.Close() // after shutdown's drain, or on the way out of an error
+	s := &service{args: args, log: log, d: d}
+	pools := d.pools
+	sandbox := d.sandbox()
 	keepAlive := o.keepAlive
 	if keepAlive == 0 {
 		keepAlive = -1 // never
 	}
-	httpOpts := mcp.HTTPOptions{Metrics: metrics, Options: httpfront.Options{
+	httpOpts := mcp.HTTPOptions{Metrics: d.metrics, Options: httpfront.Options{
 		Stateless:      o.stateless,
 		SessionTimeout: o.sessionTimeout,
 		KeepAlive:      keepAlive,
 		Stats:          pools.Stats,
 		MaxClients:     o.metricsMaxClients,
-		SessionsOpen:   func() int { return s.py.Stats().Open },
+		SessionsOpen:   func() int { return d.sessions.Stats().Open },
 		Sessions:       httpfront.SessionLimits{Max: o.maxMCPSessions, ClientMax: o.clientMaxMCPSessions},
 
 		LanguageStats:    pools.LanguageStats,
-		LanguageSessions: languageSessions,
-		OSSandbox:        &wall,
+		LanguageSessions: d.openSessions,
+		OSSandbox:        &sandbox,
 	}}
 	if guard != nil {
 		httpOpts.Protect, httpOpts.ProtectMetrics = guard.Protect, o.metricsAuth
 	}
-	s.handler = s.srv.HTTPHandler(httpOpts)
+	s.handler = d.srv.HTTPHandler(httpOpts)
 	s.http = &http.Server{
 		Handler:           netguard.Bodies(withMetadata(guard, s.handler), o.bodyTimeout),
 		ReadHeaderTimeout: o.headerTimeout,
@@ -158,9 +118,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	}
 	served := make(chan error, 1)
 	go func() { served <- s.http.Serve(conns) }()
-	metrics.CountTasks(s.srv)
 	if socketConns != nil {
-		metrics.CountSocket(socketConns.Stats)
 		s.startSocket(socketConns)
 		defer s.stopSocket()
 	}
@@ -187,15 +145,14 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		mcpURL, sseURL = "", ""
 	}
 	log.Info("listening", "addr", addr, "mcp", mcpURL, "sse", sseURL,
-		"stateless", o.stateless, "workers", pools.Stats().Workers, "languages", pools.Languages(), "python", rt.Python, "auth", o.authMode(),
+		"stateless", o.stateless, "workers", pools.Stats().Workers, "languages", pools.Languages(), "python", d.rt.Python, "auth", o.authMode(),
 		"socket", socketName(sock))
 
 	for {
 		select {
 		case err := <-served:
 			// The listener failed; nothing more can come in.
-			closeLanguageSessions(s.py, pools, log)
-			closePools(pools, log)
+			d.Close()
 			return fmt.Errorf("serve: %w", err)
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
@@ -212,10 +169,10 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 // shutdown stops the service in order. Answers to running calls reach
 // their clients before their sessions close.
 func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
-	o := s.options()
+	o := s.d.options()
 	drain := o.drainTimeout
 	if drain == 0 {
-		drain = poolsTimeout(s.pools) + 5*time.Second
+		drain = s.d.bound()
 	}
 	drainCtx, cancelDrain := context.WithTimeout(context.Background(), drain)
 	defer cancelDrain()
@@ -252,7 +209,8 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 	shut := make(chan error, 1)
 	go func() { shut <- s.http.Shutdown(context.Background()) }()
 
-	s.log.Info("waiting for running calls", "busy", s.pools.Stats().Busy, "queued", s.pools.Stats().Queued, "drain_timeout", drain)
+	st := s.d.pools.Stats()
+	s.log.Info("waiting for running calls", "busy", st.Busy, "queued", st.Queued, "drain_timeout", drain)
 	// Calls already waiting for a worker were accepted: they run too, for
 	// a load balancer's client would see a refusal after the fact. So do
 	// those of requests taken in before the drain that have not reached a
@@ -260,14 +218,15 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 	if err := s.handler.WaitAccepted(drainCtx); err != nil {
 		s.log.Warn("drain time is over: requests were still running", "error", err)
 	}
-	waitForLine(drainCtx, s.pools)
-	// Calls in Python sessions finish, then the sessions end, before the
-	// pool closes.
-	if err := s.py.Close(drainCtx); err != nil {
-		s.log.Warn("drain time is over: running session calls were stopped", "error", err)
+	waitForLine(drainCtx, s.d.pools)
+	// Calls in sessions finish, then the sessions end, before the pools
+	// close.
+	sessionsErr, poolsErr := s.d.Drain(drainCtx)
+	if sessionsErr != nil {
+		s.log.Warn("drain time is over: running session calls were stopped", "error", sessionsErr)
 	}
-	if err := s.pools.Close(drainCtx); err != nil {
-		s.log.Warn("drain time is over: running calls were stopped", "error", err)
+	if poolsErr != nil {
+		s.log.Warn("drain time is over: running calls were stopped", "error", poolsErr)
 	}
 	closeCtx, cancelClose := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancelClose()
@@ -284,6 +243,7 @@ func (s *service) shutdown(sigs <-chan os.Signal, served <-chan error) error {
 	<-served // Serve has returned: it returns as soon as Shutdown starts
 	close(stopWatch)
 	<-watchDone
+	s.d.Close() // code mode's servers, spans, the outputs' folder
 	if forced {
 		return errForced
 	}
@@ -303,31 +263,13 @@ func waitForLine(ctx context.Context, pool *supervisor.Pools) {
 	}
 }
 
-func (s *service) options() *options {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.opts
-}
-
-// restartOnly are the settings that take effect only when pyrun starts. A
-// key added to the flags is reloaded unless it is named here.
-var restartOnly = []string{
-	"config", "listen", "stateless", "session-timeout", "keep-alive", "runtime-dir", "log-format",
-	"auth-token-file", "auth-issuer", "auth-audience", "auth-jwks-url", "public-url", "metrics-auth",
-	"insecure-no-auth", "instance-id", "mount", "languages", "os-sandbox", "socket", "max-socket-conns",
-	"max-mcp-sessions", "client-max-mcp-sessions", "header-timeout", "body-timeout", "max-conns", "max-conns-per-addr",
-	"output-dir", "session-worker", "sessions-per-worker", "session-lease", "session-move-wait",
-	"session-store-key-file",
-	"otlp-endpoint",
-}
-
 // reload re-reads the command line and the config file (a flag still wins
 // over the file) and applies what changed, without disturbing running
 // calls. A file that does not parse or check is rejected whole.
 func (s *service) reload() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := s.opts
+	s.reloading.Lock()
+	defer s.reloading.Unlock()
+	old := s.d.options()
 	o, _, err := loadOptions("serve", s.args)
 	if err != nil {
 		s.log.Error("config rejected; the settings in force stay", "file", old.configFile, "error", err)
@@ -356,18 +298,9 @@ func (s *service) reload() {
 		s.log.Info("config reloaded: nothing changed", "file", o.configFile)
 		return
 	}
-	if err := reconfigurePools(s.pools, o); err != nil {
+	if err := s.d.Reload(o); err != nil {
 		s.log.Error("config rejected; the settings in force stay", "file", o.configFile, "error", err)
 		return
 	}
-	setSessionLimits(s.py, o)
-	s.log.SetLevel(hclogLevel(o.logLevel))
-	applyMemoryLimit(o, s.log)
-	s.hub.SetOptions(o.hubOptions())
-	s.hub.Configure(o.mcpServers.servers)
-	mopts := mcpOptions(o, s.rt)
-	mopts.CodeMode = s.hub
-	s.srv.SetOptions(mopts)
-	s.opts = o
 	s.log.Info("config reloaded", "file", o.configFile, "changed", changed)
 }

@@ -29,11 +29,12 @@ type warmupStep struct {
 func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hclog.Logger) error {
 	var (
 		rt   *supervisor.Runtime
-		pool *supervisor.Pool
+		d    *daemon          // the worker step's
+		pool *supervisor.Pool // its Python pool
 	)
 	defer func() {
-		if pool != nil {
-			closePool(pool, log)
+		if d != nil {
+			d.Close()
 		}
 	}()
 	call := func(ctx context.Context, code string, timeout time.Duration) (supervisor.Result, error) {
@@ -123,13 +124,12 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 			return reachDetail(ctx, pkgs, cfg.Network, detail)
 		}},
 		{"worker", func(ctx context.Context) (string, error) {
-			cfg := o.poolConfig()
-			cfg.Workers = 1
-			p, err := supervisor.NewPool(rt, cfg, log.Named("pool"))
+			var err error
+			d, err = newDaemon(ctx, o, daemonParts{runtime: rt, languages: []lang.Language{lang.Python}, workers: 1}, log)
 			if err != nil {
 				return "", err
 			}
-			pool = p
+			pool = d.pools.Pool(lang.Python.ID)
 			res, err := call(ctx, "None", 0)
 			if err != nil {
 				return "", err
