@@ -182,7 +182,7 @@ func (d *Dedicated) Run(ctx context.Context, job Job, ev Events) (Result, error)
 	d.pool.mu.Lock()
 	d.pool.counts.Calls[status]++
 	d.pool.mu.Unlock()
-	d.pool.log.Info("call", CallLine{Status: status, Duration: &res.Duration, Worker: d.w.name, SessionID: job.PythonSession}.Args(job)...)
+	d.pool.log.Info("call", CallLine{Status: status, Duration: &res.Duration, Worker: d.w.name, SessionID: job.InSession.ID}.Args(job)...)
 	if ctx.Err() != nil {
 		return res, fmt.Errorf("call %s: %w", job.ID, ctx.Err())
 	}

@@ -64,7 +64,7 @@ func TestJavaScriptSessionKeepsState(t *testing.T) {
 		{"add(2); add(3)", "5"},
 		{"total", "5"},
 	} {
-		res, err := d.Run(t.Context(), supervisor.Job{ID: fmt.Sprint("s", i), Code: step.code, KeepOutput: true}, nil)
+		res, err := d.Run(t.Context(), supervisor.Job{ID: fmt.Sprint("s", i), Code: step.code, InSession: supervisor.SessionCall{KeepOutput: true}}, nil)
 		if err != nil || res.Status != supervisor.StatusSuccess || res.Value != step.value {
 			t.Fatalf("step %d %q: %+v, %v", i, step.code, res, err)
 		}

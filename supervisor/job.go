@@ -30,32 +30,39 @@ type Job struct {
 	// its line has neither.
 	TraceID string
 	SpanID  string
-	// PythonSession is the id of the Python session the call runs in, for
-	// logs; empty for a stateless call.
-	PythonSession string
-	// Namespace is the session namespace the call runs in on a worker
-	// shared by several sessions of one client (--session-worker shared,
-	// docs/sessions.md); "": the worker's one state. Drop names namespaces
-	// of ended sessions the worker forgets before the call; it names the
-	// call's own namespace for the session's last call (end_session), which
-	// the worker then forgets once the result is out, off the next call's
-	// path (docs/protocol.md, Sessions).
-	Namespace string
-	Drop      []string
-	// LastCall says the call ends its session (end_session): a shared
-	// session worker forgets its namespace after it.
-	LastCall bool
+	// InSession is what a call in a session carries (package sessions);
+	// the zero value: a stateless call.
+	InSession SessionCall
 	// Files are written into the working directory before the code runs;
 	// the front end has checked their paths (CheckInputPath). nil: none.
 	Files []InputFile
-	// KeepOutput leaves /output/ as the worker's previous call left it,
-	// for a session; false empties it before and after the call.
-	KeepOutput bool
 	// Tools runs the host calls the code makes (tool_call events); nil:
 	// it can make none. Catalog describes them to the code, as JSON the
 	// supervisor passes on unread; empty: none.
 	Tools   ToolCaller
 	Catalog json.RawMessage
+}
+
+// SessionCall is what a call in a session carries to the worker that
+// holds the session (docs/sessions.md).
+type SessionCall struct {
+	// ID is the session's id, for logs.
+	ID string
+	// KeepOutput leaves /output/ as the worker's previous call left it;
+	// false empties it before and after the call.
+	KeepOutput bool
+	// Namespace is the session namespace the call runs in on a worker
+	// shared by several sessions of one client (--session-worker shared);
+	// "": the worker's one state. Drop names namespaces of ended sessions
+	// the worker forgets before the call; it names the call's own
+	// namespace for the session's last call (end_session), which the
+	// worker then forgets once the result is out, off the next call's
+	// path (docs/protocol.md, Sessions).
+	Namespace string
+	Drop      []string
+	// Last says the call ends its session (end_session): a shared
+	// session worker forgets its namespace after it.
+	Last bool
 }
 
 // LogTrace is args with the call's trace_id and span_id appended when it

@@ -36,7 +36,7 @@ type request struct {
 	Tools string `json:"tools,omitempty"`
 
 	// Namespace is the session namespace a run is for on a session worker
-	// shared by several sessions (Job.Namespace); Drop, namespaces it
+	// shared by several sessions (SessionCall.Namespace); Drop, namespaces it
 	// forgets first (docs/protocol.md, Sessions).
 	Namespace string   `json:"namespace,omitempty"`
 	Drop      []string `json:"drop,omitempty"`

@@ -89,7 +89,7 @@ type inputFileLine struct {
 
 func newRichRequest(job Job, cfg Config) richRequest {
 	r := richRequest{
-		KeepOutput:      job.KeepOutput,
+		KeepOutput:      job.InSession.KeepOutput,
 		MaxDisplays:     cfg.MaxDisplays,
 		MaxDisplayBytes: cfg.MaxDisplayBytes,
 		MaxFiles:        cfg.MaxFiles,

@@ -104,8 +104,8 @@ hashlib.sha256(data).hexdigest()`})
 	if res.Value != `"`+hex.EncodeToString(sum[:])+`"` || !bytes.Equal(res.Displays[0].Data, big[:2_100_000]) {
 		t.Errorf("big file or display differs: sha256 %s, worker says %s", hex.EncodeToString(sum[:]), res.Value)
 	}
-	run(t, p, supervisor.Job{Code: `open("/output/kept.txt", "w").write("1")`, KeepOutput: true})
-	res = run(t, p, supervisor.Job{Code: `open("/output/new.txt", "w").write("2"); open("/output/kept.txt").read()`, KeepOutput: true})
+	run(t, p, supervisor.Job{Code: `open("/output/kept.txt", "w").write("1")`, InSession: supervisor.SessionCall{KeepOutput: true}})
+	res = run(t, p, supervisor.Job{Code: `open("/output/new.txt", "w").write("2"); open("/output/kept.txt").read()`, InSession: supervisor.SessionCall{KeepOutput: true}})
 	if res.Value != `"1"` || len(res.Files) != 1 || res.Files[0].Path != "new.txt" {
 		t.Errorf("a call that keeps /output/ sees its files and gets back only the new ones: %s %+v", res.Value, res.Files)
 	}

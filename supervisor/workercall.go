@@ -32,7 +32,7 @@ func (c *conn) run(ctx context.Context, job Job, cfg Config, pkgs *packages.Reso
 	line, err := json.Marshal(request{
 		Type: "run", ID: job.ID, Code: &job.Code, Globals: string(job.Globals),
 		MaxOutput: cfg.MaxOutput, Interrupts: c.interrupts, Tools: string(job.Catalog),
-		richRequest: newRichRequest(job, cfg), Namespace: job.Namespace, Drop: job.Drop,
+		richRequest: newRichRequest(job, cfg), Namespace: job.InSession.Namespace, Drop: job.InSession.Drop,
 	})
 	if err != nil {
 		res.Status, res.Error = StatusCrashed, fmt.Sprintf("pyrun could not encode the call: %v", err)

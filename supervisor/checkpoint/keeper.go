@@ -253,14 +253,6 @@ func (k *Keeper) baseOf(sha, path string) []byte {
 	return b
 }
 
-// checkpointer is a worker that takes checkpoints: a session's own
-// (*supervisor.Dedicated), or a session's namespace on a shared session
-// worker, whose checkpoint is the whole worker's marked with the namespace
-// (sessions.nsWorker).
-type checkpointer interface {
-	Checkpoint(ctx context.Context, take func(*supervisor.Image) error) error
-}
-
 // Take implements sessions.Checkpointer: one checkpoint of w, kept as the
 // record of each session of saved (a shared session worker's sessions
 // share it, each marked with its own namespace), compressed once. The
@@ -268,10 +260,6 @@ type checkpointer interface {
 // (EncodeTo), and the file is mapped for the store to write: pyrun's heap
 // holds no copy of it, however large (issue 36).
 func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.Saved) error {
-	cw, ok := w.(checkpointer)
-	if !ok {
-		return fmt.Errorf("%w: its worker takes no checkpoints", supervisor.ErrNotDurable)
-	}
 	if len(saved) == 0 {
 		return nil
 	}
@@ -285,7 +273,7 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 	var raw, stored int64
 	var took, encoded time.Duration
 	first, err := k.recordFile(func(f *os.File) error {
-		return cw.Checkpoint(ctx, func(img *supervisor.Image) error {
+		return w.Checkpoint(ctx, func(img *supervisor.Image) error {
 			took = time.Since(began)
 			taken := time.Now().UTC()
 			metaOf = func(s sessions.Saved) Meta {
@@ -484,13 +472,9 @@ func (k *Keeper) Delete(ctx context.Context, id string) error {
 // w taken now, which is not stored. The checkpoint goes through a file in
 // the Keeper's private folder, as a record does.
 func (k *Keeper) Fork(ctx context.Context, w sessions.Worker, exited func()) (sessions.Worker, error) {
-	cw, ok := w.(checkpointer)
-	if !ok {
-		return nil, fmt.Errorf("%w: its worker takes no checkpoints", supervisor.ErrNotDurable)
-	}
 	var img supervisor.Image
 	spool, err := k.recordFile(func(f *os.File) error {
-		return cw.Checkpoint(ctx, func(from *supervisor.Image) error {
+		return w.Checkpoint(ctx, func(from *supervisor.Image) error {
 			img = *from
 			n, err := io.Copy(f, from.R)
 			if err == nil && n != from.Mem+from.FS {

@@ -61,9 +61,14 @@ type stubWorker struct{}
 func (stubWorker) Run(context.Context, supervisor.Job, supervisor.Events) (supervisor.Result, error) {
 	return supervisor.Result{Status: supervisor.StatusSuccess}, nil
 }
-func (stubWorker) Lost() string { return "" }
-func (stubWorker) Close()       {}
-func (stubWorker) Kill(string)  {}
+func (stubWorker) Lost() string    { return "" }
+func (stubWorker) TryLost() string { return "" }
+func (stubWorker) Current() bool   { return true }
+func (stubWorker) Close()          {}
+func (stubWorker) Kill(string)     {}
+func (stubWorker) Checkpoint(context.Context, func(*supervisor.Image) error) error {
+	return supervisor.ErrNotDurable
+}
 
 // A Manager's errors name its language, and still wrap the conditions
 // callers test; one given no language names Python's.

@@ -156,9 +156,8 @@ func (m *Manager) start(ctx context.Context, client string, with func(context.Co
 // runIn runs c in s, whose turn the caller holds, and passes the turn on.
 func (m *Manager) runIn(ctx context.Context, s *session, c Call, ev supervisor.Events) (supervisor.Result, error) {
 	job := c.Job
-	job.PythonSession = s.id
-	job.KeepOutput = true // a session keeps its /output/ (docs/contract.md section 9)
-	job.LastCall = c.End
+	// A session keeps its /output/ (docs/contract.md section 9).
+	job.InSession = supervisor.SessionCall{ID: s.id, KeepOutput: true, Last: c.End}
 	var res supervisor.Result
 	var err error
 	var rolled *Saved // the checkpoint the session went back to

@@ -36,6 +36,17 @@ type Worker interface {
 	Run(ctx context.Context, job supervisor.Job, ev supervisor.Events) (supervisor.Result, error)
 	// Lost says why the worker can take no more calls; "" while it can.
 	Lost() string
+	// TryLost is Lost without waiting for a call in progress: "" also
+	// while one runs (a shared worker is asked while another session's
+	// call may run on it).
+	TryLost() string
+	// Current says whether the worker starts as a new one would now: a
+	// spare or a shared worker that is not serves no new session.
+	Current() bool
+	// Checkpoint takes a checkpoint of the worker's state and gives it to
+	// take while the worker is held; an error wrapping
+	// supervisor.ErrNotDurable when it cannot be taken.
+	Checkpoint(ctx context.Context, take func(*supervisor.Image) error) error
 	// Close stops the worker and returns once it has.
 	Close()
 	// Kill stops the worker at once, with a running call.

@@ -45,8 +45,6 @@ type host struct {
 
 // tryLost is what a Worker may also say: why it is lost, without waiting
 // for a running call (supervisor.Dedicated does).
-type tryLost interface{ TryLost() string }
-
 // lost says why h can take no more calls, without waiting for a call of
 // another session; "" while it can, or while that is not known yet.
 func (h *host) lost() string {
@@ -55,12 +53,7 @@ func (h *host) lost() string {
 	if h.gone != "" {
 		return h.gone
 	}
-	why := ""
-	if t, ok := h.w.(tryLost); ok {
-		why = t.TryLost()
-	} else {
-		why = h.w.Lost()
-	}
+	why := h.w.TryLost()
 	h.gone = why
 	return why
 }
@@ -84,9 +77,9 @@ func (n *nsWorker) Run(ctx context.Context, job supervisor.Job, ev supervisor.Ev
 	drops := n.h.drops
 	n.h.drops = nil
 	n.h.mu.Unlock()
-	job.Namespace, job.Drop = n.ns, drops
-	if job.LastCall {
-		job.Drop = append(slices.Clip(drops), n.ns)
+	job.InSession.Namespace, job.InSession.Drop = n.ns, drops
+	if job.InSession.Last {
+		job.InSession.Drop = append(slices.Clip(drops), n.ns)
 	}
 	res, err := n.h.w.Run(ctx, job, ev)
 	if res.Status == "" && !errors.Is(err, supervisor.ErrWorkerLost) {
@@ -99,6 +92,12 @@ func (n *nsWorker) Run(ctx context.Context, job supervisor.Job, ev supervisor.Ev
 }
 
 func (n *nsWorker) Lost() string { return n.h.lost() }
+
+// TryLost is Lost: a host never waits for a call to say it is lost.
+func (n *nsWorker) TryLost() string { return n.h.lost() }
+
+// Current says whether the session's host starts as a new one would now.
+func (n *nsWorker) Current() bool { return n.h.w.Current() }
 
 // Close ends the session's namespace: the host forgets it with its next
 // call, and is closed once it has no session and is lost, or has waited
@@ -128,23 +127,13 @@ func (n *nsWorker) Close() {
 	})
 }
 
-// hostCheckpointer is a host's worker that takes checkpoints
-// (*supervisor.Dedicated).
-type hostCheckpointer interface {
-	Checkpoint(ctx context.Context, take func(*supervisor.Image) error) error
-}
-
 // Checkpoint takes a checkpoint of the whole host, in this session's turn
 // and the host's (no other session's call runs meanwhile), marked as this
 // session's: a worker started from it keeps this namespace only
 // (docs/sessions.md, Durable sessions). It is the session's checkpoint;
 // the other namespaces in it are never restored from it.
 func (n *nsWorker) Checkpoint(ctx context.Context, take func(*supervisor.Image) error) error {
-	c, ok := n.h.w.(hostCheckpointer)
-	if !ok {
-		return fmt.Errorf("%w: its session worker takes no checkpoints", supervisor.ErrNotDurable)
-	}
-	return c.Checkpoint(ctx, func(img *supervisor.Image) error {
+	return n.h.w.Checkpoint(ctx, func(img *supervisor.Image) error {
 		img.Namespace = n.ns
 		return take(img)
 	})
@@ -165,7 +154,7 @@ func (p *placement) placeLocked(client string) Worker {
 		if h.closed || h.open >= p.perHost || h.lost() != "" {
 			continue
 		}
-		if c, ok := h.w.(current); ok && !c.Current() {
+		if !h.w.Current() {
 			continue
 		}
 		if best == nil || h.open < best.open {

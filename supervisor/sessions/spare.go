@@ -20,8 +20,6 @@ const DefaultSpares = 1
 
 // current is what a Worker may also say: whether it still starts as a new
 // one would (supervisor.Dedicated does). A worker that does not say is.
-type current interface{ Current() bool }
-
 // spareWorker is a worker started ahead, with when it became ready.
 type spareWorker struct {
 	w     Worker
@@ -70,7 +68,7 @@ func (p *placement) usableLocked(sp spareWorker) bool {
 	if sp.w.Lost() != "" {
 		return false
 	}
-	if c, ok := sp.w.(current); ok && !c.Current() {
+	if !sp.w.Current() {
 		return false
 	}
 	return time.Since(sp.ready) < p.limits.Idle
