@@ -57,28 +57,8 @@ func (c *conn) run(ctx context.Context, job Job, cfg Config, pkgs *packages.Reso
 			end.retire = h.finish(end.retire)
 		}
 	}()
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	var grace, repeat <-chan time.Time // while stopping: kill at grace, interrupt again at repeat
-	var stopped string                 // why the supervisor stopped the call, if it did
-	var ticker *time.Ticker
-	defer func() {
-		if ticker != nil {
-			ticker.Stop()
-		}
-	}()
-	stop := func(why string) {
-		if stopped != "" {
-			return
-		}
-		stopped = why
-		needs.stop()
-		tools.stop()
-		c.interrupt()
-		grace = time.After(cfg.InterruptGrace)
-		ticker = time.NewTicker(interruptRepeat)
-		repeat = ticker.C
-	}
+	st := newStopper(ctx, limit, cfg.InterruptGrace, c.interrupt, c.proc.kill, tr, needs, tools)
+	defer st.close()
 	var broken error // how the worker failed the call, if it did
 	fail := func(f *fault) {
 		if f == nil {
@@ -89,14 +69,13 @@ func (c *conn) run(ctx context.Context, job Job, cfg Config, pkgs *packages.Reso
 		}
 		c.proc.kill(f.retire)
 	}
-	done := ctx.Done()
 	heard := false // the worker said something about this call
 	for {
 		select {
 		case ev, ok := <-c.events:
 			if !ok {
-				res = c.died(res, tr, stopped, broken, &end)
-				end.undelivered = !heard && stopped == "" && c.neverRead(len(line))
+				res = c.died(res, tr, st.stopped, broken, &end)
+				end.undelivered = !heard && !st.stopping() && c.neverRead(len(line))
 				return res, end
 			}
 			if ev.ID != job.ID {
@@ -110,32 +89,26 @@ func (c *conn) run(ctx context.Context, job Job, cfg Config, pkgs *packages.Reso
 			case "tool_call":
 				fail(tools.start(ev))
 			case "result":
-				end.conflict = needs.result(&ev, stopped != "")
+				end.conflict = needs.result(&ev, st.stopping())
 				if c.ready.Settles {
 					c.unsettled = job.ID
 				}
-				return c.finish(res, ev, tr, stopped, cfg, &end), end
+				return c.finish(res, ev, tr, st.stopped, cfg, &end), end
 			default:
 				fail(c.take(ev, tr, cfg))
 			}
 		case ans := <-needs.answers():
-			fail(needs.took(ans, stopped != ""))
+			fail(needs.took(ans, st.stopping()))
 		case ans := <-tools.answers():
-			fail(tools.took(ans, stopped != ""))
-		case <-deadline.C:
-			if stopped == "" {
-				tr.notice(false, "the call reached its time limit of %s; interrupting it", limit)
-			}
-			stop(fmt.Sprintf("the call exceeded its time limit of %s", limit))
-		case <-done:
-			done = nil
-			stop("the call was cancelled")
-		case <-repeat:
-			c.interrupt()
-		case <-grace:
-			grace, repeat = nil, nil
-			tr.notice(true, "the call did not stop within %s of the interrupt; its worker is killed and replaced", cfg.InterruptGrace)
-			c.proc.kill(retirement{RestartInterrupt, "it did not stop after an interrupt"})
+			fail(tools.took(ans, st.stopping()))
+		case <-st.deadline.C:
+			st.timeUp()
+		case <-st.done:
+			st.cancelled()
+		case <-st.repeat:
+			st.again()
+		case <-st.grace:
+			st.outOfGrace()
 		}
 	}
 }
