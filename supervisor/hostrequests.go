@@ -31,6 +31,14 @@ type hostRequests interface {
 	finish(retire retirement) retirement
 }
 
+// finishRequests finishes each of requests in turn; retire is why the
+// worker must serve no other call (callEnd.retire).
+func finishRequests(retire *retirement, requests ...hostRequests) {
+	for _, h := range requests {
+		*retire = h.finish(*retire)
+	}
+}
+
 // hostAnswer is the answer to a request of the host, for the worker.
 type hostAnswer struct {
 	req request

@@ -28,35 +28,24 @@ func (c *conn) run(ctx context.Context, job Job, cfg Config, pkgs *packages.Reso
 	defer func() { res.Duration = time.Since(started) }()
 
 	limit := callLimit(cfg, job)
-	line, err := json.Marshal(request{
-		Type: "run", ID: job.ID, Code: &job.Code, Globals: string(job.Globals),
-		MaxOutput: cfg.MaxOutput, Interrupts: c.interrupts, Tools: string(job.Catalog),
-		richRequest: newRichRequest(job, cfg), Namespace: job.Namespace, Drop: job.Drop,
-	})
+	line, err := c.callLine(job, cfg)
 	if err != nil {
 		res.Status, res.Error = StatusCrashed, fmt.Sprintf("pyrun could not encode the call: %v", err)
 		return res, end
 	}
-	line = append(line, '\n')
-	// The worker is idle and reading; a deadline still guards against one
-	// that is not. A short call limit must not cut the write of long code.
-	_ = c.proc.stdin.SetWriteDeadline(time.Now().Add(max(limit, answerWriteLimit)))
-	if _, err := c.proc.stdin.Write(line); err != nil {
-		c.proc.kill(retirement{RestartProtocol, "it did not accept a call"})
+	if err := c.sendCall(line, limit); err != nil {
 		// The line's final newline never reached the worker: no code ran.
 		end.undelivered = true
-		return c.died(res, tr, "", fmt.Errorf("worker did not accept the call: %w", err), &end), end
+		return c.died(res, tr, "", err, &end), end
 	}
 
 	// The worker waits for its packages; the call's own write deadline may
 	// have passed while they came.
 	needs := newPackageNeeds(ctx, pkgs, job.ID, tr, func(ans request) error { return c.send(ans, answerWriteLimit) })
 	tools := newToolCalls(ctx, job, c.writeAnswer)
-	defer func() {
-		for _, h := range []hostRequests{needs, tools} {
-			end.retire = h.finish(end.retire)
-		}
-	}()
+	// Needs first: a version conflict an answer told of goes before the
+	// answer to a tool call that the worker did not take.
+	defer finishRequests(&end.retire, needs, tools)
 	st := newStopper(ctx, limit, cfg.InterruptGrace, c.interrupt, c.proc.kill, tr, needs, tools)
 	defer st.close()
 	var broken error // how the worker failed the call, if it did
@@ -90,9 +79,6 @@ func (c *conn) run(ctx context.Context, job Job, cfg Config, pkgs *packages.Reso
 				fail(tools.start(ev))
 			case "result":
 				end.conflict = needs.result(&ev, st.stopping())
-				if c.ready.Settles {
-					c.unsettled = job.ID
-				}
 				return c.finish(res, ev, tr, st.stopped, cfg, &end), end
 			default:
 				fail(c.take(ev, tr, cfg))
@@ -111,6 +97,32 @@ func (c *conn) run(ctx context.Context, job Job, cfg Config, pkgs *packages.Reso
 			st.outOfGrace()
 		}
 	}
+}
+
+// callLine is the line that hands job to the worker.
+func (c *conn) callLine(job Job, cfg Config) ([]byte, error) {
+	line, err := json.Marshal(request{
+		Type: "run", ID: job.ID, Code: &job.Code, Globals: string(job.Globals),
+		MaxOutput: cfg.MaxOutput, Interrupts: c.interrupts, Tools: string(job.Catalog),
+		richRequest: newRichRequest(job, cfg), Namespace: job.Namespace, Drop: job.Drop,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return append(line, '\n'), nil
+}
+
+// sendCall writes a call's line to the worker; one that does not take it
+// is killed.
+func (c *conn) sendCall(line []byte, limit time.Duration) error {
+	// The worker is idle and reading; a deadline still guards against one
+	// that is not. A short call limit must not cut the write of long code.
+	_ = c.proc.stdin.SetWriteDeadline(time.Now().Add(max(limit, answerWriteLimit)))
+	if _, err := c.proc.stdin.Write(line); err != nil {
+		c.proc.kill(retirement{RestartProtocol, "it did not accept a call"})
+		return fmt.Errorf("worker did not accept the call: %w", err)
+	}
+	return nil
 }
 
 // take takes an event of the call that neither asks the host for
@@ -138,6 +150,9 @@ func (c *conn) take(ev event, tr *transcript, cfg Config) *fault {
 
 // finish turns the worker's result into the call's.
 func (c *conn) finish(res Result, ev event, tr *transcript, stopped string, cfg Config, end *callEnd) Result {
+	if c.ready.Settles {
+		c.unsettled = ev.ID
+	}
 	for s := range ev.Dropped {
 		tr.dropped(Stream(s))
 	}
