@@ -46,7 +46,7 @@ func newToolCalls(ctx context.Context, job Job, write func(request) error) *tool
 	tc := &toolCalls{caller: job.Tools, id: job.ID, write: write}
 	if job.Tools != nil {
 		// Only a job with tools starts calls. Without, ch stays nil (a
-		// receive that never fires): its 64 slots of answers were ~16 KiB
+		// receive that never fires): its 64 slots of answers were ~19 KiB
 		// to allocate and clear for every call.
 		tc.ch = make(chan hostAnswer, maxPendingToolCalls)
 	}
