@@ -26,40 +26,39 @@ type ToolCaller interface {
 // refused at once.
 const maxPendingToolCalls = 64
 
-// toolCalls runs one job's host calls, each on a goroutine of its own, and
-// collects their answers for the goroutine running the job, which alone
-// writes them to the worker. It is owned by that goroutine; finish must be
-// called before the worker takes another job.
+// toolCalls runs one job's host calls, each on a goroutine of its own. It
+// is a hostRequests.
 type toolCalls struct {
 	caller  ToolCaller
+	id      string // the call's
+	write   func(request) error
 	ctx     context.Context
 	cancel  context.CancelFunc
-	answers chan request
-	pending int       // calls started whose answer has not been taken from answers
-	held    []request // answers kept from the worker until the call ends
+	ch      chan hostAnswer
+	pending int          // calls started whose answer has not been taken from ch
+	held    []hostAnswer // answers kept from the worker until the call ends
 	wg      sync.WaitGroup
 }
 
-// newToolCalls prepares a job's host calls. They end when the call is
-// stopped (stop: its time limit, a cancellation) or ends.
-func newToolCalls(ctx context.Context, job Job) *toolCalls {
-	tc := &toolCalls{caller: job.Tools}
+// newToolCalls prepares a job's host calls, answered with write. They end
+// when the call is stopped (stop: its time limit, a cancellation) or ends.
+func newToolCalls(ctx context.Context, job Job, write func(request) error) *toolCalls {
+	tc := &toolCalls{caller: job.Tools, id: job.ID, write: write}
 	if job.Tools != nil {
-		// Only a job with tools starts calls. Without, answers stays nil
-		// (a receive that never fires): its 64 slots of requests were ~16
-		// KiB to allocate and clear for every call.
-		tc.answers = make(chan request, maxPendingToolCalls)
+		// Only a job with tools starts calls. Without, ch stays nil (a
+		// receive that never fires): its 64 slots of answers were ~19 KiB
+		// to allocate and clear for every call.
+		tc.ch = make(chan hostAnswer, maxPendingToolCalls)
 	}
 	tc.ctx, tc.cancel = context.WithCancel(ctx)
 	return tc
 }
 
 // start runs the host call a tool_call event asks for. A call that cannot
-// start is not started: start returns its answer, for the caller to write
-// at once (not through answers, which only the calls started fill, so that
-// a worker asking for calls without end cannot fill it).
-func (tc *toolCalls) start(id string, ev event) (refused *request) {
-	ans := request{Type: "tool_result", ID: id, Call: ev.Call}
+// start is answered at once, not through ch, which only the calls started
+// fill, so that a worker asking for calls without end cannot fill it.
+func (tc *toolCalls) start(ev event) *fault {
+	ans := request{Type: "tool_result", ID: tc.id, Call: ev.Call}
 	switch {
 	case tc.caller == nil:
 		ans.Error = "pyrun: this call has no tools"
@@ -69,7 +68,7 @@ func (tc *toolCalls) start(id string, ev event) (refused *request) {
 		ans.Error = "pyrun: the call is ending: " + ctxWhy(tc.ctx)
 	}
 	if ans.Error != "" {
-		return &ans
+		return tc.answer(ans)
 	}
 	tc.pending++
 	tc.wg.Add(1)
@@ -84,42 +83,61 @@ func (tc *toolCalls) start(id string, ev event) (refused *request) {
 		default:
 			ans.Result = res
 		}
-		tc.answers <- ans
+		tc.ch <- hostAnswer{req: ans}
 	}()
 	return nil
 }
 
-// took records that an answer was taken from answers.
-func (tc *toolCalls) took() { tc.pending-- }
+func (tc *toolCalls) answers() <-chan hostAnswer { return tc.ch }
 
-// hold keeps an answer from the worker until the call ends: a call being
-// stopped must end as stopped (the interrupt), not with the failure of the
-// tool call the stop cut short.
-func (tc *toolCalls) hold(ans request) { tc.held = append(tc.held, ans) }
+// took holds the answer while the call is stopped: a call being stopped
+// must end as stopped (the interrupt), not with the failure of the tool
+// call the stop cut short.
+func (tc *toolCalls) took(ans hostAnswer, stopping bool) *fault {
+	tc.pending--
+	if stopping {
+		tc.held = append(tc.held, ans)
+		return nil
+	}
+	return tc.answer(ans.req)
+}
+
+func (tc *toolCalls) answer(ans request) *fault {
+	if err := tc.write(ans); err != nil {
+		return &fault{fmt.Errorf("the worker did not take the answer to a tool call: %w", err), retireToolAnswer}
+	}
+	return nil
+}
 
 // stop cancels the calls still running: their answers come soon after.
 func (tc *toolCalls) stop() { tc.cancel() }
 
-// finish stops the calls still running and hands every answer not yet
-// taken to write, so that the worker, which waits for an answer to each of
-// its calls, never reads one in place of its next request.
-func (tc *toolCalls) finish(write func(request) error) error {
+// finish stops the calls still running and writes every answer not yet
+// written, held or still to come.
+func (tc *toolCalls) finish(retire retirement) retirement {
 	tc.cancel()
 	var err error
 	for _, ans := range tc.held {
 		if err == nil {
-			err = write(ans)
+			err = tc.write(ans.req)
 		}
 	}
 	for ; tc.pending > 0; tc.pending-- {
-		ans := <-tc.answers
+		ans := <-tc.ch
 		if err == nil {
-			err = write(ans)
+			err = tc.write(ans.req)
 		}
 	}
 	tc.wg.Wait()
-	return err
+	if err != nil && !retire.given() {
+		return retirement{RestartProtocol, "it did not take the answer to a tool call"}
+	}
+	return retire
 }
+
+// retireToolAnswer: the worker did not take the answer to a tool call it
+// made.
+var retireToolAnswer = retirement{RestartProtocol, "it did not take a tool call's answer"}
 
 func ctxWhy(ctx context.Context) string {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {

@@ -3,7 +3,6 @@ package supervisor
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -29,247 +28,131 @@ func (c *conn) run(ctx context.Context, job Job, cfg Config, pkgs *packages.Reso
 	defer func() { res.Duration = time.Since(started) }()
 
 	limit := callLimit(cfg, job)
+	line, err := c.callLine(job, cfg)
+	if err != nil {
+		res.Status, res.Error = StatusCrashed, fmt.Sprintf("pyrun could not encode the call: %v", err)
+		return res, end
+	}
+	if err := c.sendCall(line, limit); err != nil {
+		// The line's final newline never reached the worker: no code ran.
+		end.undelivered = true
+		return c.died(res, tr, "", err, &end), end
+	}
+
+	// The worker waits for its packages; the call's own write deadline may
+	// have passed while they came.
+	needs := newPackageNeeds(ctx, pkgs, job.ID, tr, func(ans request) error { return c.send(ans, answerWriteLimit) })
+	tools := newToolCalls(ctx, job, c.writeAnswer)
+	// Needs first: a version conflict an answer told of goes before the
+	// answer to a tool call that the worker did not take.
+	defer finishRequests(&end.retire, needs, tools)
+	st := newStopper(ctx, limit, cfg.InterruptGrace, c.interrupt, c.proc.kill, tr, needs, tools)
+	defer st.close()
+	var broken error // how the worker failed the call, if it did
+	fail := func(f *fault) {
+		if f == nil {
+			return
+		}
+		if broken == nil {
+			broken = f.err
+		}
+		c.proc.kill(f.retire)
+	}
+	heard := false // the worker said something about this call
+	for {
+		select {
+		case ev, ok := <-c.events:
+			if !ok {
+				res = c.died(res, tr, st.stopped, broken, &end)
+				end.undelivered = !heard && !st.stopping() && c.neverRead(len(line))
+				return res, end
+			}
+			if ev.ID != job.ID {
+				fail(&fault{fmt.Errorf("%w: event %q for call %q during call %q", errGarbage, ev.Type, ev.ID, job.ID), retireProtocol})
+				continue
+			}
+			heard = true
+			switch ev.Type {
+			case "need":
+				fail(needs.start(ev))
+			case "tool_call":
+				fail(tools.start(ev))
+			case "result":
+				end.conflict = needs.result(&ev, st.stopping())
+				return c.finish(res, ev, tr, st.stopped, cfg, &end), end
+			default:
+				fail(c.take(ev, tr, cfg))
+			}
+		case ans := <-needs.answers():
+			fail(needs.took(ans, st.stopping()))
+		case ans := <-tools.answers():
+			fail(tools.took(ans, st.stopping()))
+		case <-st.deadline.C:
+			st.timeUp()
+		case <-st.done:
+			st.cancelled()
+		case <-st.repeat:
+			st.again()
+		case <-st.grace:
+			st.outOfGrace()
+		}
+	}
+}
+
+// callLine is the line that hands job to the worker.
+func (c *conn) callLine(job Job, cfg Config) ([]byte, error) {
 	line, err := json.Marshal(request{
 		Type: "run", ID: job.ID, Code: &job.Code, Globals: string(job.Globals),
 		MaxOutput: cfg.MaxOutput, Interrupts: c.interrupts, Tools: string(job.Catalog),
 		richRequest: newRichRequest(job, cfg), Namespace: job.InSession.Namespace, Drop: job.InSession.Drop,
 	})
 	if err != nil {
-		res.Status, res.Error = StatusCrashed, fmt.Sprintf("pyrun could not encode the call: %v", err)
-		return res, end
+		return nil, err
 	}
-	line = append(line, '\n')
+	return append(line, '\n'), nil
+}
+
+// sendCall writes a call's line to the worker; one that does not take it
+// is killed.
+func (c *conn) sendCall(line []byte, limit time.Duration) error {
 	// The worker is idle and reading; a deadline still guards against one
 	// that is not. A short call limit must not cut the write of long code.
 	_ = c.proc.stdin.SetWriteDeadline(time.Now().Add(max(limit, answerWriteLimit)))
 	if _, err := c.proc.stdin.Write(line); err != nil {
 		c.proc.kill(retirement{RestartProtocol, "it did not accept a call"})
-		// The line's final newline never reached the worker: no code ran.
-		end.undelivered = true
-		return c.died(res, tr, "", fmt.Errorf("worker did not accept the call: %w", err), &end), end
+		return fmt.Errorf("worker did not accept the call: %w", err)
 	}
-
-	// A need is resolved on its own goroutine, so that the deadline and
-	// cancellation stay in force; its answer comes back on answers.
-	answers := make(chan answer, 1)
-	needing := false
-	cutByStop := false // the answer said no because the call was stopped
-	conflict := false  // the answer said no: another version is loaded here
-	resolveCtx, cancelResolve := context.WithCancel(ctx)
-	defer func() {
-		cancelResolve()
-		if needing {
-			<-answers
-			// The worker still waits for the answer, or its next read
-			// would take the next call's line for it.
-			end.retire = retirement{RestartInterrupt, "it was stopped while its packages were being fetched"}
-		}
-	}()
-	// Host calls run on goroutines of their own; the worker waits for an
-	// answer to each, also when the call ends first.
-	tools := newToolCalls(ctx, job)
-	defer func() {
-		if err := tools.finish(c.writeAnswer); err != nil && !end.retire.given() {
-			end.retire = retirement{RestartProtocol, "it did not take the answer to a tool call"}
-		}
-	}()
-	deadline := time.NewTimer(limit)
-	defer deadline.Stop()
-	var grace, repeat <-chan time.Time // while stopping: kill at grace, interrupt again at repeat
-	var stopped string                 // why the supervisor stopped the call, if it did
-	var ticker *time.Ticker
-	defer func() {
-		if ticker != nil {
-			ticker.Stop()
-		}
-	}()
-	stop := func(why string) {
-		if stopped != "" {
-			return
-		}
-		stopped = why
-		cancelResolve() // a fetch in progress is for nothing now
-		tools.stop()
-		c.interrupt()
-		grace = time.After(cfg.InterruptGrace)
-		ticker = time.NewTicker(interruptRepeat)
-		repeat = ticker.C
-	}
-	var broken error // how the worker failed the call, if it did
-	fail := func(err error, reason retirement) {
-		if broken == nil {
-			broken = err
-		}
-		c.proc.kill(reason)
-	}
-	done := ctx.Done()
-	heard := false // the worker said something about this call
-	for {
-		select {
-		case ev, ok := <-c.events:
-			if !ok {
-				res = c.died(res, tr, stopped, broken, &end)
-				end.undelivered = !heard && stopped == "" && c.neverRead(len(line))
-				return res, end
-			}
-			if ev.ID != job.ID {
-				fail(fmt.Errorf("%w: event %q for call %q during call %q", errGarbage, ev.Type, ev.ID, job.ID), retireProtocol)
-				continue
-			}
-			heard = true
-			switch ev.Type {
-			case "output":
-				tr.add(Stream(ev.Stream), ev.Text)
-			case "package":
-				if tr.events != nil {
-					tr.events.Package(ev.Text)
-				}
-			case "need":
-				if needing {
-					fail(fmt.Errorf("%w: a second need before the first was answered", errGarbage), retireProtocol)
-					continue
-				}
-				needing = true
-				if tr.events != nil {
-					tr.events.Package(needText(ev))
-				}
-				go func() { answers <- resolve(resolveCtx, pkgs, job.ID, ev) }()
-			case "tool_call":
-				if refused := tools.start(job.ID, ev); refused != nil {
-					if err := c.writeAnswer(*refused); err != nil {
-						fail(fmt.Errorf("the worker did not take the answer to a tool call: %w", err), retireToolAnswer)
-					}
-				}
-			case "error":
-				fail(fmt.Errorf("the worker failed the call: %s", ev.Error), retirement{RestartProtocol, "it failed a call"})
-			case "display", "file":
-				c.tookRich()
-				if err := tr.rich.add(ev, cfg); err != nil {
-					fail(err, retireProtocol)
-				}
-			case "result":
-				if cutByStop && ev.Status == "install-error" {
-					ev.Status = "interrupted" // its packages were cut short by the stop
-				}
-				end.conflict = conflict && ev.Status == "install-error" && stopped == ""
-				if c.ready.Settles {
-					c.unsettled = job.ID
-				}
-				return c.finish(res, ev, tr, stopped, cfg, &end), end
-			default:
-				fail(fmt.Errorf("%w: %q during a call", errGarbage, ev.Type), retireProtocol)
-			}
-		case ans := <-answers:
-			needing = false
-			if ans.retire.given() {
-				end.retire = ans.retire
-			}
-			if tr.events != nil {
-				tr.events.Package(answerText(ans.req))
-			}
-			cutByStop = stopped != "" && ans.req.Error != ""
-			conflict = ans.conflict
-			// The worker waits for this line; the call's own write
-			// deadline may have passed while the packages came.
-			if err := c.send(ans.req, answerWriteLimit); err != nil {
-				fail(fmt.Errorf("the worker did not take its packages: %w", err), retirement{RestartProtocol, "it did not take its packages"})
-			}
-		case ans := <-tools.answers:
-			tools.took()
-			if stopped != "" {
-				tools.hold(ans)
-				continue
-			}
-			if err := c.writeAnswer(ans); err != nil {
-				fail(fmt.Errorf("the worker did not take the answer to a tool call: %w", err), retireToolAnswer)
-			}
-		case <-deadline.C:
-			if stopped == "" {
-				tr.notice(false, "the call reached its time limit of %s; interrupting it", limit)
-			}
-			stop(fmt.Sprintf("the call exceeded its time limit of %s", limit))
-		case <-done:
-			done = nil
-			stop("the call was cancelled")
-		case <-repeat:
-			c.interrupt()
-		case <-grace:
-			grace, repeat = nil, nil
-			tr.notice(true, "the call did not stop within %s of the interrupt; its worker is killed and replaced", cfg.InterruptGrace)
-			c.proc.kill(retirement{RestartInterrupt, "it did not stop after an interrupt"})
-		}
-	}
+	return nil
 }
 
-// retireToolAnswer: the worker did not take the answer to a tool call it
-// made.
-var retireToolAnswer = retirement{RestartProtocol, "it did not take a tool call's answer"}
-
-// answer is what the supervisor tells a worker that needs packages, and
-// why the worker must not take another call after this one, if it must not.
-type answer struct {
-	req    request
-	retire retirement
-	// conflict: the call pins another version of a package the worker has loaded.
-	conflict bool
-}
-
-// resolve answers a worker's need through pkgs: the files of the packages
-// it is to load, or why they cannot be had. It runs on its own goroutine
-// and must not touch the worker. A conflict with a package the worker
-// has loaded retires the worker after the call, so that the next call that
-// needs the other version gets a fresh one.
-func resolve(ctx context.Context, pkgs *packages.Resolver, id string, need event) answer {
-	ans := request{Type: "packages", ID: id}
-	if pkgs == nil {
-		ans.Error = "pyrun: this pool loads no packages"
-		return answer{req: ans}
-	}
-	var retire retirement
-	files, err := pkgs.Resolve(ctx, packages.Request{
-		Imports: need.Imports, Requires: need.Requires, RequiresPython: need.RequiresPython, Loaded: need.Loaded,
-	})
-	switch {
-	case errors.Is(err, packages.ErrLoadedConflict):
-		retire = retireVersionConflict
-		fallthrough
-	case err != nil:
-		if ctx.Err() != nil {
-			err = fmt.Errorf("%w (the call was stopped while its packages were fetched)", err)
+// take takes an event of the call that neither asks the host for
+// something nor ends the call.
+func (c *conn) take(ev event, tr *transcript, cfg Config) *fault {
+	switch ev.Type {
+	case "output":
+		tr.add(Stream(ev.Stream), ev.Text)
+	case "package":
+		if tr.events != nil {
+			tr.events.Package(ev.Text)
 		}
-		ans.Error = err.Error()
+	case "error":
+		return &fault{fmt.Errorf("the worker failed the call: %s", ev.Error), retirement{RestartProtocol, "it failed a call"}}
+	case "display", "file":
+		c.tookRich()
+		if err := tr.rich.add(ev, cfg); err != nil {
+			return &fault{err, retireProtocol}
+		}
 	default:
-		ans.Files = files
+		return &fault{fmt.Errorf("%w: %q during a call", errGarbage, ev.Type), retireProtocol}
 	}
-	return answer{req: ans, retire: retire, conflict: retire.given()}
-}
-
-// needText and answerText say what a call's packages are doing, for the
-// client's live log.
-func needText(need event) string {
-	what := need.Requires
-	if len(what) == 0 {
-		what = need.Imports
-	}
-	return "pyrun: finding packages for " + strings.Join(what, ", ")
-}
-
-func answerText(ans request) string {
-	if ans.Error != "" {
-		return "pyrun: " + ans.Error
-	}
-	if len(ans.Files) == 0 {
-		return "pyrun: no packages to load"
-	}
-	names := make([]string, len(ans.Files))
-	for i, f := range ans.Files {
-		names[i] = f.Name + " " + f.Version
-	}
-	return "pyrun: loading " + strings.Join(names, ", ")
+	return nil
 }
 
 // finish turns the worker's result into the call's.
 func (c *conn) finish(res Result, ev event, tr *transcript, stopped string, cfg Config, end *callEnd) Result {
+	if c.ready.Settles {
+		c.unsettled = ev.ID
+	}
 	for s := range ev.Dropped {
 		tr.dropped(Stream(s))
 	}
