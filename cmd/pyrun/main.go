@@ -160,7 +160,7 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		Requests:        o.requestLimits(),
 		Delivery: flow.DeliveryLimits{WriteTimeout: o.writeTimeout, SessionResults: o.sessionPendingResults,
 			SessionBytes: int64(o.sessionPendingBytes), ClientBytes: int64(o.clientPendingBytes)},
-		Tasks: o.taskOptions(),
+		Tasks: o.tasks,
 		// 0 keeps none, which mcp.Options spells -1.
 		AppCellBytes: cmp.Or(int64(o.appCellBytes), -1),
 	}

@@ -138,13 +138,10 @@ type options struct {
 	pools       [lang.Count]poolFlags // by lang.Index
 	runLanguage string                // pyrun run --language
 	// The local socket (local.go).
-	socket          string
-	attach          string
-	maxSocketConns  int
-	taskTTL         time.Duration
-	clientMaxTasks  int
-	clientTaskBytes byteSize
-	taskAfter       time.Duration
+	socket         string
+	attach         string
+	maxSocketConns int
+	tasks          mcp.TaskOptions
 }
 
 // flagSet declares every flag on o, with its default.
