@@ -60,8 +60,8 @@ func DefaultTaskOptions() TaskOptions {
 	return TaskOptions{TTL: DefaultTaskTTL, ClientMax: DefaultClientTasks, After: DefaultTaskAfter, ClientBytes: DefaultClientTaskBytes}
 }
 
-// Validate says what of o is out of range, naming the setting as pyrun's
-// flags and config keys do (docs/configuration.md, MCP tasks).
+// Validate checks bounds a user set, naming each setting as pyrun's flags
+// and config keys do (docs/configuration.md, MCP tasks).
 func (o TaskOptions) Validate() error {
 	switch {
 	case o.TTL < time.Second || o.TTL > 24*time.Hour:

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/bytesize"
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/apps"
@@ -108,8 +109,7 @@ type options struct {
 	out     string
 	// What one client may hold of pyrun (mcp/flow, mcp/httpfront's
 	// session.go, mcp/netguard).
-	writeTimeout          time.Duration
-	sessionPendingResults int
+	delivery              flow.DeliveryLimits // bound to its flags (flagLimits)
 	sessionStore          string
 	sessionStoreKeyFile   string // "": a dir: store's own key; required with redis
 	checkpointDelay       time.Duration
@@ -117,8 +117,6 @@ type options struct {
 	sessionMoveWait       time.Duration
 	maxCheckpoint         byteSize
 	restoreSpares         int
-	sessionPendingBytes   byteSize
-	clientPendingBytes    byteSize
 	maxMCPSessions        int
 	clientMaxMCPSessions  int
 	maxRequestBytes       byteSize
@@ -223,11 +221,11 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 // flagLimits declares the flags that bound what one client can hold of
 // pyrun: connections, sessions, results waiting to be written.
 func (o *options) flagLimits(fs *flag.FlagSet) {
-	o.sessionPendingBytes, o.clientPendingBytes = flow.DefaultSessionBytes, flow.DefaultClientBytes
-	fs.DurationVar(&o.writeTimeout, "write-timeout", flow.DefaultWriteTimeout, "longest one write to an HTTP client may take (an event stream, a response); a stream that does not drain is closed")
-	fs.IntVar(&o.sessionPendingResults, "session-pending-results", flow.DefaultSessionResults, "results that may wait to be written to one session; past it, calls are refused (on stdio, no more requests are read)")
-	fs.Var(&o.sessionPendingBytes, "session-pending-bytes", "bytes of results that may wait to be written to one session (bytes or 8MiB)")
-	fs.Var(&o.clientPendingBytes, "client-pending-bytes", "bytes of results that may wait to be written to one client's sessions (bytes or 32MiB)")
+	o.delivery = flow.DefaultDeliveryLimits()
+	fs.DurationVar(&o.delivery.WriteTimeout, "write-timeout", o.delivery.WriteTimeout, "longest one write to an HTTP client may take (an event stream, a response); a stream that does not drain is closed")
+	fs.IntVar(&o.delivery.SessionResults, "session-pending-results", o.delivery.SessionResults, "results that may wait to be written to one session; past it, calls are refused (on stdio, no more requests are read)")
+	fs.Var(bytesize.Var(&o.delivery.SessionBytes), "session-pending-bytes", "bytes of results that may wait to be written to one session (bytes or 8MiB)")
+	fs.Var(bytesize.Var(&o.delivery.ClientBytes), "client-pending-bytes", "bytes of results that may wait to be written to one client's sessions (bytes or 32MiB)")
 	fs.Var(&o.maxRequestBytes, "max-request-bytes", "bytes of requests pyrun holds at once for all clients: bodies being read and the arguments of calls in flight; a request past it is refused before it is decoded (bytes or 64MiB; 0: 64MiB, or four times client-max-request-bytes if more)")
 	fs.Var(&o.clientMaxRequestBytes, "client-max-request-bytes", "the same for one client (token, or IP address; on stdio, no more requests are read) (bytes or 16MiB; 0: 16MiB, or two of the largest request bodies if more)")
 	fs.Var(&o.goMemoryLimit, "go-memory-limit", "soft limit on pyrun's own Go heap, so that its garbage is collected before it grows past what the other limits let clients make pyrun hold (bytes or 512MiB; 0: derived from them, see docs/configuration.md; GOMEMLIMIT wins)")
@@ -241,15 +239,10 @@ func (o *options) flagLimits(fs *flag.FlagSet) {
 
 // checkLimits checks the values flagLimits declares.
 func (o *options) checkLimits() error {
+	if err := o.delivery.Validate(); err != nil {
+		return err
+	}
 	switch {
-	case o.writeTimeout < time.Second:
-		return fmt.Errorf("write-timeout must be at least 1s, not %s", o.writeTimeout)
-	case o.sessionPendingResults < 1 || o.sessionPendingResults > 4096:
-		return fmt.Errorf("session-pending-results must be between 1 and 4096, not %d", o.sessionPendingResults)
-	case o.sessionPendingBytes < 64<<10:
-		return fmt.Errorf("session-pending-bytes must be at least 64KiB, not %s", o.sessionPendingBytes)
-	case o.clientPendingBytes < o.sessionPendingBytes:
-		return fmt.Errorf("client-pending-bytes (%s) must be at least session-pending-bytes (%s)", o.clientPendingBytes, o.sessionPendingBytes)
 	case o.maxMCPSessions < 1:
 		return fmt.Errorf("max-mcp-sessions must be at least 1, not %d", o.maxMCPSessions)
 	case o.clientMaxMCPSessions < 1 || o.clientMaxMCPSessions > o.maxMCPSessions:
