@@ -127,10 +127,7 @@ type options struct {
 	maxConns              int
 	maxConnsPerAddr       int
 	mcpServers            serversFlag
-	maxToolCalls          int
-	toolConcurrency       int
-	maxToolListing        byteSize
-	maxToolMessage        byteSize
+	hub                   codemode.Options // code mode's limits, bound to their flags; MaxResult is max-output's
 	// Languages (languages.go).
 	languages   stringList
 	pools       [lang.Count]poolFlags // by lang.Index
@@ -148,7 +145,6 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	o.maxOutput, o.maxCode, o.liveBuffer = 64<<10, 1<<20, 256<<10
 	o.workerLogPerCall, o.workerLogRate = supervisor.DefaultStderrLogPerCall, supervisor.DefaultStderrLogRate
-	o.maxToolListing, o.maxToolMessage = 8<<10, codemode.DefaultMaxMessage
 	o.workerFileSize = oswall.DefaultFileSize
 	fs.StringVar(&o.configFile, "config", "", "JSON config `file`; its keys are these flags' names in snake_case")
 	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
@@ -210,10 +206,11 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	o.languageFlags(fs)
 	o.localFlags(fs)
 	fs.Var(&o.mcpServers, "mcp-servers", "code mode: `JSON` object of MCP servers whose tools Python may call, as in Claude Desktop's mcpServers, each with \"allow\": [tool names] and \"timeout\"")
-	fs.IntVar(&o.maxToolCalls, "max-tool-calls", 50, "code mode: tool calls one run may make")
-	fs.IntVar(&o.toolConcurrency, "tool-concurrency", 4, "code mode: tool calls of one run in progress at once")
-	fs.Var(&o.maxToolListing, "max-tool-listing", "code mode: size of the function list in the tool description; a longer one is summarised (bytes or 8KiB)")
-	fs.Var(&o.maxToolMessage, "max-tool-message", "code mode: largest message pyrun reads from an MCP server; a larger or broken one fails the tool call it answers, and the connection is kept (bytes or 16MiB)")
+	o.hub = codemode.DefaultOptions()
+	fs.IntVar(&o.hub.MaxCalls, "max-tool-calls", o.hub.MaxCalls, "code mode: tool calls one run may make")
+	fs.IntVar(&o.hub.Concurrency, "tool-concurrency", o.hub.Concurrency, "code mode: tool calls of one run in progress at once")
+	fs.Var(bytesize.Var(&o.hub.MaxListing), "max-tool-listing", "code mode: size of the function list in the tool description; a longer one is summarised (bytes or 8KiB)")
+	fs.Var(bytesize.Var(&o.hub.MaxMessage), "max-tool-message", "code mode: largest message pyrun reads from an MCP server; a larger or broken one fails the tool call it answers, and the connection is kept (bytes or 16MiB)")
 	explainDurations(fs)
 	return fs
 }
@@ -355,10 +352,7 @@ func (o *options) check() error {
 		outside("output-store", o.outputStore, 1<<10, 1<<30),
 		outside("output-store-files", o.outputStoreFiles, 1, 65536),
 		outside("app-cell-bytes", o.appCellBytes, 0, 1<<30),
-		outside("max-tool-calls", o.maxToolCalls, 1, 10000),
-		outside("tool-concurrency", o.toolConcurrency, 1, 64),
-		outside("max-tool-listing", o.maxToolListing, 1<<10, 1<<20),
-		outside("max-tool-message", o.maxToolMessage, 64<<10, 256<<20),
+		o.hub.Validate(),
 	); err != nil {
 		return err
 	}
