@@ -117,8 +117,7 @@ type options struct {
 	sessionMoveWait       time.Duration
 	maxCheckpoint         byteSize
 	restoreSpares         int
-	maxMCPSessions        int
-	clientMaxMCPSessions  int
+	mcpSessions           httpfront.SessionLimits // bound to their flags (flagLimits)
 	maxRequestBytes       byteSize
 	clientMaxRequestBytes byteSize
 	goMemoryLimit         byteSize
@@ -226,8 +225,9 @@ func (o *options) flagLimits(fs *flag.FlagSet) {
 	fs.Var(&o.maxRequestBytes, "max-request-bytes", "bytes of requests pyrun holds at once for all clients: bodies being read and the arguments of calls in flight; a request past it is refused before it is decoded (bytes or 64MiB; 0: 64MiB, or four times client-max-request-bytes if more)")
 	fs.Var(&o.clientMaxRequestBytes, "client-max-request-bytes", "the same for one client (token, or IP address; on stdio, no more requests are read) (bytes or 16MiB; 0: 16MiB, or two of the largest request bodies if more)")
 	fs.Var(&o.goMemoryLimit, "go-memory-limit", "soft limit on pyrun's own Go heap, so that its garbage is collected before it grows past what the other limits let clients make pyrun hold (bytes or 512MiB; 0: derived from them, see docs/configuration.md; GOMEMLIMIT wins)")
-	fs.IntVar(&o.maxMCPSessions, "max-mcp-sessions", httpfront.DefaultMaxSessions, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
-	fs.IntVar(&o.clientMaxMCPSessions, "client-max-mcp-sessions", httpfront.DefaultClientMaxSessions, "serve: MCP sessions one client (token, or remote address) may have open; a new one closes its session idle the longest")
+	o.mcpSessions = httpfront.SessionLimits{Max: httpfront.DefaultMaxSessions, ClientMax: httpfront.DefaultClientMaxSessions}
+	fs.IntVar(&o.mcpSessions.Max, "max-mcp-sessions", o.mcpSessions.Max, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
+	fs.IntVar(&o.mcpSessions.ClientMax, "client-max-mcp-sessions", o.mcpSessions.ClientMax, "serve: MCP sessions one client (token, or remote address) may have open; a new one closes its session idle the longest")
 	fs.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "serve: longest a request's headers may take to arrive")
 	fs.DurationVar(&o.bodyTimeout, "body-timeout", 30*time.Second, "serve: longest a request's body may take to arrive, after its headers")
 	fs.IntVar(&o.maxConns, "max-conns", 0, "serve: HTTP connections open at once (default: 1024, fewer when the open-files limit is low, to leave room for workers)")
@@ -236,14 +236,10 @@ func (o *options) flagLimits(fs *flag.FlagSet) {
 
 // checkLimits checks the values flagLimits declares.
 func (o *options) checkLimits() error {
-	if err := o.delivery.Validate(); err != nil {
+	if err := firstError(o.delivery.Validate(), o.mcpSessions.Validate()); err != nil {
 		return err
 	}
 	switch {
-	case o.maxMCPSessions < 1:
-		return fmt.Errorf("max-mcp-sessions must be at least 1, not %d", o.maxMCPSessions)
-	case o.clientMaxMCPSessions < 1 || o.clientMaxMCPSessions > o.maxMCPSessions:
-		return fmt.Errorf("client-max-mcp-sessions must be between 1 and max-mcp-sessions (%d), not %d", o.maxMCPSessions, o.clientMaxMCPSessions)
 	case o.headerTimeout < 100*time.Millisecond:
 		return fmt.Errorf("header-timeout must be at least 100ms, not %s", o.headerTimeout)
 	case o.bodyTimeout < 100*time.Millisecond:
