@@ -37,7 +37,7 @@ func (f *serversFlag) String() string {
 // capped as a call's output is (max-output).
 func (o *options) hubOptions() codemode.Options {
 	h := o.hub
-	h.MaxResult = int(o.maxOutput)
+	h.MaxResult = o.supervisor.MaxOutput
 	return h
 }
 
