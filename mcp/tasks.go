@@ -35,6 +35,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/pyrun/pyrun/internal/bytesize"
 )
 
 // TaskOptions bound tasks.
@@ -52,6 +53,27 @@ type TaskOptions struct {
 	// results are dropped, so that kept results, which wait outside every
 	// other per-client bound, cannot grow pyrun's heap without end.
 	ClientBytes int64
+}
+
+// DefaultTaskOptions are the tasks' bounds by default.
+func DefaultTaskOptions() TaskOptions {
+	return TaskOptions{TTL: DefaultTaskTTL, ClientMax: DefaultClientTasks, After: DefaultTaskAfter, ClientBytes: DefaultClientTaskBytes}
+}
+
+// Validate checks bounds a user set, naming each setting as pyrun's flags
+// and config keys do (docs/configuration.md, MCP tasks).
+func (o TaskOptions) Validate() error {
+	switch {
+	case o.TTL < time.Second || o.TTL > 24*time.Hour:
+		return fmt.Errorf("task-ttl must be between 1s and 24h, not %s", o.TTL)
+	case o.ClientMax < 1 || o.ClientMax > 4096:
+		return fmt.Errorf("client-max-tasks must be between 1 and 4096, not %d", o.ClientMax)
+	case o.ClientBytes < 64<<10:
+		return fmt.Errorf("client-task-bytes must be at least 64KiB, not %s", bytesize.Format(o.ClientBytes))
+	case o.After < 0 || o.After > time.Hour:
+		return fmt.Errorf("task-after must be between 0 and 1h, not %s", o.After)
+	}
+	return nil
 }
 
 // Defaults of TaskOptions.

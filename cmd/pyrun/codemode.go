@@ -33,15 +33,12 @@ func (f *serversFlag) String() string {
 	return string(b)
 }
 
-// hubOptions are code mode's limits.
+// hubOptions are code mode's limits: its own flags', and a tool's result
+// capped as a call's output is (max-output).
 func (o *options) hubOptions() codemode.Options {
-	return codemode.Options{
-		MaxCalls:    o.maxToolCalls,
-		Concurrency: o.toolConcurrency,
-		MaxResult:   int(o.maxOutput),
-		MaxListing:  int(o.maxToolListing),
-		MaxMessage:  int(o.maxToolMessage),
-	}
+	h := o.hub
+	h.MaxResult = o.supervisor.MaxOutput
+	return h
 }
 
 // hubSettle bounds how long pyrun, once its workers are up, waits for MCP

@@ -218,7 +218,8 @@ func exampleValue(f *flag.Flag, r flagRow) ([]byte, error) {
 		return []byte("{}"), nil
 	case *durationFlag:
 		return jsonText(tidyDefault(def)), nil
-	case *byteSize:
+	}
+	if _, ok := f.Value.(interface{ Bytes() int64 }); ok {
 		return jsonText(def), nil
 	}
 	g, ok := f.Value.(flag.Getter)

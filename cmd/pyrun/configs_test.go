@@ -108,9 +108,9 @@ func TestSystemdTasksMax(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if need := supervisor.TasksFor(workersFor(o), o.maxWorkerThreads); tasks < need {
+	if need := supervisor.TasksFor(workersFor(o), o.supervisor.MaxWorkerThreads); tasks < need {
 		t.Errorf("TasksMax=%d; %d workers (%d pool, %d sessions) of at most %d threads need %d",
-			tasks, workersFor(o), o.pool(lang.Python).workers, o.maxSessions, o.maxWorkerThreads, need)
+			tasks, workersFor(o), o.pool(lang.Python).workers, o.maxSessions, o.supervisor.MaxWorkerThreads, need)
 	}
 }
 

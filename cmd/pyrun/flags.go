@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/bytesize"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -205,37 +206,8 @@ func nearestCommand(typed string) string {
 // with a unit (KB, MB, GB in powers of 1000; KiB, MiB, GiB in powers of 1024).
 type byteSize int64
 
-var sizeUnits = map[string]int64{
-	"": 1, "b": 1,
-	"kb": 1e3, "mb": 1e6, "gb": 1e9,
-	"k": 1 << 10, "m": 1 << 20, "g": 1 << 30,
-	"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30,
-}
-
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	i := 0
-	for i < len(t) && (t[i] >= '0' && t[i] <= '9' || t[i] == '.') {
-		i++
-	}
-	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
-	mult, ok := sizeUnits[unit]
-	if num == "" || !ok {
-		return 0, fmt.Errorf("%q is not a size: use bytes or a unit such as 64KiB, 512MiB, 1GiB", s)
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a size: %w", s, err)
-	}
-	v := f * float64(mult)
-	if v > 1<<50 {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return int64(v), nil
-}
-
 func (b *byteSize) Set(s string) error {
-	v, err := parseSize(s)
+	v, err := bytesize.Parse(s)
 	if err != nil {
 		return err
 	}
@@ -243,18 +215,10 @@ func (b *byteSize) Set(s string) error {
 	return nil
 }
 
-func (b byteSize) String() string {
-	v := int64(b)
-	for _, u := range []struct {
-		name string
-		size int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if v >= u.size && v%u.size == 0 {
-			return fmt.Sprintf("%d%s", v/u.size, u.name)
-		}
-	}
-	return strconv.FormatInt(v, 10)
-}
+func (b byteSize) String() string { return bytesize.Format(int64(b)) }
+
+// Bytes marks the flag as a size, as bytesize.Value does.
+func (b byteSize) Bytes() int64 { return int64(b) }
 
 // stringList is a comma-separated list flag.
 type stringList []string

@@ -49,7 +49,7 @@ func TestDurationNeedsAUnit(t *testing.T) {
 	// Control: with a unit, and a plain 0, it is taken.
 	for _, v := range []string{"5s", "1.5s", "500ms"} {
 		o, _, err := loadOptions("stdio", []string{"--timeout", v})
-		if err != nil || o.timeout.String() != v {
+		if err != nil || o.supervisor.Timeout.String() != v {
 			t.Errorf("--timeout %s: %v, %v", v, o, err)
 		}
 	}
@@ -119,8 +119,8 @@ func TestFlagsAfterTheFile(t *testing.T) {
 			t.Errorf("%q: %v", tc.args, err)
 			continue
 		}
-		if !slices.Equal(pos, tc.pos) || o.timeout.String() != tc.timeout {
-			t.Errorf("%q: files %q, timeout %s; want %q and %s", tc.args, pos, o.timeout, tc.pos, tc.timeout)
+		if !slices.Equal(pos, tc.pos) || o.supervisor.Timeout.String() != tc.timeout {
+			t.Errorf("%q: files %q, timeout %s; want %q and %s", tc.args, pos, o.supervisor.Timeout, tc.pos, tc.timeout)
 		}
 	}
 	// A mistyped flag after the file is a flag error too, not a file.

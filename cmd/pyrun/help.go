@@ -137,9 +137,10 @@ func printFlag(w io.Writer, f *flag.Flag) {
 // docs/configuration.md's tables: the one its help gives in backquotes,
 // else one for its type.
 func argName(f *flag.Flag, name string) string {
-	switch f.Value.(type) {
-	case *byteSize:
+	if _, ok := f.Value.(interface{ Bytes() int64 }); ok {
 		return "BYTES"
+	}
+	switch f.Value.(type) {
 	case *stringList:
 		return "a,b"
 	case *durationFlag:

@@ -222,7 +222,7 @@ func TestKubernetesManifests(t *testing.T) {
 		// Termination: the preStop pause, then the drain, within the grace.
 		drain := opts.drainTimeout
 		if drain == 0 {
-			drain = opts.timeout + 5*time.Second
+			drain = opts.supervisor.Timeout + 5*time.Second
 		}
 		var pause time.Duration
 		if l := c.Lifecycle; l != nil && l.PreStop != nil && l.PreStop.Sleep != nil {

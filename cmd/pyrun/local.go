@@ -24,6 +24,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/pyrun/pyrun/internal/bytesize"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/localsock"
 )
@@ -33,17 +34,13 @@ func (o *options) localFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.socket, "socket", "", "serve: also serve MCP on this Unix socket `path` (owner-only; peers of other users are refused); stdio: the service's socket to attach to (default $XDG_RUNTIME_DIR/pyrun.sock, else /run/user/UID/pyrun.sock); default: that path, for serve too")
 	fs.StringVar(&o.attach, "attach", "auto", "stdio: auto (bridge to the service on --socket when it answers, else serve with a pool of its own), never, or required (fail when no service answers)")
 	fs.IntVar(&o.maxSocketConns, "max-socket-conns", 256, "serve: connections open at once on --socket, each an MCP session of the local client; more are refused")
-	// MCP tasks (mcp/tasks.go), on stdio and the socket.
-	fs.DurationVar(&o.taskTTL, "task-ttl", mcp.DefaultTaskTTL, "how long an MCP task's result is kept after the task ends (a client may ask for less)")
-	fs.IntVar(&o.clientMaxTasks, "client-max-tasks", mcp.DefaultClientTasks, "MCP tasks one client may hold, running or kept; more task-augmented calls are refused (2025-11-25) or answered without a task (2026-07-28)")
-	o.clientTaskBytes = byteSize(mcp.DefaultClientTaskBytes)
-	fs.Var(&o.clientTaskBytes, "client-task-bytes", "bytes of ended MCP tasks' results one client's tasks keep for --task-ttl (their JSON); past it the client's oldest kept results are dropped (bytes or 32MiB)")
-	fs.DurationVar(&o.taskAfter, "task-after", mcp.DefaultTaskAfter, "MCP 2026-07-28: a call of a client that takes tasks is answered with a task when it has not ended after this long (0: at once)")
-}
-
-// taskOptions are the MCP tasks' bounds.
-func (o *options) taskOptions() mcp.TaskOptions {
-	return mcp.TaskOptions{TTL: o.taskTTL, ClientMax: o.clientMaxTasks, After: o.taskAfter, ClientBytes: int64(o.clientTaskBytes)}
+	// MCP tasks (mcp/tasks.go), on stdio and the socket: bound to the
+	// front end's own configuration, which checks itself (Validate).
+	o.tasks = mcp.DefaultTaskOptions()
+	fs.DurationVar(&o.tasks.TTL, "task-ttl", o.tasks.TTL, "how long an MCP task's result is kept after the task ends (a client may ask for less)")
+	fs.IntVar(&o.tasks.ClientMax, "client-max-tasks", o.tasks.ClientMax, "MCP tasks one client may hold, running or kept; more task-augmented calls are refused (2025-11-25) or answered without a task (2026-07-28)")
+	fs.Var(bytesize.Var(&o.tasks.ClientBytes), "client-task-bytes", "bytes of ended MCP tasks' results one client's tasks keep for --task-ttl (their JSON); past it the client's oldest kept results are dropped (bytes or 32MiB)")
+	fs.DurationVar(&o.tasks.After, "task-after", o.tasks.After, "MCP 2026-07-28: a call of a client that takes tasks is answered with a task when it has not ended after this long (0: at once)")
 }
 
 func (o *options) checkLocal() error {
@@ -55,16 +52,8 @@ func (o *options) checkLocal() error {
 	switch {
 	case o.maxSocketConns < 1 || o.maxSocketConns > 65536:
 		return fmt.Errorf("max-socket-conns must be between 1 and 65536, not %d", o.maxSocketConns)
-	case o.taskTTL < time.Second || o.taskTTL > 24*time.Hour:
-		return fmt.Errorf("task-ttl must be between 1s and 24h, not %s", o.taskTTL)
-	case o.clientMaxTasks < 1 || o.clientMaxTasks > 4096:
-		return fmt.Errorf("client-max-tasks must be between 1 and 4096, not %d", o.clientMaxTasks)
-	case o.clientTaskBytes < 64<<10:
-		return fmt.Errorf("client-task-bytes must be at least 64KiB, not %s", o.clientTaskBytes)
-	case o.taskAfter < 0 || o.taskAfter > time.Hour:
-		return fmt.Errorf("task-after must be between 0 and 1h, not %s", o.taskAfter)
 	}
-	return nil
+	return o.tasks.Validate()
 }
 
 // stdioSocket is the socket `pyrun stdio` attaches to: --socket, else the

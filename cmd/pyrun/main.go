@@ -20,7 +20,6 @@ import (
 
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
-	"github.com/pyrun/pyrun/mcp/flow"
 	"github.com/pyrun/pyrun/mcp/outputs"
 	"github.com/pyrun/pyrun/supervisor"
 )
@@ -158,9 +157,8 @@ func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
 		Languages:       o.mcpLanguages(rt),
 		Disabled:        o.disabledLanguages(),
 		Requests:        o.requestLimits(),
-		Delivery: flow.DeliveryLimits{WriteTimeout: o.writeTimeout, SessionResults: o.sessionPendingResults,
-			SessionBytes: int64(o.sessionPendingBytes), ClientBytes: int64(o.clientPendingBytes)},
-		Tasks: o.taskOptions(),
+		Delivery:        o.delivery,
+		Tasks:           o.tasks,
 		// 0 keeps none, which mcp.Options spells -1.
 		AppCellBytes: cmp.Or(int64(o.appCellBytes), -1),
 	}

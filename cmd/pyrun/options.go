@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/bytesize"
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/apps"
@@ -27,34 +27,19 @@ import (
 type options struct {
 	configFile string
 
-	timeout       time.Duration
-	maxOutput     byteSize
+	// supervisor is the pools' configuration, their own flags bound to it
+	// (it checks them: Validate); poolConfig adds what pyrun works out.
+	supervisor supervisor.Config
+
 	maxCode       byteSize
 	maxInputFiles int
-	maxQueue      int
-	queueTimeout  time.Duration
-	deps          stringList
-	packageIndex  string
-	wheelhouse    string
-	pypi          string
-	network       string
-	isolation     string
 	runtimeDir    string
 
 	liveBuffer       byteSize
 	progressInterval time.Duration
 
 	// What a call may leave a worker with, and what its stderr may log.
-	maxWorkerThreads int
-	warmCalls        int
-	idleCPU          float64
-	idleMemorySlack  byteSize
-	workerLogPerCall byteSize
-	workerLogRate    byteSize
-	// The OS sandbox around each worker process (supervisor/oswall).
-	osSandbox       string
-	workerOpenFiles int
-	workerFileSize  byteSize
+	warmCalls int
 
 	logLevel     string
 	logFormat    string
@@ -76,8 +61,6 @@ type options struct {
 	clientMaxCalls int
 	clientMaxQueue int
 	// Workers that belong to a client (docs/architecture.md).
-	clientMaxWorkers  int
-	clientWorkerIdle  time.Duration
 	metricsMaxClients int
 
 	// Python sessions (pysessions.go)
@@ -93,8 +76,6 @@ type options struct {
 	clientMaxSessionWorkers int
 	instanceID              string
 	// Rich results (docs/rich-results.md).
-	maxDisplays      int
-	maxDisplayBytes  byteSize
 	outputTTL        time.Duration
 	outputStore      byteSize
 	outputStoreFiles int
@@ -108,8 +89,7 @@ type options struct {
 	out     string
 	// What one client may hold of pyrun (mcp/flow, mcp/httpfront's
 	// session.go, mcp/netguard).
-	writeTimeout          time.Duration
-	sessionPendingResults int
+	delivery              flow.DeliveryLimits // bound to its flags (flagLimits)
 	sessionStore          string
 	sessionStoreKeyFile   string // "": a dir: store's own key; required with redis
 	checkpointDelay       time.Duration
@@ -117,10 +97,7 @@ type options struct {
 	sessionMoveWait       time.Duration
 	maxCheckpoint         byteSize
 	restoreSpares         int
-	sessionPendingBytes   byteSize
-	clientPendingBytes    byteSize
-	maxMCPSessions        int
-	clientMaxMCPSessions  int
+	mcpSessions           httpfront.SessionLimits // bound to their flags (flagLimits)
 	maxRequestBytes       byteSize
 	clientMaxRequestBytes byteSize
 	goMemoryLimit         byteSize
@@ -129,59 +106,52 @@ type options struct {
 	maxConns              int
 	maxConnsPerAddr       int
 	mcpServers            serversFlag
-	maxToolCalls          int
-	toolConcurrency       int
-	maxToolListing        byteSize
-	maxToolMessage        byteSize
+	hub                   codemode.Options // code mode's limits, bound to their flags; MaxResult is max-output's
 	// Languages (languages.go).
 	languages   stringList
 	pools       [lang.Count]poolFlags // by lang.Index
 	runLanguage string                // pyrun run --language
 	// The local socket (local.go).
-	socket          string
-	attach          string
-	maxSocketConns  int
-	taskTTL         time.Duration
-	clientMaxTasks  int
-	clientTaskBytes byteSize
-	taskAfter       time.Duration
+	socket         string
+	attach         string
+	maxSocketConns int
+	tasks          mcp.TaskOptions
 }
 
 // flagSet declares every flag on o, with its default.
 func (o *options) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	o.maxOutput, o.maxCode, o.liveBuffer = 64<<10, 1<<20, 256<<10
-	o.workerLogPerCall, o.workerLogRate = supervisor.DefaultStderrLogPerCall, supervisor.DefaultStderrLogRate
-	o.maxToolListing, o.maxToolMessage = 8<<10, codemode.DefaultMaxMessage
-	o.workerFileSize = oswall.DefaultFileSize
+	o.maxCode, o.liveBuffer = 1<<20, 256<<10
+	o.supervisor = supervisor.Config{MaxOutput: 64 << 10, StderrLogPerCall: supervisor.DefaultStderrLogPerCall,
+		StderrLogRate: supervisor.DefaultStderrLogRate, WorkerFileSize: oswall.DefaultFileSize, MaxDisplayBytes: 4 << 20}
 	fs.StringVar(&o.configFile, "config", "", "JSON config `file`; its keys are these flags' names in snake_case")
-	fs.DurationVar(&o.timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
-	fs.Var(&o.maxOutput, "max-output", "cap on each of stdout, stderr and the return value, per call (bytes or 64KiB)")
+	fs.DurationVar(&o.supervisor.Timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
+	fs.Var(bytesize.Var(&o.supervisor.MaxOutput), "max-output", "cap on each of stdout, stderr and the return value, per call (bytes or 64KiB)")
 	fs.Var(&o.maxCode, "max-code", "largest python_code accepted, and largest global_variables as JSON (bytes or 1MiB)")
 	fs.IntVar(&o.maxInputFiles, "max-input-files", mcp.DefaultMaxInputFiles, "entries a call's files argument may hold; more are refused with a tool error")
-	fs.IntVar(&o.maxQueue, "max-queue", 0, "calls that may wait for a free worker (default 64 per worker)")
-	fs.DurationVar(&o.queueTimeout, "queue-timeout", 60*time.Second, "longest a call waits for a free worker")
-	fs.IntVar(&o.clientMaxWorkers, "client-max-workers", 0, "workers of a language one client may own while other clients own some or wait (a worker that ran a client's call runs no other client's); a client alone may own the whole pool (default: half the pool, rounded up, at least 1)")
-	fs.DurationVar(&o.clientWorkerIdle, "client-worker-idle", supervisor.DefaultClientWorkerIdle, "retire a client's worker unused this long; its next call takes a fresh one")
+	fs.IntVar(&o.supervisor.MaxQueue, "max-queue", 0, "calls that may wait for a free worker (default 64 per worker)")
+	fs.DurationVar(&o.supervisor.QueueTimeout, "queue-timeout", 60*time.Second, "longest a call waits for a free worker")
+	fs.IntVar(&o.supervisor.ClientMaxWorkers, "client-max-workers", 0, "workers of a language one client may own while other clients own some or wait (a worker that ran a client's call runs no other client's); a client alone may own the whole pool (default: half the pool, rounded up, at least 1)")
+	fs.DurationVar(&o.supervisor.ClientWorkerIdle, "client-worker-idle", supervisor.DefaultClientWorkerIdle, "retire a client's worker unused this long; its next call takes a fresh one")
 	fs.IntVar(&o.metricsMaxClients, "metrics-max-clients", 32, "clients named in pyrun_client_workers and, without access control, /healthz's workers_by_client (the first by name); the rest count as other")
-	fs.Var(&o.deps, "deps", "comma-separated packages (PEP 508: numpy, attrs==23.2) every worker loads before it takes a call")
-	fs.StringVar(&o.packageIndex, "package-index", "", "where Pyodide's packages come from: a URL or a `directory` laid out like the Pyodide distribution (default: the CDN of the pinned Pyodide version)")
-	fs.StringVar(&o.pypi, "pypi", packages.DefaultPyPI, "`URL` of PyPI's JSON API (or a mirror's), for PEP 723 requirements neither the package index nor the wheelhouse has; none: never ask")
-	fs.StringVar(&o.wheelhouse, "wheelhouse", "", "`directory` of wheels (pure Python, or built for Pyodide) to install from, by name and version")
-	fs.StringVar(&o.network, "network", "public", "what Python may reach: none, packages, public (no private or loopback addresses) or all")
-	fs.StringVar(&o.isolation, "isolation", "call", "call (fresh globals, files and modules per call) or process (a new worker per call)")
+	fs.Var((*stringList)(&o.supervisor.Deps), "deps", "comma-separated packages (PEP 508: numpy, attrs==23.2) every worker loads before it takes a call")
+	fs.StringVar(&o.supervisor.PackageIndex, "package-index", "", "where Pyodide's packages come from: a URL or a `directory` laid out like the Pyodide distribution (default: the CDN of the pinned Pyodide version)")
+	fs.StringVar(&o.supervisor.PyPI, "pypi", packages.DefaultPyPI, "`URL` of PyPI's JSON API (or a mirror's), for PEP 723 requirements neither the package index nor the wheelhouse has; none: never ask")
+	fs.StringVar(&o.supervisor.Wheelhouse, "wheelhouse", "", "`directory` of wheels (pure Python, or built for Pyodide) to install from, by name and version")
+	fs.StringVar((*string)(&o.supervisor.Network), "network", string(supervisor.NetworkPublic), "what Python may reach: none, packages, public (no private or loopback addresses) or all")
+	fs.StringVar((*string)(&o.supervisor.Isolation), "isolation", string(supervisor.IsolationCall), "call (fresh globals, files and modules per call) or process (a new worker per call)")
 	fs.Var(&o.liveBuffer, "live-buffer", "output of one call waiting to be sent to a slow client as log messages; more is left out of the live stream, never out of the result (bytes or 256KiB)")
 	fs.DurationVar(&o.progressInterval, "progress-interval", time.Second, "gap between two progress notifications of a call that has a progress token")
-	fs.IntVar(&o.maxWorkerThreads, "max-worker-threads", supervisor.DefaultMaxWorkerThreads, "threads a worker process may have (JavaScript Worker threads made through import js count); past it the worker is killed and replaced")
+	fs.IntVar(&o.supervisor.MaxWorkerThreads, "max-worker-threads", supervisor.DefaultMaxWorkerThreads, "threads a worker process may have (JavaScript Worker threads made through import js count); past it the worker is killed and replaced")
 	fs.IntVar(&o.warmCalls, "warm-calls", supervisor.DefaultWarmCalls, "calls of its own a fresh Python worker runs while it waits for its first call, so that it serves that one at full speed (0: none; never under --isolation process)")
-	fs.Float64Var(&o.idleCPU, "idle-cpu", supervisor.DefaultIdleCPU, "share of one CPU an idle worker may use over a second (code a call left running); past it the worker is replaced. A session's worker may use as much over 10s between its calls; past it the session ends")
-	fs.Var(&o.idleMemorySlack, "idle-memory-slack", "resident memory a worker may hold after a call beyond what it held fresh; past it the worker is replaced (bytes or 128MiB; default a quarter of memory-limit, at least 64MiB)")
-	fs.Var(&o.workerLogPerCall, "worker-log-per-call", "bytes of worker stderr (js.console.log, os.write(2)) logged per call; the rest is counted (bytes or 16KiB)")
-	fs.Var(&o.workerLogRate, "worker-log-rate", "bytes of worker stderr logged a second, for all workers together (bytes or 64KiB)")
-	fs.StringVar(&o.osSandbox, "os-sandbox", string(oswall.ModeAuto), "the OS sandbox around every worker process (seccomp, Landlock, an empty network namespace, no_new_privs, resource limits): auto (every layer the machine offers; a warning names each missing one), required (refuse to start without seccomp and Landlock) or off")
-	fs.IntVar(&o.workerOpenFiles, "worker-open-files", oswall.DefaultOpenFiles, "files a worker process may hold open (RLIMIT_NOFILE, set by the OS sandbox); past it, opening one more fails in the call")
-	fs.Var(&o.workerFileSize, "worker-file-size", "largest file a worker may write, in a :rw mount (RLIMIT_FSIZE, set by the OS sandbox); a write past it fails in the call with 'File too large' (bytes or 1GiB)")
+	fs.Float64Var(&o.supervisor.IdleCPU, "idle-cpu", supervisor.DefaultIdleCPU, "share of one CPU an idle worker may use over a second (code a call left running); past it the worker is replaced. A session's worker may use as much over 10s between its calls; past it the session ends")
+	fs.Var(bytesize.Var(&o.supervisor.IdleMemorySlack), "idle-memory-slack", "resident memory a worker may hold after a call beyond what it held fresh; past it the worker is replaced (bytes or 128MiB; default a quarter of memory-limit, at least 64MiB)")
+	fs.Var(bytesize.Var(&o.supervisor.StderrLogPerCall), "worker-log-per-call", "bytes of worker stderr (js.console.log, os.write(2)) logged per call; the rest is counted (bytes or 16KiB)")
+	fs.Var(bytesize.Var(&o.supervisor.StderrLogRate), "worker-log-rate", "bytes of worker stderr logged a second, for all workers together (bytes or 64KiB)")
+	fs.StringVar((*string)(&o.supervisor.OSSandbox), "os-sandbox", string(oswall.ModeAuto), "the OS sandbox around every worker process (seccomp, Landlock, an empty network namespace, no_new_privs, resource limits): auto (every layer the machine offers; a warning names each missing one), required (refuse to start without seccomp and Landlock) or off")
+	fs.IntVar(&o.supervisor.WorkerOpenFiles, "worker-open-files", oswall.DefaultOpenFiles, "files a worker process may hold open (RLIMIT_NOFILE, set by the OS sandbox); past it, opening one more fails in the call")
+	fs.Var(bytesize.Var(&o.supervisor.WorkerFileSize), "worker-file-size", "largest file a worker may write, in a :rw mount (RLIMIT_FSIZE, set by the OS sandbox); a write past it fails in the call with 'File too large' (bytes or 1GiB)")
 	fs.StringVar(&o.runtimeDir, "runtime-dir", supervisor.DefaultRuntimeRoot(), "where pyrun installs Deno and Pyodide")
 	fs.StringVar(&o.logLevel, "log-level", "info", "trace, debug, info, warn or error (run and warmup: warn, so that their output is not lost among the logs)")
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
@@ -201,9 +171,9 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.IntVar(&o.clientMaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker, its session calls included (default: the pool size)")
 	fs.IntVar(&o.clientMaxQueue, "client-max-queue", 16, "serve, with access control: more calls of one client that may wait for those places; more are refused")
 	o.sessionFlags(fs)
-	o.maxDisplayBytes, o.outputStore, o.appCellBytes = 4<<20, 64<<20, apps.DefaultCellBytes
-	fs.IntVar(&o.maxDisplays, "max-displays", 16, "displays (display(), rich last values, figures) one call returns; more are dropped with a note")
-	fs.Var(&o.maxDisplayBytes, "max-display-bytes", "bytes of displays one call returns (bytes or 4MiB)")
+	o.outputStore, o.appCellBytes = 64<<20, apps.DefaultCellBytes
+	fs.IntVar(&o.supervisor.MaxDisplays, "max-displays", 16, "displays (display(), rich last values, figures) one call returns; more are dropped with a note")
+	fs.Var(bytesize.Var(&o.supervisor.MaxDisplayBytes), "max-display-bytes", "bytes of displays one call returns (bytes or 4MiB)")
 	fs.DurationVar(&o.outputTTL, "output-ttl", 15*time.Minute, "how long a call's /output/ files stay readable with resources/read")
 	fs.Var(&o.outputStore, "output-store", "bytes of /output/ files pyrun holds for resources/read, and returns from one call; the oldest are dropped first (bytes or 64MiB)")
 	fs.IntVar(&o.outputStoreFiles, "output-store-files", 256, "/output/ files pyrun holds, and returns from one call; the oldest are dropped first")
@@ -215,10 +185,11 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	o.languageFlags(fs)
 	o.localFlags(fs)
 	fs.Var(&o.mcpServers, "mcp-servers", "code mode: `JSON` object of MCP servers whose tools Python may call, as in Claude Desktop's mcpServers, each with \"allow\": [tool names] and \"timeout\"")
-	fs.IntVar(&o.maxToolCalls, "max-tool-calls", 50, "code mode: tool calls one run may make")
-	fs.IntVar(&o.toolConcurrency, "tool-concurrency", 4, "code mode: tool calls of one run in progress at once")
-	fs.Var(&o.maxToolListing, "max-tool-listing", "code mode: size of the function list in the tool description; a longer one is summarised (bytes or 8KiB)")
-	fs.Var(&o.maxToolMessage, "max-tool-message", "code mode: largest message pyrun reads from an MCP server; a larger or broken one fails the tool call it answers, and the connection is kept (bytes or 16MiB)")
+	o.hub = codemode.DefaultOptions()
+	fs.IntVar(&o.hub.MaxCalls, "max-tool-calls", o.hub.MaxCalls, "code mode: tool calls one run may make")
+	fs.IntVar(&o.hub.Concurrency, "tool-concurrency", o.hub.Concurrency, "code mode: tool calls of one run in progress at once")
+	fs.Var(bytesize.Var(&o.hub.MaxListing), "max-tool-listing", "code mode: size of the function list in the tool description; a longer one is summarised (bytes or 8KiB)")
+	fs.Var(bytesize.Var(&o.hub.MaxMessage), "max-tool-message", "code mode: largest message pyrun reads from an MCP server; a larger or broken one fails the tool call it answers, and the connection is kept (bytes or 16MiB)")
 	explainDurations(fs)
 	return fs
 }
@@ -226,16 +197,17 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 // flagLimits declares the flags that bound what one client can hold of
 // pyrun: connections, sessions, results waiting to be written.
 func (o *options) flagLimits(fs *flag.FlagSet) {
-	o.sessionPendingBytes, o.clientPendingBytes = flow.DefaultSessionBytes, flow.DefaultClientBytes
-	fs.DurationVar(&o.writeTimeout, "write-timeout", flow.DefaultWriteTimeout, "longest one write to an HTTP client may take (an event stream, a response); a stream that does not drain is closed")
-	fs.IntVar(&o.sessionPendingResults, "session-pending-results", flow.DefaultSessionResults, "results that may wait to be written to one session; past it, calls are refused (on stdio, no more requests are read)")
-	fs.Var(&o.sessionPendingBytes, "session-pending-bytes", "bytes of results that may wait to be written to one session (bytes or 8MiB)")
-	fs.Var(&o.clientPendingBytes, "client-pending-bytes", "bytes of results that may wait to be written to one client's sessions (bytes or 32MiB)")
+	o.delivery = flow.DefaultDeliveryLimits()
+	fs.DurationVar(&o.delivery.WriteTimeout, "write-timeout", o.delivery.WriteTimeout, "longest one write to an HTTP client may take (an event stream, a response); a stream that does not drain is closed")
+	fs.IntVar(&o.delivery.SessionResults, "session-pending-results", o.delivery.SessionResults, "results that may wait to be written to one session; past it, calls are refused (on stdio, no more requests are read)")
+	fs.Var(bytesize.Var(&o.delivery.SessionBytes), "session-pending-bytes", "bytes of results that may wait to be written to one session (bytes or 8MiB)")
+	fs.Var(bytesize.Var(&o.delivery.ClientBytes), "client-pending-bytes", "bytes of results that may wait to be written to one client's sessions (bytes or 32MiB)")
 	fs.Var(&o.maxRequestBytes, "max-request-bytes", "bytes of requests pyrun holds at once for all clients: bodies being read and the arguments of calls in flight; a request past it is refused before it is decoded (bytes or 64MiB; 0: 64MiB, or four times client-max-request-bytes if more)")
 	fs.Var(&o.clientMaxRequestBytes, "client-max-request-bytes", "the same for one client (token, or IP address; on stdio, no more requests are read) (bytes or 16MiB; 0: 16MiB, or two of the largest request bodies if more)")
 	fs.Var(&o.goMemoryLimit, "go-memory-limit", "soft limit on pyrun's own Go heap, so that its garbage is collected before it grows past what the other limits let clients make pyrun hold (bytes or 512MiB; 0: derived from them, see docs/configuration.md; GOMEMLIMIT wins)")
-	fs.IntVar(&o.maxMCPSessions, "max-mcp-sessions", httpfront.DefaultMaxSessions, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
-	fs.IntVar(&o.clientMaxMCPSessions, "client-max-mcp-sessions", httpfront.DefaultClientMaxSessions, "serve: MCP sessions one client (token, or remote address) may have open; a new one closes its session idle the longest")
+	o.mcpSessions = httpfront.SessionLimits{Max: httpfront.DefaultMaxSessions, ClientMax: httpfront.DefaultClientMaxSessions}
+	fs.IntVar(&o.mcpSessions.Max, "max-mcp-sessions", o.mcpSessions.Max, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
+	fs.IntVar(&o.mcpSessions.ClientMax, "client-max-mcp-sessions", o.mcpSessions.ClientMax, "serve: MCP sessions one client (token, or remote address) may have open; a new one closes its session idle the longest")
 	fs.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "serve: longest a request's headers may take to arrive")
 	fs.DurationVar(&o.bodyTimeout, "body-timeout", 30*time.Second, "serve: longest a request's body may take to arrive, after its headers")
 	fs.IntVar(&o.maxConns, "max-conns", 0, "serve: HTTP connections open at once (default: 1024, fewer when the open-files limit is low, to leave room for workers)")
@@ -244,19 +216,10 @@ func (o *options) flagLimits(fs *flag.FlagSet) {
 
 // checkLimits checks the values flagLimits declares.
 func (o *options) checkLimits() error {
+	if err := firstError(o.delivery.Validate(), o.mcpSessions.Validate()); err != nil {
+		return err
+	}
 	switch {
-	case o.writeTimeout < time.Second:
-		return fmt.Errorf("write-timeout must be at least 1s, not %s", o.writeTimeout)
-	case o.sessionPendingResults < 1 || o.sessionPendingResults > 4096:
-		return fmt.Errorf("session-pending-results must be between 1 and 4096, not %d", o.sessionPendingResults)
-	case o.sessionPendingBytes < 64<<10:
-		return fmt.Errorf("session-pending-bytes must be at least 64KiB, not %s", o.sessionPendingBytes)
-	case o.clientPendingBytes < o.sessionPendingBytes:
-		return fmt.Errorf("client-pending-bytes (%s) must be at least session-pending-bytes (%s)", o.clientPendingBytes, o.sessionPendingBytes)
-	case o.maxMCPSessions < 1:
-		return fmt.Errorf("max-mcp-sessions must be at least 1, not %d", o.maxMCPSessions)
-	case o.clientMaxMCPSessions < 1 || o.clientMaxMCPSessions > o.maxMCPSessions:
-		return fmt.Errorf("client-max-mcp-sessions must be between 1 and max-mcp-sessions (%d), not %d", o.maxMCPSessions, o.clientMaxMCPSessions)
 	case o.headerTimeout < 100*time.Millisecond:
 		return fmt.Errorf("header-timeout must be at least 100ms, not %s", o.headerTimeout)
 	case o.bodyTimeout < 100*time.Millisecond:
@@ -305,34 +268,10 @@ func loadOptions(cmd string, args []string) (*options, []string, error) {
 }
 
 func (o *options) check() error {
-	if _, err := supervisor.ParseNetwork(o.network); err != nil {
-		return err
-	}
-	if _, err := supervisor.ParseIsolation(o.isolation); err != nil {
-		return err
-	}
-	if _, err := oswall.ParseMode(o.osSandbox); err != nil {
+	if err := o.supervisor.Validate(); err != nil {
 		return err
 	}
 	switch {
-	case o.timeout <= 0:
-		return fmt.Errorf("timeout must be positive, not %s", o.timeout)
-	case o.maxOutput < 1<<10:
-		return fmt.Errorf("max-output must be at least 1KiB, not %s", o.maxOutput)
-	case o.maxOutput > 64<<20:
-		return fmt.Errorf("max-output must be at most 64MiB, not %s", o.maxOutput)
-	case o.maxQueue < 0:
-		return fmt.Errorf("max-queue must not be negative, not %d", o.maxQueue)
-	case o.queueTimeout <= 0:
-		return fmt.Errorf("queue-timeout must be positive, not %s", o.queueTimeout)
-	case o.clientWorkerIdle < time.Second:
-		return fmt.Errorf("client-worker-idle must be at least 1s, not %s", o.clientWorkerIdle)
-	case !(o.idleCPU >= 0.01 && o.idleCPU <= 1):
-		return fmt.Errorf("idle-cpu must be between 0.01 and 1 (a share of one CPU), not %g", o.idleCPU)
-	case o.idleMemorySlack < 0:
-		return fmt.Errorf("idle-memory-slack must not be negative, not %s", o.idleMemorySlack)
-	case o.workerFileSize < 1<<20:
-		return fmt.Errorf("worker-file-size must be at least 1MiB, not %s", o.workerFileSize)
 	case o.progressInterval < 100*time.Millisecond:
 		return fmt.Errorf("progress-interval must be at least 100ms, not %s", o.progressInterval)
 	case o.sessionTimeout <= 0:
@@ -352,23 +291,13 @@ func (o *options) check() error {
 		outside("max-code", o.maxCode, 1<<10, 32<<20),
 		outside("max-input-files", o.maxInputFiles, 1, 100000),
 		outside("live-buffer", o.liveBuffer, 4<<10, 64<<20),
-		outside("max-worker-threads", o.maxWorkerThreads, 16, 4096),
 		outside("warm-calls", o.warmCalls, 0, 10000),
-		outside("worker-log-per-call", o.workerLogPerCall, 1<<10, 64<<20),
-		outside("worker-log-rate", o.workerLogRate, 1<<10, 64<<20),
-		outside("worker-open-files", o.workerOpenFiles, 64, 1<<20),
 		outside("client-max-queue", o.clientMaxQueue, 0, 4096),
-		outside("client-max-workers", o.clientMaxWorkers, 0, 4096),
 		outside("metrics-max-clients", o.metricsMaxClients, 1, 1024),
-		outside("max-displays", o.maxDisplays, 1, 1024),
-		outside("max-display-bytes", o.maxDisplayBytes, 1<<10, 64<<20),
 		outside("output-store", o.outputStore, 1<<10, 1<<30),
 		outside("output-store-files", o.outputStoreFiles, 1, 65536),
 		outside("app-cell-bytes", o.appCellBytes, 0, 1<<30),
-		outside("max-tool-calls", o.maxToolCalls, 1, 10000),
-		outside("tool-concurrency", o.toolConcurrency, 1, 64),
-		outside("max-tool-listing", o.maxToolListing, 1<<10, 1<<20),
-		outside("max-tool-message", o.maxToolMessage, 64<<10, 256<<20),
+		o.hub.Validate(),
 	); err != nil {
 		return err
 	}
@@ -377,24 +306,6 @@ func (o *options) check() error {
 	}
 	if _, err := o.mounts.parse(); err != nil {
 		return err
-	}
-	for _, d := range o.deps {
-		if _, err := packages.ParseRequirement(d); err != nil {
-			return fmt.Errorf("deps: %w", err)
-		}
-	}
-	if o.wheelhouse != "" {
-		if st, err := os.Stat(o.wheelhouse); err != nil || !st.IsDir() {
-			return fmt.Errorf("wheelhouse %s is not a directory", o.wheelhouse)
-		}
-	}
-	if o.pypi != "none" && !packages.IsURL(o.pypi) {
-		return fmt.Errorf("pypi must be a URL or none, not %q", o.pypi)
-	}
-	if ix := o.packageIndex; ix != "" && !packages.IsURL(ix) {
-		if _, err := os.Stat(filepath.Join(ix, "pyodide-lock.json")); err != nil {
-			return fmt.Errorf("package-index %s: not a URL, and not a directory with a pyodide-lock.json", ix)
-		}
 	}
 	if err := o.checkLimits(); err != nil {
 		return err
@@ -436,51 +347,21 @@ func firstError(errs ...error) error {
 	return nil
 }
 
-// poolConfig is the supervisor's share of the options.
+// poolConfig is the pools' configuration: their own flags', and what
+// pyrun works out for them.
 func (o *options) poolConfig() supervisor.Config {
 	mounts, _ := o.mounts.parse() // checked by check
-	network, _ := supervisor.ParseNetwork(o.network)
-	isolation, _ := supervisor.ParseIsolation(o.isolation)
-	wall, _ := oswall.ParseMode(o.osSandbox)
-	py := o.pool(lang.Python) // the first language's; languageConfig has each one's
-	return supervisor.Config{
-		Workers:      py.workers,
-		Timeout:      o.timeout,
-		MemoryLimit:  int64(py.memoryLimit),
-		MaxOutput:    int(o.maxOutput),
-		MaxQueue:     o.maxQueue,
-		QueueTimeout: o.queueTimeout,
-		Network:      network,
-		Isolation:    isolation,
-		Deps:         o.deps,
-		PackageIndex: o.packageIndex,
-		Wheelhouse:   o.wheelhouse,
-		PyPI:         o.pypi,
-
-		ClientMaxWorkers: o.clientMaxWorkers,
-		ClientWorkerIdle: o.clientWorkerIdle,
-		MaxWorkerThreads: o.maxWorkerThreads,
-		WarmCalls:        cmp.Or(o.warmCalls, -1), // 0: none, which Config spells -1
-		IdleCPU:          o.idleCPU,
-		IdleMemorySlack:  int64(o.idleMemorySlack),
-		StderrLogPerCall: int(o.workerLogPerCall),
-		StderrLogRate:    int(o.workerLogRate),
-		MaxDisplays:      o.maxDisplays,
-		MaxDisplayBytes:  int(o.maxDisplayBytes),
-		// A call returns no more than the store can hold.
-		MaxFiles:     o.outputStoreFiles,
-		MaxFileBytes: int(o.outputStore),
-		SpoolDir:     o.outputs,
-		Mounts:       mounts,
-
-		OSSandbox:       wall,
-		WorkerOpenFiles: o.workerOpenFiles,
-		WorkerFileSize:  int64(o.workerFileSize),
-
-		Checkpoints:   o.sessionStore != "none",
-		MaxCheckpoint: int64(o.maxCheckpoint),
-		RestoreSpares: cmp.Or(o.restoreSpares, -1), // 0 is the default to the pool
-	}
+	py := o.pool(lang.Python)     // the first language's; languageConfig has each one's
+	cfg := o.supervisor
+	cfg.Workers, cfg.MemoryLimit = py.workers, int64(py.memoryLimit)
+	cfg.WarmCalls = cmp.Or(o.warmCalls, -1) // 0: none, which Config spells -1
+	// A call returns no more than the store can hold.
+	cfg.MaxFiles, cfg.MaxFileBytes = o.outputStoreFiles, int(o.outputStore)
+	cfg.SpoolDir, cfg.Mounts = o.outputs, mounts
+	cfg.Checkpoints = o.sessionStore != "none"
+	cfg.MaxCheckpoint = int64(o.maxCheckpoint)
+	cfg.RestoreSpares = cmp.Or(o.restoreSpares, -1) // 0 is the default to the pool
+	return cfg
 }
 
 // settings are o's values in flag syntax, by flag name.

@@ -151,7 +151,7 @@ func setSessionLimits(l *sessions.Languages, o *options) {
 }
 
 func (o *options) mcpSessionOptions() mcp.SessionOptions {
-	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, IdleCPU: o.idleCPU,
+	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, IdleCPU: o.supervisor.IdleCPU,
 		Durable: o.sessionStore != "none"}
 }
 

@@ -99,7 +99,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		Stats:          pools.Stats,
 		MaxClients:     o.metricsMaxClients,
 		SessionsOpen:   func() int { return d.sessions.Stats().Open },
-		Sessions:       httpfront.SessionLimits{Max: o.maxMCPSessions, ClientMax: o.clientMaxMCPSessions},
+		Sessions:       o.mcpSessions,
 
 		LanguageStats:    pools.LanguageStats,
 		LanguageSessions: d.openSessions,

@@ -18,12 +18,14 @@ package codemode
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/pyrun/pyrun/internal/bytesize"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -48,26 +50,46 @@ type Options struct {
 	MaxMessage int
 }
 
+// DefaultOptions are the limits by default, each field set.
+func DefaultOptions() Options {
+	return Options{MaxCalls: 50, Concurrency: 4, MaxResult: 64 << 10, MaxListing: 8 << 10, Settle: 10 * time.Second, MaxMessage: DefaultMaxMessage}
+}
+
+// Validate checks limits a user set, where a zero is a value and not the
+// default, naming each setting as pyrun's flags and config keys do
+// (docs/configuration.md, Code mode). MaxResult is the output's cap,
+// checked with it; Settle is pyrun's own.
+func (o Options) Validate() error {
+	switch {
+	case o.MaxCalls < 1 || o.MaxCalls > 10000:
+		return fmt.Errorf("max-tool-calls must be between 1 and 10000, not %d", o.MaxCalls)
+	case o.Concurrency < 1 || o.Concurrency > 64:
+		return fmt.Errorf("tool-concurrency must be between 1 and 64, not %d", o.Concurrency)
+	case o.MaxListing < 1<<10 || o.MaxListing > 1<<20:
+		return fmt.Errorf("max-tool-listing must be between 1KiB and 1MiB, not %s", bytesize.Format(int64(o.MaxListing)))
+	case o.MaxMessage < 64<<10 || o.MaxMessage > 256<<20:
+		return fmt.Errorf("max-tool-message must be between 64KiB and 256MiB, not %s", bytesize.Format(int64(o.MaxMessage)))
+	}
+	return nil
+}
+
 func (o Options) withDefaults() Options {
-	if o.MaxCalls <= 0 {
-		o.MaxCalls = 50
-	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = 4
-	}
-	if o.MaxResult <= 0 {
-		o.MaxResult = 64 << 10
-	}
-	if o.MaxListing <= 0 {
-		o.MaxListing = 8 << 10
-	}
-	if o.Settle <= 0 {
-		o.Settle = 10 * time.Second
-	}
-	if o.MaxMessage <= 0 {
-		o.MaxMessage = DefaultMaxMessage
-	}
+	d := DefaultOptions()
+	o.MaxCalls = positiveOr(o.MaxCalls, d.MaxCalls)
+	o.Concurrency = positiveOr(o.Concurrency, d.Concurrency)
+	o.MaxResult = positiveOr(o.MaxResult, d.MaxResult)
+	o.MaxListing = positiveOr(o.MaxListing, d.MaxListing)
+	o.Settle = positiveOr(o.Settle, d.Settle)
+	o.MaxMessage = positiveOr(o.MaxMessage, d.MaxMessage)
 	return o
+}
+
+// positiveOr is v, or def when v is not positive.
+func positiveOr[T int | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // Hub holds the connections to the configured servers. Its methods are

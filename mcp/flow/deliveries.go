@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pyrun/pyrun/internal/bytesize"
 )
 
 // Results on their way to a client. The SDK writes a call's result to the
@@ -51,6 +53,29 @@ const (
 	DefaultSessionBytes   = 8 << 20
 	DefaultClientBytes    = 32 << 20
 )
+
+// DefaultDeliveryLimits are the limits by default, each field set.
+func DefaultDeliveryLimits() DeliveryLimits {
+	return DeliveryLimits{WriteTimeout: DefaultWriteTimeout, SessionResults: DefaultSessionResults,
+		SessionBytes: DefaultSessionBytes, ClientBytes: DefaultClientBytes}
+}
+
+// Validate checks limits a user set, where a zero is a value and not the
+// default, naming each setting as pyrun's flags and config keys do
+// (docs/configuration.md, What one client can hold).
+func (l DeliveryLimits) Validate() error {
+	switch {
+	case l.WriteTimeout < time.Second:
+		return fmt.Errorf("write-timeout must be at least 1s, not %s", l.WriteTimeout)
+	case l.SessionResults < 1 || l.SessionResults > 4096:
+		return fmt.Errorf("session-pending-results must be between 1 and 4096, not %d", l.SessionResults)
+	case l.SessionBytes < 64<<10:
+		return fmt.Errorf("session-pending-bytes must be at least 64KiB, not %s", bytesize.Format(l.SessionBytes))
+	case l.ClientBytes < l.SessionBytes:
+		return fmt.Errorf("client-pending-bytes (%s) must be at least session-pending-bytes (%s)", bytesize.Format(l.ClientBytes), bytesize.Format(l.SessionBytes))
+	}
+	return nil
+}
 
 func (l DeliveryLimits) withDefaults() DeliveryLimits {
 	l.WriteTimeout, l.SessionResults = Positive(l.WriteTimeout, DefaultWriteTimeout), Positive(l.SessionResults, DefaultSessionResults)

@@ -23,6 +23,18 @@ type SessionLimits struct {
 	ClientMax int
 }
 
+// Validate checks limits a user set, where a zero is a value and not the
+// default, naming each setting as pyrun's flags and config keys do.
+func (l SessionLimits) Validate() error {
+	switch {
+	case l.Max < 1:
+		return fmt.Errorf("max-mcp-sessions must be at least 1, not %d", l.Max)
+	case l.ClientMax < 1 || l.ClientMax > l.Max:
+		return fmt.Errorf("client-max-mcp-sessions must be between 1 and max-mcp-sessions (%d), not %d", l.Max, l.ClientMax)
+	}
+	return nil
+}
+
 // Defaults of SessionLimits.
 const (
 	DefaultMaxSessions       = 1000
