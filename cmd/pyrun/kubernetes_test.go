@@ -178,7 +178,7 @@ func TestKubernetesManifests(t *testing.T) {
 		lim, req := c.Resources.Limits, c.Resources.Requests
 		if got := lim.Memory().Value(); got != wantLimit {
 			t.Errorf("memory limit %s; want %s: per language in %v, (workers + max-sessions %d) x (memory limit + max(a quarter, 128Mi) + 128Mi), plus 256Mi (statefulset.yaml)",
-				lim.Memory(), resource.NewQuantity(wantLimit, resource.BinarySI), opts.languages, opts.maxSessions)
+				lim.Memory(), resource.NewQuantity(wantLimit, resource.BinarySI), opts.languages, opts.sessions.Max)
 		}
 		if got := req.Memory().Value(); got != wantRequest {
 			t.Errorf("memory request %s; want %s: 256Mi for each of %d pool workers and %d session spares, and 128Mi (statefulset.yaml)",

@@ -19,6 +19,7 @@ import (
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/oswall"
 	"github.com/pyrun/pyrun/supervisor/packages"
+	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
 // options is everything a flag or the config file can set. Flags and file
@@ -51,30 +52,23 @@ type options struct {
 	keepAlive      time.Duration
 	drainTimeout   time.Duration
 
-	authTokenFile  string
-	authIssuer     string
-	authAudience   stringList
-	authJWKSURL    string
-	publicURL      string
-	metricsAuth    bool
-	insecureNoAuth bool
-	clientMaxCalls int
-	clientMaxQueue int
-	// Workers that belong to a client (docs/architecture.md).
+	authTokenFile     string
+	authIssuer        string
+	authAudience      stringList
+	authJWKSURL       string
+	publicURL         string
+	metricsAuth       bool
+	insecureNoAuth    bool
+	clientMaxCalls    int
+	clientMaxQueue    int
 	metricsMaxClients int
 
 	// Python sessions (pysessions.go)
-	sessionIdle       time.Duration
-	sessionMaxAge     time.Duration
-	maxSessions       int
-	clientMaxSessions int
+	sessions          sessions.Limits // bound to their flags; Spares is sessionSpares'
 	sessionSpares     int
 	sessionWorker     string // shared or own
 	sessionsPerWorker int
-	maxSessionWorkers int
-	// clientMaxSessionWorkers: 0 is half of maxSessionWorkers.
-	clientMaxSessionWorkers int
-	instanceID              string
+	instanceID        string
 	// Rich results (docs/rich-results.md).
 	outputTTL        time.Duration
 	outputStore      byteSize

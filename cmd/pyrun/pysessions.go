@@ -24,14 +24,18 @@ import (
 
 // sessionFlags declares the sessions' flags on fs.
 func (o *options) sessionFlags(fs *flag.FlagSet) {
-	fs.DurationVar(&o.sessionIdle, "session-idle", sessions.DefaultIdle, "a Python session (session_id) ends after this long without a call")
-	fs.DurationVar(&o.sessionMaxAge, "session-max-age", sessions.DefaultMaxAge, "a Python session ends this long after it started")
-	fs.IntVar(&o.maxSessions, "max-sessions", defaultMaxSessions, "sessions open at once, per language")
-	fs.IntVar(&o.clientMaxSessions, "client-max-sessions", defaultClientMaxSessions, "serve, with access control: sessions one client may have open, per language")
+	// The sessions' bounds, bound to sessions.Limits (which checks them);
+	// Spares, whose 0 means none here and the default there, is its own.
+	o.sessions = sessions.Limits{Idle: sessions.DefaultIdle, MaxAge: sessions.DefaultMaxAge, Max: defaultMaxSessions,
+		ClientMax: defaultClientMaxSessions, MaxHosts: sessions.DefaultMaxHosts}
+	fs.DurationVar(&o.sessions.Idle, "session-idle", o.sessions.Idle, "a Python session (session_id) ends after this long without a call")
+	fs.DurationVar(&o.sessions.MaxAge, "session-max-age", o.sessions.MaxAge, "a Python session ends this long after it started")
+	fs.IntVar(&o.sessions.Max, "max-sessions", o.sessions.Max, "sessions open at once, per language")
+	fs.IntVar(&o.sessions.ClientMax, "client-max-sessions", o.sessions.ClientMax, "serve, with access control: sessions one client may have open, per language")
 	fs.StringVar(&o.sessionWorker, "session-worker", sessionShared, "where sessions live: \"shared\" (namespaces on session workers of their client's, --sessions-per-worker each, which share the worker's interpreter) or \"own\" (a worker per session: for users behind one client's credentials who must not see each other's sessions)")
 	fs.IntVar(&o.sessionsPerWorker, "sessions-per-worker", sessions.DefaultPerHost, "with --session-worker shared: sessions one session worker holds at most")
-	fs.IntVar(&o.maxSessionWorkers, "max-session-workers", sessions.DefaultMaxHosts, "worker processes for sessions at once, per language, spares included (with own session workers, also the most sessions)")
-	fs.IntVar(&o.clientMaxSessionWorkers, "client-max-session-workers", 0, "with --session-worker shared and access control: session workers one client's sessions may hold at once, per language, those restored from checkpoints (each onto a worker of its own) included, so that one client never holds every session worker (0: half of --max-session-workers, rounded up)")
+	fs.IntVar(&o.sessions.MaxHosts, "max-session-workers", o.sessions.MaxHosts, "worker processes for sessions at once, per language, spares included (with own session workers, also the most sessions)")
+	fs.IntVar(&o.sessions.ClientMaxHosts, "client-max-session-workers", 0, "with --session-worker shared and access control: session workers one client's sessions may hold at once, per language, those restored from checkpoints (each onto a worker of its own) included, so that one client never holds every session worker (0: half of --max-session-workers, rounded up)")
 	fs.IntVar(&o.sessionSpares, "session-spares", sessions.DefaultSpares, "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
 	o.maxCheckpoint = supervisor.DefaultMaxCheckpoint
 	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
@@ -45,18 +49,9 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 }
 
 func (o *options) checkSessions() error {
-	switch {
-	case o.sessionIdle <= 0:
-		return fmt.Errorf("session-idle must be positive, not %s", o.sessionIdle)
-	case o.sessionMaxAge <= 0:
-		return fmt.Errorf("session-max-age must be positive, not %s", o.sessionMaxAge)
-	}
 	if err := firstError(
-		outside("max-sessions", o.maxSessions, 1, 4096),
-		outside("client-max-sessions", o.clientMaxSessions, 1, 4096),
+		o.sessions.Validate(),
 		outside("sessions-per-worker", o.sessionsPerWorker, 1, 256),
-		outside("max-session-workers", o.maxSessionWorkers, 1, 256),
-		outside("client-max-session-workers", o.clientMaxSessionWorkers, 0, 256),
 		outside("session-spares", o.sessionSpares, 0, 16),
 		outside("restore-spares", o.restoreSpares, 0, 4),
 	); err != nil {
@@ -120,7 +115,7 @@ func (o *options) sharedSessions(l lang.Language) bool {
 
 // sessionWorkers is the most worker processes the sessions of one language
 // have at once: a session worker holds at least one session.
-func (o *options) sessionWorkers() int { return min(o.maxSessions, o.maxSessionWorkers) }
+func (o *options) sessionWorkers() int { return min(o.sessions.Max, o.sessions.MaxHosts) }
 
 // sessionLimits are the limits of l's sessions.
 func (o *options) sessionLimits(l lang.Language) sessions.Limits {
@@ -128,10 +123,8 @@ func (o *options) sessionLimits(l lang.Language) sessions.Limits {
 	if spares == 0 {
 		spares = -1 // none; 0 is the default to sessions
 	}
-	lim := sessions.Limits{
-		Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, ClientMax: o.clientMaxSessions,
-		Spares: spares, MaxHosts: o.maxSessionWorkers, ClientMaxHosts: o.clientMaxSessionWorkers,
-	}
+	lim := o.sessions
+	lim.Spares = spares
 	if !o.sharedSessions(l) {
 		// A session is a worker.
 		lim.Max = o.sessionWorkers()
@@ -151,7 +144,7 @@ func setSessionLimits(l *sessions.Languages, o *options) {
 }
 
 func (o *options) mcpSessionOptions() mcp.SessionOptions {
-	return mcp.SessionOptions{Idle: o.sessionIdle, MaxAge: o.sessionMaxAge, Max: o.maxSessions, IdleCPU: o.supervisor.IdleCPU,
+	return mcp.SessionOptions{Idle: o.sessions.Idle, MaxAge: o.sessions.MaxAge, Max: o.sessions.Max, IdleCPU: o.supervisor.IdleCPU,
 		Durable: o.sessionStore != "none"}
 }
 

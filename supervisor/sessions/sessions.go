@@ -73,6 +73,28 @@ type Limits struct {
 	ClientMaxHosts int
 }
 
+// Validate checks limits a user set, where a zero is a value and not the
+// default, naming each setting as pyrun's flags and config keys do
+// (docs/configuration.md, Sessions). Spares is pyrun's to check (its 0
+// means none there).
+func (l Limits) Validate() error {
+	switch {
+	case l.Idle <= 0:
+		return fmt.Errorf("session-idle must be positive, not %s", l.Idle)
+	case l.MaxAge <= 0:
+		return fmt.Errorf("session-max-age must be positive, not %s", l.MaxAge)
+	case l.Max < 1 || l.Max > 4096:
+		return fmt.Errorf("max-sessions must be between 1 and 4096, not %d", l.Max)
+	case l.ClientMax < 1 || l.ClientMax > 4096:
+		return fmt.Errorf("client-max-sessions must be between 1 and 4096, not %d", l.ClientMax)
+	case l.MaxHosts < 1 || l.MaxHosts > 256:
+		return fmt.Errorf("max-session-workers must be between 1 and 256, not %d", l.MaxHosts)
+	case l.ClientMaxHosts < 0 || l.ClientMaxHosts > 256:
+		return fmt.Errorf("client-max-session-workers must be between 0 and 256, not %d", l.ClientMaxHosts)
+	}
+	return nil
+}
+
 // Default limits.
 const (
 	DefaultIdle      = 10 * time.Minute
