@@ -34,15 +34,16 @@ func under(pkg string, prefixes ...string) bool {
 //   - the front end knows nothing of processes: package mcp starts none
 //     (os/exec is code mode's, for the MCP servers it connects to) and
 //     uses of the supervisor the public API of pools and sessions and the
-//     OS sandbox's status, never the packages or the worker program; no
-//     package of it depends on this package or the binary.
+//     OS sandbox's status, never the packages or the worker program (and
+//     internal/bytesize, how every setting writes a size); no package of
+//     it depends on this package or the binary.
 func TestImportRules(t *testing.T) {
 	for _, dep := range goList(t, "-deps", "../supervisor/...") {
 		if under(dep, "github.com/modelcontextprotocol/go-sdk", "go.opentelemetry.io", module+"mcp", module+"lang", module+"cmd") {
 			t.Errorf("the supervisor depends on %s", dep)
 		}
 	}
-	allowed := []string{module + "supervisor", module + "supervisor/sessions", module + "supervisor/oswall"}
+	allowed := []string{module + "supervisor", module + "supervisor/sessions", module + "supervisor/oswall", module + "internal/bytesize"}
 	for _, imp := range goList(t, "-f", `{{join .Imports " "}}`, "../mcp") {
 		if imp == "os/exec" || strings.HasPrefix(imp, module) && !under(imp, module+"mcp") && !slices.Contains(allowed, imp) {
 			t.Errorf("package mcp imports %s", imp)
