@@ -49,6 +49,10 @@ const DefaultLeaseTTL = 10 * time.Second
 type Sizes struct {
 	Raw, Stored int64
 	Took        time.Duration
+	// Worker is the time until the worker's bytes began to come; Encode,
+	// reading, XORing, compressing and writing them to the record file;
+	// Store, the store's write.
+	Worker, Encode, Store time.Duration
 }
 
 // NewKeeper keeps the checkpoints of pool's sessions in store, authenticated
@@ -331,7 +335,8 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 		"stored", stored, "worker", took.Round(time.Millisecond), "encode", (encoded - took).Round(time.Millisecond),
 		"store", (time.Since(began) - encoded).Round(time.Millisecond))
 	k.mu.Lock()
-	k.last = Sizes{Raw: raw, Stored: stored, Took: time.Since(began)}
+	k.last = Sizes{Raw: raw, Stored: stored, Took: time.Since(began), Worker: took, Encode: encoded - took,
+		Store: time.Since(began) - encoded}
 	k.mu.Unlock()
 	return nil
 }
