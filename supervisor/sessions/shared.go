@@ -150,6 +150,26 @@ func (n *nsWorker) Checkpoint(ctx context.Context, take func(*supervisor.Image) 
 	})
 }
 
+// hostIncremental is a host's worker that takes increments to its earlier
+// checkpoints (*supervisor.Dedicated).
+type hostIncremental interface {
+	CheckpointSince(ctx context.Context, since string, take func(*supervisor.Image) error) error
+}
+
+// CheckpointSince is Checkpoint, as an increment to the host's checkpoint
+// since when it can be (supervisor.Dedicated.CheckpointSince): the heap is
+// the whole host's, whichever session's checkpoint since was.
+func (n *nsWorker) CheckpointSince(ctx context.Context, since string, take func(*supervisor.Image) error) error {
+	c, ok := n.h.w.(hostIncremental)
+	if !ok {
+		return n.Checkpoint(ctx, take)
+	}
+	return c.CheckpointSince(ctx, since, func(img *supervisor.Image) error {
+		img.Namespace = n.ns
+		return take(img)
+	})
+}
+
 // Kill stops the host at once: all its sessions are lost.
 func (n *nsWorker) Kill(why string) { n.h.w.Kill(why) }
 
