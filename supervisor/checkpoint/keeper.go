@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -47,7 +48,7 @@ type Keeper struct {
 // kept while a session's next checkpoint may be an increment to it: the
 // worker's token for that checkpoint (supervisor.Image.Token), the base
 // snapshot it is a difference from, where its heap's frames are, and its
-// file in the Keeper's private folder, read with ReadAt rather than
+// file from the Keeper's private folder, read with ReadAt rather than
 // mapped, so that it costs pyrun the page cache's memory, not its own. The
 // sessions a shared worker's checkpoint was kept for share it; refs counts
 // them and the Takes reading it, under Keeper.mu.
@@ -398,7 +399,13 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 				}
 				inc = &increment{heap: last.heap, at: last.f, kept: img.Kept, leftOut: img.LeftOut}
 			}
-			n, hp, err := encodeFrames(f, metaOf(saved[0]), img.Mem, img.FS, img.R, base, sha, k.key, inc)
+			// Buffered: a record is some thousand frames, many of them
+			// a few bytes (a heap's zeros).
+			bw := bufio.NewWriterSize(f, 1<<20)
+			n, hp, err := encodeFrames(bw, metaOf(saved[0]), img.Mem, img.FS, img.R, base, sha, k.key, inc)
+			if err == nil {
+				err = bw.Flush()
+			}
 			if err != nil {
 				return fmt.Errorf("encode checkpoint: %w", err)
 			}
@@ -474,6 +481,9 @@ func (k *Keeper) keepOrClose(rec *mapped, token, sha string, heap []frame, saved
 	}
 	unmap(rec.b)
 	rec.b = nil
+	// Unlinked while open, where the system allows it (unrefLocked
+	// removes it else): a pyrun that dies leaves no such file behind.
+	_ = os.Remove(rec.path)
 	k.keepLast(ids, &lastRecord{token: token, baseSHA: sha, heap: heap, f: f})
 }
 
