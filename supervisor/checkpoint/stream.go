@@ -115,8 +115,8 @@ type increment struct {
 	leftOut int64
 }
 
-// keptChunks are inc's kept chunks of a heap of chunks chunks, checked
-// against the record before: a worker is not trusted to name chunks that
+// keptChunks says which chunks of a heap of heapLen bytes inc keeps,
+// checked against the record before: a worker is not trusted to name chunks that
 // are there, of the same size, nor to count their bytes.
 func (inc *increment) keptChunks(heapLen int64) ([]bool, error) {
 	n := (heapLen + chunkSize - 1) / chunkSize
@@ -166,8 +166,8 @@ func copyFrames(out *summed, inc *increment, i, j int, buf []byte) (int64, error
 
 // encodeFrames is EncodeTo, a frame a chunk, the heap's frames at the
 // heap's chunks; with inc, src leaves out the heap chunks inc keeps, whose
-// frames it copies from the record before. It returns where the heap's
-// frames are in the record, and how many it copied.
+// frames it copies from the record before. It returns the record's size
+// and where the heap's frames are in it.
 func encodeFrames(w io.Writer, meta Meta, mem, fs int64, src io.Reader, base []byte, baseSHA string, key []byte, inc *increment) (int64, []frame, error) {
 	if mem < 8 || fs < 0 {
 		return 0, nil, fmt.Errorf("a checkpoint of %d + %d bytes", mem, fs)
