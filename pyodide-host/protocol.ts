@@ -163,7 +163,7 @@ export interface RunRequest {
 }
 
 /** How much of the heap one chunk of a checkpoint's increment holds (supervisor.CheckpointChunk). */
-export const CHECKPOINT_CHUNK = 64 << 10;
+export const CHECKPOINT_CHUNK = 256 << 10;
 
 /** Messages the supervisor sends, one JSON object per stdin line. */
 export type Request =

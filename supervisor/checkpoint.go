@@ -55,7 +55,7 @@ type Image struct {
 
 // CheckpointChunk is how much of a worker's heap one chunk of an increment
 // holds (Image.Kept).
-const CheckpointChunk = 64 << 10
+const CheckpointChunk = 256 << 10
 
 // restoreSpec is where a worker finds the checkpoint it starts from: a file
 // of mem bytes of memory snapshot, then fs bytes of files.

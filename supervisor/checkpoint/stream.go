@@ -41,9 +41,12 @@ const encoderWindow = 2 << 20
 
 // encoders keeps the compressors between checkpoints: each holds some MiB
 // of buffers.
+// They write no checksum in each frame: the record's authentication covers
+// its bytes (auth.go), and a frame's checksum made a 91 MiB heap's 1456
+// frames of 64 KiB decode in 116 ms instead of 71.
 var encoders = sync.Pool{New: func() any {
 	e, err := zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
-		zstd.WithWindowSize(encoderWindow), zstd.WithLowerEncoderMem(true))
+		zstd.WithWindowSize(encoderWindow), zstd.WithLowerEncoderMem(true), zstd.WithEncoderCRC(false))
 	if err != nil {
 		panic(err) // only for options out of range
 	}
