@@ -12,6 +12,7 @@
 
 // @ts-types="./node_modules/pyodide/pyodide.d.ts"
 import type { PyodideInterface } from "./node_modules/pyodide/pyodide.mjs";
+import type { ChunkSums } from "./chunks.ts";
 
 /** Marks a hiwire slot that holds no object (undefined, a symbol) while a snapshot is taken. */
 const PRIM = "__pyrunPrimitive";
@@ -41,6 +42,11 @@ export interface Checkpoint {
   mem: Uint8Array[];
   fs: Uint8Array[];
   clock: number;
+  /** An increment's (chunks.ts): its name, the one it is to, what it leaves out. */
+  token?: string;
+  since?: string;
+  kept?: [number, number][];
+  leftOut?: number;
 }
 
 /** The bytes in parts. */
@@ -103,8 +109,17 @@ function deserializer(module: () => any): (o: any) => unknown {
   };
 }
 
-/** Takes a checkpoint of py: memory and files. roots: the folders whose files are kept. */
-export function makeCheckpoint(py: PyodideInterface, roots: string[], skip: string[]): Checkpoint {
+/**
+ * Takes a checkpoint of py: memory and files. roots: the folders whose files
+ * are kept. With chunks, an increment when it can be (chunks.ts): named,
+ * and to since when since names the last one so taken.
+ */
+export function makeCheckpoint(
+  py: PyodideInterface,
+  roots: string[],
+  skip: string[],
+  chunks?: { sums: ChunkSums; since: string },
+): Checkpoint {
   const M = (py as any)._module;
   const orig = M.__hiwire_get;
   // Ordinary code leaves primitives (undefined, symbols) in hiwire slots,
@@ -128,7 +143,19 @@ export function makeCheckpoint(py: PyodideInterface, roots: string[], skip: stri
   } finally {
     M.__hiwire_get = orig;
   }
-  return { mem, fs: packFiles(py.FS, roots, skip), clock: performance.now() };
+  const c: Checkpoint = { mem, fs: packFiles(py.FS, roots, skip), clock: performance.now() };
+  if (chunks) {
+    const [header, heap] = mem;
+    const inc = chunks.sums.increment(M.memory, heap, chunks.since);
+    c.token = inc.token;
+    if (inc.since) {
+      c.mem = [header, ...inc.parts];
+      c.since = inc.since;
+      c.kept = inc.kept;
+      c.leftOut = inc.leftOut;
+    }
+  }
+  return c;
 }
 
 /**
@@ -435,8 +462,17 @@ function rmTree(FS: any, root: string, keep = false): void {
  */
 export function sendCheckpoint(id: string, c: Checkpoint): void {
   const mem = partsLength(c.mem), fs = partsLength(c.fs);
+  const inc = c.since ? { since: c.since, kept: c.kept, left_out: c.leftOut } : {};
   const line = new TextEncoder().encode(
-    JSON.stringify({ type: "checkpoint", id, mem, fs, clock: c.clock }) + "\n",
+    JSON.stringify({
+      type: "checkpoint",
+      id,
+      mem: mem + (c.leftOut ?? 0),
+      fs,
+      clock: c.clock,
+      ...(c.token ? { token: c.token } : {}),
+      ...inc,
+    }) + "\n",
   );
   for (const part of [line, ...c.mem, ...c.fs]) {
     // A file's contents may be an Int8Array, which writeSync refuses.

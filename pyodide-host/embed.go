@@ -10,5 +10,5 @@ import "embed"
 
 // Files is the worker program, as the runtime folder receives it.
 //
-//go:embed webr js main.ts worker.ts checkpoint.ts lines.ts protocol.ts serve.ts events.ts guards.ts mounts.ts toolcalls.ts warm.ts sessions.ts dynlibs.ts python package.json package-lock.json
+//go:embed webr js main.ts worker.ts checkpoint.ts chunks.ts lines.ts protocol.ts serve.ts events.ts guards.ts mounts.ts toolcalls.ts warm.ts sessions.ts dynlibs.ts python package.json package-lock.json
 var Files embed.FS

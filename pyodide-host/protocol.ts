@@ -162,6 +162,9 @@ export interface RunRequest {
   drop?: string[];
 }
 
+/** How much of the heap one chunk of a checkpoint's increment holds (supervisor.CheckpointChunk). */
+export const CHECKPOINT_CHUNK = 256 << 10;
+
 /** Messages the supervisor sends, one JSON object per stdin line. */
 export type Request =
   /** Run up to calls of the warming calls now, while idle (warm.ts); no answer. */
@@ -170,9 +173,12 @@ export type Request =
   | { type: "ping"; id: string }
   /**
    * Take a checkpoint now, between calls (checkpoint.ts): the answer is a
-   * "checkpoint" event, followed by its bytes when it has no error.
+   * "checkpoint" event, followed by its bytes when it has no error. chunks:
+   * name it (its token) and keep its heap chunks' sums, for an increment to
+   * it later; since: the token of an earlier checkpoint whose chunks the
+   * supervisor holds, to which this one may be an increment.
    */
-  | { type: "checkpoint"; id: string }
+  | { type: "checkpoint"; id: string; chunks?: boolean; since?: string }
   | {
     /** The answer to a need event: files to load, or why there are none. */
     type: "packages";
@@ -268,13 +274,22 @@ export type Event =
   | {
     /**
      * The answer to a checkpoint request: on success, mem + fs raw bytes
-     * follow the line on stdout (checkpoint.ts); else error says why not.
+     * follow the line on stdout (checkpoint.ts), less left_out of an
+     * increment; else error says why not. token names the checkpoint (asked
+     * with chunks); since, when set, is the one this is an increment to:
+     * the heap's chunks kept lists ([first, count] ranges; chunk i is the
+     * CHECKPOINT_CHUNK bytes at the heap's offset plus i * CHECKPOINT_CHUNK)
+     * are that one's, and their left_out bytes are not sent.
      */
     type: "checkpoint";
     id: string;
     mem?: number;
     fs?: number;
     clock?: number;
+    token?: string;
+    since?: string;
+    kept?: [number, number][];
+    left_out?: number;
     error?: string;
   }
   | { type: "error"; id?: string; error: string };

@@ -34,7 +34,7 @@ export interface Engine {
    * Takes a checkpoint between calls and sends it (checkpoint.ts): a
    * "checkpoint" event, its bytes after it; absent: checkpoint is refused.
    */
-  checkpoint?(id: string): void;
+  checkpoint?(id: string, chunks: boolean, since: string): void;
 }
 
 /** Where the loop reads its lines, when the engine reads some too. */
@@ -75,7 +75,12 @@ export async function serve(
     } else if (type === "warm" && engine.warm) {
       engine.warm(Number((req as { calls?: unknown }).calls) || 0);
     } else if (type === "checkpoint" && engine.checkpoint) {
-      engine.checkpoint(String((req as { id?: unknown }).id));
+      const r = req as { id?: unknown; chunks?: unknown; since?: unknown };
+      engine.checkpoint(
+        String(r.id),
+        r.chunks === true,
+        typeof r.since === "string" ? r.since : "",
+      );
     } else if (type === "run") {
       await runOne(engine, req as RunRequest);
     } else {

@@ -35,6 +35,7 @@ import {
   sendCheckpoint,
   type SnapshotRead,
 } from "./checkpoint.ts";
+import { ChunkSums } from "./chunks.ts";
 
 /** Caps the wasm heap so that allocations past it raise MemoryError in Python. */
 function capWasmHeap(limit: number): void {
@@ -274,6 +275,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   const M = (py as unknown as { _module: unknown })._module;
   const restoredLibs = restored ? restoreDynlibs(M) : [];
   const dynlibs = watchDynlibs();
+  const sums = new ChunkSums(); // of the last checkpoint asked with chunks (chunks.ts)
   dynlibs.push(...restoredLibs);
   const site = py.runPython("import site; site.getsitepackages()[0]") as string;
   const siteAtReady = new Set(py.FS.readdir(site) as string[]);
@@ -447,7 +449,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
           ? "bad request: namespace needs a session worker"
           : "",
       warm: (calls) => warming.allow(calls),
-      checkpoint(id) {
+      checkpoint(id, chunks, since) {
         const dynlibsOrWhy = () => {
           try {
             return saveDynlibs(M, dynlibs, tableAtReady);
@@ -466,7 +468,13 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
           // /sessions: the folders of the namespaces switched out (sessions.ts).
           const roots = ["/home/pyodide", "/tmp", "/output", "/sessions", ...added];
           try {
-            sendCheckpoint(id, makeCheckpoint(py, roots, mounts.map((m) => m.path)));
+            const c = makeCheckpoint(
+              py,
+              roots,
+              mounts.map((m) => m.path),
+              chunks ? { sums, since } : undefined,
+            );
+            sendCheckpoint(id, c);
           } finally {
             dropDynlibs(M);
           }

@@ -128,7 +128,7 @@ func (b *blob) pass() error {
 // (blob). A checkpoint past max is drained here and refused. An error is
 // the worker's stdout breaking off.
 func (c *conn) passBlob(p *process, pipe io.Reader, er *eventReader, ev event) error {
-	n := ev.Mem + ev.FS
+	n := ev.Mem + ev.FS - ev.LeftOut // an increment's left out (Image.Kept)
 	if ev.Error != "" || n == 0 {
 		c.events <- ev
 		return nil
@@ -136,12 +136,12 @@ func (c *conn) passBlob(p *process, pipe io.Reader, er *eventReader, ev event) e
 	if ev.Mem < 0 || ev.FS < 0 {
 		return fmt.Errorf("%w: a checkpoint of %d + %d bytes", errGarbage, ev.Mem, ev.FS)
 	}
-	if n > c.maxCheckpoint {
+	if ev.Mem+ev.FS > c.maxCheckpoint {
 		if _, err := io.CopyN(io.Discard, er.r, n); err != nil {
 			return fmt.Errorf("%w: checkpoint ended early: %v", errGarbage, err)
 		}
-		ev.Mem, ev.FS = 0, 0
-		ev.Error = fmt.Sprintf("it has %d bytes, more than --max-checkpoint allows (%d)", n, c.maxCheckpoint)
+		ev.Error = fmt.Sprintf("it has %d bytes, more than --max-checkpoint allows (%d)", ev.Mem+ev.FS, c.maxCheckpoint)
+		ev.Mem, ev.FS, ev.LeftOut, ev.Kept = 0, 0, 0, nil
 		c.events <- ev
 		return nil
 	}

@@ -38,7 +38,24 @@ type Image struct {
 	// it keeps that namespace only (docs/sessions.md, Durable sessions).
 	// "": the worker's whole state, as it is.
 	Namespace string
+
+	// Token, when not "", is the worker's name for this checkpoint: a
+	// later one asked with since = Token (CheckpointSince) may leave out
+	// the heap's chunks unchanged since (docs/protocol.md, Checkpoints).
+	Token string
+	// Since, when not "", says that this checkpoint is an increment to the
+	// one the worker named so: the heap's chunks Kept lists (ranges of
+	// chunk indices, first and count; chunk i is the CheckpointChunk bytes
+	// from the heap's offset plus i*CheckpointChunk) are that one's, and
+	// R leaves their LeftOut bytes out. Mem and FS are the whole state's.
+	Since   string
+	Kept    [][2]int64
+	LeftOut int64
 }
+
+// CheckpointChunk is how much of a worker's heap one chunk of an increment
+// holds (Image.Kept).
+const CheckpointChunk = 256 << 10
 
 // restoreSpec is where a worker finds the checkpoint it starts from: a file
 // of mem bytes of memory snapshot, then fs bytes of files.
@@ -67,6 +84,19 @@ var checkpointTimeout = 60 * time.Second
 // cannot be checkpointed as it is; one wrapping ErrWorkerLost, that the
 // worker is gone; else take's error, and the worker goes on.
 func (d *Dedicated) Checkpoint(ctx context.Context, take func(*Image) error) error {
+	return d.checkpoint(ctx, request{Type: "checkpoint"}, take)
+}
+
+// CheckpointSince is Checkpoint, for a checkpoint the caller keeps and may
+// take an increment to later: the Image has a Token; and with since, the
+// Token of an earlier checkpoint of this worker the caller holds, it may
+// be an increment to that one (Image.Since). A since the worker does not
+// know (another worker's, an older one) gives the whole state.
+func (d *Dedicated) CheckpointSince(ctx context.Context, since string, take func(*Image) error) error {
+	return d.checkpoint(ctx, request{Type: "checkpoint", Chunks: true, Since: since}, take)
+}
+
+func (d *Dedicated) checkpoint(ctx context.Context, req request, take func(*Image) error) error {
 	// A pool whose sessions take checkpoints may restore them: from now on
 	// it keeps a restore parked (parked.go).
 	d.pool.mu.Lock()
@@ -94,7 +124,8 @@ func (d *Dedicated) Checkpoint(ctx context.Context, take func(*Image) error) err
 	defer func() { d.pool.setDedicatedIdle(d.w, time.Now()) }()
 	d.seq++
 	id := fmt.Sprintf("checkpoint-%d", d.seq)
-	if err := d.w.send(request{Type: "checkpoint", ID: id}, answerWriteLimit); err != nil {
+	req.ID = id
+	if err := d.w.send(req, answerWriteLimit); err != nil {
 		d.w.kill(retirement{RestartProtocol, "it did not accept a request"})
 		d.loseLocked("it did not accept a checkpoint request")
 		return fmt.Errorf("%w: %v", ErrWorkerLost, err)
@@ -114,6 +145,11 @@ func (d *Dedicated) Checkpoint(ctx context.Context, take func(*Image) error) err
 			return fmt.Errorf("%w: %q while it took a checkpoint", ErrWorkerLost, ev.Type)
 		case ev.Error != "":
 			return fmt.Errorf("%w: %s", ErrNotDurable, ev.Error)
+		case ev.Since != "" && ev.Since != req.Since:
+			d.w.kill(retireProtocol)
+			_ = ev.blob.done()
+			d.loseLocked("it broke the protocol")
+			return fmt.Errorf("%w: an increment to checkpoint %q, not the %q asked for", ErrWorkerLost, ev.Since, req.Since)
 		}
 		return d.takeLocked(ctx, ev, take)
 	case <-timer.C:
@@ -132,7 +168,8 @@ func (d *Dedicated) Checkpoint(ctx context.Context, take func(*Image) error) err
 // takeLocked gives the checkpoint ev announced to take, and waits until
 // readEvents is past its bytes. d.mu is held.
 func (d *Dedicated) takeLocked(ctx context.Context, ev event, take func(*Image) error) error {
-	img := &Image{Mem: ev.Mem, FS: ev.FS, Clock: ev.Clock, R: &ctxReader{ctx: ctx, r: ev.blob}}
+	img := &Image{Mem: ev.Mem, FS: ev.FS, Clock: ev.Clock, R: &ctxReader{ctx: ctx, r: ev.blob},
+		Token: ev.Token, Since: ev.Since, Kept: ev.Kept, LeftOut: ev.LeftOut}
 	if ev.blob == nil {
 		img.R = bytes.NewReader(nil)
 	}

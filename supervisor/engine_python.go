@@ -38,7 +38,7 @@ func (pythonEngine) Program() string { return "main.ts" }
 func (pythonEngine) Permissions(rt *Runtime) (Permissions, error) {
 	var read []string
 	for _, f := range []string{
-		"worker.ts", "checkpoint.ts", "lines.ts", "protocol.ts", "serve.ts", "mounts.ts", "guards.ts", "toolcalls.ts",
+		"worker.ts", "checkpoint.ts", "chunks.ts", "lines.ts", "protocol.ts", "serve.ts", "mounts.ts", "guards.ts", "toolcalls.ts",
 		"warm.ts", "sessions.ts", "dynlibs.ts", "python",
 	} {
 		read = append(read, filepath.Join(rt.Dir, f))

@@ -41,6 +41,13 @@ type request struct {
 	Namespace string   `json:"namespace,omitempty"`
 	Drop      []string `json:"drop,omitempty"`
 
+	// checkpoint: Chunks asks the worker to name the checkpoint (its
+	// token) and keep its heap chunks' sums for an increment to it later;
+	// Since is the token of an earlier checkpoint of the worker's whose
+	// chunks the supervisor holds (docs/protocol.md, Checkpoints).
+	Chunks bool   `json:"chunks,omitempty"`
+	Since  string `json:"since,omitempty"`
+
 	// packages: the answer to a need event; Files to load, or Error.
 	Files []packages.File `json:"files,omitempty"`
 	Error string          `json:"error,omitempty"`
@@ -114,7 +121,14 @@ type event struct {
 	Mem   int64   `json:"mem"`
 	FS    int64   `json:"fs"`
 	Clock float64 `json:"clock"`
-	blob  *blob
+	// Token names the checkpoint for a later increment; Since, the one
+	// this is an increment to, whose heap chunks Kept (ranges: first,
+	// count) it leaves out, LeftOut bytes (Image).
+	Token   string     `json:"token"`
+	Since   string     `json:"since"`
+	Kept    [][2]int64 `json:"kept"`
+	LeftOut int64      `json:"left_out"`
+	blob    *blob
 }
 
 // errGarbage marks a worker that broke the protocol; it is retired.
@@ -172,6 +186,9 @@ func parseEvent(line []byte) (event, error) {
 	case "checkpoint":
 		if ev.Mem < 0 || ev.FS < 0 || (ev.Error != "" && ev.Mem+ev.FS > 0) {
 			return event{}, fmt.Errorf("%w: checkpoint with bad sizes", errGarbage)
+		}
+		if ev.LeftOut < 0 || ev.LeftOut > ev.Mem || (ev.LeftOut > 0 || len(ev.Kept) > 0) && ev.Since == "" {
+			return event{}, fmt.Errorf("%w: checkpoint with a bad increment", errGarbage)
 		}
 	case "display", "file":
 		if err := checkRichEvent(ev); err != nil {

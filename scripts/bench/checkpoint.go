@@ -52,7 +52,19 @@ type checkpointSize struct {
 	// from the checkpoint, and the call's report; NextMS the call after it.
 	RestoreMS float64 `json:"lost_call_with_restore_ms"`
 	NextMS    float64 `json:"next_call_ms"`
+	// Again: the checkpoints after a small call (rows.append(1)) that
+	// follows the first, medians of AgainRuns: in all, and the worker's
+	// part (until its bytes come), the encoding's and the store's.
+	AgainRuns     int     `json:"again_runs"`
+	AgainMS       float64 `json:"again_median_ms"`
+	AgainWorkerMS float64 `json:"again_worker_median_ms"`
+	AgainEncodeMS float64 `json:"again_encode_median_ms"`
+	AgainStoreMS  float64 `json:"again_store_median_ms"`
 }
+
+// againRuns is how many checkpoints after a small call checkpointSizes
+// times.
+const againRuns = 7
 
 const checkpointCode = "rows.append(sum(range(1000)))\nlen(rows)"
 
@@ -73,8 +85,8 @@ func benchCheckpoint(ctx context.Context, rt *supervisor.Runtime, calls int) (*c
 		if err != nil {
 			return nil, err
 		}
-		progress("checkpoint: %s: %.1f MiB raw, %.2f MiB stored, taken in %.0f ms; the lost call with its restore %.0f ms, the next call %.1f ms",
-			sz.What, sz.RawMiB, sz.StoredMiB, sz.TakeMS, sz.RestoreMS, sz.NextMS)
+		progress("checkpoint: %s: %.1f MiB raw, %.2f MiB stored, taken in %.0f ms; after a small call, median of %d: %.0f ms (worker %.0f, encode %.0f, store %.0f); the lost call with its restore %.0f ms, the next call %.1f ms",
+			sz.What, sz.RawMiB, sz.StoredMiB, sz.TakeMS, sz.AgainRuns, sz.AgainMS, sz.AgainWorkerMS, sz.AgainEncodeMS, sz.AgainStoreMS, sz.RestoreMS, sz.NextMS)
 		rep.Sizes = append(rep.Sizes, sz)
 	}
 	rr, err := restoreTimes(ctx, rt, 7)
@@ -289,6 +301,25 @@ func checkpointSizes(ctx context.Context, rt *supervisor.Runtime, what, setup st
 	last := keeper.Last()
 	sz.RawMiB, sz.StoredMiB = round1(float64(last.Raw)/(1<<20)), round2(float64(last.Stored)/(1<<20))
 	sz.TakeMS = round1(ms(last.Took))
+	// The checkpoints after a small call: the session's state barely
+	// changed since the one before.
+	var took, worker, encode, store []time.Duration
+	for i := range againRuns {
+		if _, err := sessionRun(ctx, m, id, "rows.append(1)"); err != nil {
+			return sz, err
+		}
+		for m.Stats().Checkpoints < int64(2+i) {
+			if time.Now().After(deadline) {
+				return sz, fmt.Errorf("%s: checkpoints after a small call: not within 2 minutes", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		l := keeper.Last()
+		took, worker, encode, store = append(took, l.Took), append(worker, l.Worker), append(encode, l.Encode), append(store, l.Store)
+	}
+	sz.AgainRuns = againRuns
+	sz.AgainMS, sz.AgainWorkerMS = round1(ms(median(took))), round1(ms(median(worker)))
+	sz.AgainEncodeMS, sz.AgainStoreMS = round1(ms(median(encode))), round1(ms(median(store)))
 	t := time.Now()
 	res, err = sessionRun(ctx, m, id, "import js\njs.Deno.exit(3)")
 	if err != nil {

@@ -386,6 +386,8 @@ func (r *report) print(w io.Writer) {
 		for _, sz := range c.Sizes {
 			fmt.Fprintf(w, "  %s: %.1f MiB raw, %.2f MiB stored, taken in %.0f ms; a call whose worker died, with the restore %.0f ms; the next call %.1f ms\n",
 				sz.What, sz.RawMiB, sz.StoredMiB, sz.TakeMS, sz.RestoreMS, sz.NextMS)
+			fmt.Fprintf(w, "    its checkpoint after a small call (median of %d): %.0f ms (worker %.0f, encode %.0f, store %.0f)\n",
+				sz.AgainRuns, sz.AgainMS, sz.AgainWorkerMS, sz.AgainEncodeMS, sz.AgainStoreMS)
 		}
 	}
 	if u := r.Reuse; u != nil {

@@ -28,7 +28,9 @@ import (
 // The payload is the memory snapshot's own header, then its heap XORed
 // with the base snapshot's heap at the same offsets (addresses are stable,
 // so a session's heap differs from the base in few bytes: docs/sessions.md),
-// then the files' blob.
+// then the files' blob. pyrun writes it as a zstd frame per chunk
+// (stream.go), the heap's at its chunks, which decode as one stream, as
+// records of one frame, which pyrun wrote before, still do.
 
 var (
 	magic    = []byte("PYRUNCK2")
@@ -96,9 +98,9 @@ func xorHeap(dst []byte, off int, base []byte) error {
 }
 
 // maxWindow bounds the zstd window a record may ask its decoder to keep
-// (memory beside the payload's own): pyrun writes 2 MiB windows
-// (stream.go's encoderWindow; 8 MiB before), or the payload's size when
-// that is smaller.
+// (memory beside the payload's own): pyrun writes frames of a chunk
+// (stream.go's chunkSize), and wrote 2 MiB windows before (8 MiB before
+// that), or the payload's size when that is smaller.
 const maxWindow = 16 << 20
 
 // Encode makes a record of mem and files, authenticated with key

@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
@@ -38,6 +39,77 @@ type Keeper struct {
 	baseSHA string
 	last    Sizes
 	leases  map[string]Lease // the sessions' leases this Keeper holds
+	// lasts are the records the sessions' next checkpoints may be
+	// increments to, by session id (lastRecord).
+	lasts map[string]*lastRecord
+}
+
+// lastRecord is the record the Keeper wrote last of a worker's checkpoint,
+// kept while a session's next checkpoint may be an increment to it: the
+// worker's token for that checkpoint (supervisor.Image.Token), the base
+// snapshot it is a difference from, where its heap's frames are, and its
+// file from the Keeper's private folder, read with ReadAt rather than
+// mapped, so that it costs pyrun the page cache's memory, not its own. The
+// sessions a shared worker's checkpoint was kept for share it; refs counts
+// them and the Takes reading it, under Keeper.mu.
+type lastRecord struct {
+	token, baseSHA string
+	heap           []frame
+	f              *os.File
+	refs           int
+}
+
+// lastOf is the record session id's next checkpoint may be an increment
+// to, held for the caller (unref), or nil: none, or of another base.
+func (k *Keeper) lastOf(id, sha string) *lastRecord {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l := k.lasts[id]
+	if l == nil || l.baseSHA != sha {
+		return nil
+	}
+	l.refs++
+	return l
+}
+
+// unref lets go of l (nil: nothing); the last to removes its file.
+func (k *Keeper) unref(l *lastRecord) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.unrefLocked(l)
+}
+
+func (k *Keeper) unrefLocked(l *lastRecord) {
+	if l == nil {
+		return
+	}
+	if l.refs--; l.refs == 0 {
+		l.f.Close()
+		_ = os.Remove(l.f.Name())
+	}
+}
+
+// keepLast makes l the record the next checkpoints of the sessions ids
+// may be increments to.
+func (k *Keeper) keepLast(ids []string, l *lastRecord) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, id := range ids {
+		old := k.lasts[id]
+		k.lasts[id] = l
+		l.refs++
+		k.unrefLocked(old)
+	}
+}
+
+// forget drops the record session id's next checkpoint could have been an
+// increment to: the session ended, moved, or is restored (its worker is
+// another, which knows nothing of the record).
+func (k *Keeper) forget(id string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.unrefLocked(k.lasts[id])
+	delete(k.lasts, id)
 }
 
 // DefaultLeaseTTL is how long a session's lease lasts unless its holder
@@ -49,6 +121,14 @@ const DefaultLeaseTTL = 10 * time.Second
 type Sizes struct {
 	Raw, Stored int64
 	Took        time.Duration
+	// Worker is the time until the worker's bytes began to come; Encode,
+	// reading, XORing, compressing and writing them to the record file;
+	// Store, the store's write.
+	Worker, Encode, Store time.Duration
+	// Frames are the heap's frames in the record; Reused, those copied
+	// from the record before (the chunks the worker left out as unchanged:
+	// an increment).
+	Frames, Reused int
 }
 
 // NewKeeper keeps the checkpoints of pool's sessions in store, authenticated
@@ -68,7 +148,7 @@ func NewKeeper(store Store, key []byte, pool *supervisor.Pool, tmp string, max i
 		max = supervisor.DefaultMaxCheckpoint
 	}
 	return &Keeper{store: store, key: key, pool: pool, tmp: tmp, max: max, log: log, holder: Holder("pyrun"),
-		ttl: DefaultLeaseTTL, leases: map[string]Lease{}}, nil
+		ttl: DefaultLeaseTTL, leases: map[string]Lease{}, lasts: map[string]*lastRecord{}}, nil
 }
 
 // Holder is a name for this process in leases: the instance's name, the
@@ -172,6 +252,7 @@ func (k *Keeper) retake(ctx context.Context, id string, l Lease) bool {
 
 // Release implements sessions.Leaser.
 func (k *Keeper) Release(ctx context.Context, id string) error {
+	k.forget(id)
 	k.mu.Lock()
 	l, ok := k.leases[id]
 	delete(k.leases, id)
@@ -269,11 +350,23 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 	if err != nil {
 		return err
 	}
+	// The record this one may be an increment to: the worker then sends
+	// only the heap's chunks that changed since, and the others' frames
+	// are copied from it.
+	last := k.lastOf(saved[0].ID, sha)
+	defer k.unref(last)
+	var since string
+	if last != nil {
+		since = last.token
+	}
 	var metaOf func(s sessions.Saved) Meta
 	var raw, stored int64
 	var took, encoded time.Duration
+	var heap []frame
+	var token string
+	var reused int
 	first, err := k.recordFile(func(f *os.File) error {
-		return w.Checkpoint(ctx, func(img *supervisor.Image) error {
+		return w.CheckpointSince(ctx, since, func(img *supervisor.Image) error {
 			took = time.Since(began)
 			taken := time.Now().UTC()
 			metaOf = func(s sessions.Saved) Meta {
@@ -281,18 +374,33 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 					Started: s.Started, LastUsed: s.LastUsed, Clock: img.Clock, Namespace: cmp.Or(s.Namespace, img.Namespace)}
 			}
 			raw = img.Mem + img.FS
-			n, err := EncodeTo(f, metaOf(saved[0]), img.Mem, img.FS, img.R, base, sha, k.key)
+			var inc *increment
+			if img.Since != "" {
+				if last == nil || img.Since != last.token {
+					return fmt.Errorf("encode checkpoint: the worker sent an increment to a checkpoint this pyrun does not hold")
+				}
+				inc = &increment{heap: last.heap, at: last.f, kept: img.Kept, leftOut: img.LeftOut}
+			}
+			// Buffered: a record is some thousand frames, many of them
+			// a few bytes (a heap's zeros).
+			bw := bufio.NewWriterSize(f, 1<<20)
+			n, hp, err := encodeFrames(bw, metaOf(saved[0]), img.Mem, img.FS, img.R, base, sha, k.key, inc)
+			if err == nil {
+				err = bw.Flush()
+			}
 			if err != nil {
 				return fmt.Errorf("encode checkpoint: %w", err)
 			}
-			stored, encoded = n, time.Since(began)
+			stored, encoded, heap, token = n, time.Since(began), hp, img.Token
+			for _, r := range img.Kept {
+				reused += int(r[1])
+			}
 			return nil
 		})
 	})
 	if err != nil {
 		return err
 	}
-	defer first.close()
 	var errs []error
 	for i, s := range saved {
 		rec := first
@@ -312,16 +420,49 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 			errs = append(errs, err)
 		}
 	}
+	// The record's frames are the worker's checkpoint token whether or not
+	// the store kept it: the next checkpoint of these sessions may be an
+	// increment to it.
+	k.keepOrClose(first, token, sha, heap, saved)
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
 	k.log.Debug("checkpoint kept", "session_id", saved[0].ID, "sessions", len(saved), "raw", raw,
-		"stored", stored, "worker", took.Round(time.Millisecond), "encode", (encoded - took).Round(time.Millisecond),
-		"store", (time.Since(began) - encoded).Round(time.Millisecond))
+		"stored", stored, "frames", len(heap), "reused", reused, "worker", took.Round(time.Millisecond),
+		"encode", (encoded - took).Round(time.Millisecond), "store", (time.Since(began) - encoded).Round(time.Millisecond))
 	k.mu.Lock()
-	k.last = Sizes{Raw: raw, Stored: stored, Took: time.Since(began)}
+	k.last = Sizes{Raw: raw, Stored: stored, Took: time.Since(began), Worker: took, Encode: encoded - took,
+		Store: time.Since(began) - encoded, Frames: len(heap), Reused: reused}
 	k.mu.Unlock()
 	return nil
+}
+
+// keepOrClose keeps rec, the record of the worker's checkpoint token, as
+// the one the next checkpoints of saved may be increments to; without a
+// token (a worker that takes none), or when it cannot be read again, it is
+// removed, as are the records kept before.
+func (k *Keeper) keepOrClose(rec *mapped, token, sha string, heap []frame, saved []sessions.Saved) {
+	ids := make([]string, len(saved))
+	for i, s := range saved {
+		ids[i] = s.ID
+	}
+	var f *os.File
+	if token != "" {
+		f, _ = os.Open(rec.path)
+	}
+	if f == nil {
+		rec.close()
+		for _, id := range ids {
+			k.forget(id)
+		}
+		return
+	}
+	unmap(rec.b)
+	rec.b = nil
+	// Unlinked while open, where the system allows it (unrefLocked
+	// removes it else): a pyrun that dies leaves no such file behind.
+	_ = os.Remove(rec.path)
+	k.keepLast(ids, &lastRecord{token: token, baseSHA: sha, heap: heap, f: f})
 }
 
 // put keeps rec as session id's latest record, only with the session's
@@ -395,6 +536,7 @@ func mapFile(path string) ([]byte, error) {
 // Restore implements sessions.Checkpointer: the latest record that passes
 // its checks, else the one before it.
 func (k *Keeper) Restore(ctx context.Context, id string, exited func()) (sessions.Worker, sessions.Saved, error) {
+	k.forget(id) // the restored worker's checkpoints are not increments to its lost one's
 	meta, img, err := k.Load(ctx, id)
 	if err != nil {
 		return nil, sessions.Saved{}, err
@@ -455,6 +597,7 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 // Delete implements sessions.Checkpointer: with the session's lease, which
 // it takes if it does not hold it (another instance may serve the session).
 func (k *Keeper) Delete(ctx context.Context, id string) error {
+	k.forget(id)
 	l, ok := k.lease(id)
 	if !ok {
 		if err := k.Hold(ctx, id, ""); err != nil {

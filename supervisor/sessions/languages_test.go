@@ -69,6 +69,9 @@ func (stubWorker) Kill(string)     {}
 func (stubWorker) Checkpoint(context.Context, func(*supervisor.Image) error) error {
 	return supervisor.ErrNotDurable
 }
+func (stubWorker) CheckpointSince(context.Context, string, func(*supervisor.Image) error) error {
+	return supervisor.ErrNotDurable
+}
 
 // A Manager's errors name its language, and still wrap the conditions
 // callers test; one given no language names Python's.

@@ -47,6 +47,11 @@ type Worker interface {
 	// take while the worker is held; an error wrapping
 	// supervisor.ErrNotDurable when it cannot be taken.
 	Checkpoint(ctx context.Context, take func(*supervisor.Image) error) error
+	// CheckpointSince is Checkpoint for a checkpoint the caller keeps: it
+	// may be an increment to the one named since (Image.Since), which the
+	// caller holds; a since the worker does not know gives the whole
+	// state.
+	CheckpointSince(ctx context.Context, since string, take func(*supervisor.Image) error) error
 	// Close stops the worker and returns once it has.
 	Close()
 	// Kill stops the worker at once, with a running call.

@@ -139,6 +139,16 @@ func (n *nsWorker) Checkpoint(ctx context.Context, take func(*supervisor.Image) 
 	})
 }
 
+// CheckpointSince is Checkpoint, as an increment to the host's checkpoint
+// since when it can be (supervisor.Dedicated.CheckpointSince): the heap is
+// the whole host's, whichever session's checkpoint since was.
+func (n *nsWorker) CheckpointSince(ctx context.Context, since string, take func(*supervisor.Image) error) error {
+	return n.h.w.CheckpointSince(ctx, since, func(img *supervisor.Image) error {
+		img.Namespace = n.ns
+		return take(img)
+	})
+}
+
 // Kill stops the host at once: all its sessions are lost.
 func (n *nsWorker) Kill(why string) { n.h.w.Kill(why) }
 

@@ -1,0 +1,90 @@
+package checkpoint_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pyrun/pyrun/internal/testlog"
+	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/checkpoint"
+	"github.com/pyrun/pyrun/supervisor/sessions"
+)
+
+// A real worker's checkpoint after a small call is an increment: the
+// worker sends the heap's chunks that changed, most frames are copied from
+// the record before, and the record restores to the state after the call.
+// A fork between (a checkpoint not kept) leaves the next an increment.
+func TestASmallCallsCheckpointIsAnIncrement(t *testing.T) {
+	p := realPool(t, supervisor.Config{Workers: 1, RestoreSpares: -1})
+	d, err := p.StartDedicated(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	run := func(w *supervisor.Dedicated, code string) string {
+		t.Helper()
+		res, err := w.Run(t.Context(), supervisor.Job{ID: "j" + time.Now().Format("150405.000000"), Code: code}, nil)
+		if err != nil || res.Status != supervisor.StatusSuccess {
+			t.Fatalf("%q: %v %+v", code, err, res)
+		}
+		return res.Value
+	}
+	run(d, "import os\nx = os.urandom(8 << 20)\nrows = []")
+	dir := t.TempDir()
+	store, err := checkpoint.OpenDir(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := checkpoint.NewKeeper(store, []byte(strings.Repeat("k", checkpoint.MinKeyLen)), p, filepath.Join(dir, ".restore"), 0, testlog.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.SetLeases(checkpoint.Holder("box"), 10*time.Minute)
+	const id = "box.1"
+	if err := k.Hold(t.Context(), id, ""); err != nil {
+		t.Fatal(err)
+	}
+	take := func(call int) checkpoint.Sizes {
+		t.Helper()
+		if err := k.Take(t.Context(), d, []sessions.Saved{{ID: id, AfterCall: call}}); err != nil {
+			t.Fatal(err)
+		}
+		l := k.Last()
+		t.Logf("checkpoint after call %d: %d MiB raw, %d KiB stored, %d of %d frames reused, in %s (worker %s, encode %s, store %s)",
+			call, l.Raw>>20, l.Stored>>10, l.Reused, l.Frames, l.Took.Round(time.Millisecond), l.Worker.Round(time.Millisecond),
+			l.Encode.Round(time.Millisecond), l.Store.Round(time.Millisecond))
+		return l
+	}
+	if l := take(1); l.Reused != 0 || l.Frames < 30 {
+		t.Fatalf("the first checkpoint: %d of %d frames reused, want none", l.Reused, l.Frames)
+	}
+	run(d, "rows.append(1)")
+	if l := take(2); l.Reused < l.Frames/2 {
+		t.Errorf("after a small call: %d of %d frames reused, want at least half", l.Reused, l.Frames)
+	}
+	f, err := k.Fork(t.Context(), d, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	run(d, "rows.append(2)")
+	if l := take(3); l.Reused < l.Frames/2 {
+		t.Errorf("after a fork and a small call: %d of %d frames reused, want at least half", l.Reused, l.Frames)
+	}
+	check := "import hashlib\nhashlib.sha256(x).hexdigest() + repr(rows)"
+	want := run(d, check)
+	_, img, err := k.Load(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.StartRestored(t.Context(), img, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	if got := run(r, check); got != want {
+		t.Fatalf("restored: %s, want %s", got, want)
+	}
+}
