@@ -1,12 +1,9 @@
 package checkpoint_test
 
 import (
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/pyrun/pyrun/internal/testlog"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/checkpoint"
 	"github.com/pyrun/pyrun/supervisor/sessions"
@@ -32,20 +29,8 @@ func TestASmallCallsCheckpointIsAnIncrement(t *testing.T) {
 		return res.Value
 	}
 	run(d, "import os\nx = os.urandom(8 << 20)\nrows = []")
-	dir := t.TempDir()
-	store, err := checkpoint.OpenDir(dir, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := checkpoint.NewKeeper(store, []byte(strings.Repeat("k", checkpoint.MinKeyLen)), p, filepath.Join(dir, ".restore"), 0, testlog.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	k.SetLeases(checkpoint.Holder("box"), 10*time.Minute)
 	const id = "box.1"
-	if err := k.Hold(t.Context(), id, ""); err != nil {
-		t.Fatal(err)
-	}
+	k := dirKeeper(t, p, id)
 	take := func(call int) checkpoint.Sizes {
 		t.Helper()
 		if err := k.Take(t.Context(), d, []sessions.Saved{{ID: id, AfterCall: call}}); err != nil {

@@ -3,49 +3,52 @@ package checkpoint_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/pyrun/pyrun/internal/testlog"
-	"github.com/pyrun/pyrun/internal/testtier"
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/checkpoint"
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
 
-var (
-	runtimeOnce sync.Once
-	workerRT    *supervisor.Runtime
-	runtimeErr  error
-)
-
 // realPool is a pool of real workers that take checkpoints.
 func realPool(t *testing.T, cfg supervisor.Config) *supervisor.Pool {
 	t.Helper()
-	testtier.Runtime(t)
-	runtimeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		workerRT, runtimeErr = supervisor.Provision(ctx, supervisor.DefaultRuntimeRoot(), os.Stderr, hclog.NewNullLogger())
-	})
-	if runtimeErr != nil {
-		t.Fatalf("provision runtime: %v", runtimeErr)
-	}
 	cfg.Checkpoints = true
-	p, err := supervisor.NewPool(workerRT, cfg, testlog.New(t))
+	p, err := supervisor.NewPool(testruntime.Get(t), cfg, testlog.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close(context.Background()) })
 	return p
+}
+
+// dirKeeper is a Keeper of p's checkpoints in a dir store of its own,
+// holding session id's lease for ten minutes: nothing renews it in these
+// tests, and a checkpoint under -race on a loaded machine took over the
+// default 10 s.
+func dirKeeper(t *testing.T, p *supervisor.Pool, id string) *checkpoint.Keeper {
+	t.Helper()
+	dir := t.TempDir()
+	store, err := checkpoint.OpenDir(dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := checkpoint.NewKeeper(store, []byte(strings.Repeat("k", checkpoint.MinKeyLen)), p, filepath.Join(dir, ".restore"), 0, testlog.New(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.SetLeases(checkpoint.Holder("box"), 10*time.Minute)
+	if err := k.Hold(t.Context(), id, ""); err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 // allocated is how many bytes the Go heap has allocated so far.
@@ -73,22 +76,8 @@ func TestCheckpointIsEncodedInBoundedMemory(t *testing.T) {
 	if res, err := d.Run(t.Context(), supervisor.Job{ID: "c1", Code: setup}, nil); err != nil || res.Status != supervisor.StatusSuccess {
 		t.Fatalf("setup: %v %+v", err, res)
 	}
-	dir := t.TempDir()
-	store, err := checkpoint.OpenDir(dir, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := checkpoint.NewKeeper(store, []byte(strings.Repeat("k", checkpoint.MinKeyLen)), p, filepath.Join(dir, ".restore"), 0, testlog.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A lease that outlasts a slow checkpoint (-race on a loaded machine
-	// took over the default 10 s): nothing renews it in this test.
-	k.SetLeases(checkpoint.Holder("box"), 10*time.Minute)
 	const id = "box.1"
-	if err := k.Hold(t.Context(), id, ""); err != nil {
-		t.Fatal(err)
-	}
+	k := dirKeeper(t, p, id)
 	_ = p.BaseSnapshot(t.Context()) // mapped once, before the count
 	runtime.GC()
 	before := allocated()

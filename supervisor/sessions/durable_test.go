@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/checkpoint"
 	"github.com/pyrun/pyrun/supervisor/sessions"
@@ -110,8 +111,7 @@ func TestSharedSessionsShareOneCheckpointAndRestoreApart(t *testing.T) {
 // checkpoints, closed with the test.
 func checkpointingPool(t *testing.T) *supervisor.Pool {
 	t.Helper()
-	needRuntime(t)
-	pool, err := supervisor.NewPool(runtime, supervisor.Config{Workers: 1, Checkpoints: true}, testLogger(t))
+	pool, err := supervisor.NewPool(testruntime.Get(t), supervisor.Config{Workers: 1, Checkpoints: true}, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

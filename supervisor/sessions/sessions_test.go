@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/pyrun/pyrun/internal/testlog"
-	"github.com/pyrun/pyrun/internal/testtier"
+	"github.com/pyrun/pyrun/internal/testruntime"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/sessions"
 )
@@ -21,27 +19,7 @@ import (
 // These tests run real Deno + Pyodide workers: sessions on workers a real
 // pool starts for them.
 
-var (
-	runtimeOnce sync.Once
-	runtime     *supervisor.Runtime
-	runtimeErr  error
-)
-
 func testLogger(t *testing.T) hclog.Logger { return testlog.New(t) }
-
-// needRuntime provisions the worker runtime once (runtime).
-func needRuntime(t *testing.T) {
-	t.Helper()
-	testtier.Runtime(t)
-	runtimeOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		runtime, runtimeErr = supervisor.Provision(ctx, supervisor.DefaultRuntimeRoot(), os.Stderr, hclog.NewNullLogger())
-	})
-	if runtimeErr != nil {
-		t.Fatalf("provision runtime: %v", runtimeErr)
-	}
-}
 
 // manager is a Manager on a one-worker pool, closed with the test.
 func manager(t *testing.T, limits sessions.Limits) (*sessions.Manager, *supervisor.Pool) {
@@ -59,10 +37,9 @@ func managerOn(t *testing.T, limits sessions.Limits, perHost int) (*sessions.Man
 // engineManagerOn is managerOn with sessions of engine e.
 func engineManagerOn(t *testing.T, e supervisor.Engine, limits sessions.Limits, perHost int) (*sessions.Manager, *supervisor.Pool) {
 	t.Helper()
-	needRuntime(t)
 	log := testLogger(t)
 	// webR starts in seconds on a quiet machine, past a minute on a loaded one.
-	pool, err := supervisor.NewEnginePool(runtime, e, supervisor.Config{Workers: 1, InterruptGrace: 300 * time.Millisecond,
+	pool, err := supervisor.NewEnginePool(testruntime.Get(t), e, supervisor.Config{Workers: 1, InterruptGrace: 300 * time.Millisecond,
 		StartTimeout: 4 * time.Minute}, log)
 	if err != nil {
 		t.Fatal(err)
