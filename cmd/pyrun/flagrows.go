@@ -8,8 +8,6 @@ package main
 // settings a reload leaves as they are (restartOnly). The flags
 // themselves, their types, defaults and help, are declared in flagSet.
 
-import "slices"
-
 // Commands whose flags a group is for.
 var (
 	forCalls    = []string{"stdio", "serve", "run"}
@@ -191,16 +189,6 @@ func (g configGroup) flags() []string {
 		names[i] = r.name
 	}
 	return names
-}
-
-// settingRow is the row of flag name, and whether there is one.
-func settingRow(name string) (flagRow, bool) {
-	for _, g := range configGroups {
-		if i := slices.IndexFunc(g.rows, func(r flagRow) bool { return r.name == name }); i >= 0 {
-			return g.rows[i], true
-		}
-	}
-	return flagRow{}, false
 }
 
 // restartOnly are the settings that take effect only when pyrun starts. A
