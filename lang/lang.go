@@ -51,6 +51,23 @@ type Language struct {
 	// session's calls ("a timer, a promise"), for the tool description;
 	// "": nothing.
 	LeavesRunning string
+	// Runtime names what its engine runs ("Pyodide"), for pyrun warmup's
+	// step that looks for its files (Engine.Files).
+	Runtime string
+	// SelfTest is the code pyrun warmup has a worker of it run.
+	SelfTest SelfTest
+}
+
+// SelfTest is pyrun warmup's check of a language's workers, as code of the
+// language: a call that prints and returns a value, one that tries to read
+// a host file, and a loop that only a time limit ends.
+type SelfTest struct {
+	// Hello prints HelloStdout and returns HelloValue (a result's Value).
+	Hello, HelloStdout, HelloValue string
+	// ReadsHost returns true if it read /etc/passwd of the host, else false.
+	ReadsHost string
+	// Loop runs until it is stopped.
+	Loop string
 }
 
 // Count is how many languages there are, for tables of them.

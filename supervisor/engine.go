@@ -36,6 +36,10 @@ type Engine interface {
 	// Program is the worker's entry point, relative to Runtime.Dir
 	// ("main.ts", "webr/main.ts").
 	Program() string
+	// Files are the files of what its workers run (Pyodide, webR: their
+	// npm package's), relative to Runtime.Dir, that no worker starts
+	// without (pyrun warmup looks for them).
+	Files() []string
 	// Permissions are the Deno permission flags of a worker of rt, besides
 	// the ones the pool adds for the features it has (the snapshot it
 	// starts from, the package cache, mounts, the network): --allow-read

@@ -57,6 +57,10 @@ func (javascriptEngine) Features() Features { return Features{Mounts: true} }
 
 func (javascriptEngine) Program() string { return "js/main.ts" }
 
+func (javascriptEngine) Files() []string {
+	return []string{"node_modules/typescript/lib/typescript.js"}
+}
+
 // Permissions are the host thread's; the user's code runs in a Worker the
 // host creates with permissions "none", which Deno allows only with
 // --unstable-worker-options (without it the process exits at once):

@@ -35,6 +35,14 @@ func (pythonEngine) Program() string { return "main.ts" }
 // (subprocesses, and signals to any process but the worker itself), ffi
 // (native code), sys (facts about the host) and imports of remote code stay
 // refused, to Python as well.
+func (pythonEngine) Files() []string {
+	var files []string
+	for _, f := range []string{"pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"} {
+		files = append(files, filepath.Join("node_modules", "pyodide", f))
+	}
+	return files
+}
+
 func (pythonEngine) Permissions(rt *Runtime) (Permissions, error) {
 	var read []string
 	for _, f := range []string{

@@ -70,6 +70,10 @@ func (rEngine) Features() Features { return Features{Mounts: true} }
 
 func (rEngine) Program() string { return "webr/main.ts" }
 
+func (rEngine) Files() []string {
+	return []string{"node_modules/webr/dist/webr.mjs", "node_modules/webr/dist/R.wasm", "node_modules/webr/dist/webr-worker.js"}
+}
+
 // Permissions:
 //   - read of the R worker program (webr/) and of webR's dist folder (R.wasm,
 //     the R library, fonts: what R reads when it starts and when it loads a

@@ -102,6 +102,7 @@ func (fakeEngine) DefaultMemoryLimit() int64                 { return 256 << 20 
 func (fakeEngine) StartupWork() time.Duration                { return 0 }
 func (fakeEngine) Features() Features                        { return Features{} }
 func (e fakeEngine) Program() string                         { return string(e) + "/main.ts" }
+func (e fakeEngine) Files() []string                         { return []string{e.Program()} }
 func (fakeEngine) Permissions(*Runtime) (Permissions, error) { return Permissions{}, nil }
 
 // ProcessCPU is the CPU time process pid has used so far.

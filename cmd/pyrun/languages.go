@@ -269,25 +269,3 @@ func versionList(v map[string]string) string {
 	}
 	return strings.Join(parts, ", ")
 }
-
-// warmupLanguage is `pyrun warmup`'s step for a language other than
-// Python: a worker of it starts and runs an empty call.
-func warmupLanguage(o *options, l lang.Language, rt **supervisor.Runtime, log hclog.Logger) warmupStep {
-	return warmupStep{l.ID, func(ctx context.Context) (string, error) {
-		began := time.Now()
-		d, err := newDaemon(ctx, o, daemonParts{runtime: *rt, languages: []lang.Language{l}, workers: 1}, log)
-		if err != nil {
-			return "", err
-		}
-		defer d.Close()
-		res, err := d.pools.Run(ctx, supervisor.Job{ID: "warmup", Client: "warmup", Language: l.ID}, nil)
-		switch {
-		case err != nil && res.Status == "":
-			return "", fmt.Errorf("no %s worker could take a call: %w", l.Title, err)
-		case res.Status != supervisor.StatusSuccess:
-			return "", fmt.Errorf("an empty %s call ended %s: %s", l.Title, res.Status, res.Error)
-		}
-		return fmt.Sprintf("%s worker ready and ran a call in %s (%s)", l.Title,
-			time.Since(began).Round(time.Millisecond), versionList(l.Engine.Versions(*rt))), nil
-	}}
-}

@@ -234,10 +234,11 @@ func TestServeLanguageHealthAndMetrics(t *testing.T) {
 	}
 }
 
-// TestWarmupLanguageStep: warmup's step for a language (run here for
-// Python, whose own steps are others, and JavaScript) starts a worker of
-// the language and has it run an empty call.
-func TestWarmupLanguageStep(t *testing.T) {
+// TestWarmupLanguageSteps: warmup's steps for a language other than the
+// first (Python's are TestWarmup's) find its runtime's files, start a
+// worker of it, and run its self-test calls: a print and a value, a host
+// file out of reach, a runaway loop stopped at its limit.
+func TestWarmupLanguageSteps(t *testing.T) {
 	needBinary(t)
 	o, _, err := loadOptions("warmup", nil)
 	if err != nil {
@@ -248,16 +249,35 @@ func TestWarmupLanguageStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		l          lang.Language
-		says, runs string
+		l     lang.Language
+		steps []string
+		runs  string
 	}{
-		{lang.Python, "Python worker ready and ran a call", "pyodide " + rt.Pyodide},
-		{lang.JavaScript, "JavaScript worker ready and ran a call", "typescript 6.0.3"},
+		{lang.JavaScript, []string{"typescript", "worker", "self-test", "sandbox", "interrupt"}, "typescript 6.0.3"},
+		{lang.R, []string{"webr", "worker", "self-test", "sandbox", "interrupt"}, "webr "},
 	} {
-		step := warmupLanguage(o, tc.l, &rt, hclog.NewNullLogger())
-		detail, err := step.run(t.Context())
-		if err != nil || step.name != tc.l.ID || !strings.Contains(detail, tc.says) || !strings.Contains(detail, tc.runs) {
-			t.Errorf("step %s: %q, %v", step.name, detail, err)
+		var daemons []*daemon
+		steps := languageSteps(o, tc.l, tc.l.ID+" ", &rt, &daemons, hclog.NewNullLogger())
+		var names []string
+		for i, step := range steps {
+			names = append(names, step.name)
+			detail, err := step.run(t.Context())
+			if err != nil {
+				t.Errorf("%s: %v", step.name, err)
+				break
+			}
+			if i == 0 && !strings.Contains(detail, tc.runs) {
+				t.Errorf("%s: %q, want the versions (%s)", step.name, detail, tc.runs)
+			}
+		}
+		for _, d := range daemons {
+			d.Close()
+		}
+		for i := range tc.steps {
+			tc.steps[i] = tc.l.ID + " " + tc.steps[i]
+		}
+		if !slices.Equal(names, tc.steps) {
+			t.Errorf("%s's steps: %q, want %q", tc.l.ID, names, tc.steps)
 		}
 	}
 }

@@ -15,7 +15,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/mcp/httpfront"
 	"github.com/pyrun/pyrun/mcp/localsock"
@@ -67,7 +66,11 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		// Room for each worker's pipes and files, and pyrun's own: a pool
 		// has up to twice its size in workers, never-used and owned by
 		// clients (docs/architecture.md, Workers belong to a client).
-		maxConns = netguard.TotalFor(64 + 32*2*o.pool(lang.Python).workers)
+		workers := 0
+		for _, l := range o.enabledLanguages() {
+			workers += o.pool(l).workers
+		}
+		maxConns = netguard.TotalFor(64 + 32*2*workers)
 	}
 	conns := netguard.Listen(ln, netguard.Limits{Total: maxConns, PerAddr: o.maxConnsPerAddr})
 	guard, err := newGuard(o, ln.Addr().String(), log.Named("access"))

@@ -27,23 +27,13 @@ type warmupStep struct {
 // calls, printing each step with its result. The first failure stops it
 // with an error that says what is missing.
 func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hclog.Logger) error {
-	var (
-		rt   *supervisor.Runtime
-		d    *daemon          // the worker step's
-		pool *supervisor.Pool // its Python pool
-	)
+	var rt *supervisor.Runtime
+	var daemons []*daemon // the worker steps', closed when warmup ends
 	defer func() {
-		if d != nil {
+		for _, d := range daemons {
 			d.Close()
 		}
 	}()
-	call := func(ctx context.Context, code string, timeout time.Duration) (supervisor.Result, error) {
-		res, err := pool.Run(ctx, supervisor.Job{ID: "warmup", Code: code, Timeout: timeout, Client: "warmup"}, nil)
-		if err != nil && res.Status == "" {
-			return res, err
-		}
-		return res, nil
-	}
 	steps := []warmupStep{
 		{"runtime", func(ctx context.Context) (string, error) {
 			if r, err := supervisor.OpenRuntime(o.runtimeDir); err == nil {
@@ -78,114 +68,19 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 			return describeOSSandbox(st), nil
 		}},
 	}
-	python := []warmupStep{
-		{"pyodide", func(context.Context) (string, error) {
-			dir := filepath.Join(rt.Dir, "node_modules", "pyodide")
-			var missing []string
-			for _, f := range []string{"pyodide.mjs", "pyodide.asm.mjs", "pyodide.asm.wasm", "python_stdlib.zip", "pyodide-lock.json"} {
-				if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
-					missing = append(missing, f)
-				}
-			}
-			if len(missing) > 0 {
-				return "", fmt.Errorf("Pyodide's files are missing from %s: %s; remove %s and run pyrun warmup again to reinstall",
-					dir, strings.Join(missing, ", "), rt.Dir)
-			}
-			return fmt.Sprintf("Pyodide %s, Python %s", rt.Pyodide, rt.Python), nil
-		}},
-		{"snapshot", func(ctx context.Context) (string, error) {
-			snap, err := supervisor.EnsureSnapshot(ctx, rt, o.poolConfig(), log.Named("snapshot"))
-			if err != nil {
-				return "", fmt.Errorf("the memory snapshot workers start from could not be made (they would start, slowly, without it): %w", err)
-			}
-			if snap.Built {
-				return fmt.Sprintf("%s (%d MiB), made now in %s", snap.Path, snap.Size>>20, snap.BuildTime.Round(100*time.Millisecond)), nil
-			}
-			return fmt.Sprintf("%s (%d MiB), checked", snap.Path, snap.Size>>20), nil
-		}},
-		{"packages", func(ctx context.Context) (string, error) {
-			cfg := o.poolConfig()
-			pkgs, err := supervisor.NewResolver(rt, cfg, log.Named("packages"))
-			if err != nil {
-				return "", err
-			}
-			detail := fmt.Sprintf("no deps to preload; calls load what they import from %s", pkgs.Index())
-			if len(cfg.Deps) > 0 {
-				files, err := pkgs.Resolve(ctx, packages.Request{Requires: cfg.Deps, By: "deps"})
-				if err != nil {
-					return "", fmt.Errorf("the deps cannot be had, so no worker could start: %w", err)
-				}
-				var names []string
-				for _, f := range files {
-					names = append(names, f.Name+" "+f.Version)
-				}
-				detail = fmt.Sprintf("cached %s in %s", strings.Join(names, ", "), rt.PackageDir)
-			}
-			return reachDetail(ctx, pkgs, cfg.Network, detail)
-		}},
-		{"worker", func(ctx context.Context) (string, error) {
-			var err error
-			d, err = newDaemon(ctx, o, daemonParts{runtime: rt, languages: []lang.Language{lang.Python}, workers: 1}, log)
-			if err != nil {
-				return "", err
-			}
-			pool = d.pools.Pool(lang.Python.ID)
-			res, err := call(ctx, "None", 0)
-			if err != nil {
-				return "", err
-			}
-			if res.Status != supervisor.StatusSuccess {
-				return "", fmt.Errorf("the first call ended %s: %s", res.Status, res.Error)
-			}
-			if pool.Stats().Counts.Starts["snapshot"] == 0 {
-				return "", errors.New("the worker started without the memory snapshot; the log above says why")
-			}
-			return fmt.Sprintf("%s ready after %s, from the snapshot", res.Worker, res.QueueWait.Round(time.Millisecond)), nil
-		}},
-		{"self-test", func(ctx context.Context) (string, error) {
-			res, err := call(ctx, "import sys\nprint('hello')\nsum(range(10))", 0)
-			switch {
-			case err != nil:
-				return "", err
-			case res.Status != supervisor.StatusSuccess:
-				return "", fmt.Errorf("a test call ended %s: %s", res.Status, res.Error)
-			case res.Stdout != "hello\n" || res.Value != "45":
-				return "", fmt.Errorf("a test call printed %q and returned %s, want \"hello\\n\" and 45", res.Stdout, res.Value)
-			}
-			return fmt.Sprintf("print and return value (%s)", res.Duration.Round(time.Millisecond)), nil
-		}},
-		{"sandbox", func(ctx context.Context) (string, error) {
-			res, err := call(ctx, "import js\ntry:\n    js.Deno.readTextFileSync('/etc/passwd')\n    leaked = True\nexcept Exception:\n    leaked = False\nleaked", 0)
-			switch {
-			case err != nil:
-				return "", err
-			case res.Status != supervisor.StatusSuccess:
-				return "", fmt.Errorf("the sandbox test ended %s: %s", res.Status, res.Error)
-			case res.Value != "false":
-				return "", errors.New("Python could read /etc/passwd through Deno: the worker's permissions are too wide")
-			}
-			return "host files are out of reach", nil
-		}},
-		{"interrupt", func(ctx context.Context) (string, error) {
-			began := time.Now()
-			res, err := call(ctx, "while True:\n    pass", time.Second)
-			switch {
-			case err != nil:
-				return "", err
-			case res.Status != supervisor.StatusTimeout:
-				return "", fmt.Errorf("a runaway loop with a 1s limit ended %s, want timeout: %s", res.Status, res.Error)
-			}
-			return fmt.Sprintf("a runaway loop was stopped at its 1s limit (%s)", time.Since(began).Round(time.Millisecond)), nil
-		}},
-	}
-	for _, l := range o.enabledLanguages() {
-		if l.ID == lang.Python.ID {
-			steps = append(steps, python...)
-			continue
+	for i, l := range o.enabledLanguages() {
+		// The first language's steps have the plain names.
+		prefix := ""
+		if i > 0 {
+			prefix = l.ID + " "
 		}
-		steps = append(steps, warmupLanguage(o, l, &rt, log))
+		steps = append(steps, languageSteps(o, l, prefix, &rt, &daemons, log)...)
 	}
 
+	width := 10 // the names' column
+	for _, st := range steps {
+		width = max(width, len(st.name))
+	}
 	fmt.Fprintf(stdout, "pyrun %s warmup (runtime folder %s)\n", version, o.runtimeDir)
 	warned := false
 	for _, st := range steps {
@@ -193,15 +88,15 @@ func cmdWarmup(ctx context.Context, o *options, stdout, stderr io.Writer, log hc
 		detail, err := st.run(ctx)
 		var w warning
 		if errors.As(err, &w) {
-			fmt.Fprintf(stdout, "  %-10s WARN  %s [%s]\n", st.name, w, time.Since(began).Round(time.Millisecond))
+			fmt.Fprintf(stdout, "  %-*s WARN  %s [%s]\n", width, st.name, w, time.Since(began).Round(time.Millisecond))
 			warned = true
 			continue
 		}
 		if err != nil {
-			fmt.Fprintf(stdout, "  %-10s FAIL  %v\n", st.name, err)
+			fmt.Fprintf(stdout, "  %-*s FAIL  %v\n", width, st.name, err)
 			return fmt.Errorf("warmup failed at %s: %w", st.name, err)
 		}
-		fmt.Fprintf(stdout, "  %-10s ok    %s [%s]\n", st.name, detail, time.Since(began).Round(time.Millisecond))
+		fmt.Fprintf(stdout, "  %-*s ok    %s [%s]\n", width, st.name, detail, time.Since(began).Round(time.Millisecond))
 	}
 	if warned {
 		fmt.Fprintln(stdout, "ready, with the warnings above: pyrun serve and pyrun stdio will start warm")
@@ -243,4 +138,133 @@ func reachDetail(ctx context.Context, pkgs *packages.Resolver, network superviso
 		return detail, nil
 	}
 	return "", warning(detail + "; " + strings.Join(failed, "; "))
+}
+
+// languageSteps are warmup's steps for language l, their names after
+// prefix: its runtime's files; what its engine's features need (the memory
+// snapshot, the package sources); then a worker of it started, and its
+// self-test calls (lang.SelfTest): a print and a value, a host file out of
+// reach, a runaway loop stopped at its limit. A worker step adds its
+// daemon to daemons.
+func languageSteps(o *options, l lang.Language, prefix string, rt **supervisor.Runtime, daemons *[]*daemon, log hclog.Logger) []warmupStep {
+	var pool *supervisor.Pool // the worker step's
+	call := func(ctx context.Context, code string, timeout time.Duration) (supervisor.Result, error) {
+		res, err := pool.Run(ctx, supervisor.Job{ID: "warmup", Code: code, Timeout: timeout, Client: "warmup"}, nil)
+		if err != nil && res.Status == "" {
+			return res, err
+		}
+		return res, nil
+	}
+	features := l.Engine.Features()
+	test := l.SelfTest
+	steps := []warmupStep{{strings.ToLower(l.Runtime), func(context.Context) (string, error) {
+		var missing []string
+		for _, f := range l.Engine.Files() {
+			if _, err := os.Stat(filepath.Join((*rt).Dir, f)); err != nil {
+				missing = append(missing, filepath.Base(f))
+			}
+		}
+		if len(missing) > 0 {
+			return "", fmt.Errorf("%s's files are missing from %s: %s; remove %s and run pyrun warmup again to reinstall",
+				l.Runtime, (*rt).Dir, strings.Join(missing, ", "), (*rt).Dir)
+		}
+		return versionList(l.Engine.Versions(*rt)), nil
+	}}}
+	if features.Snapshots {
+		steps = append(steps, warmupStep{"snapshot", func(ctx context.Context) (string, error) {
+			snap, err := supervisor.EnsureSnapshot(ctx, *rt, o.languageConfig(l), log.Named("snapshot"))
+			if err != nil {
+				return "", fmt.Errorf("the memory snapshot workers start from could not be made (they would start, slowly, without it): %w", err)
+			}
+			if snap.Built {
+				return fmt.Sprintf("%s (%d MiB), made now in %s", snap.Path, snap.Size>>20, snap.BuildTime.Round(100*time.Millisecond)), nil
+			}
+			return fmt.Sprintf("%s (%d MiB), checked", snap.Path, snap.Size>>20), nil
+		}})
+	}
+	if features.Packages {
+		steps = append(steps, warmupStep{"packages", func(ctx context.Context) (string, error) {
+			cfg := o.languageConfig(l)
+			pkgs, err := supervisor.NewResolver(*rt, cfg, log.Named("packages"))
+			if err != nil {
+				return "", err
+			}
+			detail := fmt.Sprintf("no deps to preload; calls load what they import from %s", pkgs.Index())
+			if len(cfg.Deps) > 0 {
+				files, err := pkgs.Resolve(ctx, packages.Request{Requires: cfg.Deps, By: "deps"})
+				if err != nil {
+					return "", fmt.Errorf("the deps cannot be had, so no worker could start: %w", err)
+				}
+				var names []string
+				for _, f := range files {
+					names = append(names, f.Name+" "+f.Version)
+				}
+				detail = fmt.Sprintf("cached %s in %s", strings.Join(names, ", "), (*rt).PackageDir)
+			}
+			return reachDetail(ctx, pkgs, cfg.Network, detail)
+		}})
+	}
+	steps = append(steps,
+		warmupStep{"worker", func(ctx context.Context) (string, error) {
+			d, err := newDaemon(ctx, o, daemonParts{runtime: *rt, languages: []lang.Language{l}, workers: 1}, log)
+			if err != nil {
+				return "", err
+			}
+			*daemons = append(*daemons, d)
+			pool = d.pools.Pool(l.ID)
+			res, err := call(ctx, "", 0)
+			switch {
+			case err != nil:
+				return "", fmt.Errorf("no %s worker could take a call: %w", l.Title, err)
+			case res.Status != supervisor.StatusSuccess:
+				return "", fmt.Errorf("the first call ended %s: %s", res.Status, res.Error)
+			}
+			if !features.Snapshots {
+				return fmt.Sprintf("%s ready after %s", res.Worker, res.QueueWait.Round(time.Millisecond)), nil
+			}
+			if pool.Stats().Counts.Starts["snapshot"] == 0 {
+				return "", errors.New("the worker started without the memory snapshot; the log above says why")
+			}
+			return fmt.Sprintf("%s ready after %s, from the snapshot", res.Worker, res.QueueWait.Round(time.Millisecond)), nil
+		}},
+		warmupStep{"self-test", func(ctx context.Context) (string, error) {
+			res, err := call(ctx, test.Hello, 0)
+			switch {
+			case err != nil:
+				return "", err
+			case res.Status != supervisor.StatusSuccess:
+				return "", fmt.Errorf("a test call ended %s: %s", res.Status, res.Error)
+			case res.Stdout != test.HelloStdout || res.Value != test.HelloValue:
+				return "", fmt.Errorf("a test call printed %q and returned %s, want %q and %s", res.Stdout, res.Value, test.HelloStdout, test.HelloValue)
+			}
+			return fmt.Sprintf("print and return value (%s)", res.Duration.Round(time.Millisecond)), nil
+		}},
+		warmupStep{"sandbox", func(ctx context.Context) (string, error) {
+			res, err := call(ctx, test.ReadsHost, 0)
+			switch {
+			case err != nil:
+				return "", err
+			case res.Status != supervisor.StatusSuccess:
+				return "", fmt.Errorf("the sandbox test ended %s: %s", res.Status, res.Error)
+			case res.Value != "false":
+				return "", fmt.Errorf("%s could read /etc/passwd through Deno: the worker's permissions are too wide", l.Title)
+			}
+			return "host files are out of reach", nil
+		}},
+		warmupStep{"interrupt", func(ctx context.Context) (string, error) {
+			began := time.Now()
+			res, err := call(ctx, test.Loop, time.Second)
+			switch {
+			case err != nil:
+				return "", err
+			case res.Status != supervisor.StatusTimeout:
+				return "", fmt.Errorf("a runaway loop with a 1s limit ended %s, want timeout: %s", res.Status, res.Error)
+			}
+			return fmt.Sprintf("a runaway loop was stopped at its 1s limit (%s)", time.Since(began).Round(time.Millisecond)), nil
+		}},
+	)
+	for i := range steps {
+		steps[i].name = prefix + steps[i].name
+	}
+	return steps
 }
