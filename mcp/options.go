@@ -15,6 +15,7 @@ func (o Options) withDefaults() Options {
 	if o.AppCellBytes == 0 {
 		o.AppCellBytes = apps.DefaultCellBytes
 	}
+	o.Requests = o.RequestLimits()
 	return o
 }
 

@@ -67,7 +67,8 @@ type Options struct {
 	// serve: a call of one of their tools is told that the tool exists and
 	// which --languages serves it, not "unknown tool". nil: none.
 	Disabled []Language
-	// Requests bound the request bytes pyrun holds.
+	// Requests bound the request bytes pyrun holds; a zero field is worked
+	// out from MaxCode (RequestLimits).
 	Requests flow.RequestLimits
 	// CodeMode gives calls the tools of other MCP servers (mcp_tools in
 	// Python); nil: none. Its changes reach clients as a changed tool

@@ -12,10 +12,11 @@ import (
 )
 
 // Validate checks the settings of c a user sets (pyrun's flags and config
-// keys, docs/configuration.md), where a zero is a value, not the default:
-// each out-of-range one is named as the setting is. The fields pyrun
-// works out itself (sizes per language, files and spool, mounts,
-// checkpoints, warming, restores) are checked where they are set.
+// keys, docs/configuration.md), where a zero is a value, not the default
+// (and -1 none, for WarmCalls and RestoreSpares): each out-of-range one is
+// named as the setting is. The fields pyrun works out itself (each
+// language's size and memory limit, the files a call returns, the spool
+// folder, whether checkpoints are on) are checked where they are set.
 func (c Config) Validate() error {
 	if _, err := ParseNetwork(string(c.Network)); err != nil {
 		return err
@@ -45,6 +46,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("idle-memory-slack must not be negative, not %s", bytesize.Format(c.IdleMemorySlack))
 	case c.WorkerFileSize < 1<<20:
 		return fmt.Errorf("worker-file-size must be at least 1MiB, not %s", bytesize.Format(c.WorkerFileSize))
+	case c.MaxCheckpoint < 32<<20:
+		return fmt.Errorf("max-checkpoint must be at least 32MiB (an empty session's memory), not %s", bytesize.Format(c.MaxCheckpoint))
 	}
 	for _, err := range []error{
 		between("max-worker-threads", c.MaxWorkerThreads, 16, 4096, false),
@@ -54,6 +57,8 @@ func (c Config) Validate() error {
 		between("client-max-workers", c.ClientMaxWorkers, 0, 4096, false),
 		between("max-displays", c.MaxDisplays, 1, 1024, false),
 		between("max-display-bytes", c.MaxDisplayBytes, 1<<10, 64<<20, true),
+		between("warm-calls", max(c.WarmCalls, 0), 0, 10000, false),
+		between("restore-spares", max(c.RestoreSpares, 0), 0, 4, false),
 	} {
 		if err != nil {
 			return err

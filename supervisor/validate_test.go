@@ -18,7 +18,8 @@ func TestConfigValidate(t *testing.T) {
 			WorkerFileSize: 1 << 30, MaxWorkerThreads: supervisor.DefaultMaxWorkerThreads,
 			StderrLogPerCall: supervisor.DefaultStderrLogPerCall, StderrLogRate: supervisor.DefaultStderrLogRate,
 			WorkerOpenFiles: 1024, MaxDisplays: 16, MaxDisplayBytes: 4 << 20, PyPI: packages.DefaultPyPI,
-			Network: supervisor.NetworkPublic, Isolation: supervisor.IsolationCall, OSSandbox: "auto"}
+			Network: supervisor.NetworkPublic, Isolation: supervisor.IsolationCall, OSSandbox: "auto",
+			MaxCheckpoint: supervisor.DefaultMaxCheckpoint, WarmCalls: supervisor.DefaultWarmCalls, RestoreSpares: -1}
 	}
 	if err := good().Validate(); err != nil {
 		t.Fatalf("the defaults: %v", err)
@@ -39,6 +40,9 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *supervisor.Config) { c.Deps = []string{"not a requirement!"} }, "deps:"},
 		{func(c *supervisor.Config) { c.Wheelhouse = "/nonexistent/wheels" }, "wheelhouse /nonexistent/wheels is not a directory"},
 		{func(c *supervisor.Config) { c.PyPI = "pypi.org" }, `pypi must be a URL or none, not "pypi.org"`},
+		{func(c *supervisor.Config) { c.MaxCheckpoint = 1 << 20 }, "max-checkpoint must be at least 32MiB (an empty session's memory), not 1MiB"},
+		{func(c *supervisor.Config) { c.WarmCalls = 20000 }, "warm-calls must be between 0 and 10000, not 20000"},
+		{func(c *supervisor.Config) { c.RestoreSpares = 5 }, "restore-spares must be between 0 and 4, not 5"},
 	} {
 		cfg := good()
 		c.set(&cfg)

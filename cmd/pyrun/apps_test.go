@@ -22,7 +22,7 @@ func TestAppCellBytesFlag(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}
-		if got := mcpOptions(o, &supervisor.Runtime{}).AppCellBytes; got != c.want {
+		if got := o.frontOptions(&supervisor.Runtime{}).AppCellBytes; got != c.want {
 			t.Errorf("%v: AppCellBytes %d, want %d", c.args, got, c.want)
 		}
 	}

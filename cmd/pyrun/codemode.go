@@ -33,14 +33,6 @@ func (f *serversFlag) String() string {
 	return string(b)
 }
 
-// hubOptions are code mode's limits: its own flags', and a tool's result
-// capped as a call's output is (max-output).
-func (o *options) hubOptions() codemode.Options {
-	h := o.hub
-	h.MaxResult = o.supervisor.MaxOutput
-	return h
-}
-
 // hubSettle bounds how long pyrun, once its workers are up, waits for MCP
 // servers still connecting before it serves, so that the first tool list a
 // client gets describes their tools; later ones reach clients as a changed

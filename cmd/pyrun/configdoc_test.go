@@ -208,7 +208,7 @@ func exampleValue(f *flag.Flag, r flagRow) ([]byte, error) {
 		def = "" // the default a machine works out: the key left empty
 	}
 	switch f.Value.(type) {
-	case *stringList, *mountList:
+	case *stringList, mountsVar:
 		list := []string{}
 		if def != "" {
 			list = strings.Split(def, ",")

@@ -190,7 +190,7 @@ func (d *daemon) countAll(o *options, p daemonParts) {
 // sandbox is what the OS sandbox around the workers holds here (the
 // machine is probed once: oswall.Probe).
 func (d *daemon) sandbox() oswall.Status {
-	return oswall.Describe(d.options().poolConfig().OSSandbox, oswall.Probe())
+	return oswall.Describe(d.options().supervisor.OSSandbox, oswall.Probe())
 }
 
 // openSessions are the open sessions of each language.
@@ -206,7 +206,7 @@ func (d *daemon) options() *options {
 
 // mcpOptions are o's options of the MCP server, code mode's hub with them.
 func (d *daemon) mcpOptions(o *options) mcp.Options {
-	mopts := mcpOptions(o, d.rt)
+	mopts := o.frontOptions(d.rt)
 	if d.hub != nil {
 		mopts.CodeMode = d.hub
 	}

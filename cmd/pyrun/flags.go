@@ -235,38 +235,116 @@ func (l *stringList) Set(s string) error {
 
 func (l stringList) String() string { return strings.Join(l, ",") }
 
-// mountList is the --mount flag: HOST_DIR:SANDBOX_DIR[:rw], repeated or
-// separated by commas. A repeated flag adds to the list.
-type mountList []string
+// mountsVar is the --mount flag, bound to the pools' mounts:
+// HOST_DIR:SANDBOX_DIR[:rw], repeated or separated by commas. A repeated
+// flag adds to the list; two mounts may not share a sandbox path.
+type mountsVar struct{ p *[]supervisor.Mount }
 
-func (l *mountList) Set(s string) error {
+func (v mountsVar) Set(s string) error {
 	for _, part := range strings.Split(s, ",") {
-		if part = strings.TrimSpace(part); part != "" {
-			if _, err := supervisor.ParseMount(part); err != nil {
-				return err
-			}
-			*l = append(*l, part)
+		if part = strings.TrimSpace(part); part == "" {
+			continue
 		}
+		m, err := supervisor.ParseMount(part)
+		if err != nil {
+			return err
+		}
+		for _, had := range *v.p {
+			if had.Path == m.Path {
+				return fmt.Errorf("mount %q: %s is mounted twice", part, m.Path)
+			}
+		}
+		*v.p = append(*v.p, m)
 	}
 	return nil
 }
 
-func (l mountList) String() string { return strings.Join(l, ",") }
+// reset empties the list, for a value set again as a whole (a reload
+// keeping the mounts pyrun started with: keepRestartOnly).
+func (v mountsVar) reset() { *v.p = nil }
 
-// parse reads every mount; two mounts may not share a sandbox path.
-func (l mountList) parse() ([]supervisor.Mount, error) {
-	var ms []supervisor.Mount
-	seen := map[string]bool{}
-	for _, s := range l {
-		m, err := supervisor.ParseMount(s)
-		if err != nil {
-			return nil, err
-		}
-		if seen[m.Path] {
-			return nil, fmt.Errorf("mount %q: %s is mounted twice", s, m.Path)
-		}
-		seen[m.Path] = true
-		ms = append(ms, m)
+func (v mountsVar) String() string {
+	if v.p == nil {
+		return ""
 	}
-	return ms, nil
+	var parts []string
+	for _, m := range *v.p {
+		s := m.Host + ":" + m.Path
+		if m.RW {
+			s += ":rw"
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ",")
+}
+
+// noneVar binds a count or size flag whose 0 means none to a package's
+// field that spells none -1, its 0 being its default (supervisor.Config's
+// WarmCalls, RestoreSpares; sessions.Limits' Spares; mcp.Options'
+// AppCellBytes). The field holds its default before the flag is bound;
+// Set refuses what is negative or past hi.
+type noneVar[T int | int64] struct {
+	p    *T
+	hi   T
+	size bool // bytes (64KiB), not a count
+}
+
+func noneCount(p *int, hi int) flag.Value { return noneCountVar{noneVar[int]{p: p, hi: hi}} }
+func noneBytes(p *int64, hi int64) flag.Value {
+	return noneBytesVar{noneVar[int64]{p: p, hi: hi, size: true}}
+}
+
+// noneCountVar is a count: its Get is the number as the flag takes it.
+type noneCountVar struct{ noneVar[int] }
+
+func (v noneCountVar) Get() any {
+	if v.p == nil {
+		return 0
+	}
+	return max(*v.p, 0)
+}
+
+// noneBytesVar is a size: Bytes marks it so for the help and the docs.
+type noneBytesVar struct{ noneVar[int64] }
+
+func (v noneBytesVar) Bytes() int64 {
+	if v.p == nil {
+		return 0
+	}
+	return max(*v.p, 0)
+}
+
+func (v noneVar[T]) format(n T) string {
+	if v.size {
+		return bytesize.Format(int64(n))
+	}
+	return strconv.FormatInt(int64(n), 10)
+}
+
+func (v noneVar[T]) Set(s string) error {
+	var n int64
+	var err error
+	if v.size {
+		n, err = bytesize.Parse(s)
+	} else {
+		n, err = strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	}
+	if err != nil {
+		return err
+	}
+	if n < 0 || n > int64(v.hi) {
+		return fmt.Errorf("must be between 0 (none) and %s", v.format(v.hi))
+	}
+	*v.p = T(n)
+	if n == 0 {
+		*v.p = -1
+	}
+	return nil
+}
+
+func (v noneVar[T]) String() string {
+	if v.p == nil || *v.p < 0 {
+		return "0"
+	}
+	return v.format(*v.p)
 }

@@ -41,7 +41,7 @@ func (o *options) goHeapLimit() int64 {
 	for _, l := range o.enabledLanguages() {
 		workers += int64(o.pool(l).workers)
 	}
-	return 128<<20 + 3*o.requestLimits().MaxBytes + workers*(2*int64(o.supervisor.MaxDisplayBytes)+32*int64(o.supervisor.MaxOutput))
+	return 128<<20 + 3*o.mcp.RequestLimits().MaxBytes + workers*(2*int64(o.supervisor.MaxDisplayBytes)+32*int64(o.supervisor.MaxOutput))
 }
 
 // applyMemoryLimit sets the Go memory limit in force, unless GOMEMLIMIT

@@ -145,6 +145,8 @@ func argName(f *flag.Flag, name string) string {
 		return "a,b"
 	case *durationFlag:
 		return "DURATION"
+	case noneCountVar:
+		return "N"
 	}
 	switch name {
 	case "int":

@@ -182,7 +182,7 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 		if got := req.Memory().Value(); got != wantRequest {
 			t.Errorf("memory request %s; want %s: 256Mi for each of %d pool workers and %d session spares, and 128Mi (statefulset.yaml)",
-				req.Memory(), resource.NewQuantity(wantRequest, resource.BinarySI), opts.pool(lang.Python).workers, opts.sessionSpares)
+				req.Memory(), resource.NewQuantity(wantRequest, resource.BinarySI), opts.pool(lang.Python).workers, max(opts.sessions.Spares, 0))
 		}
 		ops, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
 		if err != nil {
@@ -257,7 +257,7 @@ func TestKubernetesManifests(t *testing.T) {
 		if lim := opts.goHeapLimit(); lim+64<<20 > 256<<20 {
 			t.Errorf("pyrun's Go memory limit is %d MiB: more than its 256Mi share less 64Mi for the rest of the process", lim>>20)
 		}
-		if l := opts.requestLimits(); 3*l.MaxBytes > opts.goHeapLimit()/2 {
+		if l := opts.mcp.RequestLimits(); 3*l.MaxBytes > opts.goHeapLimit()/2 {
 			t.Errorf("the requests pyrun may hold (%d MiB, about three times that in memory) leave too little of its Go memory limit", l.MaxBytes>>20)
 		}
 		// Calls' /output/ files go to disk, not to a tmpfs that counts as

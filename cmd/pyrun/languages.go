@@ -95,15 +95,6 @@ func (o *options) enabledLanguages() []lang.Language {
 	return langs
 }
 
-// languageConfig is the pool configuration of a language: poolConfig with
-// the language's own size and memory limit.
-func (o *options) languageConfig(l lang.Language) supervisor.Config {
-	cfg := o.poolConfig()
-	cfg.Workers = o.pool(l).workers
-	cfg.MemoryLimit = int64(o.pool(l).memoryLimit)
-	return cfg
-}
-
 // mcpLanguages are the tools' descriptions, with their versions from rt.
 func (o *options) mcpLanguages(rt *supervisor.Runtime) []mcp.Language {
 	var tools []mcp.Language
@@ -135,7 +126,7 @@ func provision(ctx context.Context, o *options, progress io.Writer, log hclog.Lo
 	if _, err := checkOSSandbox(o, log); err != nil {
 		return nil, err
 	}
-	for _, m := range o.poolConfig().Mounts {
+	for _, m := range o.supervisor.Mounts {
 		if m.RW {
 			log.Warn("a host folder is mounted read-write: code run by any client can change, add and delete files in it",
 				"host", m.Host, "sandbox", m.Path)
@@ -154,7 +145,7 @@ func startPools(rt *supervisor.Runtime, o *options, langs []lang.Language, worke
 		}
 	}
 	for _, l := range langs {
-		cfg := o.languageConfig(l)
+		cfg := o.poolConfig(l)
 		if workers > 0 {
 			cfg.Workers = workers
 		}
@@ -205,7 +196,7 @@ func poolsTimeout(ps *supervisor.Pools) time.Duration {
 func reconfigurePools(ps *supervisor.Pools, o *options) error {
 	for _, l := range o.enabledLanguages() {
 		if p := ps.Pool(l.ID); p != nil {
-			if err := p.Reconfigure(o.languageConfig(l)); err != nil {
+			if err := p.Reconfigure(o.poolConfig(l)); err != nil {
 				return fmt.Errorf("%s: %w", l.ID, err)
 			}
 		}

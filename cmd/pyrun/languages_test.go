@@ -94,8 +94,15 @@ func TestLanguageFlags(t *testing.T) {
 	if len(langs) != 1 || langs[0].ID != "python" || langs[0].Tool(nil).Tool != "run_python_code" {
 		t.Fatalf("enabled languages %+v, want python alone", langs)
 	}
-	if got, want := o.languageConfig(langs[0]), o.poolConfig(); !slicesEqualConfig(got, want) {
-		t.Errorf("python's pool config %+v differs from poolConfig %+v", got, want)
+	// A pool's configuration is the pools' settings with its own size.
+	want := o.supervisor
+	want.Workers, want.MemoryLimit = supervisor.DefaultWorkers(), 512<<20
+	want.MaxFiles, want.MaxFileBytes, want.Checkpoints = 256, 64<<20, true
+	if got := o.poolConfig(langs[0]); !slicesEqualConfig(got, want) {
+		t.Errorf("python's pool config %+v, want %+v", got, want)
+	}
+	if got := o.poolConfig(lang.R); got.Workers != 1 || got.MemoryLimit != 1<<30 || got.Timeout != want.Timeout {
+		t.Errorf("R's pool config %+v: want 1 worker, 1GiB and the pools' timeout", got)
 	}
 
 	cfgFile := filepath.Join(t.TempDir(), "pyrun.json")

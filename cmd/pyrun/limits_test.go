@@ -10,6 +10,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/oswall"
 	"github.com/pyrun/pyrun/supervisor/packages"
@@ -108,7 +109,7 @@ func TestLimitFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := o.poolConfig()
+	got := o.poolConfig(lang.Python)
 	want := supervisor.Config{Workers: got.Workers, Timeout: 7 * time.Second, MemoryLimit: 300 << 20, MaxOutput: 2 << 10,
 		MaxQueue: 5, QueueTimeout: 3 * time.Second, Network: supervisor.NetworkPublic, Isolation: supervisor.IsolationCall, PyPI: packages.DefaultPyPI,
 		MaxDisplays: 16, MaxDisplayBytes: 4 << 20, MaxFiles: 256, MaxFileBytes: 64 << 20,
@@ -120,11 +121,11 @@ func TestLimitFlags(t *testing.T) {
 		t.Errorf("pool config %+v, want %+v", got, want)
 	}
 	// --warm-calls 0 is none, which the pool's Config spells -1.
-	if o, _, err := loadOptions("stdio", []string{"--warm-calls", "0"}); err != nil || o.poolConfig().WarmCalls != -1 {
-		t.Errorf("--warm-calls 0: %v, WarmCalls %d, want -1", err, o.poolConfig().WarmCalls)
+	if o, _, err := loadOptions("stdio", []string{"--warm-calls", "0"}); err != nil || o.poolConfig(lang.Python).WarmCalls != -1 {
+		t.Errorf("--warm-calls 0: %v, WarmCalls %d, want -1", err, o.poolConfig(lang.Python).WarmCalls)
 	}
-	if o.maxCode != 4<<10 {
-		t.Errorf("max code %d, want 4KiB", o.maxCode)
+	if o.mcp.MaxCode != 4<<10 {
+		t.Errorf("max code %d, want 4KiB", o.mcp.MaxCode)
 	}
 	for _, bad := range [][]string{
 		{"--max-code", "100"}, {"--max-code", "1GiB"}, {"--timeout", "0s"}, {"--memory-limit", "64MiB"},
@@ -136,6 +137,8 @@ func TestLimitFlags(t *testing.T) {
 		{"--max-worker-threads", "4"}, {"--idle-cpu", "0"}, {"--idle-cpu", "2"}, {"--idle-memory-slack", "-1"},
 		{"--worker-log-per-call", "10"}, {"--worker-log-rate", "1GiB"}, {"--warm-calls", "-1"}, {"--warm-calls", "20000"},
 		{"--client-max-workers", "-1"}, {"--client-worker-idle", "0s"}, {"--metrics-max-clients", "0"}, {"--restore-spares", "5"},
+		{"--restore-spares", "-1"}, {"--session-spares", "-1"}, {"--session-spares", "17"}, {"--max-checkpoint", "1MiB"},
+		{"--mount", t.TempDir() + ":/data," + t.TempDir() + ":/data"},
 	} {
 		if _, _, err := loadOptions("stdio", bad); err == nil {
 			t.Errorf("%v accepted", bad)
@@ -144,3 +147,52 @@ func TestLimitFlags(t *testing.T) {
 }
 
 func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o644) }
+
+// A count whose 0 means none reaches its part as the part spells none
+// (-1; its own 0 is its default), and is written back as 0: the reload
+// compares and keeps settings in flag syntax.
+func TestNoneFlags(t *testing.T) {
+	o, _, err := loadOptions("stdio", []string{"--warm-calls", "0", "--restore-spares", "0", "--session-spares", "0", "--app-cell-bytes", "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.supervisor.WarmCalls != -1 || o.supervisor.RestoreSpares != -1 || o.sessions.Spares != -1 || o.mcp.AppCellBytes != -1 {
+		t.Errorf("0 for none: warm %d, restore spares %d, session spares %d, app cells %d; want -1 each",
+			o.supervisor.WarmCalls, o.supervisor.RestoreSpares, o.sessions.Spares, o.mcp.AppCellBytes)
+	}
+	set := o.settings()
+	for _, name := range []string{"warm-calls", "restore-spares", "session-spares", "app-cell-bytes"} {
+		if set[name] != "0" {
+			t.Errorf("%s is written %q, want 0", name, set[name])
+		}
+	}
+	o, _, err = loadOptions("stdio", []string{"--restore-spares", "3", "--app-cell-bytes", "64KiB"})
+	if err != nil || o.supervisor.RestoreSpares != 3 || o.mcp.AppCellBytes != 64<<10 || o.settings()["app-cell-bytes"] != "64KiB" {
+		t.Errorf("restore-spares 3, app-cell-bytes 64KiB: %v, %d, %d", err, o.supervisor.RestoreSpares, o.mcp.AppCellBytes)
+	}
+	_, _, err = loadOptions("stdio", []string{"--session-spares", "-2"})
+	if err == nil || !strings.Contains(err.Error(), "--session-spares -2: must be between 0 (none) and 16") {
+		t.Errorf("--session-spares -2: %v", err)
+	}
+}
+
+// A reload keeps the mounts pyrun started with, once each.
+func TestReloadKeepsMounts(t *testing.T) {
+	dir := t.TempDir()
+	old, _, err := loadOptions("serve", []string{"--mount", dir + ":/data"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _, err := loadOptions("serve", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.keepRestartOnly(old)
+	if len(o.supervisor.Mounts) != 1 || o.supervisor.Mounts[0].Path != "/data" {
+		t.Errorf("mounts after the reload: %+v, want %s at /data once", o.supervisor.Mounts, dir)
+	}
+	o.keepRestartOnly(old)
+	if len(o.supervisor.Mounts) != 1 {
+		t.Errorf("mounts after a second reload: %+v", o.supervisor.Mounts)
+	}
+}

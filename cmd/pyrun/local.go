@@ -36,11 +36,11 @@ func (o *options) localFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.maxSocketConns, "max-socket-conns", 256, "serve: connections open at once on --socket, each an MCP session of the local client; more are refused")
 	// MCP tasks (mcp/tasks.go), on stdio and the socket: bound to the
 	// front end's own configuration, which checks itself (Validate).
-	o.tasks = mcp.DefaultTaskOptions()
-	fs.DurationVar(&o.tasks.TTL, "task-ttl", o.tasks.TTL, "how long an MCP task's result is kept after the task ends (a client may ask for less)")
-	fs.IntVar(&o.tasks.ClientMax, "client-max-tasks", o.tasks.ClientMax, "MCP tasks one client may hold, running or kept; more task-augmented calls are refused (2025-11-25) or answered without a task (2026-07-28)")
-	fs.Var(bytesize.Var(&o.tasks.ClientBytes), "client-task-bytes", "bytes of ended MCP tasks' results one client's tasks keep for --task-ttl (their JSON); past it the client's oldest kept results are dropped (bytes or 32MiB)")
-	fs.DurationVar(&o.tasks.After, "task-after", o.tasks.After, "MCP 2026-07-28: a call of a client that takes tasks is answered with a task when it has not ended after this long (0: at once)")
+	o.mcp.Tasks = mcp.DefaultTaskOptions()
+	fs.DurationVar(&o.mcp.Tasks.TTL, "task-ttl", o.mcp.Tasks.TTL, "how long an MCP task's result is kept after the task ends (a client may ask for less)")
+	fs.IntVar(&o.mcp.Tasks.ClientMax, "client-max-tasks", o.mcp.Tasks.ClientMax, "MCP tasks one client may hold, running or kept; more task-augmented calls are refused (2025-11-25) or answered without a task (2026-07-28)")
+	fs.Var(bytesize.Var(&o.mcp.Tasks.ClientBytes), "client-task-bytes", "bytes of ended MCP tasks' results one client's tasks keep for --task-ttl (their JSON); past it the client's oldest kept results are dropped (bytes or 32MiB)")
+	fs.DurationVar(&o.mcp.Tasks.After, "task-after", o.mcp.Tasks.After, "MCP 2026-07-28: a call of a client that takes tasks is answered with a task when it has not ended after this long (0: at once)")
 }
 
 func (o *options) checkLocal() error {
@@ -53,7 +53,7 @@ func (o *options) checkLocal() error {
 	case o.maxSocketConns < 1 || o.maxSocketConns > 65536:
 		return fmt.Errorf("max-socket-conns must be between 1 and 65536, not %d", o.maxSocketConns)
 	}
-	return o.tasks.Validate()
+	return nil // the tasks' settings are mcp's (mcp.Options.Validate)
 }
 
 // stdioSocket is the socket `pyrun stdio` attaches to: --socket, else the

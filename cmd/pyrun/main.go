@@ -4,7 +4,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
-	"github.com/pyrun/pyrun/mcp/outputs"
 	"github.com/pyrun/pyrun/supervisor"
 )
 
@@ -136,34 +134,6 @@ func closePool(pool *supervisor.Pool, log hclog.Logger) {
 	}
 }
 
-func mcpOptions(o *options, rt *supervisor.Runtime) mcp.Options {
-	cfg := o.poolConfig()
-	return mcp.Options{
-		Version:        version,
-		PythonVersion:  rt.Python,
-		PyodideVersion: rt.Pyodide,
-		Timeout:        cfg.Timeout,
-		MaxOutput:      cfg.MaxOutput,
-		MaxCode:        int(o.maxCode),
-		MaxInputFiles:  o.maxInputFiles,
-		Network:        cfg.Network,
-		Live:           mcp.LiveOptions{Buffer: int(o.liveBuffer), ProgressInterval: o.progressInterval},
-		Sessions:       o.mcpSessionOptions(),
-
-		MaxDisplays:     cfg.MaxDisplays,
-		MaxDisplayBytes: cfg.MaxDisplayBytes,
-		Outputs:         outputs.Config{TTL: o.outputTTL, MaxBytes: int64(o.outputStore), MaxFiles: o.outputStoreFiles, Dir: o.outputs},
-		Mounts:          mountPaths(cfg.Mounts),
-		Languages:       o.mcpLanguages(rt),
-		Disabled:        o.disabledLanguages(),
-		Requests:        o.requestLimits(),
-		Delivery:        o.delivery,
-		Tasks:           o.tasks,
-		// 0 keeps none, which mcp.Options spells -1.
-		AppCellBytes: cmp.Or(int64(o.appCellBytes), -1),
-	}
-}
-
 func cmdStdio(ctx context.Context, o *options, stdin io.Reader, stdout, stderr io.Writer, log hclog.Logger) error {
 	// A service on the socket first, before anything that costs (local.go).
 	if c, err := attachConn(o, log); err != nil {
@@ -197,15 +167,15 @@ func cmdRun(ctx context.Context, o *options, pos []string, stdin io.Reader, stdo
 	}
 	var code []byte
 	if len(pos) == 0 || pos[0] == "-" {
-		code, err = io.ReadAll(io.LimitReader(stdin, int64(o.maxCode)+1))
+		code, err = io.ReadAll(io.LimitReader(stdin, int64(o.mcp.MaxCode)+1))
 	} else {
 		code, err = os.ReadFile(pos[0])
 	}
 	if err != nil {
 		return exitFail, fmt.Errorf("read code: %w", err)
 	}
-	if len(code) > int(o.maxCode) {
-		return exitUsage, fmt.Errorf("the code is larger than max-code (%s)", o.maxCode)
+	if len(code) > o.mcp.MaxCode {
+		return exitUsage, fmt.Errorf("the code is larger than max-code (%s)", byteSize(o.mcp.MaxCode))
 	}
 	// One call needs one worker; code mode only for an engine whose code
 	// calls tools.

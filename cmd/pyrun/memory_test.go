@@ -82,11 +82,11 @@ func TestRequestLimitFlags(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v: %v", tc.args, err)
 		}
-		if l := o.requestLimits(); l.ClientMaxBytes != tc.client || l.MaxBytes != tc.total {
+		if l := o.mcp.RequestLimits(); l.ClientMaxBytes != tc.client || l.MaxBytes != tc.total {
 			t.Errorf("%v: request limits %+v, want client %d and total %d", tc.args, l, tc.client, tc.total)
 		}
-		if o.maxInputFiles != tc.maxInputFiles {
-			t.Errorf("%v: max-input-files %d", tc.args, o.maxInputFiles)
+		if o.mcp.MaxInputFiles != tc.maxInputFiles {
+			t.Errorf("%v: max-input-files %d", tc.args, o.mcp.MaxInputFiles)
 		}
 		if tc.goMemoryLimit != 0 && o.goHeapLimit() != tc.goMemoryLimit {
 			t.Errorf("%v: go memory limit %d", tc.args, o.goHeapLimit())

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/flow"
 	"github.com/pyrun/pyrun/mcp/httpfront"
+	"github.com/pyrun/pyrun/mcp/outputs"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/oswall"
 	"github.com/pyrun/pyrun/supervisor/packages"
@@ -29,18 +29,15 @@ type options struct {
 	configFile string
 
 	// supervisor is the pools' configuration, their own flags bound to it
-	// (it checks them: Validate); poolConfig adds what pyrun works out.
+	// (it checks them: Validate); the daemon adds each pool's size and
+	// what the other parts decide for pools (derived.go, poolConfig).
 	supervisor supervisor.Config
+	// mcp is the MCP front end's: its own flags bound to it (Validate);
+	// the daemon adds what it takes from the pools' settings, the runtime
+	// and the languages (derived.go, frontOptions).
+	mcp mcp.Options
 
-	maxCode       byteSize
-	maxInputFiles int
-	runtimeDir    string
-
-	liveBuffer       byteSize
-	progressInterval time.Duration
-
-	// What a call may leave a worker with, and what its stderr may log.
-	warmCalls int
+	runtimeDir string
 
 	logLevel     string
 	logFormat    string
@@ -64,43 +61,33 @@ type options struct {
 	metricsMaxClients int
 
 	// Python sessions (pysessions.go)
-	sessions          sessions.Limits // bound to their flags; Spares is sessionSpares'
-	sessionSpares     int
-	sessionWorker     string // shared or own
+	sessions          sessions.Limits // bound to their flags
+	sessionWorker     string          // shared or own
 	sessionsPerWorker int
 	instanceID        string
-	// Rich results (docs/rich-results.md).
-	outputTTL        time.Duration
-	outputStore      byteSize
-	outputStoreFiles int
-	outputDir        string
-	appCellBytes     byteSize // sessions' code kept for the MCP App view; 0: none
+	// Rich results (docs/rich-results.md): the store's settings are mcp's
+	// (Outputs), the folder it is kept in pyrun's.
+	outputDir string
 	// outputs is the folder pyrun made in outputDir for this run (serve,
 	// stdio): the output store's files and those on their way to it.
 	// Not a flag; "" until made.
 	outputs string
-	mounts  mountList
 	out     string
 	// What one client may hold of pyrun (mcp/flow, mcp/httpfront's
 	// session.go, mcp/netguard).
-	delivery              flow.DeliveryLimits // bound to its flags (flagLimits)
-	sessionStore          string
-	sessionStoreKeyFile   string // "": a dir: store's own key; required with redis
-	checkpointDelay       time.Duration
-	sessionLease          time.Duration
-	sessionMoveWait       time.Duration
-	maxCheckpoint         byteSize
-	restoreSpares         int
-	mcpSessions           httpfront.SessionLimits // bound to their flags (flagLimits)
-	maxRequestBytes       byteSize
-	clientMaxRequestBytes byteSize
-	goMemoryLimit         byteSize
-	headerTimeout         time.Duration
-	bodyTimeout           time.Duration
-	maxConns              int
-	maxConnsPerAddr       int
-	mcpServers            serversFlag
-	hub                   codemode.Options // code mode's limits, bound to their flags; MaxResult is max-output's
+	sessionStore        string
+	sessionStoreKeyFile string // "": a dir: store's own key; required with redis
+	checkpointDelay     time.Duration
+	sessionLease        time.Duration
+	sessionMoveWait     time.Duration
+	mcpSessions         httpfront.SessionLimits // bound to their flags (flagLimits)
+	goMemoryLimit       byteSize
+	headerTimeout       time.Duration
+	bodyTimeout         time.Duration
+	maxConns            int
+	maxConnsPerAddr     int
+	mcpServers          serversFlag
+	hub                 codemode.Options // code mode's limits, bound to their flags; MaxResult is max-output's
 	// Languages (languages.go).
 	languages   stringList
 	pools       [lang.Count]poolFlags // by lang.Index
@@ -109,21 +96,22 @@ type options struct {
 	socket         string
 	attach         string
 	maxSocketConns int
-	tasks          mcp.TaskOptions
 }
 
 // flagSet declares every flag on o, with its default.
 func (o *options) flagSet(name string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	o.maxCode, o.liveBuffer = 1<<20, 256<<10
+	o.mcp = mcp.Options{MaxCode: 1 << 20, MaxInputFiles: mcp.DefaultMaxInputFiles,
+		Live:    mcp.LiveOptions{Buffer: 256 << 10, ProgressInterval: time.Second},
+		Outputs: outputs.Config{TTL: 15 * time.Minute, MaxBytes: 64 << 20, MaxFiles: 256}, AppCellBytes: apps.DefaultCellBytes}
 	o.supervisor = supervisor.Config{MaxOutput: 64 << 10, StderrLogPerCall: supervisor.DefaultStderrLogPerCall,
 		StderrLogRate: supervisor.DefaultStderrLogRate, WorkerFileSize: oswall.DefaultFileSize, MaxDisplayBytes: 4 << 20}
 	fs.StringVar(&o.configFile, "config", "", "JSON config `file`; its keys are these flags' names in snake_case")
 	fs.DurationVar(&o.supervisor.Timeout, "timeout", 30*time.Second, "per-call wall-clock limit, and the cap on a call's timeout_seconds")
 	fs.Var(bytesize.Var(&o.supervisor.MaxOutput), "max-output", "cap on each of stdout, stderr and the return value, per call (bytes or 64KiB)")
-	fs.Var(&o.maxCode, "max-code", "largest python_code accepted, and largest global_variables as JSON (bytes or 1MiB)")
-	fs.IntVar(&o.maxInputFiles, "max-input-files", mcp.DefaultMaxInputFiles, "entries a call's files argument may hold; more are refused with a tool error")
+	fs.Var(bytesize.Var(&o.mcp.MaxCode), "max-code", "largest python_code accepted, and largest global_variables as JSON (bytes or 1MiB)")
+	fs.IntVar(&o.mcp.MaxInputFiles, "max-input-files", o.mcp.MaxInputFiles, "entries a call's files argument may hold; more are refused with a tool error")
 	fs.IntVar(&o.supervisor.MaxQueue, "max-queue", 0, "calls that may wait for a free worker (default 64 per worker)")
 	fs.DurationVar(&o.supervisor.QueueTimeout, "queue-timeout", 60*time.Second, "longest a call waits for a free worker")
 	fs.IntVar(&o.supervisor.ClientMaxWorkers, "client-max-workers", 0, "workers of a language one client may own while other clients own some or wait (a worker that ran a client's call runs no other client's); a client alone may own the whole pool (default: half the pool, rounded up, at least 1)")
@@ -135,10 +123,11 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&o.supervisor.Wheelhouse, "wheelhouse", "", "`directory` of wheels (pure Python, or built for Pyodide) to install from, by name and version")
 	fs.StringVar((*string)(&o.supervisor.Network), "network", string(supervisor.NetworkPublic), "what Python may reach: none, packages, public (no private or loopback addresses) or all")
 	fs.StringVar((*string)(&o.supervisor.Isolation), "isolation", string(supervisor.IsolationCall), "call (fresh globals, files and modules per call) or process (a new worker per call)")
-	fs.Var(&o.liveBuffer, "live-buffer", "output of one call waiting to be sent to a slow client as log messages; more is left out of the live stream, never out of the result (bytes or 256KiB)")
-	fs.DurationVar(&o.progressInterval, "progress-interval", time.Second, "gap between two progress notifications of a call that has a progress token")
+	fs.Var(bytesize.Var(&o.mcp.Live.Buffer), "live-buffer", "output of one call waiting to be sent to a slow client as log messages; more is left out of the live stream, never out of the result (bytes or 256KiB)")
+	fs.DurationVar(&o.mcp.Live.ProgressInterval, "progress-interval", o.mcp.Live.ProgressInterval, "gap between two progress notifications of a call that has a progress token")
 	fs.IntVar(&o.supervisor.MaxWorkerThreads, "max-worker-threads", supervisor.DefaultMaxWorkerThreads, "threads a worker process may have (JavaScript Worker threads made through import js count); past it the worker is killed and replaced")
-	fs.IntVar(&o.warmCalls, "warm-calls", supervisor.DefaultWarmCalls, "calls of its own a fresh Python worker runs while it waits for its first call, so that it serves that one at full speed (0: none; never under --isolation process)")
+	o.supervisor.WarmCalls = supervisor.DefaultWarmCalls
+	fs.Var(noneCount(&o.supervisor.WarmCalls, 10000), "warm-calls", "calls of its own a fresh Python worker runs while it waits for its first call, so that it serves that one at full speed (0: none; never under --isolation process)")
 	fs.Float64Var(&o.supervisor.IdleCPU, "idle-cpu", supervisor.DefaultIdleCPU, "share of one CPU an idle worker may use over a second (code a call left running); past it the worker is replaced. A session's worker may use as much over 10s between its calls; past it the session ends")
 	fs.Var(bytesize.Var(&o.supervisor.IdleMemorySlack), "idle-memory-slack", "resident memory a worker may hold after a call beyond what it held fresh; past it the worker is replaced (bytes or 128MiB; default a quarter of memory-limit, at least 64MiB)")
 	fs.Var(bytesize.Var(&o.supervisor.StderrLogPerCall), "worker-log-per-call", "bytes of worker stderr (js.console.log, os.write(2)) logged per call; the rest is counted (bytes or 16KiB)")
@@ -165,15 +154,14 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.IntVar(&o.clientMaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker, its session calls included (default: the pool size)")
 	fs.IntVar(&o.clientMaxQueue, "client-max-queue", 16, "serve, with access control: more calls of one client that may wait for those places; more are refused")
 	o.sessionFlags(fs)
-	o.outputStore, o.appCellBytes = 64<<20, apps.DefaultCellBytes
 	fs.IntVar(&o.supervisor.MaxDisplays, "max-displays", 16, "displays (display(), rich last values, figures) one call returns; more are dropped with a note")
 	fs.Var(bytesize.Var(&o.supervisor.MaxDisplayBytes), "max-display-bytes", "bytes of displays one call returns (bytes or 4MiB)")
-	fs.DurationVar(&o.outputTTL, "output-ttl", 15*time.Minute, "how long a call's /output/ files stay readable with resources/read")
-	fs.Var(&o.outputStore, "output-store", "bytes of /output/ files pyrun holds for resources/read, and returns from one call; the oldest are dropped first (bytes or 64MiB)")
-	fs.IntVar(&o.outputStoreFiles, "output-store-files", 256, "/output/ files pyrun holds, and returns from one call; the oldest are dropped first")
+	fs.DurationVar(&o.mcp.Outputs.TTL, "output-ttl", o.mcp.Outputs.TTL, "how long a call's /output/ files stay readable with resources/read")
+	fs.Var(bytesize.Var(&o.mcp.Outputs.MaxBytes), "output-store", "bytes of /output/ files pyrun holds for resources/read, and returns from one call; the oldest are dropped first (bytes or 64MiB)")
+	fs.IntVar(&o.mcp.Outputs.MaxFiles, "output-store-files", o.mcp.Outputs.MaxFiles, "/output/ files pyrun holds, and returns from one call; the oldest are dropped first")
 	fs.StringVar(&o.outputDir, "output-dir", "", "`directory` in which pyrun keeps calls' /output/ files on disk (a folder of its own, made at start and removed at exit; default: the system's temporary directory)")
-	fs.Var(&o.appCellBytes, "app-cell-bytes", "bytes of sessions' code pyrun keeps, all sessions together, so that the MCP App view of a session's call lists the session's earlier cells; the oldest are dropped first; 0: none (bytes or 4MiB)")
-	fs.Var(&o.mounts, "mount", "host folder every call sees: `HOST_DIR:SANDBOX_DIR` read-only, or HOST_DIR:SANDBOX_DIR:rw writable; repeat or separate with commas")
+	fs.Var(noneBytes(&o.mcp.AppCellBytes, 1<<30), "app-cell-bytes", "bytes of sessions' code pyrun keeps, all sessions together, so that the MCP App view of a session's call lists the session's earlier cells; the oldest are dropped first; 0: none (bytes or 4MiB)")
+	fs.Var(mountsVar{&o.supervisor.Mounts}, "mount", "host folder every call sees: `HOST_DIR:SANDBOX_DIR` read-only, or HOST_DIR:SANDBOX_DIR:rw writable; repeat or separate with commas")
 	fs.StringVar(&o.out, "out", "", "run: `directory` to save the call's displays (display-N.png, ...) and /output/ files in")
 	o.flagLimits(fs)
 	o.languageFlags(fs)
@@ -191,13 +179,13 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 // flagLimits declares the flags that bound what one client can hold of
 // pyrun: connections, sessions, results waiting to be written.
 func (o *options) flagLimits(fs *flag.FlagSet) {
-	o.delivery = flow.DefaultDeliveryLimits()
-	fs.DurationVar(&o.delivery.WriteTimeout, "write-timeout", o.delivery.WriteTimeout, "longest one write to an HTTP client may take (an event stream, a response); a stream that does not drain is closed")
-	fs.IntVar(&o.delivery.SessionResults, "session-pending-results", o.delivery.SessionResults, "results that may wait to be written to one session; past it, calls are refused (on stdio, no more requests are read)")
-	fs.Var(bytesize.Var(&o.delivery.SessionBytes), "session-pending-bytes", "bytes of results that may wait to be written to one session (bytes or 8MiB)")
-	fs.Var(bytesize.Var(&o.delivery.ClientBytes), "client-pending-bytes", "bytes of results that may wait to be written to one client's sessions (bytes or 32MiB)")
-	fs.Var(&o.maxRequestBytes, "max-request-bytes", "bytes of requests pyrun holds at once for all clients: bodies being read and the arguments of calls in flight; a request past it is refused before it is decoded (bytes or 64MiB; 0: 64MiB, or four times client-max-request-bytes if more)")
-	fs.Var(&o.clientMaxRequestBytes, "client-max-request-bytes", "the same for one client (token, or IP address; on stdio, no more requests are read) (bytes or 16MiB; 0: 16MiB, or two of the largest request bodies if more)")
+	o.mcp.Delivery = flow.DefaultDeliveryLimits()
+	fs.DurationVar(&o.mcp.Delivery.WriteTimeout, "write-timeout", o.mcp.Delivery.WriteTimeout, "longest one write to an HTTP client may take (an event stream, a response); a stream that does not drain is closed")
+	fs.IntVar(&o.mcp.Delivery.SessionResults, "session-pending-results", o.mcp.Delivery.SessionResults, "results that may wait to be written to one session; past it, calls are refused (on stdio, no more requests are read)")
+	fs.Var(bytesize.Var(&o.mcp.Delivery.SessionBytes), "session-pending-bytes", "bytes of results that may wait to be written to one session (bytes or 8MiB)")
+	fs.Var(bytesize.Var(&o.mcp.Delivery.ClientBytes), "client-pending-bytes", "bytes of results that may wait to be written to one client's sessions (bytes or 32MiB)")
+	fs.Var(bytesize.Var(&o.mcp.Requests.MaxBytes), "max-request-bytes", "bytes of requests pyrun holds at once for all clients: bodies being read and the arguments of calls in flight; a request past it is refused before it is decoded (bytes or 64MiB; 0: 64MiB, or four times client-max-request-bytes if more)")
+	fs.Var(bytesize.Var(&o.mcp.Requests.ClientMaxBytes), "client-max-request-bytes", "the same for one client (token, or IP address; on stdio, no more requests are read) (bytes or 16MiB; 0: 16MiB, or two of the largest request bodies if more)")
 	fs.Var(&o.goMemoryLimit, "go-memory-limit", "soft limit on pyrun's own Go heap, so that its garbage is collected before it grows past what the other limits let clients make pyrun hold (bytes or 512MiB; 0: derived from them, see docs/configuration.md; GOMEMLIMIT wins)")
 	o.mcpSessions = httpfront.SessionLimits{Max: httpfront.DefaultMaxSessions, ClientMax: httpfront.DefaultClientMaxSessions}
 	fs.IntVar(&o.mcpSessions.Max, "max-mcp-sessions", o.mcpSessions.Max, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
@@ -210,7 +198,7 @@ func (o *options) flagLimits(fs *flag.FlagSet) {
 
 // checkLimits checks the values flagLimits declares.
 func (o *options) checkLimits() error {
-	if err := firstError(o.delivery.Validate(), o.mcpSessions.Validate()); err != nil {
+	if err := o.mcpSessions.Validate(); err != nil {
 		return err
 	}
 	switch {
@@ -218,13 +206,8 @@ func (o *options) checkLimits() error {
 		return fmt.Errorf("header-timeout must be at least 100ms, not %s", o.headerTimeout)
 	case o.bodyTimeout < 100*time.Millisecond:
 		return fmt.Errorf("body-timeout must be at least 100ms, not %s", o.bodyTimeout)
-	case o.maxRequestBytes < 0 || o.clientMaxRequestBytes < 0 || o.goMemoryLimit < 0:
-		return errors.New("max-request-bytes, client-max-request-bytes and go-memory-limit must not be negative")
-	case o.clientMaxRequestBytes != 0 && int64(o.clientMaxRequestBytes) < mcp.MaxRequestBody(int(o.maxCode)):
-		return fmt.Errorf("client-max-request-bytes (%s) must be at least the largest request body (%s: twice max-code plus 1MiB, at least 4MiB)",
-			o.clientMaxRequestBytes, byteSize(mcp.MaxRequestBody(int(o.maxCode))))
-	case o.maxRequestBytes != 0 && o.maxRequestBytes < byteSize(o.requestLimits().ClientMaxBytes):
-		return fmt.Errorf("max-request-bytes (%s) must be at least client-max-request-bytes (%s)", o.maxRequestBytes, byteSize(o.requestLimits().ClientMaxBytes))
+	case o.goMemoryLimit < 0:
+		return errors.New("go-memory-limit must not be negative")
 	case o.goMemoryLimit != 0 && o.goMemoryLimit < 64<<20:
 		return fmt.Errorf("go-memory-limit must be at least 64MiB, not %s", o.goMemoryLimit)
 	case o.maxConns < 0:
@@ -262,12 +245,10 @@ func loadOptions(cmd string, args []string) (*options, []string, error) {
 }
 
 func (o *options) check() error {
-	if err := o.supervisor.Validate(); err != nil {
+	if err := firstError(o.supervisor.Validate(), o.mcp.Validate()); err != nil {
 		return err
 	}
 	switch {
-	case o.progressInterval < 100*time.Millisecond:
-		return fmt.Errorf("progress-interval must be at least 100ms, not %s", o.progressInterval)
 	case o.sessionTimeout <= 0:
 		return fmt.Errorf("session-timeout must be positive, not %s", o.sessionTimeout)
 	case o.keepAlive < 0:
@@ -276,29 +257,17 @@ func (o *options) check() error {
 		return fmt.Errorf("drain-timeout must not be negative, not %s", o.drainTimeout)
 	case o.clientMaxCalls < 0 || o.clientMaxCalls > 4096:
 		return fmt.Errorf("client-max-calls must be between 0 (the pool size) and 4096, not %d", o.clientMaxCalls)
-	case o.outputTTL < time.Second:
-		return fmt.Errorf("output-ttl must be at least 1s, not %s", o.outputTTL)
 	case o.authIssuer == "" && (o.authJWKSURL != "" || len(o.authAudience) > 0):
 		return errors.New("auth-jwks-url and auth-audience need auth-issuer: the authorization server whose tokens to accept")
 	}
 	if err := firstError(
-		outside("max-code", o.maxCode, 1<<10, 32<<20),
-		outside("max-input-files", o.maxInputFiles, 1, 100000),
-		outside("live-buffer", o.liveBuffer, 4<<10, 64<<20),
-		outside("warm-calls", o.warmCalls, 0, 10000),
 		outside("client-max-queue", o.clientMaxQueue, 0, 4096),
 		outside("metrics-max-clients", o.metricsMaxClients, 1, 1024),
-		outside("output-store", o.outputStore, 1<<10, 1<<30),
-		outside("output-store-files", o.outputStoreFiles, 1, 65536),
-		outside("app-cell-bytes", o.appCellBytes, 0, 1<<30),
 		o.hub.Validate(),
 	); err != nil {
 		return err
 	}
 	if err := o.checkSessions(); err != nil {
-		return err
-	}
-	if _, err := o.mounts.parse(); err != nil {
 		return err
 	}
 	if err := o.checkLimits(); err != nil {
@@ -341,23 +310,6 @@ func firstError(errs ...error) error {
 	return nil
 }
 
-// poolConfig is the pools' configuration: their own flags', and what
-// pyrun works out for them.
-func (o *options) poolConfig() supervisor.Config {
-	mounts, _ := o.mounts.parse() // checked by check
-	py := o.pool(lang.Python)     // the first language's; languageConfig has each one's
-	cfg := o.supervisor
-	cfg.Workers, cfg.MemoryLimit = py.workers, int64(py.memoryLimit)
-	cfg.WarmCalls = cmp.Or(o.warmCalls, -1) // 0: none, which Config spells -1
-	// A call returns no more than the store can hold.
-	cfg.MaxFiles, cfg.MaxFileBytes = o.outputStoreFiles, int(o.outputStore)
-	cfg.SpoolDir, cfg.Mounts = o.outputs, mounts
-	cfg.Checkpoints = o.sessionStore != "none"
-	cfg.MaxCheckpoint = int64(o.maxCheckpoint)
-	cfg.RestoreSpares = cmp.Or(o.restoreSpares, -1) // 0 is the default to the pool
-	return cfg
-}
-
 // settings are o's values in flag syntax, by flag name.
 func (o *options) settings() map[string]string {
 	var c options
@@ -375,7 +327,10 @@ func (o *options) keepRestartOnly(old *options) {
 	c = *o
 	prev := old.settings()
 	for _, name := range restartOnly {
-		if fs.Lookup(name) != nil {
+		if f := fs.Lookup(name); f != nil {
+			if r, ok := f.Value.(interface{ reset() }); ok {
+				r.reset() // a list that Set adds to
+			}
 			_ = fs.Set(name, prev[name])
 		}
 	}
@@ -393,19 +348,4 @@ func (o *options) makeOutputs() (func(), error) {
 	}
 	o.outputs = dir
 	return func() { _ = os.RemoveAll(dir) }, nil
-}
-
-// requestLimits are the request byte limits in force, defaults resolved:
-// room for two of the largest requests per client and four clients' worth
-// in all.
-func (o *options) requestLimits() flow.RequestLimits {
-	client := int64(o.clientMaxRequestBytes)
-	if client == 0 {
-		client = max(flow.DefaultClientMaxRequestBytes, 2*mcp.MaxRequestBody(int(o.maxCode)))
-	}
-	total := int64(o.maxRequestBytes)
-	if total == 0 {
-		total = max(flow.DefaultMaxRequestBytes, 4*client)
-	}
-	return flow.RequestLimits{MaxBytes: total, ClientMaxBytes: client}
 }

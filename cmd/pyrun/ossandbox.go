@@ -15,7 +15,7 @@ import (
 // --os-sandbox required finds seccomp or Landlock missing (pyrun then
 // does not start).
 func checkOSSandbox(o *options, log hclog.Logger) (oswall.Status, error) {
-	mode := o.poolConfig().OSSandbox
+	mode := o.supervisor.OSSandbox
 	support := oswall.Probe()
 	st := oswall.Describe(mode, support)
 	if _, err := oswall.Plan(mode, support); err != nil {

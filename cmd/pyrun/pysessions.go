@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pyrun/pyrun/internal/bytesize"
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
 	"github.com/pyrun/pyrun/supervisor"
@@ -24,8 +25,7 @@ import (
 
 // sessionFlags declares the sessions' flags on fs.
 func (o *options) sessionFlags(fs *flag.FlagSet) {
-	// The sessions' bounds, bound to sessions.Limits (which checks them);
-	// Spares, whose 0 means none here and the default there, is its own.
+	// The sessions' bounds, bound to sessions.Limits (which checks them).
 	o.sessions = sessions.Limits{Idle: sessions.DefaultIdle, MaxAge: sessions.DefaultMaxAge, Max: defaultMaxSessions,
 		ClientMax: defaultClientMaxSessions, MaxHosts: sessions.DefaultMaxHosts}
 	fs.DurationVar(&o.sessions.Idle, "session-idle", o.sessions.Idle, "a Python session (session_id) ends after this long without a call")
@@ -36,13 +36,15 @@ func (o *options) sessionFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.sessionsPerWorker, "sessions-per-worker", sessions.DefaultPerHost, "with --session-worker shared: sessions one session worker holds at most")
 	fs.IntVar(&o.sessions.MaxHosts, "max-session-workers", o.sessions.MaxHosts, "worker processes for sessions at once, per language, spares included (with own session workers, also the most sessions)")
 	fs.IntVar(&o.sessions.ClientMaxHosts, "client-max-session-workers", 0, "with --session-worker shared and access control: session workers one client's sessions may hold at once, per language, those restored from checkpoints (each onto a worker of its own) included, so that one client never holds every session worker (0: half of --max-session-workers, rounded up)")
-	fs.IntVar(&o.sessionSpares, "session-spares", sessions.DefaultSpares, "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
-	o.maxCheckpoint = supervisor.DefaultMaxCheckpoint
+	o.sessions.Spares = sessions.DefaultSpares
+	fs.Var(noneCount(&o.sessions.Spares, 16), "session-spares", "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
+	o.supervisor.MaxCheckpoint = supervisor.DefaultMaxCheckpoint
 	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
 	fs.StringVar(&o.sessionStoreKeyFile, "session-store-key-file", "", "a file of at least 32 bytes (openssl rand -hex 32 > FILE) whose key authenticates the checkpoints in --session-store, so that whoever can write to the store cannot make one pyrun restores; required with redis:// (every instance sharing the store has the same); a dir: store without one makes its own, .key in its folder")
 	fs.DurationVar(&o.checkpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken once it has had no call for this long after a result, off its calls' path")
-	fs.IntVar(&o.restoreSpares, "restore-spares", supervisor.DefaultRestoreSpares, "worker processes kept started ahead for restores of Python sessions from checkpoints (a lost worker, a restart, a move, a fork), once one was taken, so that a restore does not wait for a worker's start (0: none)")
-	fs.Var(&o.maxCheckpoint, "max-checkpoint", "largest checkpoint of a Python session's worker (its memory and files, before compression; on a shared session worker, all its sessions together); a larger one is not taken, and the log says so (bytes or 256MiB)")
+	o.supervisor.RestoreSpares = supervisor.DefaultRestoreSpares
+	fs.Var(noneCount(&o.supervisor.RestoreSpares, 4), "restore-spares", "worker processes kept started ahead for restores of Python sessions from checkpoints (a lost worker, a restart, a move, a fork), once one was taken, so that a restore does not wait for a worker's start (0: none)")
+	fs.Var(bytesize.Var(&o.supervisor.MaxCheckpoint), "max-checkpoint", "largest checkpoint of a Python session's worker (its memory and files, before compression; on a shared session worker, all its sessions together); a larger one is not taken, and the log says so (bytes or 256MiB)")
 	fs.DurationVar(&o.sessionLease, "session-lease", checkpoint.DefaultLeaseTTL, "with a --session-store that several pyrun instances share: how long an instance's hold on a Python session lasts unless renewed (it renews it while it serves the session), so how long a session of an instance that died waits before another instance can take it over")
 	fs.DurationVar(&o.sessionMoveWait, "session-move-wait", sessions.DefaultMoveWait, "with a shared --session-store: how long a call for a Python session that another live instance serves waits for that instance to hand it over, before it fails with an error that says to retry")
 	fs.StringVar(&o.instanceID, "instance-id", "", "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name so reduced)")
@@ -52,8 +54,6 @@ func (o *options) checkSessions() error {
 	if err := firstError(
 		o.sessions.Validate(),
 		outside("sessions-per-worker", o.sessionsPerWorker, 1, 256),
-		outside("session-spares", o.sessionSpares, 0, 16),
-		outside("restore-spares", o.restoreSpares, 0, 4),
 	); err != nil {
 		return err
 	}
@@ -72,8 +72,6 @@ func (o *options) checkSessions() error {
 	switch {
 	case o.checkpointDelay <= 0:
 		return fmt.Errorf("checkpoint-delay must be positive, not %s", o.checkpointDelay)
-	case o.maxCheckpoint < 32<<20:
-		return fmt.Errorf("max-checkpoint must be at least 32MiB (an empty session's memory), not %s", o.maxCheckpoint)
 	case o.sessionLease < time.Second || o.sessionLease > 10*time.Minute:
 		return fmt.Errorf("session-lease must be between 1s and 10m, not %s", o.sessionLease)
 	case o.sessionMoveWait <= 0:
@@ -117,22 +115,6 @@ func (o *options) sharedSessions(l lang.Language) bool {
 // have at once: a session worker holds at least one session.
 func (o *options) sessionWorkers() int { return min(o.sessions.Max, o.sessions.MaxHosts) }
 
-// sessionLimits are the limits of l's sessions.
-func (o *options) sessionLimits(l lang.Language) sessions.Limits {
-	spares := o.sessionSpares
-	if spares == 0 {
-		spares = -1 // none; 0 is the default to sessions
-	}
-	lim := o.sessions
-	lim.Spares = spares
-	if !o.sharedSessions(l) {
-		// A session is a worker.
-		lim.Max = o.sessionWorkers()
-		lim.ClientMax = min(lim.ClientMax, lim.Max)
-	}
-	return lim
-}
-
 // setSessionLimits applies o's limits to every language's sessions, as
 // after a reload.
 func setSessionLimits(l *sessions.Languages, o *options) {
@@ -141,11 +123,6 @@ func setSessionLimits(l *sessions.Languages, o *options) {
 			m.SetLimits(o.sessionLimits(lg))
 		}
 	}
-}
-
-func (o *options) mcpSessionOptions() mcp.SessionOptions {
-	return mcp.SessionOptions{Idle: o.sessions.Idle, MaxAge: o.sessions.MaxAge, Max: o.sessions.Max, IdleCPU: o.supervisor.IdleCPU,
-		Durable: o.sessionStore != "none"}
 }
 
 // defaultSessionStore is a folder in pyrun's state folder:
@@ -192,11 +169,11 @@ func sessionKeeper(o *options, pool *supervisor.Pool, log hclog.Logger) sessions
 	tmp := filepath.Join(where, ".restore")
 	if strings.HasPrefix(where, "redis") {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		store, err = checkpoint.OpenRedis(ctx, where, int64(o.maxCheckpoint))
+		store, err = checkpoint.OpenRedis(ctx, where, o.supervisor.MaxCheckpoint)
 		cancel()
 		tmp = filepath.Join(os.TempDir(), fmt.Sprintf("pyrun-restore-%d", os.Getpid()))
 	} else {
-		store, err = checkpoint.OpenDir(where, int64(o.maxCheckpoint))
+		store, err = checkpoint.OpenDir(where, o.supervisor.MaxCheckpoint)
 	}
 	if err == nil {
 		if o.sessionStoreKeyFile != "" {
@@ -207,7 +184,7 @@ func sessionKeeper(o *options, pool *supervisor.Pool, log hclog.Logger) sessions
 	}
 	if err == nil {
 		var k *checkpoint.Keeper
-		k, err = checkpoint.NewKeeper(store, key, pool, tmp, int64(o.maxCheckpoint), log)
+		k, err = checkpoint.NewKeeper(store, key, pool, tmp, o.supervisor.MaxCheckpoint, log)
 		if err == nil {
 			k.SetLeases(checkpoint.Holder(o.instance()), o.sessionLease)
 			return k

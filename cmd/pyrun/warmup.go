@@ -172,7 +172,7 @@ func languageSteps(o *options, l lang.Language, prefix string, rt **supervisor.R
 	}}}
 	if features.Snapshots {
 		steps = append(steps, warmupStep{"snapshot", func(ctx context.Context) (string, error) {
-			snap, err := supervisor.EnsureSnapshot(ctx, *rt, o.languageConfig(l), log.Named("snapshot"))
+			snap, err := supervisor.EnsureSnapshot(ctx, *rt, o.poolConfig(l), log.Named("snapshot"))
 			if err != nil {
 				return "", fmt.Errorf("the memory snapshot workers start from could not be made (they would start, slowly, without it): %w", err)
 			}
@@ -184,7 +184,7 @@ func languageSteps(o *options, l lang.Language, prefix string, rt **supervisor.R
 	}
 	if features.Packages {
 		steps = append(steps, warmupStep{"packages", func(ctx context.Context) (string, error) {
-			cfg := o.languageConfig(l)
+			cfg := o.poolConfig(l)
 			pkgs, err := supervisor.NewResolver(*rt, cfg, log.Named("packages"))
 			if err != nil {
 				return "", err

@@ -96,6 +96,8 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("max-session-workers must be between 1 and 256, not %d", l.MaxHosts)
 	case l.ClientMaxHosts < 0 || l.ClientMaxHosts > 256:
 		return fmt.Errorf("client-max-session-workers must be between 0 and 256, not %d", l.ClientMaxHosts)
+	case l.Spares > 16: // -1: none
+		return fmt.Errorf("session-spares must be between 0 and 16, not %d", l.Spares)
 	}
 	return nil
 }

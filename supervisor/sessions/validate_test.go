@@ -25,6 +25,7 @@ func TestLimitsValidate(t *testing.T) {
 		{func(l *sessions.Limits) { l.ClientMax = 5000 }, "client-max-sessions must be between 1 and 4096, not 5000"},
 		{func(l *sessions.Limits) { l.MaxHosts = 0 }, "max-session-workers must be between 1 and 256, not 0"},
 		{func(l *sessions.Limits) { l.ClientMaxHosts = -1 }, "client-max-session-workers must be between 0 and 256, not -1"},
+		{func(l *sessions.Limits) { l.Spares = 17 }, "session-spares must be between 0 and 16, not 17"},
 	} {
 		l := good
 		c.set(&l)
