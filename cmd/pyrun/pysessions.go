@@ -158,7 +158,7 @@ func parseSessionStore(v string) (string, error) {
 
 // sessionKeeper keeps the checkpoints of pool's sessions in the store
 // --session-store names, or is nil for none.
-func sessionKeeper(o *options, pool *supervisor.Pool, log hclog.Logger) sessions.Checkpointer {
+func sessionKeeper(o *options, pool *supervisor.Pool, log hclog.Logger) *checkpoint.Keeper {
 	where, _ := parseSessionStore(o.sessionStore) // checked by check
 	if where == "" {
 		return nil
@@ -201,14 +201,7 @@ func startSessions(o *options, l lang.Language, pool *supervisor.Pool, log hclog
 	if o.sharedSessions(l) {
 		perHost = o.sessionsPerWorker
 	}
-	var keeper sessions.Checkpointer
-	if l.Engine.Features().Snapshots {
-		// Checkpoints are memory snapshots: only an engine whose workers
-		// make them takes them (Pyodide's).
-		keeper = sessionKeeper(o, pool, log.Named("checkpoints"))
-	}
-	return sessions.New(sessions.Options{
-		Checkpoints:     keeper,
+	opts := sessions.Options{
 		CheckpointDelay: o.checkpointDelay,
 		MoveWait:        o.sessionMoveWait,
 		Instance:        o.instance(),
@@ -233,5 +226,13 @@ func startSessions(o *options, l lang.Language, pool *supervisor.Pool, log hclog
 				}
 			}
 		},
-	})
+	}
+	// Checkpoints are memory snapshots: only an engine whose workers make
+	// them takes them (Pyodide's).
+	if l.Engine.Features().Snapshots {
+		if k := sessionKeeper(o, pool, log.Named("checkpoints")); k != nil {
+			opts.Checkpoints, opts.Leases = k, k
+		}
+	}
+	return sessions.New(opts)
 }

@@ -205,6 +205,7 @@ func checkpointSessionsOf(rt *supervisor.Runtime, store string, delay time.Durat
 	}
 	var keeper *checkpoint.Keeper
 	var cp sessions.Checkpointer
+	var leases sessions.Leaser
 	if store != "none" {
 		st, err := checkpoint.OpenDir(dir, 0)
 		var key []byte
@@ -218,12 +219,12 @@ func checkpointSessionsOf(rt *supervisor.Runtime, store string, delay time.Durat
 			pool.Close(context.Background())
 			return nil, nil, nil, nil, err
 		}
-		cp = keeper
+		cp, leases = keeper, keeper
 	}
 	m := sessions.New(sessions.Options{Instance: "bench", Log: log, Limits: sessions.Limits{Spares: -1},
 		Start: func(ctx context.Context, exited func()) (sessions.Worker, error) {
 			return pool.StartDedicated(ctx, exited)
-		}, Checkpoints: cp, CheckpointDelay: delay})
+		}, Checkpoints: cp, Leases: leases, CheckpointDelay: delay})
 	return m, pool, keeper, func() {
 		m.Close(context.Background())
 		pool.Close(context.Background())

@@ -69,6 +69,7 @@ func durableWith(t *testing.T, pool *supervisor.Pool, dir string, delay time.Dur
 		Log:             testLogger(t),
 		PerHost:         8,
 		Checkpoints:     rec,
+		Leases:          k,
 		CheckpointDelay: delay,
 		Limits:          limits,
 	})

@@ -20,9 +20,9 @@ import (
 	"github.com/pyrun/pyrun/supervisor"
 )
 
-// Leaser holds sessions' leases in a shared store: a Checkpointer that
-// implements it (checkpoint.Keeper) makes a Manager hold the lease of each
-// session it serves.
+// Leaser holds sessions' leases in a shared store (Options.Leases;
+// checkpoint.Keeper is one): a Manager holds the lease of each session it
+// serves.
 type Leaser interface {
 	// Hold takes session id's lease for this instance (it may hold it
 	// already), for the session's owner ("": not known yet). An error
@@ -66,7 +66,7 @@ const movePoll = 100 * time.Millisecond
 // them, gives them up, and waits for another instance to hand one over.
 // What a lease's coming and going does to the sessions is the Manager's
 // (adopt, handOver, renewLeases). A nil *leases, when the Checkpointer is
-// no Leaser, holds none. Its counts are guarded by core.mu.
+// no Options.Leases, holds none. Its counts are guarded by core.mu.
 type leases struct {
 	*core
 	l        Leaser
@@ -75,14 +75,12 @@ type leases struct {
 	movesIn, movesOut, moveTimeouts int64
 }
 
-// newLeases holds leases with o.Checkpoints when it is a Leaser
-// (checkpoint.Keeper), else it is nil.
+// newLeases holds leases with o.Leases, or is nil when there are none.
 func newLeases(c *core, o Options) *leases {
-	l, ok := o.Checkpoints.(Leaser)
-	if !ok {
+	if o.Leases == nil {
 		return nil
 	}
-	return &leases{core: c, l: l, moveWait: positiveOr(o.MoveWait, DefaultMoveWait)}
+	return &leases{core: c, l: o.Leases, moveWait: positiveOr(o.MoveWait, DefaultMoveWait)}
 }
 
 // statsLocked fills in s's figures of moves. ls.mu is held.

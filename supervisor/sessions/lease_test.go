@@ -99,6 +99,7 @@ func instanceOn(t *testing.T, pool *supervisor.Pool, instance, dir string, delay
 		Log:             testLogger(t).Named(instance),
 		PerHost:         8,
 		Checkpoints:     k,
+		Leases:          k,
 		CheckpointDelay: delay,
 		Limits:          sessions.Limits{Spares: -1},
 		MoveWait:        20 * time.Second,

@@ -162,6 +162,11 @@ type Options struct {
 	// last one.
 	Checkpoints     Checkpointer
 	CheckpointDelay time.Duration
+	// Leases, when not nil, are the store's leases of sessions, which
+	// several instances share: the Manager holds the lease of each
+	// session it serves (lease.go). checkpoint.Keeper is both this and
+	// Checkpoints.
+	Leases Leaser
 	// MoveWait bounds how long a call waits for another instance to hand
 	// its session over (lease.go); 0: DefaultMoveWait.
 	MoveWait time.Duration
