@@ -10,7 +10,11 @@
 //   - session: one session busy with a long call, and 120 calls with 3 MiB
 //     of arguments each sent to that session at once;
 //   - checkpoint: three sessions on workers of their own, each holding
-//     150 MiB of random bytes, checkpointed at once (issue 36, item 3).
+//     150 MiB of random bytes, checkpointed at once (issue 36, item 3);
+//     then each changes 8 bytes and is checkpointed again, an increment
+//     (pyrun's peak RSS counted anew), and pyrun is started again on the
+//     store and each session called at once, a restore (the new pyrun's
+//     peak RSS) (issue 37, item 3).
 //
 // Run it from anywhere inside the module (traffic stays on 127.0.0.1):
 //
@@ -68,14 +72,21 @@ type Config struct {
 
 // Report is what one attack found.
 type Report struct {
-	Attack     string   `json:"attack"`
-	Sent       int64    `json:"sent"`
-	Results    int64    `json:"results"` // a tool result (any status)
-	Refused    int64    `json:"refused"` // a tool error without a result, or a JSON-RPC error
-	Lost       int64    `json:"lost"`    // no answer
-	PeakRSSMiB float64  `json:"peak_rss_mib"`
-	Seconds    float64  `json:"seconds"`
-	Examples   []string `json:"examples,omitempty"`
+	Attack     string  `json:"attack"`
+	Sent       int64   `json:"sent"`
+	Results    int64   `json:"results"` // a tool result (any status)
+	Refused    int64   `json:"refused"` // a tool error without a result, or a JSON-RPC error
+	Lost       int64   `json:"lost"`    // no answer
+	PeakRSSMiB float64 `json:"peak_rss_mib"`
+	// The checkpoint attack's later phases: pyrun's peak RSS while the
+	// sessions' increments were taken, the new pyrun's while they were
+	// restored, and the sessions' latest records in the store.
+	IncrementBaseRSSMiB float64  `json:"increment_base_rss_mib,omitempty"` // as the phase began
+	IncrementPeakRSSMiB float64  `json:"increment_peak_rss_mib,omitempty"`
+	RestorePeakRSSMiB   float64  `json:"restore_peak_rss_mib,omitempty"`
+	StoredMiB           float64  `json:"stored_mib,omitempty"`
+	Seconds             float64  `json:"seconds"`
+	Examples            []string `json:"examples,omitempty"`
 }
 
 func main() {
@@ -108,7 +119,7 @@ func main() {
 		} else {
 			rep.Print(os.Stdout)
 		}
-		if rep.Lost > 0 || rep.PeakRSSMiB > *maxRSS || rep.Results+rep.Refused != rep.Sent {
+		if rep.Lost > 0 || rep.PeakRSSMiB > *maxRSS || rep.Results+rep.Refused != rep.Sent || !rep.WithinStored() {
 			failed = true
 		}
 	}
@@ -117,10 +128,21 @@ func main() {
 	}
 }
 
+// WithinStored says whether pyrun held at most the sessions' records and
+// 64 MiB while it took their increments and restored them (issue 37,
+// item 3); true for the attacks without those phases.
+func (r Report) WithinStored() bool {
+	return r.StoredMiB == 0 || max(r.IncrementPeakRSSMiB, r.RestorePeakRSSMiB) <= r.StoredMiB+64
+}
+
 // Print writes the report for people.
 func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "%s: sent %d, results %d, refused %d, lost %d, in %.1fs; pyrun's peak RSS %.1f MiB\n",
 		r.Attack, r.Sent, r.Results, r.Refused, r.Lost, r.Seconds, r.PeakRSSMiB)
+	if r.StoredMiB > 0 {
+		fmt.Fprintf(w, "  increments: pyrun's peak RSS %.1f MiB (%.1f MiB as they began); restores after a restart: %.1f MiB; the records %.1f MiB\n",
+			r.IncrementPeakRSSMiB, r.IncrementBaseRSSMiB, r.RestorePeakRSSMiB, r.StoredMiB)
+	}
 	for _, e := range r.Examples {
 		fmt.Fprintf(w, "  ! %s\n", e)
 	}
@@ -164,12 +186,22 @@ func Run(ctx context.Context, c Config) (Report, error) {
 	case "session":
 		err = attackArguments(ctx, c, srv, &rep, true)
 	case "checkpoint":
-		err = attackCheckpoint(ctx, c, srv, dir, &rep)
+		var ids []string
+		if ids, err = attackCheckpoint(ctx, c, srv, dir, &rep); err == nil {
+			err = attackIncrement(ctx, c, srv, dir, ids, &rep)
+		}
+		rep.PeakRSSMiB = max(rep.PeakRSSMiB, float64(hwm(srv.Cmd.Process.Pid))/(1<<20))
+		if err == nil {
+			srv.Stop()
+			err = attackRestore(ctx, c, dir, ids, &rep)
+		}
 	default:
 		err = fmt.Errorf("unknown attack %q", c.Attack)
 	}
 	rep.Seconds = time.Since(began).Seconds()
-	rep.PeakRSSMiB = float64(hwm(srv.Cmd.Process.Pid)) / (1 << 20)
+	if c.Attack != "checkpoint" {
+		rep.PeakRSSMiB = float64(hwm(srv.Cmd.Process.Pid)) / (1 << 20)
+	}
 	return rep, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -170,10 +171,63 @@ func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	if err := store.Delete(ctx, "box.1", fence); err != nil {
 		t.Fatal(err)
 	}
-	if l, p, err := store.Get(ctx, "box.1"); l != nil || p != nil || err != nil {
+	if l, p, err := getBoth(ctx, store, "box.1"); l != nil || p != nil || err != nil {
 		t.Errorf("after delete: %d %d %v", len(l), len(p), err)
 	}
 	if err := store.Put(ctx, "../escape", []byte("x"), 1, fence); err == nil {
 		t.Error("a key with a path in it was taken")
+	}
+}
+
+// A record is read from the store's file as it is decoded: one changed in
+// place after its authentication was checked (which pyrun never does, and
+// an attacker with the folder might) fails the read at its end, with an
+// error that wraps ErrCorrupt, instead of giving bytes it did not check.
+func TestRecordChangedWhileReadIsRefused(t *testing.T) {
+	mem := fakeMem(bytes.Repeat([]byte("state "), 200000))
+	rec, err := Encode(Meta{Session: "box.1", AfterCall: 1}, mem, []byte("files"), nil, "", testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "box.1.ckpt")
+	if err := os.WriteFile(path, rec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := openRegular(path, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, p, err := Open(r, 1<<30, nil, testKey)
+	if err != nil || m.Session != "box.1" {
+		t.Fatalf("open: %+v %v", m, err)
+	}
+	// The same file (its inode, which the record holds open), other bytes
+	// in its payload.
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{0xff}, 16), int64(len(rec)-64)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got, err := io.ReadAll(p); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("read %d bytes of a record changed in place: %v, want an error wrapping ErrCorrupt", len(got), err)
+	}
+	// Unchanged, the same read gives the state.
+	if err := os.WriteFile(path, rec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err = openRegular(path, 1<<30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, p, err = Open(r, 1<<30, nil, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(p)
+	if err != nil || !bytes.Equal(got, append(bytes.Clone(mem), "files"...)) {
+		t.Errorf("read %d bytes: %v", len(got), err)
 	}
 }

@@ -8,10 +8,12 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"time"
 
@@ -77,26 +79,6 @@ func heapOffset(mem []byte) (int, error) {
 	return off, nil
 }
 
-// xorHeap XORs dst's heap (from off) with base's heap in place, over the
-// bytes both have.
-func xorHeap(dst []byte, off int, base []byte) error {
-	boff, err := heapOffset(base)
-	if err != nil {
-		return fmt.Errorf("base: %w", err)
-	}
-	a, b := dst[off:], base[boff:]
-	n := min(len(a), len(b))
-	i := 0
-	for ; i+8 <= n; i += 8 {
-		x := binary.LittleEndian.Uint64(a[i:]) ^ binary.LittleEndian.Uint64(b[i:])
-		binary.LittleEndian.PutUint64(a[i:], x)
-	}
-	for ; i < n; i++ {
-		a[i] ^= b[i]
-	}
-	return nil
-}
-
 // maxWindow bounds the zstd window a record may ask its decoder to keep
 // (memory beside the payload's own): pyrun writes frames of a chunk
 // (stream.go's chunkSize), and wrote 2 MiB windows before (8 MiB before
@@ -127,82 +109,205 @@ func Reheader(rec []byte, meta Meta, key []byte) ([]byte, error) {
 // ReadMeta checks a record's authentication under key and returns its
 // header.
 func ReadMeta(rec []byte, key []byte) (Meta, error) {
-	var m Meta
-	if len(rec) >= len(oldMagic) && bytes.Equal(rec[:len(oldMagic)], oldMagic) {
-		return m, fmt.Errorf("%w: it was written by an older pyrun, without authentication", ErrCorrupt)
-	}
-	if len(rec) < len(magic)+4+sha256.Size || !bytes.Equal(rec[:len(magic)], magic) {
-		return m, fmt.Errorf("%w: not a pyrun checkpoint", ErrCorrupt)
-	}
-	body := rec[:len(rec)-sha256.Size]
-	if !hmac.Equal(sumOf(key, body), rec[len(body):]) {
-		return m, fmt.Errorf("%w: its authentication does not match (damaged, or not written with this store's key)", ErrCorrupt)
-	}
-	n := int(binary.LittleEndian.Uint32(rec[len(magic):]))
-	start := len(magic) + 4
-	if start+n > len(body) {
-		return m, fmt.Errorf("%w: header past its end", ErrCorrupt)
-	}
-	if err := json.Unmarshal(body[start:start+n], &m); err != nil {
-		return m, fmt.Errorf("%w: header: %v", ErrCorrupt, err)
-	}
-	return m, nil
+	m, _, err := ReadRecordMeta(NewRecord(rec), key)
+	return m, err
 }
 
-// Decode checks a record's authentication under key and returns its memory snapshot and files. base
-// gives the base snapshot of a SHA-256 (nil when it is not to be had).
-// maxRaw bounds the payload (--max-checkpoint): a record that declares more,
-// or whose payload expands past what it declares, is refused, and no more
-// than the declared size is ever allocated for it.
+// macChunk is how much of a record its authentication reads at a time.
+const macChunk = 1 << 20
+
+// ReadRecordMeta checks rec's authentication under key, reading it a MiB
+// at a time, and returns its header and where its payload starts.
+func ReadRecordMeta(rec Record, key []byte) (Meta, int64, error) {
+	var m Meta
+	size := rec.Size()
+	head := make([]byte, min(size, int64(len(magic)+4)))
+	if _, err := rec.ReadAt(head, 0); err != nil {
+		return m, 0, fmt.Errorf("read checkpoint: %w", err)
+	}
+	if bytes.HasPrefix(head, oldMagic) {
+		return m, 0, fmt.Errorf("%w: it was written by an older pyrun, without authentication", ErrCorrupt)
+	}
+	if size < int64(len(magic)+4+sha256.Size) || !bytes.HasPrefix(head, magic) {
+		return m, 0, fmt.Errorf("%w: not a pyrun checkpoint", ErrCorrupt)
+	}
+	body := size - sha256.Size
+	mac := newMAC(key)
+	if _, err := io.CopyBuffer(mac, io.NewSectionReader(rec, 0, body), make([]byte, min(body, macChunk))); err != nil {
+		return m, 0, fmt.Errorf("read checkpoint: %w", err)
+	}
+	want := make([]byte, sha256.Size)
+	if _, err := rec.ReadAt(want, body); err != nil {
+		return m, 0, fmt.Errorf("read checkpoint: %w", err)
+	}
+	if !hmac.Equal(mac.Sum(nil), want) {
+		return m, 0, fmt.Errorf("%w: its authentication does not match (damaged, or not written with this store's key)", ErrCorrupt)
+	}
+	n := int64(binary.LittleEndian.Uint32(head[len(magic):]))
+	start := int64(len(magic)+4) + n
+	if start > body {
+		return m, 0, fmt.Errorf("%w: header past its end", ErrCorrupt)
+	}
+	hdr := make([]byte, n)
+	if _, err := rec.ReadAt(hdr, int64(len(magic)+4)); err != nil {
+		return m, 0, fmt.Errorf("read checkpoint: %w", err)
+	}
+	if err := json.Unmarshal(hdr, &m); err != nil {
+		return m, 0, fmt.Errorf("%w: header: %v", ErrCorrupt, err)
+	}
+	return m, start, nil
+}
+
+// Decode checks a record's authentication under key and returns its
+// memory snapshot and files (Open, read whole).
 func Decode(rec []byte, maxRaw int64, base func(sha string) []byte, key []byte) (Meta, []byte, []byte, error) {
-	m, err := ReadMeta(rec, key)
+	m, p, err := Open(NewRecord(rec), maxRaw, base, key)
 	if err != nil {
 		return m, nil, nil, err
 	}
-	if m.Mem < 8 || m.FS < 0 || m.Mem > maxRaw || m.FS > maxRaw-m.Mem {
-		return m, nil, nil, fmt.Errorf("%w: it declares %d + %d bytes, past the bound of %d (--max-checkpoint)", ErrCorrupt, m.Mem, m.FS, maxRaw)
+	payload := make([]byte, m.Mem+m.FS)
+	if _, err := io.ReadFull(p, payload); err != nil {
+		p.Close()
+		return m, nil, nil, err
 	}
-	start := len(magic) + 4 + int(binary.LittleEndian.Uint32(rec[len(magic):]))
-	payload, err := decompress(rec[start:len(rec)-sha256.Size], m.Mem+m.FS)
+	if _, err := p.Read(nil); err != io.EOF {
+		return m, nil, nil, err
+	}
+	return m, payload[:m.Mem:m.Mem], payload[m.Mem:], nil
+}
+
+// Open checks a record's authentication under key and its header, and
+// returns a reader of its payload: the memory snapshot (its heap XORed
+// back with the base snapshot's, which base gives for a SHA-256, nil when
+// it is not to be had), then the files. maxRaw bounds the payload
+// (--max-checkpoint): a record that declares more is refused. The reader
+// decodes as it is read, so a restore holds the record and some MiB, not
+// the state besides (docs/performance.md); it gives exactly the declared
+// bytes, and fails with an error wrapping ErrCorrupt on a payload that is
+// shorter or expands past them, which costs no more than the decoder's
+// window (maxWindow). Such a payload has passed the authentication: only
+// pyrun, with the key, writes one.
+func Open(rec Record, maxRaw int64, base func(sha string) []byte, key []byte) (Meta, *Payload, error) {
+	m, start, err := ReadRecordMeta(rec, key)
 	if err != nil {
-		return m, nil, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		return m, nil, err
 	}
-	mem, files := payload[:m.Mem:m.Mem], payload[m.Mem:]
+	if m.Mem < 8 || m.FS < 0 || m.Mem > maxRaw || m.FS > maxRaw-m.Mem {
+		return m, nil, fmt.Errorf("%w: it declares %d + %d bytes, past the bound of %d (--max-checkpoint)", ErrCorrupt, m.Mem, m.FS, maxRaw)
+	}
+	if m.HeapOff < 0 || m.HeapOff > m.Mem {
+		return m, nil, fmt.Errorf("%w: its heap offset %d is past its memory's %d bytes", ErrCorrupt, m.HeapOff, m.Mem)
+	}
+	p := &Payload{n: m.Mem + m.FS, heapOff: m.HeapOff, mem: m.Mem}
 	if m.Base != "" {
 		b := base(m.Base)
 		if b == nil {
-			return m, nil, nil, fmt.Errorf("the checkpoint was made against base snapshot %.12s, which this pyrun does not have (another pyrun version?)", m.Base)
+			return m, nil, fmt.Errorf("the checkpoint was made against base snapshot %.12s, which this pyrun does not have (another pyrun version?)", m.Base)
 		}
-		if err := xorHeap(mem, int(m.HeapOff), b); err != nil {
-			return m, nil, nil, err
+		boff, err := heapOffset(b)
+		if err != nil {
+			return m, nil, fmt.Errorf("base: %w", err)
 		}
+		p.base = b[boff:]
 	}
-	return m, mem, files, nil
+	// The authentication is checked again as the payload is read: a file
+	// changed in place since (which pyrun never does) fails the read at
+	// its end, before a worker starts from what it gave.
+	body := rec.Size() - sha256.Size
+	p.rec, p.body, p.mac = rec, body, newMAC(key)
+	if _, err := io.Copy(p.mac, io.NewSectionReader(rec, 0, start)); err != nil {
+		return m, nil, fmt.Errorf("read checkpoint: %w", err)
+	}
+	z := io.TeeReader(io.NewSectionReader(rec, start, body-start), p.mac)
+	p.z = z
+	p.d, err = zstd.NewReader(z, zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(maxWindow))
+	if err != nil {
+		return m, nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return m, p, nil
 }
 
-// decompress decodes z, which must be exactly n bytes, into a buffer of n
-// bytes: it stops at the first byte past n, so a payload that expands to
-// gigabytes costs no more than n (and the decoder's window, maxWindow).
-func decompress(z []byte, n int64) ([]byte, error) {
-	d, err := zstd.NewReader(bytes.NewReader(z), zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-		zstd.WithDecoderMaxWindow(maxWindow))
-	if err != nil {
-		return nil, err
+// Payload reads a record's payload, decoded (Open). Synchronous: its
+// decoder starts no goroutine (concurrency 1), and is released at the end
+// of the payload or at its first error.
+type Payload struct {
+	rec     Record
+	body    int64     // where rec's authentication starts
+	mac     hash.Hash // of what was read of rec, as it is read
+	z       io.Reader // rec's compressed payload, into mac
+	d       *zstd.Decoder
+	n, pos  int64 // the declared bytes, and those given
+	heapOff int64 // where the heap starts, and ends (mem)
+	mem     int64
+	base    []byte // the base snapshot's heap; nil: none
+	err     error
+}
+
+func (p *Payload) Read(b []byte) (int, error) {
+	if p.err != nil {
+		return 0, p.err
 	}
-	defer d.Close()
-	out := make([]byte, n)
-	switch got, err := io.ReadFull(d, out); {
-	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
-		return nil, fmt.Errorf("its payload is %d bytes, not the %d it declares", got, n)
-	case err != nil:
-		return nil, err
+	if p.pos == p.n {
+		// The payload must end here.
+		var one [1]byte
+		switch _, err := io.ReadFull(p.d, one[:]); {
+		case err == nil:
+			return 0, p.fail(fmt.Errorf("%w: its payload expands past the %d bytes it declares", ErrCorrupt, p.n))
+		case !errors.Is(err, io.EOF):
+			return 0, p.fail(fmt.Errorf("%w: %w", ErrCorrupt, err))
+		}
+		// What the decoder left of the compressed bytes, then the MAC.
+		if _, err := io.Copy(io.Discard, p.z); err != nil {
+			return 0, p.fail(fmt.Errorf("read checkpoint: %w", err))
+		}
+		want := make([]byte, sha256.Size)
+		if _, err := p.rec.ReadAt(want, p.body); err != nil {
+			return 0, p.fail(fmt.Errorf("read checkpoint: %w", err))
+		}
+		if !hmac.Equal(p.mac.Sum(nil), want) {
+			return 0, p.fail(fmt.Errorf("%w: it changed while it was read", ErrCorrupt))
+		}
+		return 0, p.fail(io.EOF)
 	}
-	var one [1]byte
-	switch _, err := io.ReadFull(d, one[:]); {
-	case err == nil:
-		return nil, fmt.Errorf("its payload expands past the %d bytes it declares", n)
-	case !errors.Is(err, io.EOF):
-		return nil, err
+	b = b[:min(int64(len(b)), p.n-p.pos)]
+	k, err := p.d.Read(b)
+	p.xor(b[:k])
+	p.pos += int64(k)
+	switch {
+	case errors.Is(err, io.EOF) && p.pos < p.n:
+		return k, p.fail(fmt.Errorf("%w: its payload is %d bytes, not the %d it declares", ErrCorrupt, p.pos, p.n))
+	case err != nil && !errors.Is(err, io.EOF):
+		return k, p.fail(fmt.Errorf("%w: %w", ErrCorrupt, err))
 	}
-	return out, nil
+	return k, nil
+}
+
+// xor undoes the difference from the base in b, the payload's bytes from
+// p.pos: those of the heap that the base has too.
+func (p *Payload) xor(b []byte) {
+	lo := max(p.pos, p.heapOff)
+	hi := min(p.pos+int64(len(b)), p.mem, p.heapOff+int64(len(p.base)))
+	if p.base == nil || lo >= hi {
+		return
+	}
+	dst := b[lo-p.pos : hi-p.pos]
+	subtle.XORBytes(dst, dst, p.base[lo-p.heapOff:hi-p.heapOff])
+}
+
+// fail ends p with err, releasing its decoder and its record.
+func (p *Payload) fail(err error) error {
+	p.err = err
+	p.d.Close()
+	p.base = nil
+	_ = p.rec.Close()
+	return err
+}
+
+// Close releases p before its end (a reader that stops early); after its
+// end, or twice, it does nothing.
+func (p *Payload) Close() {
+	if p.err == nil {
+		p.fail(errors.New("the checkpoint's payload was closed"))
+	}
 }

@@ -395,6 +395,9 @@ func (k *Keeper) Restore(ctx context.Context, id string, exited func()) (session
 	if err != nil {
 		return nil, sessions.Saved{}, err
 	}
+	// The record, read to its end by a start that goes well, is released
+	// by one that fails before.
+	defer img.R.(*Payload).Close()
 	d, err := k.pool.StartRestored(ctx, img, k.tmp, exited)
 	if err != nil {
 		return nil, sessions.Saved{}, err
@@ -409,28 +412,35 @@ func savedOf(m Meta) sessions.Saved {
 
 // Load reads and checks session id's latest intact checkpoint.
 func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, error) {
-	latest, prev, err := k.store.Get(ctx, id)
-	if err != nil {
-		return Meta{}, nil, err
-	}
-	if latest == nil && prev == nil {
-		return Meta{}, nil, fmt.Errorf("session %s has no checkpoint", id)
-	}
 	latestSeq, prevSeq, err := k.store.Seqs(ctx, id)
 	if err != nil {
 		return Meta{}, nil, err
 	}
 	var errs []error
-	for i, rec := range [][]byte{latest, prev} {
-		if rec == nil {
+	found := false
+	for i, previous := range []bool{false, true} {
+		// The previous record only when the latest fails: one in memory.
+		rec, err := k.store.Get(ctx, id, previous)
+		if err != nil && !errors.Is(err, ErrCorrupt) {
+			return Meta{}, nil, err
+		}
+		if rec == nil && err == nil {
 			continue
 		}
-		m, mem, files, err := Decode(rec, k.max, func(sha string) []byte {
-			if b, have := k.baseNow(ctx); have == sha {
-				return b
+		found = true
+		var m Meta
+		var p *Payload
+		if err == nil {
+			m, p, err = Open(rec, k.max, func(sha string) []byte {
+				if b, have := k.baseNow(ctx); have == sha {
+					return b
+				}
+				return nil
+			}, k.key)
+			if err != nil {
+				_ = rec.Close()
 			}
-			return nil
-		}, k.key)
+		}
 		if err == nil && m.Session != id {
 			err = fmt.Errorf("%w: it is session %s's", ErrCorrupt, m.Session)
 		}
@@ -438,12 +448,20 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 			err = checkSeq(m, []uint64{latestSeq, prevSeq}[i])
 		}
 		if err != nil {
+			if p != nil {
+				p.Close()
+			}
 			k.log.Warn("a checkpoint of a session cannot be used", "session_id", id, "error", err.Error())
 			errs = append(errs, err)
 			continue
 		}
-		return m, &supervisor.Image{Mem: int64(len(mem)), FS: int64(len(files)), Clock: m.Clock, Namespace: m.Namespace,
-			R: io.MultiReader(bytes.NewReader(mem), bytes.NewReader(files))}, nil
+		// Decoded as the worker's start reads it (supervisor.writeImage),
+		// which releases the record at its end (and Restore, after a
+		// start that failed before).
+		return m, &supervisor.Image{Mem: m.Mem, FS: m.FS, Clock: m.Clock, Namespace: m.Namespace, R: p}, nil
+	}
+	if !found {
+		return Meta{}, nil, fmt.Errorf("session %s has no checkpoint", id)
 	}
 	return Meta{}, nil, fmt.Errorf("no intact checkpoint of session %s: %w", id, errors.Join(errs...))
 }
@@ -497,20 +515,23 @@ func (k *Keeper) List(ctx context.Context) ([]sessions.Saved, error) {
 	}
 	var out []sessions.Saved
 	for _, key := range keys {
-		latest, prev, err := k.store.Get(ctx, key)
-		if errors.Is(err, ErrCorrupt) {
-			// One bad entry (a file that is not a record) leaves the others.
-			k.log.Warn("a checkpoint of a session cannot be used", "session_id", key, "error", err.Error())
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		for _, rec := range [][]byte{latest, prev} {
+		for _, previous := range []bool{false, true} {
+			// One record at a time, the previous only when the latest fails.
+			rec, err := k.store.Get(ctx, key, previous)
+			if errors.Is(err, ErrCorrupt) {
+				// One bad entry (a file that is not a record) leaves the others.
+				k.log.Warn("a checkpoint of a session cannot be used", "session_id", key, "error", err.Error())
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
 			if rec == nil {
 				continue
 			}
-			if m, err := ReadMeta(rec, k.key); err == nil && m.Session == key {
+			m, _, err := ReadRecordMeta(rec, k.key)
+			_ = rec.Close()
+			if err == nil && m.Session == key {
 				out = append(out, savedOf(m))
 				break
 			}

@@ -135,16 +135,17 @@ func (k *Keeper) Release(ctx context.Context, id string) error {
 // Describe implements sessions.Leaser: the description of id's latest
 // record that reads, else of the one before it.
 func (k *Keeper) Describe(ctx context.Context, id string) (sessions.Saved, error) {
-	latest, prev, err := k.store.Get(ctx, id)
-	if err != nil {
-		return sessions.Saved{}, err
-	}
 	var bad []string // why each record there is refused
-	for i, rec := range [][]byte{latest, prev} {
+	for i, previous := range []bool{false, true} {
+		rec, err := k.store.Get(ctx, id, previous)
+		if err != nil {
+			return sessions.Saved{}, err
+		}
 		if rec == nil {
 			continue
 		}
-		m, err := ReadMeta(rec, k.key)
+		m, _, err := ReadRecordMeta(rec, k.key)
+		_ = rec.Close()
 		if err == nil && m.Session == id {
 			return savedOf(m), nil
 		}

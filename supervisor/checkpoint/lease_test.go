@@ -91,7 +91,7 @@ func leaseContract(t *testing.T, store Store) {
 	if err := store.Release(ctx, key, a); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("a stale holder's release: %v", err)
 	}
-	if latest, prev, err := store.Get(ctx, key); err != nil || string(latest) != "b's state" || string(prev) != "a's state" {
+	if latest, prev, err := getBoth(ctx, store, key); err != nil || string(latest) != "b's state" || string(prev) != "a's state" {
 		t.Fatalf("records %q %q %v", latest, prev, err)
 	}
 	// b stops renewing (it died): once its lease expires, c takes the
@@ -108,7 +108,7 @@ func leaseContract(t *testing.T, store Store) {
 	if err := store.Delete(ctx, key, c); err != nil {
 		t.Fatal(err)
 	}
-	if latest, prev, err := store.Get(ctx, key); latest != nil || prev != nil || err != nil {
+	if latest, prev, err := getBoth(ctx, store, key); latest != nil || prev != nil || err != nil {
 		t.Fatalf("after delete: %q %q %v", latest, prev, err)
 	}
 	if _, err := store.Acquire(ctx, key, "d", ttl); err != nil {
@@ -226,4 +226,23 @@ func goneSelfContract(t *testing.T, store Store) {
 			t.Errorf("%s: %v, want it held", tc.what, err)
 		}
 	}
+}
+
+// getBoth reads key's latest and previous records.
+func getBoth(ctx context.Context, s Store, key string) (latest, previous []byte, err error) {
+	read := func(prev bool) ([]byte, error) {
+		r, err := s.Get(ctx, key, prev)
+		if r == nil || err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		b := make([]byte, r.Size())
+		_, err = r.ReadAt(b, 0)
+		return b, err
+	}
+	if latest, err = read(false); err != nil {
+		return nil, nil, err
+	}
+	previous, err = read(true)
+	return latest, previous, err
 }

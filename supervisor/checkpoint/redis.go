@@ -162,33 +162,34 @@ func (r *Redis) Seqs(ctx context.Context, key string) (latest, previous uint64, 
 	return num(v[0]), num(v[1]), nil
 }
 
-func (r *Redis) Get(ctx context.Context, key string) (latest, previous []byte, err error) {
+func (r *Redis) Get(ctx context.Context, key string, previous bool) (Record, error) {
 	if err := checkKey(key); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	// In one step, and only values within the bound: a record is never
-	// read past what a checkpoint's can be.
-	v, err := getScript.Run(ctx, r.c, []string{redisLatest + key, redisPrev + key}, r.maxRecord).Slice()
+	k := redisLatest + key
+	if previous {
+		k = redisPrev + key
+	}
+	// Only a value within the bound: a record is never read past what a
+	// checkpoint's can be.
+	v, err := getScript.Run(ctx, r.c, []string{k}, r.maxRecord).Slice()
 	if err != nil {
-		return nil, nil, fmt.Errorf("read checkpoint: %w", err)
+		return nil, fmt.Errorf("read checkpoint: %w", err)
 	}
-	if len(v) != 4 {
-		return nil, nil, fmt.Errorf("read checkpoint: unexpected answer of %d entries", len(v))
+	if len(v) != 2 {
+		return nil, fmt.Errorf("read checkpoint: unexpected answer of %d entries", len(v))
 	}
-	var recs [2][]byte
-	for i := range recs {
-		tag, _ := v[2*i].(int64)
-		val, _ := v[2*i+1].(string)
-		switch tag {
-		case 1:
-			recs[i] = []byte(val)
-		case 2:
-			return nil, nil, fmt.Errorf("read checkpoint: %w: %s is %s bytes, past the %d a record can be", ErrCorrupt, key, val, r.maxRecord)
-		case 3:
-			return nil, nil, fmt.Errorf("read checkpoint: %w: %s is a Redis %s, not a string", ErrCorrupt, key, val)
-		}
+	tag, _ := v[0].(int64)
+	val, _ := v[1].(string)
+	switch tag {
+	case 1:
+		return NewRecord([]byte(val)), nil
+	case 2:
+		return nil, fmt.Errorf("read checkpoint: %w: %s is %s bytes, past the %d a record can be", ErrCorrupt, key, val, r.maxRecord)
+	case 3:
+		return nil, fmt.Errorf("read checkpoint: %w: %s is a Redis %s, not a string", ErrCorrupt, key, val)
 	}
-	return recs[0], recs[1], nil
+	return nil, nil
 }
 
 func (r *Redis) Delete(ctx context.Context, key string, fence Lease) error {

@@ -41,7 +41,7 @@ func TestRedisKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	if err := store.Delete(ctx, "box.1", fence); err != nil {
 		t.Fatal(err)
 	}
-	if l, p, err := store.Get(ctx, "box.1"); l != nil || p != nil || err != nil {
+	if l, p, err := getBoth(ctx, store, "box.1"); l != nil || p != nil || err != nil {
 		t.Errorf("after delete: %d %d %v", len(l), len(p), err)
 	}
 	if _, err := OpenRedis(ctx, "redis://127.0.0.1:1/0", 0); err == nil {

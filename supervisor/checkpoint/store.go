@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,8 +29,12 @@ type Store interface {
 	// writes nothing. seq is data's sequence number (auth.go): it must be
 	// past the latest's the store has seen, or Put fails with ErrReplay.
 	Put(ctx context.Context, key string, data []byte, seq uint64, fence Lease) error
-	// Get returns key's latest and previous records; a missing one is nil.
-	Get(ctx context.Context, key string) (latest, previous []byte, err error)
+	// Get returns key's latest record, or with previous the one before
+	// it; nil when it has none. One at a time: a restore reads the
+	// previous record only when the latest fails its checks. A dir:
+	// store's is its file, read as it is used, so that pyrun does not
+	// hold the record (docs/performance.md).
+	Get(ctx context.Context, key string, previous bool) (Record, error)
 	// Seqs returns the sequence numbers Put gave key's latest and previous
 	// records (0: none; a store that lost them says 0).
 	Seqs(ctx context.Context, key string) (latest, previous uint64, err error)
@@ -53,6 +58,31 @@ type Store interface {
 	// Close releases the store.
 	Close() error
 }
+
+// A Record is a checkpoint record as a store gives it: Size bytes, read
+// with ReadAt until Close.
+type Record interface {
+	io.ReaderAt
+	Size() int64
+	Close() error
+}
+
+// bytesRecord is a record in memory.
+type bytesRecord struct{ *bytes.Reader }
+
+func (bytesRecord) Close() error { return nil }
+
+// NewRecord is a Record of b.
+func NewRecord(b []byte) Record { return bytesRecord{bytes.NewReader(b)} }
+
+// fileRecord is a record's file, open; its size is the one it had when
+// opened (files are replaced by rename, never written in place).
+type fileRecord struct {
+	*os.File
+	size int64
+}
+
+func (f fileRecord) Size() int64 { return f.size }
 
 // validKey: session ids are an instance name, a dot and hex.
 var validKey = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,200}$`)
@@ -125,9 +155,46 @@ func readRegular(path string, max int64) ([]byte, error) {
 	return readBounded(path, max, noFollow)
 }
 
+// openRegular opens the regular file at path for reading, as readRegular
+// reads it: nil when there is none, an error wrapping ErrCorrupt for what
+// is not a regular file within max bytes.
+func openRegular(path string, max int64) (Record, error) {
+	f, err := openChecked(path, max, noFollow)
+	if f == nil || err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return fileRecord{f, st.Size()}, nil
+}
+
 // readBounded is readRegular with the open's flags beside O_RDONLY and
 // O_NONBLOCK (without O_NOFOLLOW: a link to a regular file is followed).
 func readBounded(path string, max int64, flags int) ([]byte, error) {
+	f, err := openChecked(path, max, flags)
+	if f == nil || err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	// Files are replaced by rename, never written in place: the file open
+	// keeps the size it had.
+	b := make([]byte, st.Size())
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// openChecked opens path as readBounded reads it: nil, nil when there is
+// no such file.
+func openChecked(path string, max int64, flags int) (*os.File, error) {
 	f, err := openRead(path, flags)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -137,23 +204,19 @@ func readBounded(path string, max int64, flags int) ([]byte, error) {
 	case err != nil:
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	defer f.Close()
 	st, err := f.Stat()
 	switch {
 	case err != nil:
+		f.Close()
 		return nil, err
 	case !st.Mode().IsRegular():
+		f.Close()
 		return nil, fmt.Errorf("%w: %s is %s, not a regular file", ErrCorrupt, path, kindOf(st.Mode()))
 	case st.Size() > max:
+		f.Close()
 		return nil, fmt.Errorf("%w: %s is %d bytes, past the %d such a file can be", ErrCorrupt, path, st.Size(), max)
 	}
-	// Files are replaced by rename, never written in place: the file open
-	// keeps the size it had.
-	b := make([]byte, st.Size())
-	if _, err := io.ReadFull(f, b); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return b, nil
+	return f, nil
 }
 
 const (
@@ -269,18 +332,19 @@ func syncDir(path string) error {
 	return f.Sync()
 }
 
-func (d *Dir) Get(ctx context.Context, key string) (latest, previous []byte, err error) {
+func (d *Dir) Get(ctx context.Context, key string, previous bool) (Record, error) {
 	if err := checkKey(key); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	read := func(name string) ([]byte, error) { return readRegular(filepath.Join(d.path, name), d.maxRecord) }
-	if latest, err = read(key + latestExt); err != nil {
-		return nil, nil, fmt.Errorf("read checkpoint: %w", err)
+	name := key + latestExt
+	if previous {
+		name = key + prevExt
 	}
-	if previous, err = read(key + prevExt); err != nil {
-		return nil, nil, fmt.Errorf("read checkpoint: %w", err)
+	rec, err := openRegular(filepath.Join(d.path, name), d.maxRecord)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint: %w", err)
 	}
-	return latest, previous, nil
+	return rec, nil
 }
 
 func (d *Dir) Delete(ctx context.Context, key string, fence Lease) error {
