@@ -32,6 +32,19 @@ type ClientLimits struct {
 	QueueTimeout time.Duration
 }
 
+// Validate checks the limits a user sets (pyrun serve's flags), each named
+// as the flag is; a MaxCalls of 0 is the pool's size, worked out by its
+// caller.
+func (l ClientLimits) Validate() error {
+	switch {
+	case l.MaxCalls < 0 || l.MaxCalls > 4096:
+		return fmt.Errorf("client-max-calls must be between 0 (the pool size) and 4096, not %d", l.MaxCalls)
+	case l.MaxQueue < 0 || l.MaxQueue > 4096:
+		return fmt.Errorf("client-max-queue must be between 0 and 4096, not %d", l.MaxQueue)
+	}
+	return nil
+}
+
 // LimitClients returns a Runner that runs calls on r within limits (read
 // at every call, so they may change), per client. Calls of the Anonymous
 // client are not limited: without credentials there is one client.

@@ -165,7 +165,7 @@ func (d *daemon) Drain(ctx context.Context) (sessionsErr, poolsErr error) {
 func (d *daemon) countAll(o *options, p daemonParts) {
 	m := d.metrics
 	m.OSSandbox(d.sandbox())
-	m.MaxClients(o.metricsMaxClients)
+	m.MaxClients(o.http.MaxClients)
 	if p.connections != nil {
 		m.CountConnections(p.connections)
 	}
@@ -216,11 +216,12 @@ func (d *daemon) mcpOptions(o *options) mcp.Options {
 // clientLimits are the per-client limits in force.
 func (d *daemon) clientLimits() mcp.ClientLimits {
 	o, cfg := d.options(), d.pools.Pool(d.pools.Languages()[0]).Config()
-	calls := o.clientMaxCalls
-	if calls == 0 {
-		calls = d.pools.Stats().Workers // every language's
+	l := o.clients
+	if l.MaxCalls == 0 {
+		l.MaxCalls = d.pools.Stats().Workers // every language's
 	}
-	return mcp.ClientLimits{MaxCalls: calls, MaxQueue: o.clientMaxQueue, QueueTimeout: cfg.QueueTimeout}
+	l.QueueTimeout = cfg.QueueTimeout
+	return l
 }
 
 // Reload applies o to the running parts, without disturbing running

@@ -348,3 +348,37 @@ func (v noneVar[T]) String() string {
 	}
 	return v.format(*v.p)
 }
+
+// noneDuration binds a duration flag whose 0 means never to a package's
+// field that spells never -1, its 0 being its default (httpfront.Options'
+// KeepAlive). Its Get makes it a duration flag (explainDurations).
+type noneDuration struct{ p *time.Duration }
+
+func (v noneDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if d < 0 {
+		return fmt.Errorf("must not be negative (0: never)")
+	}
+	*v.p = d
+	if d == 0 {
+		*v.p = -1
+	}
+	return nil
+}
+
+func (v noneDuration) String() string {
+	if v.p == nil || *v.p < 0 {
+		return "0s"
+	}
+	return v.p.String()
+}
+
+func (v noneDuration) Get() any {
+	if v.p == nil {
+		return time.Duration(0)
+	}
+	return max(*v.p, 0)
+}

@@ -53,8 +53,12 @@ func TestDurationNeedsAUnit(t *testing.T) {
 			t.Errorf("--timeout %s: %v, %v", v, o, err)
 		}
 	}
-	if o, _, err := loadOptions("stdio", []string{"--keep-alive", "0"}); err != nil || o.keepAlive != 0 {
+	// 0 is never, which httpfront spells -1 (its 0 is its default).
+	if o, _, err := loadOptions("stdio", []string{"--keep-alive", "0"}); err != nil || o.http.KeepAlive != -1 || o.settings()["keep-alive"] != "0s" {
 		t.Errorf("--keep-alive 0: %v", err)
+	}
+	if out, _ := runArgs(t, "stdio", "--keep-alive", "5"); !strings.Contains(out, "--keep-alive 5: a duration needs a unit, e.g. 5s") {
+		t.Errorf("--keep-alive 5: %s", out)
 	}
 	// A number flag that is given no number says so too.
 	if out, _ := runArgs(t, "stdio", "--max-queue", "many"); !strings.Contains(out, `--max-queue many: "many" is not a number`) {

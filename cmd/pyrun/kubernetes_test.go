@@ -159,7 +159,7 @@ func TestKubernetesManifests(t *testing.T) {
 		if opts.instanceID != sts.Name+"-0" {
 			t.Errorf("--instance-id %q: want the pod's name, which the router routes on", opts.instanceID)
 		}
-		if !opts.stateless {
+		if !opts.http.Stateless {
 			t.Error("instances behind the Service need --stateless: any of them may take any call")
 		}
 		if opts.authTokenFile == "" && opts.authIssuer == "" {

@@ -139,6 +139,8 @@ func TestLimitFlags(t *testing.T) {
 		{"--client-max-workers", "-1"}, {"--client-worker-idle", "0s"}, {"--metrics-max-clients", "0"}, {"--restore-spares", "5"},
 		{"--restore-spares", "-1"}, {"--session-spares", "-1"}, {"--session-spares", "17"}, {"--max-checkpoint", "1MiB"},
 		{"--mount", t.TempDir() + ":/data," + t.TempDir() + ":/data"},
+		{"--max-conns", "-1"}, {"--max-conns-per-addr", "0"}, {"--max-socket-conns", "0"}, {"--client-max-calls", "5000"},
+		{"--client-max-queue", "-1"}, {"--session-timeout", "0s"}, {"--keep-alive", "-1s"}, {"--max-mcp-sessions", "0"},
 	} {
 		if _, _, err := loadOptions("stdio", bad); err == nil {
 			t.Errorf("%v accepted", bad)

@@ -33,7 +33,8 @@ import (
 func (o *options) localFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.socket, "socket", "", "serve: also serve MCP on this Unix socket `path` (owner-only; peers of other users are refused); stdio: the service's socket to attach to (default $XDG_RUNTIME_DIR/pyrun.sock, else /run/user/UID/pyrun.sock); default: that path, for serve too")
 	fs.StringVar(&o.attach, "attach", "auto", "stdio: auto (bridge to the service on --socket when it answers, else serve with a pool of its own), never, or required (fail when no service answers)")
-	fs.IntVar(&o.maxSocketConns, "max-socket-conns", 256, "serve: connections open at once on --socket, each an MCP session of the local client; more are refused")
+	o.socketConns = localsock.Limits{MaxConns: 256}
+	fs.IntVar(&o.socketConns.MaxConns, "max-socket-conns", o.socketConns.MaxConns, "serve: connections open at once on --socket, each an MCP session of the local client; more are refused")
 	// MCP tasks (mcp/tasks.go), on stdio and the socket: bound to the
 	// front end's own configuration, which checks itself (Validate).
 	o.mcp.Tasks = mcp.DefaultTaskOptions()
@@ -49,11 +50,7 @@ func (o *options) checkLocal() error {
 	default:
 		return fmt.Errorf("attach must be auto, never or required, not %q", o.attach)
 	}
-	switch {
-	case o.maxSocketConns < 1 || o.maxSocketConns > 65536:
-		return fmt.Errorf("max-socket-conns must be between 1 and 65536, not %d", o.maxSocketConns)
-	}
-	return nil // the tasks' settings are mcp's (mcp.Options.Validate)
+	return o.socketConns.Validate()
 }
 
 // stdioSocket is the socket `pyrun stdio` attaches to: --socket, else the

@@ -15,6 +15,8 @@ import (
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/flow"
 	"github.com/pyrun/pyrun/mcp/httpfront"
+	"github.com/pyrun/pyrun/mcp/localsock"
+	"github.com/pyrun/pyrun/mcp/netguard"
 	"github.com/pyrun/pyrun/mcp/outputs"
 	"github.com/pyrun/pyrun/supervisor"
 	"github.com/pyrun/pyrun/supervisor/oswall"
@@ -43,22 +45,23 @@ type options struct {
 	logFormat    string
 	otlpEndpoint string // tracing.go
 
-	listen         string
-	stateless      bool
-	sessionTimeout time.Duration
-	keepAlive      time.Duration
-	drainTimeout   time.Duration
+	listen string
+	// http is serve's HTTP front end's: its own flags bound to it
+	// (Validate); serve adds the figures it shows (serve.go).
+	http         httpfront.Options
+	drainTimeout time.Duration
 
-	authTokenFile     string
-	authIssuer        string
-	authAudience      stringList
-	authJWKSURL       string
-	publicURL         string
-	metricsAuth       bool
-	insecureNoAuth    bool
-	clientMaxCalls    int
-	clientMaxQueue    int
-	metricsMaxClients int
+	authTokenFile  string
+	authIssuer     string
+	authAudience   stringList
+	authJWKSURL    string
+	publicURL      string
+	metricsAuth    bool
+	insecureNoAuth bool
+	// clients are one client's places in the pools, with access control:
+	// bound to their flags (Validate); the daemon adds the pool's size
+	// for a MaxCalls of 0 and the queue's timeout (daemon.go).
+	clients mcp.ClientLimits
 
 	// Python sessions (pysessions.go)
 	sessions          sessions.Limits // bound to their flags
@@ -80,12 +83,10 @@ type options struct {
 	checkpointDelay     time.Duration
 	sessionLease        time.Duration
 	sessionMoveWait     time.Duration
-	mcpSessions         httpfront.SessionLimits // bound to their flags (flagLimits)
 	goMemoryLimit       byteSize
 	headerTimeout       time.Duration
 	bodyTimeout         time.Duration
-	maxConns            int
-	maxConnsPerAddr     int
+	conns               netguard.Limits // bound to their flags; a Total of 0: netguard.TotalFor
 	mcpServers          serversFlag
 	hub                 codemode.Options // code mode's limits, bound to their flags; MaxResult is max-output's
 	// Languages (languages.go).
@@ -93,9 +94,9 @@ type options struct {
 	pools       [lang.Count]poolFlags // by lang.Index
 	runLanguage string                // pyrun run --language
 	// The local socket (local.go).
-	socket         string
-	attach         string
-	maxSocketConns int
+	socket      string
+	attach      string
+	socketConns localsock.Limits // bound to its flag
 }
 
 // flagSet declares every flag on o, with its default.
@@ -116,7 +117,8 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.DurationVar(&o.supervisor.QueueTimeout, "queue-timeout", 60*time.Second, "longest a call waits for a free worker")
 	fs.IntVar(&o.supervisor.ClientMaxWorkers, "client-max-workers", 0, "workers of a language one client may own while other clients own some or wait (a worker that ran a client's call runs no other client's); a client alone may own the whole pool (default: half the pool, rounded up, at least 1)")
 	fs.DurationVar(&o.supervisor.ClientWorkerIdle, "client-worker-idle", supervisor.DefaultClientWorkerIdle, "retire a client's worker unused this long; its next call takes a fresh one")
-	fs.IntVar(&o.metricsMaxClients, "metrics-max-clients", 32, "clients named in pyrun_client_workers and, without access control, /healthz's workers_by_client (the first by name); the rest count as other")
+	o.http = httpfront.Options{SessionTimeout: time.Hour, KeepAlive: 15 * time.Second, MaxClients: 32}
+	fs.IntVar(&o.http.MaxClients, "metrics-max-clients", o.http.MaxClients, "clients named in pyrun_client_workers and, without access control, /healthz's workers_by_client (the first by name); the rest count as other")
 	fs.Var((*stringList)(&o.supervisor.Deps), "deps", "comma-separated packages (PEP 508: numpy, attrs==23.2) every worker loads before it takes a call")
 	fs.StringVar(&o.supervisor.PackageIndex, "package-index", "", "where Pyodide's packages come from: a URL or a `directory` laid out like the Pyodide distribution (default: the CDN of the pinned Pyodide version)")
 	fs.StringVar(&o.supervisor.PyPI, "pypi", packages.DefaultPyPI, "`URL` of PyPI's JSON API (or a mirror's), for PEP 723 requirements neither the package index nor the wheelhouse has; none: never ask")
@@ -140,9 +142,9 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&o.otlpEndpoint, "otlp-endpoint", "", "`URL` of an OpenTelemetry collector (OTLP over HTTP) to export a span of each call to; one without a path gets /v1/traces (default: no spans are made)")
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:3001", "serve: address to listen on (none: no HTTP, only --socket)")
-	fs.BoolVar(&o.stateless, "stateless", false, "serve: /mcp without sessions, for load balancers")
-	fs.DurationVar(&o.sessionTimeout, "session-timeout", time.Hour, "serve: close a /mcp session after this long without a request")
-	fs.DurationVar(&o.keepAlive, "keep-alive", 15*time.Second, "serve: comment line on quiet event streams this often, so long calls are not dropped (0: never)")
+	fs.BoolVar(&o.http.Stateless, "stateless", false, "serve: /mcp without sessions, for load balancers")
+	fs.DurationVar(&o.http.SessionTimeout, "session-timeout", o.http.SessionTimeout, "serve: close a /mcp session after this long without a request")
+	fs.Var(noneDuration{&o.http.KeepAlive}, "keep-alive", "serve: comment line on quiet event streams this often, so long calls are not dropped (0: never)")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 0, "serve: on SIGTERM, how long running calls may take to finish (default: the timeout plus 5s)")
 	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "serve: `file` of bearer tokens, one client a line (name:token); re-read when it changes")
 	fs.StringVar(&o.authIssuer, "auth-issuer", "", "serve: OAuth authorization server (issuer URL) whose JWT access tokens are accepted")
@@ -151,8 +153,9 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.StringVar(&o.publicURL, "public-url", "", "serve: the URL clients reach pyrun at, for OAuth metadata (default: http:// and the listen address)")
 	fs.BoolVar(&o.metricsAuth, "metrics-auth", true, "serve: with access control, /metrics needs a token too")
 	fs.BoolVar(&o.insecureNoAuth, "insecure-no-auth", false, "serve: listen beyond loopback without access control: anyone who reaches pyrun runs code")
-	fs.IntVar(&o.clientMaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker, its session calls included (default: the pool size)")
-	fs.IntVar(&o.clientMaxQueue, "client-max-queue", 16, "serve, with access control: more calls of one client that may wait for those places; more are refused")
+	o.clients = mcp.ClientLimits{MaxQueue: 16}
+	fs.IntVar(&o.clients.MaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker, its session calls included (default: the pool size)")
+	fs.IntVar(&o.clients.MaxQueue, "client-max-queue", o.clients.MaxQueue, "serve, with access control: more calls of one client that may wait for those places; more are refused")
 	o.sessionFlags(fs)
 	fs.IntVar(&o.supervisor.MaxDisplays, "max-displays", 16, "displays (display(), rich last values, figures) one call returns; more are dropped with a note")
 	fs.Var(bytesize.Var(&o.supervisor.MaxDisplayBytes), "max-display-bytes", "bytes of displays one call returns (bytes or 4MiB)")
@@ -187,18 +190,19 @@ func (o *options) flagLimits(fs *flag.FlagSet) {
 	fs.Var(bytesize.Var(&o.mcp.Requests.MaxBytes), "max-request-bytes", "bytes of requests pyrun holds at once for all clients: bodies being read and the arguments of calls in flight; a request past it is refused before it is decoded (bytes or 64MiB; 0: 64MiB, or four times client-max-request-bytes if more)")
 	fs.Var(bytesize.Var(&o.mcp.Requests.ClientMaxBytes), "client-max-request-bytes", "the same for one client (token, or IP address; on stdio, no more requests are read) (bytes or 16MiB; 0: 16MiB, or two of the largest request bodies if more)")
 	fs.Var(&o.goMemoryLimit, "go-memory-limit", "soft limit on pyrun's own Go heap, so that its garbage is collected before it grows past what the other limits let clients make pyrun hold (bytes or 512MiB; 0: derived from them, see docs/configuration.md; GOMEMLIMIT wins)")
-	o.mcpSessions = httpfront.SessionLimits{Max: httpfront.DefaultMaxSessions, ClientMax: httpfront.DefaultClientMaxSessions}
-	fs.IntVar(&o.mcpSessions.Max, "max-mcp-sessions", o.mcpSessions.Max, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
-	fs.IntVar(&o.mcpSessions.ClientMax, "client-max-mcp-sessions", o.mcpSessions.ClientMax, "serve: MCP sessions one client (token, or remote address) may have open; a new one closes its session idle the longest")
+	o.http.Sessions = httpfront.SessionLimits{Max: httpfront.DefaultMaxSessions, ClientMax: httpfront.DefaultClientMaxSessions}
+	fs.IntVar(&o.http.Sessions.Max, "max-mcp-sessions", o.http.Sessions.Max, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
+	fs.IntVar(&o.http.Sessions.ClientMax, "client-max-mcp-sessions", o.http.Sessions.ClientMax, "serve: MCP sessions one client (token, or remote address) may have open; a new one closes its session idle the longest")
 	fs.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "serve: longest a request's headers may take to arrive")
 	fs.DurationVar(&o.bodyTimeout, "body-timeout", 30*time.Second, "serve: longest a request's body may take to arrive, after its headers")
-	fs.IntVar(&o.maxConns, "max-conns", 0, "serve: HTTP connections open at once (default: 1024, fewer when the open-files limit is low, to leave room for workers)")
-	fs.IntVar(&o.maxConnsPerAddr, "max-conns-per-addr", 128, "serve: HTTP connections open at once from one IP address")
+	o.conns = netguard.Limits{PerAddr: 128}
+	fs.IntVar(&o.conns.Total, "max-conns", 0, "serve: HTTP connections open at once (default: 1024, fewer when the open-files limit is low, to leave room for workers)")
+	fs.IntVar(&o.conns.PerAddr, "max-conns-per-addr", o.conns.PerAddr, "serve: HTTP connections open at once from one IP address")
 }
 
 // checkLimits checks the values flagLimits declares.
 func (o *options) checkLimits() error {
-	if err := o.mcpSessions.Validate(); err != nil {
+	if err := firstError(o.http.Validate(), o.conns.Validate(), o.clients.Validate()); err != nil {
 		return err
 	}
 	switch {
@@ -210,10 +214,6 @@ func (o *options) checkLimits() error {
 		return errors.New("go-memory-limit must not be negative")
 	case o.goMemoryLimit != 0 && o.goMemoryLimit < 64<<20:
 		return fmt.Errorf("go-memory-limit must be at least 64MiB, not %s", o.goMemoryLimit)
-	case o.maxConns < 0:
-		return fmt.Errorf("max-conns must not be negative, not %d", o.maxConns)
-	case o.maxConnsPerAddr < 1:
-		return fmt.Errorf("max-conns-per-addr must be at least 1, not %d", o.maxConnsPerAddr)
 	}
 	return nil
 }
@@ -249,20 +249,12 @@ func (o *options) check() error {
 		return err
 	}
 	switch {
-	case o.sessionTimeout <= 0:
-		return fmt.Errorf("session-timeout must be positive, not %s", o.sessionTimeout)
-	case o.keepAlive < 0:
-		return fmt.Errorf("keep-alive must not be negative, not %s", o.keepAlive)
 	case o.drainTimeout < 0:
 		return fmt.Errorf("drain-timeout must not be negative, not %s", o.drainTimeout)
-	case o.clientMaxCalls < 0 || o.clientMaxCalls > 4096:
-		return fmt.Errorf("client-max-calls must be between 0 (the pool size) and 4096, not %d", o.clientMaxCalls)
 	case o.authIssuer == "" && (o.authJWKSURL != "" || len(o.authAudience) > 0):
 		return errors.New("auth-jwks-url and auth-audience need auth-issuer: the authorization server whose tokens to accept")
 	}
 	if err := firstError(
-		outside("client-max-queue", o.clientMaxQueue, 0, 4096),
-		outside("metrics-max-clients", o.metricsMaxClients, 1, 1024),
 		o.hub.Validate(),
 	); err != nil {
 		return err

@@ -58,11 +58,11 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	defer ln.Close()
 	var socketConns *localsock.Listener
 	if sock != nil {
-		socketConns = localsock.Guard(sock, localsock.Limits{MaxConns: o.maxSocketConns}, log.Named("socket"))
+		socketConns = localsock.Guard(sock, o.socketConns, log.Named("socket"))
 		defer sock.Close()
 	}
-	maxConns := o.maxConns
-	if maxConns == 0 {
+	limits := o.conns
+	if limits.Total == 0 {
 		// Room for each worker's pipes and files, and pyrun's own: a pool
 		// has up to twice its size in workers, never-used and owned by
 		// clients (docs/architecture.md, Workers belong to a client).
@@ -70,9 +70,9 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		for _, l := range o.enabledLanguages() {
 			workers += o.pool(l).workers
 		}
-		maxConns = netguard.TotalFor(64 + 32*2*workers)
+		limits.Total = netguard.TotalFor(64 + 32*2*workers)
 	}
-	conns := netguard.Listen(ln, netguard.Limits{Total: maxConns, PerAddr: o.maxConnsPerAddr})
+	conns := netguard.Listen(ln, limits)
 	guard, err := newGuard(o, ln.Addr().String(), log.Named("access"))
 	if err != nil {
 		return err
@@ -91,23 +91,12 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	s := &service{args: args, log: log, d: d}
 	pools := d.pools
 	sandbox := d.sandbox()
-	keepAlive := o.keepAlive
-	if keepAlive == 0 {
-		keepAlive = -1 // never
-	}
-	httpOpts := mcp.HTTPOptions{Metrics: d.metrics, Options: httpfront.Options{
-		Stateless:      o.stateless,
-		SessionTimeout: o.sessionTimeout,
-		KeepAlive:      keepAlive,
-		Stats:          pools.Stats,
-		MaxClients:     o.metricsMaxClients,
-		SessionsOpen:   func() int { return d.sessions.Stats().Open },
-		Sessions:       o.mcpSessions,
-
-		LanguageStats:    pools.LanguageStats,
-		LanguageSessions: d.openSessions,
-		OSSandbox:        &sandbox,
-	}}
+	// The front end's settings, and what it shows of the daemon's parts.
+	front := o.http
+	front.Stats, front.LanguageStats, front.LanguageSessions = pools.Stats, pools.LanguageStats, d.openSessions
+	front.SessionsOpen = func() int { return d.sessions.Stats().Open }
+	front.OSSandbox = &sandbox
+	httpOpts := mcp.HTTPOptions{Metrics: d.metrics, Options: front}
 	if guard != nil {
 		httpOpts.Protect, httpOpts.ProtectMetrics = guard.Protect, o.metricsAuth
 	}
@@ -148,7 +137,7 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 		mcpURL, sseURL = "", ""
 	}
 	log.Info("listening", "addr", addr, "mcp", mcpURL, "sse", sseURL,
-		"stateless", o.stateless, "workers", pools.Stats().Workers, "languages", pools.Languages(), "python", d.rt.Python, "auth", o.authMode(),
+		"stateless", o.http.Stateless, "workers", pools.Stats().Workers, "languages", pools.Languages(), "python", d.rt.Python, "auth", o.authMode(),
 		"socket", socketName(sock))
 
 	for {

@@ -312,3 +312,17 @@ func (t *sessionTable) ending(id string) (s *session, answered <-chan struct{}, 
 	}
 	return s, s.answered, len(s.calls)
 }
+
+// Validate checks the settings of o a user sets (pyrun serve's flags), each
+// named as the flag is; a KeepAlive of -1 is never.
+func (o Options) Validate() error {
+	switch {
+	case o.SessionTimeout <= 0:
+		return fmt.Errorf("session-timeout must be positive, not %s", o.SessionTimeout)
+	case o.KeepAlive < -1:
+		return fmt.Errorf("keep-alive must not be negative, not %s", o.KeepAlive)
+	case o.MaxClients < 1 || o.MaxClients > 1024:
+		return fmt.Errorf("metrics-max-clients must be between 1 and 1024, not %d", o.MaxClients)
+	}
+	return o.Sessions.Validate()
+}

@@ -1,6 +1,7 @@
 package localsock
 
 import (
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -118,4 +119,12 @@ func PeerOfConn(c net.Conn) (Peer, bool) {
 		return Peer{}, false
 	}
 	return gc.peer, true
+}
+
+// Validate checks the limits a user sets (pyrun serve's --max-socket-conns).
+func (l Limits) Validate() error {
+	if l.MaxConns < 1 || l.MaxConns > 65536 {
+		return fmt.Errorf("max-socket-conns must be between 1 and 65536, not %d", l.MaxConns)
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ package netguard
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -246,3 +247,15 @@ func (c *closeUnread) Flush() { _ = http.NewResponseController(c.ResponseWriter)
 
 // Unwrap lets http.ResponseController reach the connection's other controls.
 func (c *closeUnread) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// Validate checks the limits a user sets (pyrun serve's flags), each named
+// as the flag is; a Total of 0 is TotalFor's, worked out by its caller.
+func (l Limits) Validate() error {
+	switch {
+	case l.Total < 0:
+		return fmt.Errorf("max-conns must not be negative, not %d", l.Total)
+	case l.PerAddr < 1:
+		return fmt.Errorf("max-conns-per-addr must be at least 1, not %d", l.PerAddr)
+	}
+	return nil
+}
