@@ -84,7 +84,7 @@ func TestRecordsAreAuthenticated(t *testing.T) {
 		{"a record of the format before", oldFormat, "older pyrun"},
 	} {
 		os.Remove(filepath.Join(dir, "box.b.seq")) // each put anew
-		if err := store.Put(ctx, "box.b", tc.rec, 1, fence); err != nil {
+		if err := store.Put(ctx, "box.b", NewRecord(tc.rec), 1, fence); err != nil {
 			t.Fatal(err)
 		}
 		os.Remove(filepath.Join(dir, "box.b.prev.ckpt"))
@@ -98,7 +98,7 @@ func TestRecordsAreAuthenticated(t *testing.T) {
 	// Control: the record re-headed with the key (as pyrun does for the
 	// sessions of a shared worker) is bob's.
 	bob.Seq = 2
-	if err := store.Put(ctx, "box.b", reheaded(t, rec, bob, testKey), 2, fence); err != nil {
+	if err := store.Put(ctx, "box.b", NewRecord(reheaded(t, rec, bob, testKey)), 2, fence); err != nil {
 		t.Fatal(err)
 	}
 	m, img, err := k.Load(ctx, "box.b")
@@ -117,7 +117,7 @@ func putSeq(t *testing.T, store Store, n int, fence Lease) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Put(context.Background(), "box.1", rec, uint64(n), fence); err != nil {
+	if err := store.Put(context.Background(), "box.1", NewRecord(rec), uint64(n), fence); err != nil {
 		t.Fatal(err)
 	}
 	return rec
@@ -192,7 +192,7 @@ func TestReplayedRecordsAreRefused(t *testing.T) {
 				t.Errorf("record 1 put back as both: loaded %+v %v, want ErrReplay", m, err)
 			}
 			rec, _ := Encode(Meta{Session: "box.1", Seq: 3, AfterCall: 9}, fakeMem([]byte("heap")), nil, nil, "", testKey)
-			if err := tc.store.Put(ctx, "box.1", rec, 3, fence); !errors.Is(err, ErrReplay) {
+			if err := tc.store.Put(ctx, "box.1", NewRecord(rec), 3, fence); !errors.Is(err, ErrReplay) {
 				t.Errorf("a write of number 3 after 3: %v, want ErrReplay", err)
 			}
 			putSeq(t, tc.store, 4, fence)

@@ -129,7 +129,7 @@ func keepTwoCalls(t *testing.T, ctx context.Context, store Store) (*Keeper, Leas
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := store.Put(ctx, "box.1", rec, uint64(call), fence); err != nil {
+		if err := store.Put(ctx, "box.1", NewRecord(rec), uint64(call), fence); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -174,7 +174,7 @@ func TestDirKeepsAnOlderIntactCheckpoint(t *testing.T) {
 	if l, p, err := getBoth(ctx, store, "box.1"); l != nil || p != nil || err != nil {
 		t.Errorf("after delete: %d %d %v", len(l), len(p), err)
 	}
-	if err := store.Put(ctx, "../escape", []byte("x"), 1, fence); err == nil {
+	if err := store.Put(ctx, "../escape", NewRecord([]byte("x")), 1, fence); err == nil {
 		t.Error("a key with a path in it was taken")
 	}
 }

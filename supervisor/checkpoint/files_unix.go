@@ -30,6 +30,3 @@ func openRead(path string, flags int) (*os.File, error) {
 func mapReadOnly(f *os.File, size int64) ([]byte, error) {
 	return syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
 }
-
-// unmap undoes mapReadOnly.
-func unmap(b []byte) { _ = syscall.Munmap(b) }

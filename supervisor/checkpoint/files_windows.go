@@ -26,6 +26,3 @@ func mapReadOnly(f *os.File, size int64) ([]byte, error) {
 	}
 	return b, nil
 }
-
-// unmap undoes mapReadOnly: the bytes are the collector's.
-func unmap([]byte) {}

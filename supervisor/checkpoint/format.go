@@ -100,7 +100,7 @@ func Encode(meta Meta, mem, files, base []byte, baseSHA string, key []byte) ([]b
 // Reheader is rec with meta's header instead (ReheaderTo, in memory).
 func Reheader(rec []byte, meta Meta, key []byte) ([]byte, error) {
 	var out bytes.Buffer
-	if err := ReheaderTo(&out, rec, meta, key); err != nil {
+	if err := ReheaderTo(&out, NewRecord(rec), meta, key); err != nil {
 		return nil, err
 	}
 	return out.Bytes(), nil

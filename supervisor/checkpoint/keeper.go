@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -192,8 +191,8 @@ func (k *Keeper) baseOf(sha, path string) []byte {
 // record of each session of saved (a shared session worker's sessions
 // share it, each marked with its own namespace), compressed once. The
 // state goes from the worker's pipe to a record file a chunk at a time
-// (EncodeTo), and the file is mapped for the store to write: pyrun's heap
-// holds no copy of it, however large (issue 36).
+// (EncodeTo), and the store copies the file: pyrun holds no copy of it,
+// however large (issues 36, 37).
 func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.Saved) error {
 	if len(saved) == 0 {
 		return nil
@@ -261,12 +260,12 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 		if i > 0 {
 			// The same state under this session's header, streamed from
 			// the first record.
-			if rec, err = k.recordFile(func(f *os.File) error { return ReheaderTo(f, first.b, metaOf(s), k.key) }); err != nil {
+			if rec, err = k.recordFile(func(f *os.File) error { return ReheaderTo(f, first.record(), metaOf(s), k.key) }); err != nil {
 				errs = append(errs, fmt.Errorf("encode checkpoint of %s: %w", s.ID, err))
 				continue
 			}
 		}
-		err := k.put(ctx, s.ID, rec.b, seqs[s.ID])
+		err := k.put(ctx, s.ID, rec.record(), seqs[s.ID])
 		if i > 0 {
 			rec.close()
 		}
@@ -295,33 +294,27 @@ func (k *Keeper) Take(ctx context.Context, w sessions.Worker, saved []sessions.S
 // the one the next checkpoints of saved may be increments to; without a
 // token (a worker that takes none), or when it cannot be read again, it is
 // removed, as are the records kept before.
-func (k *Keeper) keepOrClose(rec *mapped, token, sha string, heap []frame, saved []sessions.Saved) {
+func (k *Keeper) keepOrClose(rec *spooled, token, sha string, heap []frame, saved []sessions.Saved) {
 	ids := make([]string, len(saved))
 	for i, s := range saved {
 		ids[i] = s.ID
 	}
-	var f *os.File
-	if token != "" {
-		f, _ = os.Open(rec.path)
-	}
-	if f == nil {
+	if token == "" {
 		rec.close()
 		for _, id := range ids {
 			k.forget(id)
 		}
 		return
 	}
-	unmap(rec.b)
-	rec.b = nil
 	// Unlinked while open, where the system allows it (unrefLocked
 	// removes it else): a pyrun that dies leaves no such file behind.
-	_ = os.Remove(rec.path)
-	k.keepLast(ids, &lastRecord{token: token, baseSHA: sha, heap: heap, f: f})
+	_ = os.Remove(rec.f.Name())
+	k.keepLast(ids, &lastRecord{token: token, baseSHA: sha, heap: heap, f: rec.f})
 }
 
 // put keeps rec as session id's latest record, only with the session's
 // lease in force (lease.go).
-func (k *Keeper) put(ctx context.Context, id string, rec []byte, seq uint64) error {
+func (k *Keeper) put(ctx context.Context, id string, rec Record, seq uint64) error {
 	l, ok := k.lease(id)
 	if !ok {
 		return fmt.Errorf("keep checkpoint of session %s: %w", id, ErrLeaseLost)
@@ -329,41 +322,45 @@ func (k *Keeper) put(ctx context.Context, id string, rec []byte, seq uint64) err
 	return k.store.Put(ctx, id, rec, seq, l)
 }
 
-// mapped is a record in a file of its own, mapped read-only.
-type mapped struct {
-	b    []byte
-	path string
+// spooled is a record in a file of its own in the Keeper's private
+// folder, open: a record is as large as the state at worst, and read from
+// its file (ReadAt) it costs pyrun the page cache's memory, not its own,
+// nor its heap's, whose collector lets it grow to five times what it holds
+// (cmd/pyrun/gc.go).
+type spooled struct {
+	f    *os.File
+	size int64
 }
 
-func (m *mapped) close() {
-	if m.b != nil {
-		unmap(m.b)
-	}
-	_ = os.Remove(m.path)
+// record is s as a Record for the store (its Close is s.close's).
+func (s *spooled) record() Record { return fileRecord{s.f, s.size} }
+
+// close closes and removes s's file.
+func (s *spooled) close() {
+	s.f.Close()
+	_ = os.Remove(s.f.Name())
 }
 
 // recordFile is the record write writes to a new file in the Keeper's
-// private folder, mapped: a record is as large as the state at worst, and
-// mapped it is the page cache's, not pyrun's heap's, whose collector lets
-// it grow to five times what it holds (cmd/pyrun/gc.go).
-func (k *Keeper) recordFile(write func(*os.File) error) (*mapped, error) {
+// private folder.
+func (k *Keeper) recordFile(write func(*os.File) error) (*spooled, error) {
 	f, err := os.CreateTemp(k.tmp, "record-*")
 	if err != nil {
 		return nil, fmt.Errorf("encode checkpoint: %w", err)
 	}
-	m := &mapped{path: f.Name()}
+	s := &spooled{f: f}
 	err = write(f)
-	if cerr := f.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("encode checkpoint: %w", cerr)
-	}
 	if err == nil {
-		m.b, err = mapFile(m.path)
+		var st os.FileInfo
+		if st, err = f.Stat(); err == nil {
+			s.size = st.Size()
+		}
 	}
 	if err != nil {
-		m.close()
-		return nil, err
+		s.close()
+		return nil, fmt.Errorf("encode checkpoint: %w", err)
 	}
-	return m, nil
+	return s, nil
 }
 
 // mapFile maps the file at path read-only; nil for an empty file.
@@ -502,7 +499,7 @@ func (k *Keeper) Fork(ctx context.Context, w sessions.Worker, exited func()) (se
 		return nil, err
 	}
 	defer spool.close()
-	img.R = bytes.NewReader(spool.b)
+	img.R = io.NewSectionReader(spool.f, 0, spool.size)
 	return k.pool.StartRestored(ctx, &img, k.tmp, exited)
 }
 

@@ -51,7 +51,7 @@ func leaseContract(t *testing.T, store Store) {
 	if !errors.As(err, &held) || held.Holder != "a" || !errors.Is(err, sessions.ErrHeld) {
 		t.Fatalf("b took a held lease: %v", err)
 	}
-	if err := store.Put(ctx, key, []byte("a's state"), 1, a); err != nil {
+	if err := store.Put(ctx, key, NewRecord([]byte("a's state")), 1, a); err != nil {
 		t.Fatal(err)
 	}
 	if move, err := store.Renew(ctx, key, a, ttl); err != nil || move {
@@ -74,12 +74,12 @@ func leaseContract(t *testing.T, store Store) {
 	if move, err := store.Renew(ctx, key, b, ttl); err != nil || move {
 		t.Fatalf("b's lease carries a's move: %v %v", move, err)
 	}
-	if err := store.Put(ctx, key, []byte("b's state"), 2, b); err != nil {
+	if err := store.Put(ctx, key, NewRecord([]byte("b's state")), 2, b); err != nil {
 		t.Fatal(err)
 	}
 	// a is stale: its writes, renewals and releases are refused, and b's
 	// state stays.
-	if err := store.Put(ctx, key, []byte("a's stale state"), 3, a); !errors.Is(err, ErrLeaseLost) {
+	if err := store.Put(ctx, key, NewRecord([]byte("a's stale state")), 3, a); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("a stale holder's checkpoint: %v, want ErrLeaseLost", err)
 	}
 	if _, err := store.Renew(ctx, key, a, ttl); !errors.Is(err, ErrLeaseLost) {
@@ -101,7 +101,7 @@ func leaseContract(t *testing.T, store Store) {
 	if err != nil || c.Gen <= b.Gen {
 		t.Fatalf("c after b's lease expired: %+v %v", c, err)
 	}
-	if err := store.Put(ctx, key, []byte("b's late state"), 3, b); !errors.Is(err, ErrLeaseLost) {
+	if err := store.Put(ctx, key, NewRecord([]byte("b's late state")), 3, b); !errors.Is(err, ErrLeaseLost) {
 		t.Fatalf("an expired holder's checkpoint: %v", err)
 	}
 	// Delete takes the lease with the records; a later lease starts anew.
@@ -219,7 +219,7 @@ func goneSelfContract(t *testing.T, store Store) {
 			if l.Gen <= old.Gen {
 				t.Errorf("%s: taken with generation %d, want past %d", tc.what, l.Gen, old.Gen)
 			}
-			if err := store.Put(ctx, key, []byte("late"), 1, old); !errors.Is(err, ErrLeaseLost) {
+			if err := store.Put(ctx, key, NewRecord([]byte("late")), 1, old); !errors.Is(err, ErrLeaseLost) {
 				t.Errorf("%s: its late write: %v, want ErrLeaseLost", tc.what, err)
 			}
 		case !errors.Is(err, sessions.ErrHeld):

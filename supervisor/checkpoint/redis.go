@@ -2,7 +2,9 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -129,12 +131,17 @@ redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 return 1`)
 )
 
-func (r *Redis) Put(ctx context.Context, key string, data []byte, seq uint64, fence Lease) error {
+func (r *Redis) Put(ctx context.Context, key string, data Record, seq uint64, fence Lease) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
+	// A Redis value is sent whole: the record is in memory once.
+	b := make([]byte, data.Size())
+	if _, err := data.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("write checkpoint: %w", err)
+	}
 	n, err := putScript.Run(ctx, r.c, []string{redisLease + key, redisLatest + key, redisPrev + key, redisSeq + key},
-		fence.Holder, fence.Gen, data, seq).Int()
+		fence.Holder, fence.Gen, b, seq).Int()
 	switch {
 	case err != nil:
 		return fmt.Errorf("write checkpoint: %w", err)

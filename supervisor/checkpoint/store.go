@@ -28,7 +28,9 @@ type Store interface {
 	// key's lease in force (lease.go), or Put fails with ErrLeaseLost and
 	// writes nothing. seq is data's sequence number (auth.go): it must be
 	// past the latest's the store has seen, or Put fails with ErrReplay.
-	Put(ctx context.Context, key string, data []byte, seq uint64, fence Lease) error
+	// A dir: store copies data's bytes file to file; pyrun does not hold
+	// them (docs/performance.md).
+	Put(ctx context.Context, key string, data Record, seq uint64, fence Lease) error
 	// Get returns key's latest record, or with previous the one before
 	// it; nil when it has none. One at a time: a restore reads the
 	// previous record only when the latest fails its checks. A dir:
@@ -273,7 +275,7 @@ func (d *Dir) Seqs(_ context.Context, key string) (latest, previous uint64, err 
 	return r.Latest, r.Previous, nil
 }
 
-func (d *Dir) Put(ctx context.Context, key string, data []byte, seq uint64, fence Lease) error {
+func (d *Dir) Put(ctx context.Context, key string, data Record, seq uint64, fence Lease) error {
 	if err := checkKey(key); err != nil {
 		return err
 	}
@@ -282,7 +284,7 @@ func (d *Dir) Put(ctx context.Context, key string, data []byte, seq uint64, fenc
 		return fmt.Errorf("write checkpoint: %w", err)
 	}
 	tmp := f.Name()
-	_, err = f.Write(data)
+	_, err = io.Copy(f, io.NewSectionReader(data, 0, data.Size()))
 	if err == nil {
 		err = f.Sync()
 	}

@@ -274,8 +274,8 @@ func encodeFrames(w io.Writer, meta Meta, mem, fs int64, src io.Reader, base []b
 // instead (its sizes and base kept): the same state kept as another
 // session's record, without compressing it again (a shared session
 // worker's checkpoint, docs/sessions.md).
-func ReheaderTo(w io.Writer, rec []byte, meta Meta, key []byte) error {
-	old, err := ReadMeta(rec, key)
+func ReheaderTo(w io.Writer, rec Record, meta Meta, key []byte) error {
+	old, start, err := ReadRecordMeta(rec, key)
 	if err != nil {
 		return err
 	}
@@ -284,8 +284,7 @@ func ReheaderTo(w io.Writer, rec []byte, meta Meta, key []byte) error {
 	if err := writeHead(out, meta); err != nil {
 		return err
 	}
-	n := int(binary.LittleEndian.Uint32(rec[len(magic):]))
-	if _, err := out.Write(rec[len(magic)+4+n : len(rec)-sha256.Size]); err != nil {
+	if _, err := io.Copy(out, io.NewSectionReader(rec, start, rec.Size()-sha256.Size-start)); err != nil {
 		return err
 	}
 	_, err = w.Write(out.sum.Sum(nil))
