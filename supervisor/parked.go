@@ -8,7 +8,8 @@ package supervisor
 // waiting on stdin for the line that names it (docs/protocol.md, Parked
 // restores); StartRestored hands the next restore to one, and the pool
 // parks another. It holds no state, runs no code of a call before its
-// restore, and may read only its own folder, where its checkpoint is put.
+// restore, and may read only its own folder, where its checkpoint is put,
+// and the base snapshot, which it warms its compiled code with.
 
 import (
 	"context"
@@ -103,7 +104,17 @@ func (p *Pool) startParked() (*parkedWorker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("park a restore: %w", err)
 	}
-	cmd, err := p.newCmd(cfg, launch{session: true, park: dir})
+	// The base snapshot, which it warms its compiled code with while it
+	// waits (pyodide-host/worker.ts, warmElsewhere): a restore onto it then
+	// spends less on compiling. One that fails its check is not given.
+	var snap *Snapshot
+	if p.snaps != nil {
+		var verify func() error
+		if snap, verify = p.snaps.get(p.ctx, cfg); snap != nil && verify != nil && verify() != nil {
+			snap = nil
+		}
+	}
+	cmd, err := p.newCmd(cfg, launch{session: true, park: dir, snapshot: snap})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("park a restore: %w", err)
