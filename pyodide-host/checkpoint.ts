@@ -187,35 +187,138 @@ export function snapshotParts(py: PyodideInterface, ser: (obj: any) => unknown):
 }
 
 /**
- * Options for loadPyodide that restore a checkpoint's memory: the heap grown
- * to the checkpoint's size first (Pyodide restores into the module's own
- * 30 MiB memory and would fail on a larger heap), and JS values revived.
+ * A memory snapshot as a restore takes it: Pyodide's header (the JavaScript
+ * state, some KiB), the heap's length, and fill, which puts the heap into
+ * the wasm memory: copied from bytes in hand (snapshotSource), or read from
+ * the checkpoint's file straight into the memory (checkpointFile).
+ */
+export interface SnapshotSource {
+  header: Uint8Array;
+  heapLen: number;
+  fill(heap: Uint8Array): void;
+}
+
+/** The length of the header of a memory snapshot that starts bytes. */
+function headerLength(bytes: Uint8Array): number {
+  return new DataView(bytes.buffer, bytes.byteOffset).getUint32(4, true);
+}
+
+/** bytes, a whole memory snapshot, as a source. */
+export function snapshotSource(bytes: Uint8Array): SnapshotSource {
+  const hl = headerLength(bytes);
+  return {
+    header: bytes.subarray(0, hl),
+    heapLen: bytes.length - hl,
+    fill: (heap) => heap.set(bytes.subarray(hl)),
+  };
+}
+
+/**
+ * A parked restore's checkpoint file (mem bytes of memory snapshot, then fs
+ * bytes of files): its header and files read now, its heap read by fill
+ * straight into the wasm memory, with no 30 MiB or more buffer between and
+ * no copy out of it (docs/performance.md, Restores and forks).
+ */
+export function checkpointFile(
+  path: string,
+  mem: number,
+  fs: number,
+): { source: SnapshotSource; files: Uint8Array<ArrayBuffer> } {
+  const readAt = (f: Deno.FsFile, into: Uint8Array, pos: number) => {
+    f.seekSync(pos, Deno.SeekMode.Start);
+    for (let off = 0; off < into.length;) {
+      const n = f.readSync(into.subarray(off));
+      if (!n) throw new Error(`it ended after ${pos + off} bytes, not ${mem + fs}`);
+      off += n;
+    }
+  };
+  const f = Deno.openSync(path);
+  let header: Uint8Array, files: Uint8Array<ArrayBuffer>;
+  try {
+    const actual = f.statSync().size;
+    if (actual !== mem + fs) throw new Error(`it has ${actual} bytes, not ${mem + fs}`);
+    const start = new Uint8Array(8);
+    readAt(f, start, 0);
+    const hl = headerLength(start);
+    if (hl < 8 || hl > mem) throw new Error(`its snapshot header of ${hl} bytes does not fit`);
+    header = new Uint8Array(hl);
+    readAt(f, header, 0);
+    files = new Uint8Array(fs);
+    readAt(f, files, mem);
+  } finally {
+    f.close();
+  }
+  const fill = (heap: Uint8Array) => {
+    const g = Deno.openSync(path);
+    try {
+      readAt(g, heap, header.length);
+    } finally {
+      g.close();
+    }
+  };
+  return { source: { header, heapLen: mem - header.length, fill }, files };
+}
+
+/**
+ * Options for loadPyodide that restore a memory snapshot (a checkpoint's,
+ * or the base snapshot in a parked restore's warming): the heap grown to
+ * the snapshot's size first (Pyodide restores into the module's own 30 MiB
+ * memory and would fail on a larger heap), and JS values revived.
+ *
+ * Pyodide is given a stand-in of the snapshot's length (it takes the length
+ * for the memory's initial size), and its restore the header alone after
+ * the heap is filled in (fill): what Pyodide does with a snapshot's bytes,
+ * in the same order. ahead (a parked restore's, src a promise): standIn,
+ * the size of the base snapshot, whose heap no checkpoint's is smaller
+ * than, is then given at once, and Pyodide instantiates its module and
+ * runs Emscripten's start (the standard library's files, the runtime's
+ * constructors) before the checkpoint comes, then calls instantiated:
+ * 85-150 ms off the restore's path (docs/performance.md, Restores and
+ * forks). Without it, Pyodide awaits src before it instantiates the
+ * module, having loaded the rest.
  */
 export async function restoreOptions(
-  mem: Uint8Array | Promise<Uint8Array>,
+  src: SnapshotSource | Promise<SnapshotSource>,
   indexURL: string,
   compiled?: Compiled,
+  ahead?: { standIn: number; instantiated: () => void },
 ): Promise<Record<string, unknown>> {
   const factory = (await import(indexURL + "pyodide.asm.mjs")).default;
   let M: any;
   if (compiled) await compiled.module; // compiled while parked, off the restore's path
   return {
-    // A promise (a parked restore's): Pyodide awaits it before it
-    // instantiates the module, having loaded everything else.
-    _loadSnapshot: mem,
+    _loadSnapshot: ahead
+      ? new Uint8Array(ahead.standIn)
+      : Promise.resolve(src).then((s) => new Uint8Array(s.header.length + s.heapLen)),
     _makeSnapshot: true,
     _snapshotDeserializer: deserializer(() => M),
     createPyodideModule: async (settings: any) => {
-      const m = await mem;
       if (compiled) useCompiled(await compiled.module, compiled.size);
-      const heapLen = m.length - new Uint32Array(m.buffer, m.byteOffset, 2)[1];
       M = await factory(settings);
-      if (heapLen > M.HEAP8.length) {
-        M.growMemory(heapLen);
-        if (M.HEAP8.length < heapLen) {
-          throw new Error(`could not grow the heap to ${heapLen} bytes`);
-        }
+      // Parked: its memory written now, which the checkpoint's heap
+      // overwrites whole, so that the kernel maps its pages before the
+      // restore rather than in fill (30 MiB read in 20 ms, 5 once mapped).
+      if (ahead) {
+        M.HEAP8.fill(0);
+        ahead.instantiated();
       }
+      const s = await src;
+      if (s.heapLen > M.HEAP8.length) {
+        M.growMemory(s.heapLen);
+        if (M.HEAP8.length < s.heapLen) {
+          throw new Error(`could not grow the heap to ${s.heapLen} bytes`);
+        }
+      } else if (s.heapLen < M.HEAP8.length) {
+        // A heap smaller than the stand-in's (a checkpoint from an older
+        // base snapshot): the memory past it as a grown memory's would be.
+        M.HEAP8.fill(0, s.heapLen);
+      }
+      const restore = M.API.restoreSnapshot;
+      M.API.restoreSnapshot = () => {
+        const state = restore(s.header); // checks and parses it; no heap in it to copy
+        s.fill(new Uint8Array(M.HEAP8.buffer, 0, s.heapLen));
+        return state;
+      };
       return M;
     },
   };

@@ -57,10 +57,9 @@ function main(): void {
   // and loads Pyodide's modules (50-150 ms), instead of after, on the path
   // to ready; its bytes are moved to the Worker, not copied.
   // A restored session's checkpoint comes the same way (checkpoint.ts); a
-  // parked worker's, later, to the Worker itself (worker.ts, bootParked).
-  const snap = cfg.park
-    ? {}
-    : cfg.restore
+  // parked worker's, later, to the Worker itself (worker.ts, bootParked),
+  // which is given the snapshot to warm its compiled code with.
+  const snap = cfg.restore
     ? readSnapshot(cfg.restore.path, cfg.restore.mem + cfg.restore.fs)
     : cfg.snapshot
     ? readSnapshot(cfg.snapshot, cfg.snapshot_size)

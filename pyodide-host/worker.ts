@@ -21,19 +21,21 @@ import { mountHostFolders } from "./mounts.ts";
 import { toolChannel } from "./toolcalls.ts";
 import { readLines, writeLine } from "./lines.ts";
 import { errorText, send, serve } from "./serve.ts";
-import { warmer } from "./warm.ts";
+import { warmCode, warmer } from "./warm.ts";
 import { namespaces } from "./sessions.ts";
 import {
+  checkpointFile,
+  type Compiled,
   compilePyodide,
   continueClock,
   type HostFunctions,
   installHost,
   makeCheckpoint,
-  readSnapshot,
   restoreFiles,
   restoreOptions,
   sendCheckpoint,
   type SnapshotRead,
+  snapshotSource,
 } from "./checkpoint.ts";
 import { ChunkSums } from "./chunks.ts";
 
@@ -134,7 +136,7 @@ async function boot(
     // would be a session without its state (docs/sessions.md).
     if (!snap.bytes) throw new Error(`checkpoint not read: ${snap.error ?? "no bytes"}`);
     continueClock(cfg.restore.clock);
-    const mem = snap.bytes.subarray(0, cfg.restore.mem);
+    const mem = snapshotSource(snap.bytes.subarray(0, cfg.restore.mem));
     const opts = await restoreOptions(mem, pyodideOptions()!.indexURL!);
     const py = await loadPyodide(
       { ...pyodideOptions(), ...opts } as Parameters<typeof loadPyodide>[0],
@@ -164,22 +166,19 @@ async function boot(
 }
 
 /**
- * Makes a memory snapshot of a freshly started Pyodide with pyrun's helper
- * prepared and writes it to stdout, which carries nothing else in this mode.
- * Nothing process-specific may be in it: no interrupt buffer, no functions
- * of this host, no working directory (see pyrun_helper.prepare).
- */
-/**
  * A parked restore (docs/protocol.md, Parked restores): Pyodide is loaded as
- * far as it goes without the checkpoint's memory (its modules imported, the
- * wasm read), which is then awaited from the restore line the supervisor
- * sends once a session needs it. What is left after the line is the
- * restore proper: the module instantiated on the checkpoint's memory, the
- * files unpacked.
+ * far as it goes without the checkpoint's memory, which is then awaited from
+ * the restore line the supervisor sends once a session needs it. Before it
+ * parks: the wasm compiled, its code warmed from the base snapshot, snap
+ * (warmElsewhere), and the module instantiated on a memory of the base
+ * snapshot's size (restoreOptions, ahead). What is left after the line is
+ * the restore proper: the checkpoint read into the memory, Pyodide's
+ * bootstrap on it, the files unpacked.
  */
 async function bootParked(
   cfg: HostConfig,
   lines: AsyncGenerator<string | null>,
+  snap: SnapshotRead,
 ): Promise<{ py: PyodideInterface; snapshotError: string; at: number }> {
   let files = new Uint8Array(0);
   let at = 0;
@@ -190,19 +189,48 @@ async function bootParked(
     fail = reject;
   });
   const mem = spec.then((r) => {
-    const snap = readSnapshot(r.path, r.mem + r.fs);
-    if (!snap.bytes) throw new Error(`checkpoint not read: ${snap.error ?? "no bytes"}`);
+    let read;
+    try {
+      read = checkpointFile(r.path, r.mem, r.fs);
+    } catch (e) {
+      throw new Error(`checkpoint not read: ${errorText(e)}`);
+    }
     cfg.restore = r;
     continueClock(r.clock);
-    files = snap.bytes.subarray(r.mem);
-    return snap.bytes.subarray(0, r.mem);
+    files = read.files;
+    return read.source;
   });
+  mem.catch(() => {}); // its failure is the load's, awaited below
   const indexURL = pyodideOptions()!.indexURL!;
-  const opts = await restoreOptions(mem, indexURL, compilePyodide(indexURL));
+  const compiled = compilePyodide(indexURL);
+  if (snap.bytes) {
+    const base = snap.bytes;
+    snap.bytes = undefined; // moved to the warming Worker, which frees it
+    const began = performance.now();
+    try {
+      await warmElsewhere(compiled, base);
+      const ms = Math.round(performance.now() - began);
+      console.error(`pyrun worker: parked restore warmed from the base snapshot in ${ms} ms`);
+    } catch (e) {
+      // Only slower: the restore compiles what it runs itself.
+      console.error(`pyrun worker: warming the parked restore failed: ${errorText(e)}`);
+    }
+  }
+  // Instantiated ahead on a stand-in of the base snapshot's size, when known.
+  let instantiated!: () => void;
+  const ahead = new Promise<void>((resolve) => instantiated = resolve);
+  const opts = await restoreOptions(
+    mem,
+    indexURL,
+    compiled,
+    cfg.snapshot_size > 0 ? { standIn: cfg.snapshot_size, instantiated } : undefined,
+  );
+  if (cfg.snapshot_size <= 0) instantiated();
   const loading = loadPyodide(
     { ...pyodideOptions(), ...opts } as Parameters<typeof loadPyodide>[0],
   );
   loading.catch(() => {}); // its failure is awaited below
+  await Promise.race([ahead, loading.then(() => {}, () => {})]);
   // Compiled and loaded as far as it goes: the supervisor may hand it a restore.
   send({ type: "parked" });
   const next = await lines.next();
@@ -227,6 +255,76 @@ async function bootParked(
   return { py, snapshotError: "", at };
 }
 
+/** Rounds of warming calls (warm.ts) a parked restore runs (warmCompiled). */
+const PARKED_WARM_ROUNDS = 2;
+
+/**
+ * Warms a parked restore's compiled module. V8 compiles a wasm function on
+ * its first call (Liftoff) and optimizes it (TurboFan) once it has run
+ * enough, and that code is the module's, shared by every instance of it in
+ * the process, in any Worker. So a throwaway Pyodide, started from the base
+ * snapshot on the module, runs the warming calls: the restore's bootstrap
+ * and its session's next calls then find their code compiled (bootstrap
+ * 35-60 ms cold, 15-20 warm; docs/performance.md, Restores and forks).
+ * It runs in a Worker of its own (this module again, given a WarmOnly),
+ * ended after, which frees all it had: a throwaway run in this Worker was
+ * mostly still held after a forced collection (a parked process of 220
+ * MiB instead of 140).
+ */
+async function warmElsewhere(compiled: Compiled, base: Uint8Array<ArrayBuffer>): Promise<void> {
+  const module = await compiled.module;
+  const w = new Worker(import.meta.url, { type: "module" });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      w.onmessage = (e: MessageEvent<{ error?: string }>) =>
+        e.data?.error ? reject(new Error(e.data.error)) : resolve();
+      w.onerror = (e) => {
+        e.preventDefault();
+        reject(new Error(e.message));
+      };
+      const msg: WarmOnly = { warmOnly: { module, size: compiled.size, base } };
+      w.postMessage(msg, [base.buffer]);
+    });
+  } finally {
+    w.terminate();
+  }
+}
+
+/** What warmElsewhere's Worker is given: the module, its file's size, the base snapshot. */
+interface WarmOnly {
+  warmOnly: { module: WebAssembly.Module; size: number; base: Uint8Array };
+}
+
+/** A warming Worker's work (warmElsewhere): Pyodide from base on module, the calls. */
+async function warmCompiled(w: WarmOnly["warmOnly"]): Promise<void> {
+  const indexURL = pyodideOptions()!.indexURL!;
+  const opts = await restoreOptions(snapshotSource(w.base), indexURL, {
+    module: Promise.resolve(w.module),
+    size: w.size,
+  });
+  const quiet = () => {};
+  const py = await loadPyodide(
+    { ...pyodideOptions(), stdout: quiet, stderr: quiet, ...opts } as Parameters<
+      typeof loadPyodide
+    >[0],
+  );
+  const helper = py.pyimport("pyrun_helper") as unknown as Helper;
+  const none = JSON.stringify({ error: "pyrun: no packages for a warming call" });
+  helper.setup(quiet, () => false, () => false, () => Promise.resolve(none), quiet);
+  for (let i = 0; i < PARKED_WARM_ROUNDS; i++) {
+    for (const code of warmCode) {
+      await helper.run.callPromising("warm", code, "", 65536, "");
+      helper.settle();
+    }
+  }
+}
+
+/**
+ * Makes a memory snapshot of a freshly started Pyodide with pyrun's helper
+ * prepared and writes it to stdout, which carries nothing else in this mode.
+ * Nothing process-specific may be in it: no interrupt buffer, no functions
+ * of this host, no working directory (see pyrun_helper.prepare).
+ */
 async function makeSnapshot(): Promise<void> {
   const py = await plainStart(true);
   const bytes = py.makeMemorySnapshot();
@@ -254,7 +352,7 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   let readyFrom = began;
   let booted: { py: PyodideInterface; snapshotError: string };
   if (cfg.park) {
-    const parked = await bootParked(cfg, lines);
+    const parked = await bootParked(cfg, lines, snap);
     // Its start is the restore's, from the line that asked for it.
     readyFrom = parked.at;
     booted = parked;
@@ -266,7 +364,9 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   py.setInterruptBuffer(shared.flag);
   const helper = py.pyimport("pyrun_helper") as unknown as Helper;
   let current = "";
-  const loadFiles = packageLoader(py);
+  // Taken before any call runs: a call may patch site later.
+  const site = py.runPython("import site; site.getsitepackages()[0]") as string;
+  const loadFiles = packageLoader(py, site);
   // Native code loaded from here on is recorded with checkpoints (dynlibs.ts),
   // or they say why it cannot be; files added to site-packages are kept.
   const tableAtReady = (py as unknown as { _module: { wasmTable?: { length: number } } })._module
@@ -277,7 +377,6 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   const dynlibs = watchDynlibs();
   const sums = new ChunkSums(); // of the last checkpoint asked with chunks (chunks.ts)
   dynlibs.push(...restoredLibs);
-  const site = py.runPython("import site; site.getsitepackages()[0]") as string;
   const siteAtReady = new Set(py.FS.readdir(site) as string[]);
   // A restored checkpoint holds its preloaded packages already.
   if (cfg.preload.length && !restored) {
@@ -580,11 +679,11 @@ async function importHelper(py: PyodideInterface): Promise<Helper> {
  */
 function packageLoader(
   py: PyodideInterface,
+  site: string,
 ): (files: PackageFile[], message: (text: string) => void) => Promise<string[]> {
-  // Taken before any call runs: a call may patch site or the loader later.
+  // Taken before any call runs: a call may patch the loader later.
   const unpack = (py.pyimport("pyodide._package_loader") as unknown as { unpack_buffer: Unpacker })
     .unpack_buffer;
-  const site = py.runPython("import site; site.getsitepackages()[0]") as string;
   return async (files, message) => {
     const errors: string[] = [];
     const native: string[] = [];
@@ -648,9 +747,17 @@ self.addEventListener("unhandledrejection", (e) => {
 });
 
 self.onmessage = (
-  e: MessageEvent<{ cfg: HostConfig; buf: SharedArrayBuffer } & SnapshotRead>,
+  e: MessageEvent<({ cfg: HostConfig; buf: SharedArrayBuffer } & SnapshotRead) | WarmOnly>,
 ) => {
   self.onmessage = null;
+  if ("warmOnly" in e.data) {
+    // A parked restore's warming Worker (warmElsewhere).
+    warmCompiled(e.data.warmOnly).then(
+      () => self.postMessage({}),
+      (err) => self.postMessage({ error: errorText(err) }),
+    );
+    return;
+  }
   const shared = {
     flag: new Int32Array(e.data.buf, 0, 1),
     count: new Int32Array(e.data.buf, 4, 1),
