@@ -88,22 +88,7 @@ func attackCheckpoint(ctx context.Context, c Config, srv *pyrunserve.Server, dir
 		if id == "" {
 			continue
 		}
-		atomic.AddInt64(&rep.Sent, 1)
-		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code",
-			Arguments: map[string]any{"python_code": "len(x)", "session_id": id}})
-		var sc struct {
-			ReturnValue json.RawMessage `json:"return_value"`
-		}
-		if err == nil && res.StructuredContent != nil {
-			raw, _ := json.Marshal(res.StructuredContent)
-			_ = json.Unmarshal(raw, &sc)
-		}
-		if string(sc.ReturnValue) != want {
-			atomic.AddInt64(&rep.Lost, 1)
-			rep.example("lost: session %s after its checkpoint: %v %s", id, err, sc.ReturnValue)
-			continue
-		}
-		atomic.AddInt64(&rep.Results, 1)
+		checkState(ctx, cs, id, want, "after its checkpoint", rep)
 	}
 	return ids, nil
 }
@@ -183,26 +168,30 @@ func attackRestore(ctx context.Context, c Config, dir string, ids []string, rep 
 		if id == "" {
 			continue
 		}
-		wg.Go(func() {
-			atomic.AddInt64(&rep.Sent, 1)
-			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code",
-				Arguments: map[string]any{"python_code": "len(x)", "session_id": id}})
-			var sc struct {
-				ReturnValue json.RawMessage `json:"return_value"`
-			}
-			if err == nil && res.StructuredContent != nil {
-				raw, _ := json.Marshal(res.StructuredContent)
-				_ = json.Unmarshal(raw, &sc)
-			}
-			if string(sc.ReturnValue) != want {
-				atomic.AddInt64(&rep.Lost, 1)
-				rep.example("lost: session %s after pyrun's restart: %v %s", id, err, sc.ReturnValue)
-				return
-			}
-			atomic.AddInt64(&rep.Results, 1)
-		})
+		wg.Go(func() { checkState(ctx, cs, id, want, "after pyrun's restart", rep) })
 	}
 	wg.Wait()
 	rep.RestorePeakRSSMiB = float64(hwm(srv.Cmd.Process.Pid)) / (1 << 20)
 	return nil
+}
+
+// checkState calls session id for len(x), which must be want; one that is
+// not counts as lost, with when it was asked.
+func checkState(ctx context.Context, cs *sdk.ClientSession, id, want, when string, rep *Report) {
+	atomic.AddInt64(&rep.Sent, 1)
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "run_python_code",
+		Arguments: map[string]any{"python_code": "len(x)", "session_id": id}})
+	var sc struct {
+		ReturnValue json.RawMessage `json:"return_value"`
+	}
+	if err == nil && res.StructuredContent != nil {
+		raw, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(raw, &sc)
+	}
+	if string(sc.ReturnValue) != want {
+		atomic.AddInt64(&rep.Lost, 1)
+		rep.example("lost: session %s %s: %v %s", id, when, err, sc.ReturnValue)
+		return
+	}
+	atomic.AddInt64(&rep.Results, 1)
 }
