@@ -6,11 +6,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/pyrun/pyrun/internal/testtier"
 )
 
 // The main config written is one nginx accepts (nginx -t), with and
 // without an access log, and every path in it is under the folder.
 func TestWritePrefixIsValid(t *testing.T) {
+	testtier.Needs(t, "nginx")
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		if bin, err = exec.LookPath("/usr/sbin/nginx"); err != nil {
