@@ -17,11 +17,6 @@ import (
 // limited (client-max-calls, client-max-queue), sessions belong to the
 // client that opened them, and every call's log line names its client.
 
-// authConfigured reports whether o configures any credentials.
-func (o *options) authConfigured() bool {
-	return o.authTokenFile != "" || o.authIssuer != ""
-}
-
 // checkListen refuses to listen beyond loopback without access control,
 // unless told to with --insecure-no-auth, which it logs loudly.
 func checkListen(o *options, log hclog.Logger) error {
@@ -35,7 +30,7 @@ func checkListen(o *options, log hclog.Logger) error {
 	switch {
 	case isLoopback(host):
 		return nil
-	case o.authConfigured():
+	case o.auth.Configured():
 		log.Info("pyrun speaks plain HTTP: beyond a trusted network, put a proxy that terminates TLS in front, or tokens travel in clear", "listen", o.listen)
 		return nil
 	case o.insecureNoAuth:
@@ -60,28 +55,22 @@ func isLoopback(host string) bool {
 // newGuard builds the access control o configures, for a service listening
 // on addr; nil when o configures none.
 func newGuard(o *options, addr string, log hclog.Logger) (*access.Guard, error) {
-	if !o.authConfigured() {
+	if !o.auth.Configured() {
 		return nil, nil
 	}
-	public := o.publicURL
-	if public == "" && o.authIssuer != "" {
+	cfg := o.auth
+	if cfg.PublicURL == "" && cfg.Issuer != "" {
 		host, _, _ := net.SplitHostPort(addr)
 		if !isLoopback(host) {
 			return nil, fmt.Errorf("auth-issuer needs public-url, the URL clients reach pyrun at (https://pyrun.example.com), when pyrun listens on %s", addr)
 		}
-		public = "http://" + addr
+		cfg.PublicURL = "http://" + addr
 	}
-	g, err := access.New(access.Config{
-		TokenFile: o.authTokenFile,
-		Issuer:    o.authIssuer,
-		Audiences: o.authAudience,
-		JWKSURL:   o.authJWKSURL,
-		PublicURL: public,
-	}, log)
+	g, err := access.New(cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("access control: %w", err)
 	}
-	if o.authIssuer != "" {
+	if cfg.Issuer != "" {
 		// Bounded by the key set's own fetch timeout.
 		if err := g.Prefetch(context.Background()); err != nil {
 			log.Warn("the issuer's signing keys could not be fetched; JWTs are refused until they can be", "error", err)
@@ -93,11 +82,11 @@ func newGuard(o *options, addr string, log hclog.Logger) (*access.Guard, error) 
 // authMode names, for the log, which credentials pyrun accepts.
 func (o *options) authMode() string {
 	switch {
-	case o.authTokenFile != "" && o.authIssuer != "":
+	case o.auth.TokenFile != "" && o.auth.Issuer != "":
 		return "tokens and JWTs"
-	case o.authTokenFile != "":
+	case o.auth.TokenFile != "":
 		return "tokens"
-	case o.authIssuer != "":
+	case o.auth.Issuer != "":
 		return "JWTs"
 	case o.insecureNoAuth:
 		return "none (--insecure-no-auth)"

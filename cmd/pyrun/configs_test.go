@@ -110,7 +110,7 @@ func TestSystemdTasksMax(t *testing.T) {
 	}
 	if need := supervisor.TasksFor(workersFor(o), o.supervisor.MaxWorkerThreads); tasks < need {
 		t.Errorf("TasksMax=%d; %d workers (%d pool, %d sessions) of at most %d threads need %d",
-			tasks, workersFor(o), o.pool(lang.Python).workers, o.sessions.Max, o.supervisor.MaxWorkerThreads, need)
+			tasks, workersFor(o), o.pool(lang.Python).workers, o.sessions.Limits.Max, o.supervisor.MaxWorkerThreads, need)
 	}
 }
 
@@ -131,7 +131,7 @@ func TestSystemdMemory(t *testing.T) {
 	high, ceiling := systemdBytes(t, unit, "MemoryHigh"), systemdBytes(t, unit, "MemoryMax")
 	if high < most {
 		t.Errorf("MemoryHigh=%dM; %d workers and %d sessions of %s (languages %v) may hold %dM (pyrun.service's formula)",
-			high>>20, o.pool(lang.Python).workers, o.sessions.Max, o.pool(lang.Python).memoryLimit, o.languages, most>>20)
+			high>>20, o.pool(lang.Python).workers, o.sessions.Limits.Max, o.pool(lang.Python).memoryLimit, o.languages, most>>20)
 	}
 	if ceiling < high {
 		t.Errorf("MemoryMax=%dM is below MemoryHigh=%dM", ceiling>>20, high>>20)

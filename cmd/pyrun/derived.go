@@ -23,7 +23,7 @@ func (o *options) poolConfig(l lang.Language) supervisor.Config {
 	cfg.Workers, cfg.MemoryLimit = o.pool(l).workers, int64(o.pool(l).memoryLimit)
 	cfg.MaxFiles, cfg.MaxFileBytes = o.mcp.Outputs.MaxFiles, int(o.mcp.Outputs.MaxBytes)
 	cfg.SpoolDir = o.outputs
-	cfg.Checkpoints = o.sessionStore != "none"
+	cfg.Checkpoints = o.store.Enabled()
 	return cfg
 }
 
@@ -40,8 +40,8 @@ func (o *options) frontOptions(rt *supervisor.Runtime) mcp.Options {
 	m.Mounts = mountPaths(cfg.Mounts)
 	m.Outputs.Dir = o.outputs
 	m.Languages, m.Disabled = o.mcpLanguages(rt), o.disabledLanguages()
-	m.Sessions = mcp.SessionOptions{Idle: o.sessions.Idle, MaxAge: o.sessions.MaxAge, Max: o.sessions.Max,
-		IdleCPU: cfg.IdleCPU, Durable: o.sessionStore != "none"}
+	m.Sessions = mcp.SessionOptions{Idle: o.sessions.Limits.Idle, MaxAge: o.sessions.Limits.MaxAge, Max: o.sessions.Limits.Max,
+		IdleCPU: cfg.IdleCPU, Durable: o.store.Enabled()}
 	return m
 }
 
@@ -57,7 +57,7 @@ func (o *options) hubOptions() codemode.Options {
 // session is a worker of its own (--session-worker own), at most as many
 // as there may be session workers.
 func (o *options) sessionLimits(l lang.Language) sessions.Limits {
-	lim := o.sessions
+	lim := o.sessions.Limits
 	if !o.sharedSessions(l) {
 		lim.Max = o.sessionWorkers()
 		lim.ClientMax = min(lim.ClientMax, lim.Max)

@@ -162,7 +162,7 @@ func TestKubernetesManifests(t *testing.T) {
 		if !opts.http.Stateless {
 			t.Error("instances behind the Service need --stateless: any of them may take any call")
 		}
-		if opts.authTokenFile == "" && opts.authIssuer == "" {
+		if !opts.auth.Configured() {
 			t.Error("pyrun listens beyond loopback: it needs access control")
 		}
 
@@ -178,11 +178,11 @@ func TestKubernetesManifests(t *testing.T) {
 		lim, req := c.Resources.Limits, c.Resources.Requests
 		if got := lim.Memory().Value(); got != wantLimit {
 			t.Errorf("memory limit %s; want %s: per language in %v, (workers + max-sessions %d) x (memory limit + max(a quarter, 128Mi) + 128Mi), plus 256Mi (statefulset.yaml)",
-				lim.Memory(), resource.NewQuantity(wantLimit, resource.BinarySI), opts.languages, opts.sessions.Max)
+				lim.Memory(), resource.NewQuantity(wantLimit, resource.BinarySI), opts.languages, opts.sessions.Limits.Max)
 		}
 		if got := req.Memory().Value(); got != wantRequest {
 			t.Errorf("memory request %s; want %s: 256Mi for each of %d pool workers and %d session spares, and 128Mi (statefulset.yaml)",
-				req.Memory(), resource.NewQuantity(wantRequest, resource.BinarySI), opts.pool(lang.Python).workers, max(opts.sessions.Spares, 0))
+				req.Memory(), resource.NewQuantity(wantRequest, resource.BinarySI), opts.pool(lang.Python).workers, max(opts.sessions.Limits.Spares, 0))
 		}
 		ops, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
 		if err != nil {
@@ -363,8 +363,8 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 		store := deployment("pyrun-store").Spec.Template
 		want := "redis://pyrun-store." + sts.Namespace + ".svc.cluster.local:6379/0"
-		if opts.sessionStore != want {
-			t.Errorf("--session-store %q, want the shared store %s", opts.sessionStore, want)
+		if opts.store.Where != want {
+			t.Errorf("--session-store %q, want the shared store %s", opts.store.Where, want)
 		}
 		var reaches, only bool
 		for _, np := range o.policies {

@@ -141,6 +141,8 @@ func TestLimitFlags(t *testing.T) {
 		{"--mount", t.TempDir() + ":/data," + t.TempDir() + ":/data"},
 		{"--max-conns", "-1"}, {"--max-conns-per-addr", "0"}, {"--max-socket-conns", "0"}, {"--client-max-calls", "5000"},
 		{"--client-max-queue", "-1"}, {"--session-timeout", "0s"}, {"--keep-alive", "-1s"}, {"--max-mcp-sessions", "0"},
+		{"--header-timeout", "50ms"}, {"--body-timeout", "0s"}, {"--auth-jwks-url", "https://idp.example/jwks"},
+		{"--auth-audience", "pyrun"}, {"--go-memory-limit", "1MiB"},
 	} {
 		if _, _, err := loadOptions("stdio", bad); err == nil {
 			t.Errorf("%v accepted", bad)
@@ -158,9 +160,9 @@ func TestNoneFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.supervisor.WarmCalls != -1 || o.supervisor.RestoreSpares != -1 || o.sessions.Spares != -1 || o.mcp.AppCellBytes != -1 {
+	if o.supervisor.WarmCalls != -1 || o.supervisor.RestoreSpares != -1 || o.sessions.Limits.Spares != -1 || o.mcp.AppCellBytes != -1 {
 		t.Errorf("0 for none: warm %d, restore spares %d, session spares %d, app cells %d; want -1 each",
-			o.supervisor.WarmCalls, o.supervisor.RestoreSpares, o.sessions.Spares, o.mcp.AppCellBytes)
+			o.supervisor.WarmCalls, o.supervisor.RestoreSpares, o.sessions.Limits.Spares, o.mcp.AppCellBytes)
 	}
 	set := o.settings()
 	for _, name := range []string{"warm-calls", "restore-spares", "session-spares", "app-cell-bytes"} {

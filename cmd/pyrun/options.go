@@ -11,6 +11,7 @@ import (
 	"github.com/pyrun/pyrun/internal/bytesize"
 	"github.com/pyrun/pyrun/lang"
 	"github.com/pyrun/pyrun/mcp"
+	"github.com/pyrun/pyrun/mcp/access"
 	"github.com/pyrun/pyrun/mcp/apps"
 	"github.com/pyrun/pyrun/mcp/codemode"
 	"github.com/pyrun/pyrun/mcp/flow"
@@ -19,6 +20,7 @@ import (
 	"github.com/pyrun/pyrun/mcp/netguard"
 	"github.com/pyrun/pyrun/mcp/outputs"
 	"github.com/pyrun/pyrun/supervisor"
+	"github.com/pyrun/pyrun/supervisor/checkpoint"
 	"github.com/pyrun/pyrun/supervisor/oswall"
 	"github.com/pyrun/pyrun/supervisor/packages"
 	"github.com/pyrun/pyrun/supervisor/sessions"
@@ -51,21 +53,21 @@ type options struct {
 	http         httpfront.Options
 	drainTimeout time.Duration
 
-	authTokenFile  string
-	authIssuer     string
-	authAudience   stringList
-	authJWKSURL    string
-	publicURL      string
-	metricsAuth    bool
+	// auth is serve's access control, bound to its flags (Validate); a
+	// PublicURL of "" is http:// and the listen address (newGuard).
+	auth           access.Config
 	insecureNoAuth bool
 	// clients are one client's places in the pools, with access control:
 	// bound to their flags (Validate); the daemon adds the pool's size
 	// for a MaxCalls of 0 and the queue's timeout (daemon.go).
 	clients mcp.ClientLimits
 
-	// Python sessions (pysessions.go)
-	sessions          sessions.Limits // bound to their flags
-	sessionWorker     string          // shared or own
+	// Python sessions (pysessions.go): their settings, bound to their
+	// flags (Limits, CheckpointDelay, MoveWait; Validate); each language's
+	// Manager adds the rest (startSessions).
+	sessions          sessions.Options
+	store             checkpoint.StoreConfig // bound to its flags (Validate)
+	sessionWorker     string                 // shared or own
 	sessionsPerWorker int
 	instanceID        string
 	// Rich results (docs/rich-results.md): the store's settings are mcp's
@@ -78,17 +80,10 @@ type options struct {
 	out     string
 	// What one client may hold of pyrun (mcp/flow, mcp/httpfront's
 	// session.go, mcp/netguard).
-	sessionStore        string
-	sessionStoreKeyFile string // "": a dir: store's own key; required with redis
-	checkpointDelay     time.Duration
-	sessionLease        time.Duration
-	sessionMoveWait     time.Duration
-	goMemoryLimit       byteSize
-	headerTimeout       time.Duration
-	bodyTimeout         time.Duration
-	conns               netguard.Limits // bound to their flags; a Total of 0: netguard.TotalFor
-	mcpServers          serversFlag
-	hub                 codemode.Options // code mode's limits, bound to their flags; MaxResult is max-output's
+	goMemoryLimit byteSize
+	conns         netguard.Limits // bound to their flags; a Total of 0: netguard.TotalFor
+	mcpServers    serversFlag
+	hub           codemode.Options // code mode's limits, bound to their flags; MaxResult is max-output's
 	// Languages (languages.go).
 	languages   stringList
 	pools       [lang.Count]poolFlags // by lang.Index
@@ -146,12 +141,12 @@ func (o *options) flagSet(name string) *flag.FlagSet {
 	fs.DurationVar(&o.http.SessionTimeout, "session-timeout", o.http.SessionTimeout, "serve: close a /mcp session after this long without a request")
 	fs.Var(noneDuration{&o.http.KeepAlive}, "keep-alive", "serve: comment line on quiet event streams this often, so long calls are not dropped (0: never)")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", 0, "serve: on SIGTERM, how long running calls may take to finish (default: the timeout plus 5s)")
-	fs.StringVar(&o.authTokenFile, "auth-token-file", "", "serve: `file` of bearer tokens, one client a line (name:token); re-read when it changes")
-	fs.StringVar(&o.authIssuer, "auth-issuer", "", "serve: OAuth authorization server (issuer URL) whose JWT access tokens are accepted")
-	fs.Var(&o.authAudience, "auth-audience", "serve: comma-separated audiences a JWT's aud must hold one of (default: pyrun's resource URLs, public-url/mcp and /sse)")
-	fs.StringVar(&o.authJWKSURL, "auth-jwks-url", "", "serve: URL of the issuer's signing keys (JWKS) (default: jwks_uri from the issuer's metadata)")
-	fs.StringVar(&o.publicURL, "public-url", "", "serve: the URL clients reach pyrun at, for OAuth metadata (default: http:// and the listen address)")
-	fs.BoolVar(&o.metricsAuth, "metrics-auth", true, "serve: with access control, /metrics needs a token too")
+	fs.StringVar(&o.auth.TokenFile, "auth-token-file", "", "serve: `file` of bearer tokens, one client a line (name:token); re-read when it changes")
+	fs.StringVar(&o.auth.Issuer, "auth-issuer", "", "serve: OAuth authorization server (issuer URL) whose JWT access tokens are accepted")
+	fs.Var((*stringList)(&o.auth.Audiences), "auth-audience", "serve: comma-separated audiences a JWT's aud must hold one of (default: pyrun's resource URLs, public-url/mcp and /sse)")
+	fs.StringVar(&o.auth.JWKSURL, "auth-jwks-url", "", "serve: URL of the issuer's signing keys (JWKS) (default: jwks_uri from the issuer's metadata)")
+	fs.StringVar(&o.auth.PublicURL, "public-url", "", "serve: the URL clients reach pyrun at, for OAuth metadata (default: http:// and the listen address)")
+	fs.BoolVar(&o.http.ProtectMetrics, "metrics-auth", true, "serve: with access control, /metrics needs a token too")
 	fs.BoolVar(&o.insecureNoAuth, "insecure-no-auth", false, "serve: listen beyond loopback without access control: anyone who reaches pyrun runs code")
 	o.clients = mcp.ClientLimits{MaxQueue: 16}
 	fs.IntVar(&o.clients.MaxCalls, "client-max-calls", 0, "serve, with access control: calls one client may have running or waiting for a worker, its session calls included (default: the pool size)")
@@ -193,9 +188,9 @@ func (o *options) flagLimits(fs *flag.FlagSet) {
 	o.http.Sessions = httpfront.SessionLimits{Max: httpfront.DefaultMaxSessions, ClientMax: httpfront.DefaultClientMaxSessions}
 	fs.IntVar(&o.http.Sessions.Max, "max-mcp-sessions", o.http.Sessions.Max, "serve: MCP sessions (Streamable HTTP and HTTP+SSE) open at once; more are refused")
 	fs.IntVar(&o.http.Sessions.ClientMax, "client-max-mcp-sessions", o.http.Sessions.ClientMax, "serve: MCP sessions one client (token, or remote address) may have open; a new one closes its session idle the longest")
-	fs.DurationVar(&o.headerTimeout, "header-timeout", 10*time.Second, "serve: longest a request's headers may take to arrive")
-	fs.DurationVar(&o.bodyTimeout, "body-timeout", 30*time.Second, "serve: longest a request's body may take to arrive, after its headers")
 	o.conns = netguard.Limits{PerAddr: 128}
+	fs.DurationVar(&o.conns.HeaderTimeout, "header-timeout", 10*time.Second, "serve: longest a request's headers may take to arrive")
+	fs.DurationVar(&o.conns.BodyTimeout, "body-timeout", 30*time.Second, "serve: longest a request's body may take to arrive, after its headers")
 	fs.IntVar(&o.conns.Total, "max-conns", 0, "serve: HTTP connections open at once (default: 1024, fewer when the open-files limit is low, to leave room for workers)")
 	fs.IntVar(&o.conns.PerAddr, "max-conns-per-addr", o.conns.PerAddr, "serve: HTTP connections open at once from one IP address")
 }
@@ -206,10 +201,6 @@ func (o *options) checkLimits() error {
 		return err
 	}
 	switch {
-	case o.headerTimeout < 100*time.Millisecond:
-		return fmt.Errorf("header-timeout must be at least 100ms, not %s", o.headerTimeout)
-	case o.bodyTimeout < 100*time.Millisecond:
-		return fmt.Errorf("body-timeout must be at least 100ms, not %s", o.bodyTimeout)
 	case o.goMemoryLimit < 0:
 		return errors.New("go-memory-limit must not be negative")
 	case o.goMemoryLimit != 0 && o.goMemoryLimit < 64<<20:
@@ -251,10 +242,9 @@ func (o *options) check() error {
 	switch {
 	case o.drainTimeout < 0:
 		return fmt.Errorf("drain-timeout must not be negative, not %s", o.drainTimeout)
-	case o.authIssuer == "" && (o.authJWKSURL != "" || len(o.authAudience) > 0):
-		return errors.New("auth-jwks-url and auth-audience need auth-issuer: the authorization server whose tokens to accept")
 	}
 	if err := firstError(
+		o.auth.Validate(),
 		o.hub.Validate(),
 	); err != nil {
 		return err

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/pyrun/pyrun/internal/bytesize"
 	"github.com/pyrun/pyrun/lang"
@@ -26,56 +24,40 @@ import (
 // sessionFlags declares the sessions' flags on fs.
 func (o *options) sessionFlags(fs *flag.FlagSet) {
 	// The sessions' bounds, bound to sessions.Limits (which checks them).
-	o.sessions = sessions.Limits{Idle: sessions.DefaultIdle, MaxAge: sessions.DefaultMaxAge, Max: defaultMaxSessions,
+	o.sessions.Limits = sessions.Limits{Idle: sessions.DefaultIdle, MaxAge: sessions.DefaultMaxAge, Max: defaultMaxSessions,
 		ClientMax: defaultClientMaxSessions, MaxHosts: sessions.DefaultMaxHosts}
-	fs.DurationVar(&o.sessions.Idle, "session-idle", o.sessions.Idle, "a Python session (session_id) ends after this long without a call")
-	fs.DurationVar(&o.sessions.MaxAge, "session-max-age", o.sessions.MaxAge, "a Python session ends this long after it started")
-	fs.IntVar(&o.sessions.Max, "max-sessions", o.sessions.Max, "sessions open at once, per language")
-	fs.IntVar(&o.sessions.ClientMax, "client-max-sessions", o.sessions.ClientMax, "serve, with access control: sessions one client may have open, per language")
+	fs.DurationVar(&o.sessions.Limits.Idle, "session-idle", o.sessions.Limits.Idle, "a Python session (session_id) ends after this long without a call")
+	fs.DurationVar(&o.sessions.Limits.MaxAge, "session-max-age", o.sessions.Limits.MaxAge, "a Python session ends this long after it started")
+	fs.IntVar(&o.sessions.Limits.Max, "max-sessions", o.sessions.Limits.Max, "sessions open at once, per language")
+	fs.IntVar(&o.sessions.Limits.ClientMax, "client-max-sessions", o.sessions.Limits.ClientMax, "serve, with access control: sessions one client may have open, per language")
 	fs.StringVar(&o.sessionWorker, "session-worker", sessionShared, "where sessions live: \"shared\" (namespaces on session workers of their client's, --sessions-per-worker each, which share the worker's interpreter) or \"own\" (a worker per session: for users behind one client's credentials who must not see each other's sessions)")
 	fs.IntVar(&o.sessionsPerWorker, "sessions-per-worker", sessions.DefaultPerHost, "with --session-worker shared: sessions one session worker holds at most")
-	fs.IntVar(&o.sessions.MaxHosts, "max-session-workers", o.sessions.MaxHosts, "worker processes for sessions at once, per language, spares included (with own session workers, also the most sessions)")
-	fs.IntVar(&o.sessions.ClientMaxHosts, "client-max-session-workers", 0, "with --session-worker shared and access control: session workers one client's sessions may hold at once, per language, those restored from checkpoints (each onto a worker of its own) included, so that one client never holds every session worker (0: half of --max-session-workers, rounded up)")
-	o.sessions.Spares = sessions.DefaultSpares
-	fs.Var(noneCount(&o.sessions.Spares, 16), "session-spares", "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
+	fs.IntVar(&o.sessions.Limits.MaxHosts, "max-session-workers", o.sessions.Limits.MaxHosts, "worker processes for sessions at once, per language, spares included (with own session workers, also the most sessions)")
+	fs.IntVar(&o.sessions.Limits.ClientMaxHosts, "client-max-session-workers", 0, "with --session-worker shared and access control: session workers one client's sessions may hold at once, per language, those restored from checkpoints (each onto a worker of its own) included, so that one client never holds every session worker (0: half of --max-session-workers, rounded up)")
+	o.sessions.Limits.Spares = sessions.DefaultSpares
+	fs.Var(noneCount(&o.sessions.Limits.Spares, 16), "session-spares", "workers started ahead for new Python sessions once one has started, so that a \"new\" call does not wait for a worker start (0: none)")
 	o.supervisor.MaxCheckpoint = supervisor.DefaultMaxCheckpoint
-	fs.StringVar(&o.sessionStore, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
-	fs.StringVar(&o.sessionStoreKeyFile, "session-store-key-file", "", "a file of at least 32 bytes (openssl rand -hex 32 > FILE) whose key authenticates the checkpoints in --session-store, so that whoever can write to the store cannot make one pyrun restores; required with redis:// (every instance sharing the store has the same); a dir: store without one makes its own, .key in its folder")
-	fs.DurationVar(&o.checkpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken once it has had no call for this long after a result, off its calls' path")
+	fs.StringVar(&o.store.Where, "session-store", defaultSessionStore(), "where Python sessions' checkpoints are kept, so that a session whose worker is lost, or pyrun restarted, continues from its last one: dir:PATH, redis://HOST:PORT/DB (Redis or Valkey), or none")
+	fs.StringVar(&o.store.KeyFile, "session-store-key-file", "", "a file of at least 32 bytes (openssl rand -hex 32 > FILE) whose key authenticates the checkpoints in --session-store, so that whoever can write to the store cannot make one pyrun restores; required with redis:// (every instance sharing the store has the same); a dir: store without one makes its own, .key in its folder")
+	fs.DurationVar(&o.sessions.CheckpointDelay, "checkpoint-delay", sessions.DefaultCheckpointDelay, "a Python session's checkpoint is taken once it has had no call for this long after a result, off its calls' path")
 	o.supervisor.RestoreSpares = supervisor.DefaultRestoreSpares
 	fs.Var(noneCount(&o.supervisor.RestoreSpares, 4), "restore-spares", "worker processes kept started ahead for restores of Python sessions from checkpoints (a lost worker, a restart, a move, a fork), once one was taken, so that a restore does not wait for a worker's start (0: none)")
 	fs.Var(bytesize.Var(&o.supervisor.MaxCheckpoint), "max-checkpoint", "largest checkpoint of a Python session's worker (its memory and files, before compression; on a shared session worker, all its sessions together); a larger one is not taken, and the log says so (bytes or 256MiB)")
-	fs.DurationVar(&o.sessionLease, "session-lease", checkpoint.DefaultLeaseTTL, "with a --session-store that several pyrun instances share: how long an instance's hold on a Python session lasts unless renewed (it renews it while it serves the session), so how long a session of an instance that died waits before another instance can take it over")
-	fs.DurationVar(&o.sessionMoveWait, "session-move-wait", sessions.DefaultMoveWait, "with a shared --session-store: how long a call for a Python session that another live instance serves waits for that instance to hand it over, before it fails with an error that says to retry")
+	fs.DurationVar(&o.store.Lease, "session-lease", checkpoint.DefaultLeaseTTL, "with a --session-store that several pyrun instances share: how long an instance's hold on a Python session lasts unless renewed (it renews it while it serves the session), so how long a session of an instance that died waits before another instance can take it over")
+	fs.DurationVar(&o.sessions.MoveWait, "session-move-wait", sessions.DefaultMoveWait, "with a shared --session-store: how long a call for a Python session that another live instance serves waits for that instance to hand it over, before it fails with an error that says to retry")
 	fs.StringVar(&o.instanceID, "instance-id", "", "this pyrun's name, the start of its session ids, for load balancers to route on (letters, digits and '-'; default: the host name so reduced)")
 }
 
 func (o *options) checkSessions() error {
 	if err := firstError(
 		o.sessions.Validate(),
+		o.store.Validate(),
 		outside("sessions-per-worker", o.sessionsPerWorker, 1, 256),
 	); err != nil {
 		return err
 	}
 	if o.sessionWorker != sessionShared && o.sessionWorker != sessionOwn {
 		return fmt.Errorf("session-worker must be %q or %q, not %q", sessionShared, sessionOwn, o.sessionWorker)
-	}
-	where, err := parseSessionStore(o.sessionStore)
-	if err != nil {
-		return err
-	}
-	if strings.HasPrefix(where, "redis") && o.sessionStoreKeyFile == "" {
-		// A key made here would be this instance's alone, and one kept in
-		// the store would authenticate nothing.
-		return fmt.Errorf("session-store %s needs --session-store-key-file: a file of at least 32 bytes (openssl rand -hex 32 > FILE), the same for every instance that shares the store, whose key authenticates its checkpoints (or --session-store none)", where)
-	}
-	switch {
-	case o.checkpointDelay <= 0:
-		return fmt.Errorf("checkpoint-delay must be positive, not %s", o.checkpointDelay)
-	case o.sessionLease < time.Second || o.sessionLease > 10*time.Minute:
-		return fmt.Errorf("session-lease must be between 1s and 10m, not %s", o.sessionLease)
-	case o.sessionMoveWait <= 0:
-		return fmt.Errorf("session-move-wait must be positive, not %s", o.sessionMoveWait)
 	}
 	if o.instanceID == "" {
 		return nil
@@ -113,7 +95,7 @@ func (o *options) sharedSessions(l lang.Language) bool {
 
 // sessionWorkers is the most worker processes the sessions of one language
 // have at once: a session worker holds at least one session.
-func (o *options) sessionWorkers() int { return min(o.sessions.Max, o.sessions.MaxHosts) }
+func (o *options) sessionWorkers() int { return min(o.sessions.Limits.Max, o.sessions.Limits.MaxHosts) }
 
 // setSessionLimits applies o's limits to every language's sessions, as
 // after a reload.
@@ -139,60 +121,15 @@ func defaultSessionStore() string {
 	return "dir:" + filepath.Join(dir, "pyrun", "sessions")
 }
 
-// parseSessionStore checks --session-store: the folder of dir:PATH, a
-// redis:// URL as it is, or "" for none.
-func parseSessionStore(v string) (string, error) {
-	switch {
-	case v == "none":
-		return "", nil
-	case strings.HasPrefix(v, "dir:") && len(v) > len("dir:"):
-		return filepath.Clean(strings.TrimPrefix(v, "dir:")), nil
-	case strings.HasPrefix(v, "redis://") || strings.HasPrefix(v, "rediss://"):
-		if _, err := redis.ParseURL(v); err != nil {
-			return "", fmt.Errorf("session-store: %w", err)
-		}
-		return v, nil
-	}
-	return "", fmt.Errorf("session-store must be dir:PATH, redis://HOST:PORT/DB or none, not %q", v)
-}
-
 // sessionKeeper keeps the checkpoints of pool's sessions in the store
 // --session-store names, or is nil for none.
 func sessionKeeper(o *options, pool *supervisor.Pool, log hclog.Logger) *checkpoint.Keeper {
-	where, _ := parseSessionStore(o.sessionStore) // checked by check
-	if where == "" {
-		return nil
+	k, err := o.store.Open(context.Background(), pool, o.supervisor.MaxCheckpoint, checkpoint.Holder(o.instance()), log)
+	if err != nil {
+		// Sessions work without checkpoints, as they did before them.
+		log.Warn("python sessions' checkpoints are off", "error", err.Error())
 	}
-	var store checkpoint.Store
-	var key []byte
-	var err error
-	tmp := filepath.Join(where, ".restore")
-	if strings.HasPrefix(where, "redis") {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		store, err = checkpoint.OpenRedis(ctx, where, o.supervisor.MaxCheckpoint)
-		cancel()
-		tmp = filepath.Join(os.TempDir(), fmt.Sprintf("pyrun-restore-%d", os.Getpid()))
-	} else {
-		store, err = checkpoint.OpenDir(where, o.supervisor.MaxCheckpoint)
-	}
-	if err == nil {
-		if o.sessionStoreKeyFile != "" {
-			key, err = checkpoint.ReadKeyFile(o.sessionStoreKeyFile)
-		} else {
-			key, err = checkpoint.DirKey(where) // redis has a key file (check)
-		}
-	}
-	if err == nil {
-		var k *checkpoint.Keeper
-		k, err = checkpoint.NewKeeper(store, key, pool, tmp, o.supervisor.MaxCheckpoint, log)
-		if err == nil {
-			k.SetLeases(checkpoint.Holder(o.instance()), o.sessionLease)
-			return k
-		}
-	}
-	// Sessions work without checkpoints, as they did before them.
-	log.Warn("python sessions' checkpoints are off", "error", err.Error())
-	return nil
+	return k
 }
 
 // startSessions keeps sessions of l on workers pool starts for them.
@@ -201,31 +138,25 @@ func startSessions(o *options, l lang.Language, pool *supervisor.Pool, log hclog
 	if o.sharedSessions(l) {
 		perHost = o.sessionsPerWorker
 	}
-	opts := sessions.Options{
-		CheckpointDelay: o.checkpointDelay,
-		MoveWait:        o.sessionMoveWait,
-		Instance:        o.instance(),
-		Language:        l.Title,
-		Start: func(ctx context.Context, exited func()) (sessions.Worker, error) {
-			return pool.StartDedicated(ctx, exited)
-		},
-		Limits:    o.sessionLimits(l),
-		Anonymous: mcp.Anonymous,
-		Log:       log.Named("sessions"),
-		PerHost:   perHost,
-		SpareAfter: func(ctx context.Context) {
-			// The pool's workers first: a session worker starting beside
-			// them would slow the first call's.
-			for ctx.Err() == nil {
-				if st := pool.Stats(); st.Ready+st.Busy >= st.Workers || st.StartError != "" {
-					return
-				}
-				select {
-				case <-ctx.Done():
-				case <-time.After(100 * time.Millisecond):
-				}
+	opts := o.sessions
+	opts.Instance, opts.Language = o.instance(), l.Title
+	opts.Start = func(ctx context.Context, exited func()) (sessions.Worker, error) {
+		return pool.StartDedicated(ctx, exited)
+	}
+	opts.Limits, opts.Anonymous = o.sessionLimits(l), mcp.Anonymous
+	opts.Log, opts.PerHost = log.Named("sessions"), perHost
+	opts.SpareAfter = func(ctx context.Context) {
+		// The pool's workers first: a session worker starting beside
+		// them would slow the first call's.
+		for ctx.Err() == nil {
+			if st := pool.Stats(); st.Ready+st.Busy >= st.Workers || st.StartError != "" {
+				return
 			}
-		},
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
 	}
 	// Checkpoints are memory snapshots: only an engine whose workers make
 	// them takes them (Pyodide's).

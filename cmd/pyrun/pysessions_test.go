@@ -285,6 +285,11 @@ func TestSessionOptions(t *testing.T) {
 		{[]string{"--instance-id", strings.Repeat("x", 64)}, "1 to 63 characters"},
 		{[]string{"--session-lease", "500ms"}, "session-lease must be between 1s and 10m"},
 		{[]string{"--session-move-wait", "0s"}, "session-move-wait must be positive"},
+		{[]string{"--checkpoint-delay", "0s"}, "checkpoint-delay must be positive"},
+		{[]string{"--session-store", "s3://bucket"}, `session-store must be dir:PATH, redis://HOST:PORT/DB or none, not "s3://bucket"`},
+		{[]string{"--session-store", "dir:"}, "session-store must be dir:PATH"},
+		{[]string{"--session-store", "redis://127.0.0.1:6379/0"}, "needs --session-store-key-file"},
+		{[]string{"--session-store", "redis://127.0.0.1:6379/x", "--session-store-key-file", "k"}, "session-store: "},
 	} {
 		_, _, err := loadOptions("serve", tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -321,8 +326,8 @@ func TestSessionOptions(t *testing.T) {
 		t.Errorf("client-max-session-workers: %d by default, %d given 3; want 0 (half of max-session-workers) and 3",
 			py.ClientMaxHosts, share.sessionLimits(lang.Python).ClientMaxHosts)
 	}
-	if o.sessionLease != 10*time.Second || o.sessionMoveWait != 30*time.Second {
-		t.Errorf("defaults: session-lease %s, session-move-wait %s; want 10s and 30s", o.sessionLease, o.sessionMoveWait)
+	if o.store.Lease != 10*time.Second || o.sessions.MoveWait != 30*time.Second {
+		t.Errorf("defaults: session-lease %s, session-move-wait %s; want 10s and 30s", o.store.Lease, o.sessions.MoveWait)
 	}
 }
 

@@ -98,12 +98,12 @@ func cmdServe(ctx context.Context, o *options, args []string, stderr io.Writer, 
 	front.OSSandbox = &sandbox
 	httpOpts := mcp.HTTPOptions{Metrics: d.metrics, Options: front}
 	if guard != nil {
-		httpOpts.Protect, httpOpts.ProtectMetrics = guard.Protect, o.metricsAuth
+		httpOpts.Protect = guard.Protect // and /metrics, with --metrics-auth (o.http)
 	}
 	s.handler = d.srv.HTTPHandler(httpOpts)
 	s.http = &http.Server{
-		Handler:           netguard.Bodies(withMetadata(guard, s.handler), o.bodyTimeout),
-		ReadHeaderTimeout: o.headerTimeout,
+		Handler:           netguard.Bodies(withMetadata(guard, s.handler), o.conns.BodyTimeout),
+		ReadHeaderTimeout: o.conns.HeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
 		// No WriteTimeout: event streams and long calls stay open.
 		ErrorLog: log.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),

@@ -32,7 +32,7 @@ func memoryFor(o *options) (most, idle int64) {
 	most, idle = 256*mi, 128*mi
 	for _, l := range o.enabledLanguages() {
 		most += int64(2*o.pool(l).workers+o.sessionWorkers()) * workerMemory(int64(o.pool(l).memoryLimit))
-		idle += int64(o.pool(l).workers+max(o.sessions.Spares, 0)) * idleWorker[l.ID]
+		idle += int64(o.pool(l).workers+max(o.sessions.Limits.Spares, 0)) * idleWorker[l.ID]
 	}
 	return most, idle
 }

@@ -53,6 +53,19 @@ type Config struct {
 	HTTPClient *http.Client
 }
 
+// Configured says whether c accepts any credentials: without, there is no
+// Guard (New refuses).
+func (c Config) Configured() bool { return c.TokenFile != "" || c.Issuer != "" }
+
+// Validate checks the settings a user set, naming each as pyrun serve's
+// flags and config keys do; New checks the rest when it reads them.
+func (c Config) Validate() error {
+	if c.Issuer == "" && (c.JWKSURL != "" || len(c.Audiences) > 0) {
+		return errors.New("auth-jwks-url and auth-audience need auth-issuer: the authorization server whose tokens to accept")
+	}
+	return nil
+}
+
 // Guard checks bearer tokens. Its methods are safe for concurrent use.
 type Guard struct {
 	log    hclog.Logger
@@ -69,7 +82,7 @@ func New(cfg Config, log hclog.Logger) (*Guard, error) {
 		log = hclog.NewNullLogger()
 	}
 	g := &Guard{log: log, issuer: cfg.Issuer}
-	if cfg.TokenFile == "" && cfg.Issuer == "" {
+	if !cfg.Configured() {
 		return nil, errors.New("access: neither a token file nor an issuer")
 	}
 	if cfg.TokenFile != "" {

@@ -19,10 +19,15 @@ import (
 	"time"
 )
 
-// Limits cap connections. Zero fields mean no cap.
+// Limits cap connections, and how long a client may take to send a
+// request. Zero counts mean no cap.
 type Limits struct {
 	Total   int // connections open at once
 	PerAddr int // connections open at once from one IP address
+	// HeaderTimeout bounds how long a request's headers may take to arrive
+	// (http.Server's ReadHeaderTimeout), BodyTimeout its body after them
+	// (Bodies).
+	HeaderTimeout, BodyTimeout time.Duration
 }
 
 // DefaultTotal is the cap on connections when the open-files limit leaves
@@ -256,6 +261,10 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("max-conns must not be negative, not %d", l.Total)
 	case l.PerAddr < 1:
 		return fmt.Errorf("max-conns-per-addr must be at least 1, not %d", l.PerAddr)
+	case l.HeaderTimeout < 100*time.Millisecond:
+		return fmt.Errorf("header-timeout must be at least 100ms, not %s", l.HeaderTimeout)
+	case l.BodyTimeout < 100*time.Millisecond:
+		return fmt.Errorf("body-timeout must be at least 100ms, not %s", l.BodyTimeout)
 	}
 	return nil
 }

@@ -524,3 +524,19 @@ func (m *Manager) passLocked(s *session) {
 	}
 	s.held = false
 }
+
+// Validate checks the settings a user set (pyrun binds its flags to
+// Limits, CheckpointDelay and MoveWait), where a zero is a value and not
+// the default, naming each as pyrun's flags and config keys do.
+func (o Options) Validate() error {
+	if err := o.Limits.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case o.CheckpointDelay <= 0:
+		return fmt.Errorf("checkpoint-delay must be positive, not %s", o.CheckpointDelay)
+	case o.MoveWait <= 0:
+		return fmt.Errorf("session-move-wait must be positive, not %s", o.MoveWait)
+	}
+	return nil
+}
