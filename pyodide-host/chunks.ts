@@ -10,8 +10,10 @@
 //
 // The sums: each 16 bytes of a chunk go into four 64-bit lanes, the first 8
 // into lanes a and b, the next 8 into c and d, each lane acc = rotl((acc ^
-// x) * K, r) from a random seed of this process. For fixed words each step
-// is a bijection of acc (xor, an odd multiplier, a rotation), so a chunk
+// x) * K, r) from a random seed of this process (or, in a restored worker,
+// the seed the supervisor summed the restored heap with: adopt). For fixed
+// words each step is a bijection of acc (xor, an odd multiplier, a
+// rotation), so a chunk
 // that differs in one word always has another sum; two chunks whose
 // differences cancel must match in both lanes a word goes to, 128 bits
 // that depend on the seed, which Python never sees (it is in JavaScript
@@ -20,7 +22,7 @@
 // worker can write any byte of the heap anyway (ctypes), and what a wrong
 // chunk changes is its own worker's restore.
 
-import { CHECKPOINT_CHUNK } from "./protocol.ts";
+import { CHECKPOINT_CHUNK, type RestoredSums } from "./protocol.ts";
 
 /** What a checkpoint sends of the heap (ChunkSums.increment). */
 export interface Increment {
@@ -45,6 +47,24 @@ export class ChunkSums {
   #seed = crypto.getRandomValues(new BigInt64Array(4));
   #memory?: WebAssembly.Memory;
   #sum?: SumFn;
+
+  /**
+   * Takes the sums of a restored checkpoint (made by the supervisor, with
+   * its seed) as those of the last checkpoint: the next one asked with
+   * since = r.token leaves out the chunks that are still as restored. Sums
+   * of another count than the heap's chunks are not taken.
+   */
+  adopt(r: RestoredSums): void {
+    const bin = atob(r.sums);
+    const chunks = Math.ceil(r.heap / CHECKPOINT_CHUNK);
+    if (r.heap % 16 || bin.length !== 32 * chunks) return;
+    const raw = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) raw[i] = bin.charCodeAt(i);
+    this.#sums = new BigInt64Array(raw.buffer);
+    this.#seed = BigInt64Array.from(r.seed, (s) => BigInt.asIntN(64, BigInt(s)));
+    this.#heapLen = r.heap;
+    this.#token = r.token;
+  }
 
   /**
    * Sums heap (a view of memory, from its start) by chunks and keeps the

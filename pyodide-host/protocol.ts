@@ -89,7 +89,30 @@ export function parseRestore(raw: Record<string, unknown>): Restore {
     throw new Error("bad restore: path, mem and fs are needed");
   }
   if (typeof raw.keep === "string" && raw.keep) r.keep = raw.keep;
+  const s = raw.sums as Record<string, unknown> | undefined;
+  if (
+    s && typeof s === "object" && typeof s.token === "string" && s.token &&
+    typeof s.sums === "string" && Number.isSafeInteger(s.heap) && Array.isArray(s.seed) &&
+    s.seed.length === 4 && s.seed.every((x) => typeof x === "string" && /^-?[0-9]{1,20}$/.test(x))
+  ) {
+    r.sums = { token: s.token, seed: s.seed as string[], sums: s.sums, heap: s.heap as number };
+  }
   return r;
+}
+
+/**
+ * The sums of a restored checkpoint's heap chunks, which the supervisor
+ * made as it wrote the restore's file (supervisor/chunksums.go): the
+ * worker takes them as its last checkpoint's, named token, so that its
+ * next checkpoint asked with since = token leaves out the chunks still as
+ * restored (chunks.ts). seed: the four signed 64-bit seeds, in decimal;
+ * sums: four a chunk, little-endian, base64; heap: the heap's bytes.
+ */
+export interface RestoredSums {
+  token: string;
+  seed: string[];
+  sums: string;
+  heap: number;
 }
 
 /**
@@ -107,6 +130,8 @@ export interface Restore {
    * others are dropped before it is ready; sessions.ts).
    */
   keep?: string;
+  /** The sums of the checkpoint's heap chunks, when the supervisor made them. */
+  sums?: RestoredSums;
 }
 
 /** A host folder the code sees at path; writable only when rw. Every engine's. */

@@ -376,6 +376,8 @@ async function start(cfg: HostConfig, shared: Shared, snap: SnapshotRead): Promi
   const restoredLibs = restored ? restoreDynlibs(M) : [];
   const dynlibs = watchDynlibs();
   const sums = new ChunkSums(); // of the last checkpoint asked with chunks (chunks.ts)
+  // Or of the checkpoint restored, as the supervisor summed it.
+  if (cfg.restore?.sums) sums.adopt(cfg.restore.sums);
   dynlibs.push(...restoredLibs);
   const siteAtReady = new Set(py.FS.readdir(site) as string[]);
   // A restored checkpoint holds its preloaded packages already.

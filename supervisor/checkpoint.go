@@ -67,6 +67,18 @@ type restoreSpec struct {
 	// Keep, when set, is the one namespace the restored worker keeps; the
 	// others the checkpoint holds are dropped before it is ready.
 	Keep string `json:"keep,omitempty"`
+	// Sums, when set, are the sums of the checkpoint's heap chunks, which
+	// the worker takes as those of its last checkpoint (chunksums.go).
+	Sums *restoredSums `json:"sums,omitempty"`
+}
+
+// token is the worker's name for the state restored from s: "" without
+// sums.
+func (s *restoreSpec) token() string {
+	if s == nil || s.Sums == nil {
+		return ""
+	}
+	return s.Sums.Token
 }
 
 // checkpointTimeout bounds how long the worker takes to make a checkpoint
@@ -207,6 +219,10 @@ func (p *Pool) BaseSnapshot(ctx context.Context) *Snapshot {
 // StartRestored starts a session's worker from a checkpoint instead of the
 // snapshot: img's state, with its files. It is written to a private file
 // in dir for the worker to read, and removed once the worker is ready.
+// It sets img.Token to the worker's name for the state restored, when the
+// worker has one: the worker's next checkpoint asked with since = Token
+// (CheckpointSince) may then leave out the heap's chunks still as img
+// has them.
 func (p *Pool) StartRestored(ctx context.Context, img *Image, dir string, exited func()) (*Dedicated, error) {
 	if d, ok, err := p.startRestoredParked(ctx, img, exited); ok {
 		return d, err
@@ -216,13 +232,15 @@ func (p *Pool) StartRestored(ctx context.Context, img *Image, dir string, exited
 		return nil, fmt.Errorf("restore a session: %w", err)
 	}
 	defer os.Remove(f.Name())
-	if err := fillImage(f, img); err != nil {
+	sums, err := fillImage(f, img)
+	if err != nil {
 		return nil, err
 	}
-	spec := &restoreSpec{Path: f.Name(), Mem: img.Mem, FS: img.FS, Clock: img.Clock, Keep: img.Namespace}
+	spec := &restoreSpec{Path: f.Name(), Mem: img.Mem, FS: img.FS, Clock: img.Clock, Keep: img.Namespace, Sums: sums}
 	d, err := p.startDedicated(ctx, exited, spec)
 	if err == nil {
 		p.countRestore("started")
+		img.Token = spec.token()
 	}
 	return d, err
 }

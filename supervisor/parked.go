@@ -165,14 +165,16 @@ func (p *Pool) takeParkedLocked() *parkedWorker {
 
 // restoreParked restores img onto pw, which is then the session's; its
 // folder goes with its process. spec, when set, is the checkpoint's file,
-// written into pw's folder: after a failure the restore can still start a
-// worker of its own from it. After any failure pw is the caller's to drop.
+// written into pw's folder (removed once read, after a restore that went
+// well): after a failure the restore can still start a worker of its own
+// from it. After any failure pw is the caller's to drop.
 func (p *Pool) restoreParked(ctx context.Context, pw *parkedWorker, img *Image, exited func()) (*Dedicated, *restoreSpec, error) {
 	path := filepath.Join(pw.dir, "restore.bin")
-	if err := writeImage(path, img); err != nil {
+	sums, err := writeImage(path, img)
+	if err != nil {
 		return nil, nil, err
 	}
-	spec := &restoreSpec{Path: path, Mem: img.Mem, FS: img.FS, Clock: img.Clock, Keep: img.Namespace}
+	spec := &restoreSpec{Path: path, Mem: img.Mem, FS: img.FS, Clock: img.Clock, Keep: img.Namespace, Sums: sums}
 	if pw.w.gone() {
 		return nil, spec, errParkedLost
 	}
@@ -206,28 +208,32 @@ func (p *Pool) restoreParked(ctx context.Context, pw *parkedWorker, img *Image, 
 	p.countRestore("parked")
 	d.w.log.Debug("dedicated worker ready", "startup", time.Since(began).Round(time.Millisecond),
 		"in_worker_ms", d.w.ready.StartupMS, "from", "parked")
-	return d, nil, nil
+	return d, spec, nil
 }
 
 // errParkedLost: a parked worker was gone before it took its checkpoint.
 var errParkedLost = errors.New("the parked worker was gone")
 
-// writeImage writes img's bytes to a new private file at path.
-func writeImage(path string, img *Image) error {
+// writeImage writes img's bytes to a new private file at path (fillImage).
+func writeImage(path string, img *Image) (*restoredSums, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
-		return fmt.Errorf("restore a session: %w", err)
+		return nil, fmt.Errorf("restore a session: %w", err)
 	}
-	if err := fillImage(f, img); err != nil {
+	sums, err := fillImage(f, img)
+	if err != nil {
 		os.Remove(path)
-		return err
+		return nil, err
 	}
-	return nil
+	return sums, nil
 }
 
 // fillImage copies img's bytes into f, checks their count, and closes f.
-func fillImage(f *os.File, img *Image) error {
-	n, err := copySparse(f, img.R)
+// It sums the heap's chunks as they go by, for the restored worker
+// (chunksums.go); nil sums: the heap is not one a worker sums.
+func fillImage(f *os.File, img *Image) (*restoredSums, error) {
+	sum := newChunkSummer(img.Mem)
+	n, err := copySparse(f, io.TeeReader(img.R, sum))
 	if err == nil && n != img.Mem+img.FS {
 		err = fmt.Errorf("the checkpoint has %d bytes, not %d", n, img.Mem+img.FS)
 	}
@@ -235,9 +241,9 @@ func fillImage(f *os.File, img *Image) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("restore a session: %w", err)
+		return nil, fmt.Errorf("restore a session: %w", err)
 	}
-	return nil
+	return sum.result(), nil
 }
 
 // startRestoredParked is StartRestored onto a parked worker, when there is
@@ -256,6 +262,7 @@ func (p *Pool) startRestoredParked(ctx context.Context, img *Image, exited func(
 	}
 	d, spec, err := p.restoreParked(ctx, pw, img, exited)
 	if err == nil {
+		img.Token = spec.token()
 		return d, true, nil
 	}
 	defer p.dropParked(pw, "its restore failed")
@@ -271,6 +278,7 @@ func (p *Pool) startRestoredParked(ctx context.Context, img *Image, exited func(
 	d, err = p.startDedicated(ctx, exited, spec)
 	if err == nil {
 		p.countRestore("started")
+		img.Token = spec.token()
 	}
 	return d, true, err
 }

@@ -60,6 +60,12 @@ type checkpointSize struct {
 	AgainWorkerMS float64 `json:"again_worker_median_ms"`
 	AgainEncodeMS float64 `json:"again_encode_median_ms"`
 	AgainStoreMS  float64 `json:"again_store_median_ms"`
+	// AfterRestore: the checkpoint after the next call, the restored
+	// worker's first: in all, and its frames copied from the record
+	// restored (an increment to it) of all.
+	AfterRestoreMS     float64 `json:"after_restore_ms"`
+	AfterRestoreReused int     `json:"after_restore_reused_frames"`
+	AfterRestoreFrames int     `json:"after_restore_frames"`
 }
 
 // againRuns is how many checkpoints after a small call checkpointSizes
@@ -85,8 +91,9 @@ func benchCheckpoint(ctx context.Context, rt *supervisor.Runtime, calls int) (*c
 		if err != nil {
 			return nil, err
 		}
-		progress("checkpoint: %s: %.1f MiB raw, %.2f MiB stored, taken in %.0f ms; after a small call, median of %d: %.0f ms (worker %.0f, encode %.0f, store %.0f); the lost call with its restore %.0f ms, the next call %.1f ms",
-			sz.What, sz.RawMiB, sz.StoredMiB, sz.TakeMS, sz.AgainRuns, sz.AgainMS, sz.AgainWorkerMS, sz.AgainEncodeMS, sz.AgainStoreMS, sz.RestoreMS, sz.NextMS)
+		progress("checkpoint: %s: %.1f MiB raw, %.2f MiB stored, taken in %.0f ms; after a small call, median of %d: %.0f ms (worker %.0f, encode %.0f, store %.0f); the lost call with its restore %.0f ms, the next call %.1f ms, the checkpoint after it %.0f ms (%d of %d frames copied)",
+			sz.What, sz.RawMiB, sz.StoredMiB, sz.TakeMS, sz.AgainRuns, sz.AgainMS, sz.AgainWorkerMS, sz.AgainEncodeMS, sz.AgainStoreMS, sz.RestoreMS, sz.NextMS,
+			sz.AfterRestoreMS, sz.AfterRestoreReused, sz.AfterRestoreFrames)
 		rep.Sizes = append(rep.Sizes, sz)
 	}
 	rr, err := restoreTimes(ctx, rt, 7)
@@ -330,10 +337,22 @@ func checkpointSizes(ctx context.Context, rt *supervisor.Runtime, what, setup st
 		return sz, fmt.Errorf("%s: the lost call was not restored: %s", what, res.Error)
 	}
 	sz.RestoreMS = round1(ms(time.Since(t)))
+	// The restored worker's first checkpoint is the first counted from
+	// here (after the lost call, if it makes the session's state new,
+	// else after the next).
+	before := m.Stats().Checkpoints
 	t = time.Now()
 	if _, err := sessionRun(ctx, m, id, "len(rows)"); err != nil {
 		return sz, err
 	}
 	sz.NextMS = round1(ms(time.Since(t)))
+	for m.Stats().Checkpoints <= before {
+		if time.Now().After(deadline) {
+			return sz, fmt.Errorf("%s: no checkpoint after the restore within 2 minutes", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	l := keeper.Last()
+	sz.AfterRestoreMS, sz.AfterRestoreReused, sz.AfterRestoreFrames = round1(ms(l.Took)), l.Reused, l.Frames
 	return sz, nil
 }

@@ -388,6 +388,8 @@ func (r *report) print(w io.Writer) {
 				sz.What, sz.RawMiB, sz.StoredMiB, sz.TakeMS, sz.RestoreMS, sz.NextMS)
 			fmt.Fprintf(w, "    its checkpoint after a small call (median of %d): %.0f ms (worker %.0f, encode %.0f, store %.0f)\n",
 				sz.AgainRuns, sz.AgainMS, sz.AgainWorkerMS, sz.AgainEncodeMS, sz.AgainStoreMS)
+			fmt.Fprintf(w, "    the restored worker's first checkpoint, after the next call: %.0f ms, %d of %d frames copied from the record restored\n",
+				sz.AfterRestoreMS, sz.AfterRestoreReused, sz.AfterRestoreFrames)
 		}
 	}
 	if u := r.Reuse; u != nil {

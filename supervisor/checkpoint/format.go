@@ -188,6 +188,14 @@ func Decode(rec []byte, maxRaw int64, base func(sha string) []byte, key []byte) 
 // window (maxWindow). Such a payload has passed the authentication: only
 // pyrun, with the key, writes one.
 func Open(rec Record, maxRaw int64, base func(sha string) []byte, key []byte) (Meta, *Payload, error) {
+	return openSpooled(rec, maxRaw, base, key, nil)
+}
+
+// openSpooled is Open, writing to spool, when not nil, the record's bytes
+// as the payload reads and authenticates them: at the payload's end
+// without error, spool has the record as it was authenticated (Spooled),
+// however the record's file changed meanwhile.
+func openSpooled(rec Record, maxRaw int64, base func(sha string) []byte, key []byte, spool io.Writer) (Meta, *Payload, error) {
 	m, start, err := ReadRecordMeta(rec, key)
 	if err != nil {
 		return m, nil, err
@@ -214,11 +222,13 @@ func Open(rec Record, maxRaw int64, base func(sha string) []byte, key []byte) (M
 	// changed in place since (which pyrun never does) fails the read at
 	// its end, before a worker starts from what it gave.
 	body := rec.Size() - sha256.Size
-	p.rec, p.body, p.mac = rec, body, newMAC(key)
-	if _, err := io.Copy(p.mac, io.NewSectionReader(rec, 0, start)); err != nil {
+	p.rec, p.body, p.start, p.mac, p.spool = rec, body, start, newMAC(key), spool
+	head := make([]byte, start)
+	if _, err := rec.ReadAt(head, 0); err != nil {
 		return m, nil, fmt.Errorf("read checkpoint: %w", err)
 	}
-	z := io.TeeReader(io.NewSectionReader(rec, start, body-start), p.mac)
+	_, _ = (*payloadSink)(p).Write(head)
+	z := io.TeeReader(io.NewSectionReader(rec, start, body-start), (*payloadSink)(p))
 	p.z = z
 	p.d, err = zstd.NewReader(z, zstd.WithDecoderConcurrency(1),
 		zstd.WithDecoderLowmem(true), zstd.WithDecoderMaxWindow(maxWindow))
@@ -234,6 +244,7 @@ func Open(rec Record, maxRaw int64, base func(sha string) []byte, key []byte) (M
 type Payload struct {
 	rec     Record
 	body    int64     // where rec's authentication starts
+	start   int64     // where its payload starts
 	mac     hash.Hash // of what was read of rec, as it is read
 	z       io.Reader // rec's compressed payload, into mac
 	d       *zstd.Decoder
@@ -242,6 +253,38 @@ type Payload struct {
 	mem     int64
 	base    []byte // the base snapshot's heap; nil: none
 	err     error
+	// spool, when not nil, is given what mac is (openSpooled); spoolErr
+	// is its first error, after which it is given nothing.
+	spool    io.Writer
+	spoolErr error
+}
+
+// payloadSink is where a Payload's record bytes go as they are read: its
+// authentication and its spool.
+type payloadSink Payload
+
+func (s *payloadSink) Write(b []byte) (int, error) {
+	s.mac.Write(b)
+	if s.spool != nil && s.spoolErr == nil {
+		if _, err := s.spool.Write(b); err != nil {
+			s.spoolErr = err
+		}
+	}
+	return len(b), nil
+}
+
+// Spooled says whether the spool (openSpooled) holds the whole record, as
+// authenticated: only after the payload was read to its end.
+func (p *Payload) Spooled() error {
+	switch {
+	case p.spool == nil:
+		return errors.New("the record was not spooled")
+	case p.spoolErr != nil:
+		return fmt.Errorf("spool the record: %w", p.spoolErr)
+	case p.err != io.EOF:
+		return errors.New("the record was not read to its end")
+	}
+	return nil
 }
 
 func (p *Payload) Read(b []byte) (int, error) {
@@ -267,6 +310,9 @@ func (p *Payload) Read(b []byte) (int, error) {
 		}
 		if !hmac.Equal(p.mac.Sum(nil), want) {
 			return 0, p.fail(fmt.Errorf("%w: it changed while it was read", ErrCorrupt))
+		}
+		if p.spool != nil && p.spoolErr == nil {
+			_, p.spoolErr = p.spool.Write(want)
 		}
 		return 0, p.fail(io.EOF)
 	}

@@ -1,6 +1,7 @@
 package checkpoint_test
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -71,5 +72,83 @@ func TestASmallCallsCheckpointIsAnIncrement(t *testing.T) {
 	t.Cleanup(r.Close)
 	if got := run(r, check); got != want {
 		t.Fatalf("restored: %s, want %s", got, want)
+	}
+}
+
+// A restored worker's first checkpoint is an increment to the record it
+// was restored from, onto a parked restore or a worker started for it:
+// pyrun sums the restored heap for the worker, which sends only the chunks
+// that changed since; the record restores to the state after the call.
+func TestTheFirstCheckpointAfterARestoreIsAnIncrement(t *testing.T) {
+	for _, parked := range []bool{false, true} {
+		t.Run(map[bool]string{false: "started", true: "parked"}[parked], func(t *testing.T) {
+			spares := -1
+			if parked {
+				spares = 1
+			}
+			p := realPool(t, supervisor.Config{Workers: 1, RestoreSpares: spares})
+			d, err := p.StartDedicated(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(d.Close)
+			run := func(w sessions.Worker, code string) string {
+				t.Helper()
+				res, err := w.Run(t.Context(), supervisor.Job{ID: "j" + time.Now().Format("150405.000000"), Code: code}, nil)
+				if err != nil || res.Status != supervisor.StatusSuccess {
+					t.Fatalf("%q: %v %+v", code, err, res)
+				}
+				return res.Value
+			}
+			run(d, "import os\nx = os.urandom(8 << 20)\nrows = []")
+			const id = "box.1"
+			k := dirKeeper(t, p, id)
+			take := func(w sessions.Worker, call int) checkpoint.Sizes {
+				t.Helper()
+				if err := k.Take(t.Context(), w, []sessions.Saved{{ID: id, AfterCall: call}}); err != nil {
+					t.Fatal(err)
+				}
+				l := k.Last()
+				t.Logf("checkpoint after call %d: %d of %d frames reused, in %s", call, l.Reused, l.Frames, l.Took.Round(time.Millisecond))
+				return l
+			}
+			take(d, 1)
+			d.Close()
+			restore := func() sessions.Worker {
+				t.Helper()
+				if parked {
+					// The parked restore starts after the first checkpoint.
+					for p.Stats().Parked == 0 {
+						select {
+						case <-t.Context().Done():
+							t.Fatal("no parked restore")
+						case <-time.After(50 * time.Millisecond):
+						}
+					}
+				}
+				before := maps.Clone(p.Stats().Counts.Restores)
+				r, _, err := k.Restore(t.Context(), id, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(r.Close)
+				onto := map[bool]string{false: "started", true: "parked"}[parked]
+				if got := p.Stats().Counts.Restores[onto]; got != before[onto]+1 {
+					t.Errorf("restores onto %s: %d, want %d", onto, got, before[onto]+1)
+				}
+				return r
+			}
+			r := restore()
+			run(r, "rows.append(1)")
+			if l := take(r, 2); l.Reused < l.Frames/2 {
+				t.Errorf("the restored worker's first checkpoint: %d of %d frames reused, want at least half", l.Reused, l.Frames)
+			}
+			check := "import hashlib\nhashlib.sha256(x).hexdigest() + repr(rows)"
+			want := run(r, check)
+			r.Close()
+			if got := run(restore(), check); got != want {
+				t.Fatalf("restored from the increment: %s, want %s", got, want)
+			}
+		})
 	}
 }

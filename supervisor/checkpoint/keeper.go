@@ -335,8 +335,11 @@ type spooled struct {
 // record is s as a Record for the store (its Close is s.close's).
 func (s *spooled) record() Record { return fileRecord{s.f, s.size} }
 
-// close closes and removes s's file.
+// close closes and removes s's file; nil: nothing.
 func (s *spooled) close() {
+	if s == nil {
+		return
+	}
 	s.f.Close()
 	_ = os.Remove(s.f.Name())
 }
@@ -388,18 +391,58 @@ func mapFile(path string) ([]byte, error) {
 // its checks, else the one before it.
 func (k *Keeper) Restore(ctx context.Context, id string, exited func()) (sessions.Worker, sessions.Saved, error) {
 	k.forget(id) // the restored worker's checkpoints are not increments to its lost one's
-	meta, img, err := k.Load(ctx, id)
+	// The record is copied as it is read into a file of the Keeper's, for
+	// the restored worker's next checkpoint to be an increment to it.
+	spool, err := k.recordFile(func(*os.File) error { return nil })
 	if err != nil {
+		k.log.Debug("a restore without a copy of its record", "error", err.Error())
+	}
+	var to *os.File
+	if spool != nil {
+		to = spool.f
+	}
+	meta, img, err := k.load(ctx, id, to)
+	if err != nil {
+		spool.close()
 		return nil, sessions.Saved{}, err
 	}
 	// The record, read to its end by a start that goes well, is released
 	// by one that fails before.
-	defer img.R.(*Payload).Close()
+	p := img.R.(*Payload)
+	defer p.Close()
 	d, err := k.pool.StartRestored(ctx, img, k.tmp, exited)
 	if err != nil {
+		spool.close()
 		return nil, sessions.Saved{}, err
 	}
+	k.keepRestored(id, meta, img.Token, p, spool)
 	return d, savedOf(meta), nil
+}
+
+// keepRestored keeps spool, the copy of session id's record restored from
+// p, as the one its next checkpoint may be an increment to: the restored
+// worker names the state token. Without a token, or a whole copy, it is
+// removed.
+func (k *Keeper) keepRestored(id string, meta Meta, token string, p *Payload, spool *spooled) {
+	if spool == nil {
+		return
+	}
+	err := p.Spooled()
+	var frames []frame
+	if err == nil && token != "" {
+		spool.size = p.rec.Size()
+		if err = spool.f.Truncate(spool.size); err == nil {
+			frames, err = heapFrames(spool.f, spool.size, meta, p.start)
+		}
+	}
+	if err != nil || token == "" {
+		if err != nil {
+			k.log.Debug("the restored session's next checkpoint is whole", "session_id", id, "error", err.Error())
+		}
+		spool.close()
+		return
+	}
+	k.keepOrClose(spool, token, meta.Base, frames, []sessions.Saved{{ID: id}})
 }
 
 func savedOf(m Meta) sessions.Saved {
@@ -409,6 +452,12 @@ func savedOf(m Meta) sessions.Saved {
 
 // Load reads and checks session id's latest intact checkpoint.
 func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, error) {
+	return k.load(ctx, id, nil)
+}
+
+// load is Load, copying the record as its Image is read into spool, when
+// not nil, from spool's start (Payload.Spooled).
+func (k *Keeper) load(ctx context.Context, id string, spool *os.File) (Meta, *supervisor.Image, error) {
 	latestSeq, prevSeq, err := k.store.Seqs(ctx, id)
 	if err != nil {
 		return Meta{}, nil, err
@@ -428,12 +477,16 @@ func (k *Keeper) Load(ctx context.Context, id string) (Meta, *supervisor.Image, 
 		var m Meta
 		var p *Payload
 		if err == nil {
-			m, p, err = Open(rec, k.max, func(sha string) []byte {
+			var to io.Writer
+			if spool != nil {
+				to = io.NewOffsetWriter(spool, 0) // over what a record that failed left
+			}
+			m, p, err = openSpooled(rec, k.max, func(sha string) []byte {
 				if b, have := k.baseNow(ctx); have == sha {
 					return b
 				}
 				return nil
-			}, k.key)
+			}, k.key, to)
 			if err != nil {
 				_ = rec.Close()
 			}
