@@ -15,34 +15,9 @@ import (
 // the record before, and the record restores to the state after the call.
 // A fork between (a checkpoint not kept) leaves the next an increment.
 func TestASmallCallsCheckpointIsAnIncrement(t *testing.T) {
-	p := realPool(t, supervisor.Config{Workers: 1, RestoreSpares: -1})
-	d, err := p.StartDedicated(t.Context(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(d.Close)
-	run := func(w *supervisor.Dedicated, code string) string {
-		t.Helper()
-		res, err := w.Run(t.Context(), supervisor.Job{ID: "j" + time.Now().Format("150405.000000"), Code: code}, nil)
-		if err != nil || res.Status != supervisor.StatusSuccess {
-			t.Fatalf("%q: %v %+v", code, err, res)
-		}
-		return res.Value
-	}
-	run(d, "import os\nx = os.urandom(8 << 20)\nrows = []")
-	const id = "box.1"
-	k := dirKeeper(t, p, id)
-	take := func(call int) checkpoint.Sizes {
-		t.Helper()
-		if err := k.Take(t.Context(), d, []sessions.Saved{{ID: id, AfterCall: call}}); err != nil {
-			t.Fatal(err)
-		}
-		l := k.Last()
-		t.Logf("checkpoint after call %d: %d MiB raw, %d KiB stored, %d of %d frames reused, in %s (worker %s, encode %s, store %s)",
-			call, l.Raw>>20, l.Stored>>10, l.Reused, l.Frames, l.Took.Round(time.Millisecond), l.Worker.Round(time.Millisecond),
-			l.Encode.Round(time.Millisecond), l.Store.Round(time.Millisecond))
-		return l
-	}
+	p, d, k := incSession(t, -1)
+	run := func(w sessions.Worker, code string) string { return runIn(t, w, code) }
+	take := func(call int) checkpoint.Sizes { return takeAfter(t, k, d, call) }
 	if l := take(1); l.Reused != 0 || l.Frames < 30 {
 		t.Fatalf("the first checkpoint: %d of %d frames reused, want none", l.Reused, l.Frames)
 	}
@@ -61,7 +36,7 @@ func TestASmallCallsCheckpointIsAnIncrement(t *testing.T) {
 	}
 	check := "import hashlib\nhashlib.sha256(x).hexdigest() + repr(rows)"
 	want := run(d, check)
-	_, img, err := k.Load(t.Context(), id)
+	_, img, err := k.Load(t.Context(), incID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,32 +61,9 @@ func TestTheFirstCheckpointAfterARestoreIsAnIncrement(t *testing.T) {
 			if parked {
 				spares = 1
 			}
-			p := realPool(t, supervisor.Config{Workers: 1, RestoreSpares: spares})
-			d, err := p.StartDedicated(t.Context(), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(d.Close)
-			run := func(w sessions.Worker, code string) string {
-				t.Helper()
-				res, err := w.Run(t.Context(), supervisor.Job{ID: "j" + time.Now().Format("150405.000000"), Code: code}, nil)
-				if err != nil || res.Status != supervisor.StatusSuccess {
-					t.Fatalf("%q: %v %+v", code, err, res)
-				}
-				return res.Value
-			}
-			run(d, "import os\nx = os.urandom(8 << 20)\nrows = []")
-			const id = "box.1"
-			k := dirKeeper(t, p, id)
-			take := func(w sessions.Worker, call int) checkpoint.Sizes {
-				t.Helper()
-				if err := k.Take(t.Context(), w, []sessions.Saved{{ID: id, AfterCall: call}}); err != nil {
-					t.Fatal(err)
-				}
-				l := k.Last()
-				t.Logf("checkpoint after call %d: %d of %d frames reused, in %s", call, l.Reused, l.Frames, l.Took.Round(time.Millisecond))
-				return l
-			}
+			p, d, k := incSession(t, spares)
+			run := func(w sessions.Worker, code string) string { return runIn(t, w, code) }
+			take := func(w sessions.Worker, call int) checkpoint.Sizes { return takeAfter(t, k, w, call) }
 			take(d, 1)
 			d.Close()
 			restore := func() sessions.Worker {
@@ -127,7 +79,7 @@ func TestTheFirstCheckpointAfterARestoreIsAnIncrement(t *testing.T) {
 					}
 				}
 				before := maps.Clone(p.Stats().Counts.Restores)
-				r, _, err := k.Restore(t.Context(), id, nil)
+				r, _, err := k.Restore(t.Context(), incID, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -151,4 +103,47 @@ func TestTheFirstCheckpointAfterARestoreIsAnIncrement(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runIn runs code on w, a session's worker, and is its value; a call that
+// does not succeed fails t.
+func runIn(t *testing.T, w sessions.Worker, code string) string {
+	t.Helper()
+	res, err := w.Run(t.Context(), supervisor.Job{ID: "j" + time.Now().Format("150405.000000"), Code: code}, nil)
+	if err != nil || res.Status != supervisor.StatusSuccess {
+		t.Fatalf("%q: %v %+v", code, err, res)
+	}
+	return res.Value
+}
+
+// incID is the session the increments' tests keep checkpoints of.
+const incID = "box.1"
+
+// incSession is a real pool that keeps spares parked restores, a session's
+// worker on it holding 8 MiB of random bytes (x) and a list (rows), and a
+// Keeper of session incID's checkpoints.
+func incSession(t *testing.T, spares int) (*supervisor.Pool, *supervisor.Dedicated, *checkpoint.Keeper) {
+	t.Helper()
+	p := realPool(t, supervisor.Config{Workers: 1, RestoreSpares: spares})
+	d, err := p.StartDedicated(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	runIn(t, d, "import os\nx = os.urandom(8 << 20)\nrows = []")
+	return p, d, dirKeeper(t, p, incID)
+}
+
+// takeAfter takes a checkpoint of w as session incID's after call, and is
+// its figures.
+func takeAfter(t *testing.T, k *checkpoint.Keeper, w sessions.Worker, call int) checkpoint.Sizes {
+	t.Helper()
+	if err := k.Take(t.Context(), w, []sessions.Saved{{ID: incID, AfterCall: call}}); err != nil {
+		t.Fatal(err)
+	}
+	l := k.Last()
+	t.Logf("checkpoint after call %d: %d MiB raw, %d KiB stored, %d of %d frames reused, in %s (worker %s, encode %s, store %s)",
+		call, l.Raw>>20, l.Stored>>10, l.Reused, l.Frames, l.Took.Round(time.Millisecond), l.Worker.Round(time.Millisecond),
+		l.Encode.Round(time.Millisecond), l.Store.Round(time.Millisecond))
+	return l
 }
