@@ -84,37 +84,36 @@ func (c StoreConfig) Open(ctx context.Context, pool *supervisor.Pool, max int64,
 	if err != nil || where == "" {
 		return nil, err
 	}
-	var key []byte
-	if c.KeyFile != "" {
-		key, err = ReadKeyFile(c.KeyFile)
-	} else if !c.isRedis() {
-		key, err = DirKey(where) // a redis store has a key file (Validate)
-	}
-	if err != nil {
-		return nil, err
-	}
 	var store Store
+	closeStore := func() {}
 	tmp := filepath.Join(where, ".restore")
 	if c.isRedis() {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		r, rerr := OpenRedis(ctx, where, max)
-		if rerr != nil {
-			return nil, rerr
+		r, err := OpenRedis(ctx, where, max)
+		if err != nil {
+			return nil, err
 		}
-		store = r
+		store, closeStore = r, func() { r.Close() }
 		// A restore's file is this machine's: the store is not.
 		tmp = filepath.Join(os.TempDir(), fmt.Sprintf("pyrun-restore-%d", os.Getpid()))
-		defer func() {
-			if err != nil {
-				r.Close()
-			}
-		}()
-	} else if store, err = OpenDir(where, max); err != nil {
+	} else if store, err = OpenDir(where, max); err != nil { // which makes the folder
+		return nil, err
+	}
+	// After the store: a dir: store's own key is in its folder.
+	var key []byte
+	if c.KeyFile != "" {
+		key, err = ReadKeyFile(c.KeyFile)
+	} else {
+		key, err = DirKey(where) // a redis store has a key file (Validate)
+	}
+	if err != nil {
+		closeStore()
 		return nil, err
 	}
 	k, err := NewKeeper(store, key, pool, tmp, max, log)
 	if err != nil {
+		closeStore()
 		return nil, err
 	}
 	k.SetLeases(holder, cmp.Or(c.Lease, DefaultLeaseTTL))
