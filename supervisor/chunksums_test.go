@@ -109,3 +109,22 @@ func TestRestoreSumsAreTheWorkersChunkSums(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkChunkSummer: what summing a restore's heap costs, per byte
+// (docs/performance.md, The first checkpoint after a restore): a 91 MiB
+// heap, the 50 MB session's, written a MiB at a time as copySparse does.
+func BenchmarkChunkSummer(b *testing.B) {
+	heap := make([]byte, 91<<20)
+	rand.Read(heap)
+	img := snapshotOf(1024, heap)
+	b.SetBytes(int64(len(img)))
+	for b.Loop() {
+		s := newChunkSummer(int64(len(img)))
+		for p := img; len(p) > 0; p = p[min(1<<20, len(p)):] {
+			s.Write(p[:min(1<<20, len(p))])
+		}
+		if s.result() == nil {
+			b.Fatal("no sums")
+		}
+	}
+}
