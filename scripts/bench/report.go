@@ -384,11 +384,11 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "durable sessions, %d back-to-back session calls (median): checkpoints off %.3f ms, on %.3f ms (%.2fx)\n",
 			c.Calls, c.OffMS, c.OnMS, c.OnRatio)
 		for _, sz := range c.Sizes {
-			fmt.Fprintf(w, "  %s: %.1f MiB raw, %.2f MiB stored, taken in %.0f ms; a call whose worker died, with the restore %.0f ms; the next call %.1f ms\n",
-				sz.What, sz.RawMiB, sz.StoredMiB, sz.TakeMS, sz.RestoreMS, sz.NextMS)
+			fmt.Fprintf(w, "  %s: %.1f MiB raw, %.2f MiB stored, taken in %.0f ms; a call whose worker died, with the restore %.0f ms; the next call %.1f ms (medians of %d)\n",
+				sz.What, sz.RawMiB, sz.StoredMiB, sz.TakeMS, sz.RestoreMS, sz.NextMS, sz.RestoreRuns)
 			fmt.Fprintf(w, "    its checkpoint after a small call (median of %d): %.0f ms (worker %.0f, encode %.0f, store %.0f)\n",
 				sz.AgainRuns, sz.AgainMS, sz.AgainWorkerMS, sz.AgainEncodeMS, sz.AgainStoreMS)
-			fmt.Fprintf(w, "    the restored worker's first checkpoint, after the next call: %.0f ms, %d of %d frames copied from the record restored\n",
+			fmt.Fprintf(w, "    the restored worker's first checkpoint, after the next call (median): %.0f ms, %d of %d frames copied from the record restored\n",
 				sz.AfterRestoreMS, sz.AfterRestoreReused, sz.AfterRestoreFrames)
 		}
 	}
