@@ -197,6 +197,16 @@ func (r *report) checkTargets() []target {
 	}
 	if c := r.Checkpoint; c != nil {
 		atMost("session calls with checkpoints / without", c.OnRatio, 1.5, "x")
+		// Issue 37's targets (quiet machine, medians).
+		if rr := c.Restores; rr != nil {
+			atMost("a small session's lost call with its restore (parked)", rr.ParkedMS, 150, "ms")
+			atMost("a fork of a small session (parked)", rr.ForkParkedMS, 150, "ms")
+		}
+		for _, sz := range c.Sizes {
+			if strings.HasPrefix(sz.What, "50 MB") {
+				atMost("a 50 MB session's checkpoint after a small call", sz.AgainMS, 50, "ms")
+			}
+		}
 	}
 	if u := r.Reuse; u != nil {
 		atMost("after a replacement joins: 20 calls / settled", u.Ratio, 1.2, "x")
