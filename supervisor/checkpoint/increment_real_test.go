@@ -36,16 +36,7 @@ func TestASmallCallsCheckpointIsAnIncrement(t *testing.T) {
 	}
 	check := "import hashlib\nhashlib.sha256(x).hexdigest() + repr(rows)"
 	want := run(d, check)
-	_, img, err := k.Load(t.Context(), incID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := p.StartRestored(t.Context(), img, t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
-	if got := run(r, check); got != want {
+	if got := run(startFromLatest(t, p, k, incID), check); got != want {
 		t.Fatalf("restored: %s, want %s", got, want)
 	}
 }

@@ -51,6 +51,22 @@ func dirKeeper(t *testing.T, p *supervisor.Pool, id string) *checkpoint.Keeper {
 	return k
 }
 
+// startFromLatest starts a worker of p from session id's latest intact
+// checkpoint in k, closed at t's end.
+func startFromLatest(t *testing.T, p *supervisor.Pool, k *checkpoint.Keeper, id string) *supervisor.Dedicated {
+	t.Helper()
+	_, img, err := k.Load(t.Context(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := p.StartRestored(t.Context(), img, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Close)
+	return r
+}
+
 // allocated is how many bytes the Go heap has allocated so far.
 func allocated() uint64 {
 	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
@@ -98,15 +114,7 @@ func TestCheckpointIsEncodedInBoundedMemory(t *testing.T) {
 	// record nor the state (before: both, 2.4 times the record).
 	runtime.GC()
 	before = allocated()
-	_, img, err := k.Load(t.Context(), id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := p.StartRestored(t.Context(), img, t.TempDir(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Close)
+	r := startFromLatest(t, p, k, id)
 	grew = allocated() - before
 	t.Logf("restore of a %d MiB record: %d MiB allocated", last.Stored>>20, grew>>20)
 	if bound := uint64(16 << 20); grew > bound {
