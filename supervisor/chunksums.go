@@ -153,3 +153,48 @@ func (s *chunkSummer) result() *restoredSums {
 	}
 	return r
 }
+
+// backgroundSums runs a chunkSummer on a goroutine of its own, fed copies
+// of what is written to it a MiB at most at a time, so that a restore's
+// file is written while its heap is summed, on another core: the sum,
+// 5-6 ms for a small session's 30 MiB, is then off the restore's path.
+// Its owner ends it with wait, always.
+type backgroundSums struct {
+	s    *chunkSummer
+	work chan []byte
+	free chan []byte // the buffers, three of a MiB
+	done chan struct{}
+}
+
+func sumInBackground(s *chunkSummer) *backgroundSums {
+	b := &backgroundSums{s: s, work: make(chan []byte, 2), free: make(chan []byte, 3), done: make(chan struct{})}
+	for range cap(b.free) {
+		b.free <- make([]byte, 0, 1<<20)
+	}
+	go func() {
+		defer close(b.done)
+		for p := range b.work {
+			s.Write(p)
+			b.free <- p[:0]
+		}
+	}()
+	return b
+}
+
+func (b *backgroundSums) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		buf := <-b.free
+		k := min(len(p), cap(buf))
+		b.work <- append(buf, p[:k]...)
+		p = p[k:]
+	}
+	return n, nil
+}
+
+// wait ends b once what was written is summed, and is its result.
+func (b *backgroundSums) wait() *restoredSums {
+	close(b.work)
+	<-b.done
+	return b.s.result()
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
+	"io"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -70,11 +71,19 @@ func TestRestoreSumsAreTheWorkersChunkSums(t *testing.T) {
 	mem := int64(1024 + len(heap))
 	var first []uint64
 	for _, piece := range []int{len(img), 1 << 20, 4097, 7, 1} {
-		s := newChunkSummer(mem)
-		for b := img; len(b) > 0; b = b[min(piece, len(b)):] {
-			s.Write(b[:min(piece, len(b))])
+		// Summed on a goroutine of its own (fillImage), or here.
+		var w io.Writer
+		var result func() *restoredSums
+		if s := newChunkSummer(mem); piece%2 == 1 {
+			w, result = s, s.result
+		} else {
+			b := sumInBackground(s)
+			w, result = b, b.wait
 		}
-		r := s.result()
+		for b := img; len(b) > 0; b = b[min(piece, len(b)):] {
+			w.Write(b[:min(piece, len(b))])
+		}
+		r := result()
 		if r == nil {
 			t.Fatalf("pieces of %d: no sums", piece)
 		}
