@@ -138,6 +138,11 @@ func TestProtocolMessagesMatchTypeScript(t *testing.T) {
 			tsFields(tsBlock(t, src, "export interface EngineConfig {"), tsBlock(t, src, "export interface HostConfig")),
 			jsonFields(hostConfig{}),
 		},
+		{
+			"a restore's fields (HostConfig restore, the restore line)",
+			tsFields(tsBlock(t, src, "export interface Restore {"), tsBlock(t, src, "export interface RestoredSums {")),
+			sorted(append(jsonFields(restoreSpec{}), jsonFields(restoredSums{})...)),
+		},
 	} {
 		if !slices.Equal(tc.ts, tc.goSide) {
 			t.Errorf("%s differ:\n protocol.ts: %v\n supervisor:  %v", tc.what, tc.ts, tc.goSide)
