@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/binary"
-	"io"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -71,19 +70,11 @@ func TestRestoreSumsAreTheWorkersChunkSums(t *testing.T) {
 	mem := int64(1024 + len(heap))
 	var first []uint64
 	for _, piece := range []int{len(img), 1 << 20, 4097, 7, 1} {
-		// Summed on a goroutine of its own (fillImage), or here.
-		var w io.Writer
-		var result func() *restoredSums
-		if s := newChunkSummer(mem); piece%2 == 1 {
-			w, result = s, s.result
-		} else {
-			b := sumInBackground(s)
-			w, result = b, b.wait
-		}
+		s := newChunkSummer(mem)
 		for b := img; len(b) > 0; b = b[min(piece, len(b)):] {
-			w.Write(b[:min(piece, len(b))])
+			s.Write(b[:min(piece, len(b))])
 		}
-		r := result()
+		r := s.result()
 		if r == nil {
 			t.Fatalf("pieces of %d: no sums", piece)
 		}
@@ -119,9 +110,9 @@ func TestRestoreSumsAreTheWorkersChunkSums(t *testing.T) {
 	}
 }
 
-// BenchmarkChunkSummer: what summing a restore's heap costs, per byte
-// (docs/performance.md, The first checkpoint after a restore): a 91 MiB
-// heap, the 50 MB session's, written a MiB at a time as copySparse does.
+// BenchmarkChunkSummer: what summing a restore's heap costs, per byte: a
+// 91 MiB heap, the 50 MB session's, written a MiB at a time as copySparse
+// does.
 func BenchmarkChunkSummer(b *testing.B) {
 	heap := make([]byte, 91<<20)
 	rand.Read(heap)

@@ -232,9 +232,8 @@ func writeImage(path string, img *Image) (*restoredSums, error) {
 // It sums the heap's chunks as they go by, for the restored worker
 // (chunksums.go); nil sums: the heap is not one a worker sums.
 func fillImage(f *os.File, img *Image) (*restoredSums, error) {
-	sum := sumInBackground(newChunkSummer(img.Mem))
+	sum := newChunkSummer(img.Mem)
 	n, err := copySparse(f, io.TeeReader(img.R, sum))
-	sums := sum.wait()
 	if err == nil && n != img.Mem+img.FS {
 		err = fmt.Errorf("the checkpoint has %d bytes, not %d", n, img.Mem+img.FS)
 	}
@@ -244,7 +243,7 @@ func fillImage(f *os.File, img *Image) (*restoredSums, error) {
 	if err != nil {
 		return nil, fmt.Errorf("restore a session: %w", err)
 	}
-	return sums, nil
+	return sum.result(), nil
 }
 
 // startRestoredParked is StartRestored onto a parked worker, when there is
