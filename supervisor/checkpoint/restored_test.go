@@ -99,8 +99,16 @@ func TestARestoredRecordIsCopiedWithItsFrames(t *testing.T) {
 		if !damaged && !reflect.DeepEqual(found, frames) {
 			t.Errorf("frames found %v, want those written %v", found, frames)
 		}
-		if damaged && (len(found) != 10 || found[0] != frames[0]) {
-			t.Errorf("the record before's frames %v, want 10 from %v", found, frames[0])
+		if damaged {
+			// Its header may be a byte longer or shorter (its times): the
+			// frames are of the same chunks, one after the other.
+			ok := len(found) == len(frames) && found[0].off > p.start
+			for i := 0; ok && i < len(found); i++ {
+				ok = found[i].raw == frames[i].raw && (i == 0 || found[i].off == found[i-1].off+found[i-1].n)
+			}
+			if !ok {
+				t.Errorf("the record before's frames %v, want %d of the chunks of %v, one after the other", found, len(frames), frames)
+			}
 		}
 	}
 }
