@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"image/png"
 	"os"
@@ -489,7 +490,12 @@ func TestMountsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newServer(t, "--workers", "1", "--mount", ro+":/data", "--mount", rw+":/shared:rw")
-	if s.log.count("a host folder is mounted read-write: code run by any client can change, add and delete files in it") != 1 {
+	const warning = "a host folder is mounted read-write: code run by any client can change, add and delete files in it"
+	// The log is read as pyrun writes it: the line may be on its way.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	_ = s.log.waitFor(ctx, "the :rw mount's warning", func(c map[string]int) bool { return c[warning] > 0 })
+	if s.log.count(warning) != 1 {
 		t.Errorf("no warning about the :rw mount at start:\n%s", s.log.tail())
 	}
 	r := s.run(t, `
